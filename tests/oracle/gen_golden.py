@@ -1,0 +1,509 @@
+#!/usr/bin/python3
+"""Generate kvevict's golden vectors from the Python oracle.
+
+Writes tests/golden/golden_vectors.h and rewrites the generated regions of
+docs/SPEC.md (between <!-- golden:begin --> / <!-- golden:end --> and
+<!-- example:begin --> / <!-- example:end -->).
+
+    /usr/bin/python3 tests/oracle/gen_golden.py            # write both files
+    /usr/bin/python3 tests/oracle/gen_golden.py --check    # exit 1 if either is stale
+    /usr/bin/python3 tests/oracle/gen_golden.py --print    # print the markdown only
+"""
+
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import kve_oracle as kve  # noqa: E402
+from kve_oracle import PERSISTENT, SHARED_HEADS, SHARED_LAYERS, U32_MAX, U64_MAX  # noqa: E402
+
+HEADER_PATH = os.path.join(ROOT, "tests", "golden", "golden_vectors.h")
+SPEC_PATH = os.path.join(ROOT, "docs", "SPEC.md")
+
+FLAG_NAMES = ((PERSISTENT, "PERSISTENT"), (SHARED_HEADS, "SHARED_HEADS"),
+              (SHARED_LAYERS, "SHARED_LAYERS"))
+
+
+def flag_text(flags):
+    names = [n for bit, n in FLAG_NAMES if flags & bit]
+    return "|".join(names) if names else "0"
+
+
+# ---------------------------------------------------------------------------
+# Key vectors
+# ---------------------------------------------------------------------------
+
+def key_inputs():
+    """(seed, seq_id, layer, head, pos, round, flags) tuples."""
+    M32, M64 = U32_MAX, U64_MAX
+    base = (0x0123456789ABCDEF, 0x00000000DEADBEEF, 5, 3, 1000, 2)
+    v = [
+        (0, 0, 0, 0, 0, 0, 0),                       # all zeros
+        (0, 0, 0, 0, 1, 0, 0),
+        (1, 0, 0, 0, 0, 0, 0),
+        (0, 1, 0, 0, 0, 0, 0),
+        (0, 0, 1, 0, 0, 0, 0),
+        (0, 0, 0, 1, 0, 0, 0),
+        (0, 0, 0, 0, 0, 1, 0),
+        (0, 0, 0, 0, M32, 0, 0),                     # all-ones fields, one at a time
+        (0, 0, M32, 0, 0, 0, 0),
+        (0, 0, 0, M32, 0, 0, 0),
+        (0, 0, 0, 0, 0, M32, 0),
+        (M64, 0, 0, 0, 0, 0, 0),
+        (0, M64, 0, 0, 0, 0, 0),
+        (M64, M64, M32, M32, M32, M32, 0),           # everything all ones
+        (M64, M64, M32, M32, M32, M32, 7),
+    ]
+    for flags in range(8):                          # every flag combination, one coordinate
+        v.append(base + (flags,))
+    # The switches equal explicit all-ones fields.
+    v.append((base[0], base[1], base[2], base[3], base[4], M32, 0))
+    v.append((base[0], base[1], base[2], M32, base[4], base[5], 0))
+    v.append((base[0], base[1], M32, base[3], base[4], base[5], 0))
+    v += [
+        (0x9E3779B97F4A7C15, 0x8000000000000000, 17, 6, 123456, 3, 0),   # large seeds / ids
+        (0x8000000000000000, 0xFFFFFFFF00000000, 0, 0, 0x7FFFFFFF, 0, 0),
+        (0x0000000100000000, 0x0000000100000000, 0x80000000, 0x80000000, 0x80000000, 0x80000000, 0),
+        (2609, 128, 35, 7, 2111, 1, 0),                                  # a G1-like coordinate
+        (2609, 128, 35, 7, 2111, 1, SHARED_HEADS),
+        (2609, 128, 35, 7, 2111, 1, SHARED_HEADS | SHARED_LAYERS),
+        (42, 7, 2, 1, 6, 0, 0),                                          # the basic case's first candidate
+    ]
+    return v
+
+
+def key_vectors():
+    return [t + (kve.key(*t),) for t in key_inputs()]
+
+
+# ---------------------------------------------------------------------------
+# Keep-set cases
+# ---------------------------------------------------------------------------
+
+BASIC = dict(seed=42, seq_id=7, layer=2, head=1, prompt=4, window=2, budget=8, round=0, flags=0)
+
+
+def reuse_table():
+    """A table from running the schedule: after two evictions, full again."""
+    p = dict(prompt=4, window=3, budget=10, r=4)
+    cap = max(p["budget"], p["prompt"] + p["window"]) + p["r"]
+    # Tokens up to the moment the head is full for the third time, minus one
+    # so the simulator has not evicted it yet; then write the last one.
+    n = cap + 2 * p["r"] - 1
+    table, rounds, _ = kve.schedule(p["prompt"], p["window"], p["budget"], p["r"], n,
+                                    BASIC["seed"], BASIC["seq_id"], BASIC["layer"], BASIC["head"])
+    table[table.index(-1)] = n
+    assert rounds == 2 and -1 not in table
+    return table
+
+
+def holes_table():
+    rng = random.Random(20260903)
+    positions = rng.sample(range(0, 40), 20)
+    table = positions + [-1] * 6
+    rng.shuffle(table)
+    return table
+
+
+def case_specs():
+    """(name, parameters, slot_pos, comment)."""
+    B = BASIC
+    seq16 = list(range(16))
+    big = 0x7FFFFFFF
+    return [
+        ("basic", dict(B), seq16, "P=4, W=2, B=8 over positions 0..15"),
+        ("round1", dict(B, round=1), seq16, "the basic head at round 1: fresh keys"),
+        ("persistent", dict(B, round=3, flags=PERSISTENT), seq16,
+         "persistent keys: the round (3) is ignored"),
+        ("shared_heads", dict(B, head=5, flags=SHARED_HEADS), seq16,
+         "one keep-set per layer: any head gives this answer"),
+        ("shared_layers", dict(B, layer=9, flags=SHARED_LAYERS), seq16,
+         "shared layers alone: one keep-set per head index"),
+        ("shared_layers_heads", dict(B, layer=9, head=3, flags=SHARED_HEADS | SHARED_LAYERS), seq16,
+         "one keep-set per sequence"),
+        ("all_flags", dict(B, layer=9, head=3, round=4,
+                           flags=PERSISTENT | SHARED_HEADS | SHARED_LAYERS), seq16,
+         "all three switches"),
+        ("prompt_over_budget", dict(B, prompt=10), seq16,
+         "P=10 > B=8: the prompt and window are kept, every candidate goes"),
+        ("prompt_covers_all", dict(B, prompt=100), seq16,
+         "every valid slot is prompt: nothing can be evicted"),
+        ("empty_slots", dict(B, prompt=6, window=3, budget=12), holes_table(),
+         "-1 holes, positions not in slot order"),
+        ("slot_reuse", dict(B, prompt=4, window=3, budget=10, round=2), reuse_table(),
+         "the table the schedule (P=4, W=3, B=10, r=4) reaches before its third eviction"),
+        ("window_larger", dict(B, window=20), seq16,
+         "W=20 > 12 generated tokens: no candidates, nothing evicted"),
+        ("window_zero", dict(B, window=0), seq16, "W=0: no recent tokens protected"),
+        ("exact_protected", dict(B, window=4), seq16, "P+W = B: every candidate goes"),
+        ("prompt_zero", dict(B, prompt=0, window=4, budget=10, round=1), list(range(20)),
+         "P=0: everything but the window is a candidate"),
+        ("budget_zero", dict(B, prompt=0, window=0, budget=0), list(range(10)),
+         "B=0 with nothing protected: every slot goes"),
+        ("budget_zero_protected", dict(B, prompt=2, window=1, budget=0), list(range(10)),
+         "B=0: the protected slots stay, over budget"),
+        ("single_candidate", dict(B, budget=6), list(range(7)),
+         "one candidate and no room for it"),
+        ("nothing_to_evict", dict(B, budget=16), seq16, "|valid| = B: nothing is evicted"),
+        ("nothing_to_evict_holes", dict(B, budget=16),
+         [-1, 3, 0, 1, -1, 2, 4, 5, 6, 7, -1, 8, 9, 10, 11, 12, 13, 14, 15, -1],
+         "16 valid slots among 20, B=16"),
+        ("all_empty", dict(B, budget=0), [-1] * 8, "no valid slot at all"),
+        ("large_coordinates",
+         dict(seed=U64_MAX, seq_id=U64_MAX - 1, layer=U32_MAX - 1, head=U32_MAX - 1,
+              prompt=0, window=2, budget=5, round=U32_MAX - 1, flags=0),
+         [big - 3 * i if i % 3 else -1 for i in range(14)],
+         "64-bit seed and id, positions near 2^31-1"),
+    ]
+
+
+def cases():
+    out = []
+    for name, p, table, comment in case_specs():
+        ev, kp, ob = kve.evict_head(table, p["prompt"], p["window"], p["budget"], p["seed"],
+                                    p["seq_id"], p["layer"], p["head"], p["round"], p["flags"])
+        out.append(dict(p, name=name, slot_pos=table, evicted=ev, kept=kp, over_budget=ob,
+                        comment=comment))
+    return out
+
+
+def check_cases(cs):
+    """Each case shows what its name promises."""
+    by = {c["name"]: c for c in cs}
+    assert len(by["basic"]["evicted"]) == 8 and not by["basic"]["over_budget"]
+    assert by["prompt_over_budget"]["over_budget"] and by["prompt_over_budget"]["evicted"] == [10, 11, 12, 13]
+    assert by["prompt_covers_all"]["evicted"] == [] and by["prompt_covers_all"]["over_budget"]
+    assert by["window_larger"]["evicted"] == [] and by["window_larger"]["over_budget"]
+    assert by["budget_zero"]["kept"] == [] and not by["budget_zero"]["over_budget"]
+    assert len(by["budget_zero_protected"]["kept"]) == 3 and by["budget_zero_protected"]["over_budget"]
+    assert by["single_candidate"]["evicted"] == [0 + 4]
+    assert by["nothing_to_evict"]["evicted"] == [] and by["nothing_to_evict_holes"]["evicted"] == []
+    assert by["all_empty"]["kept"] == [] and by["all_empty"]["evicted"] == []
+    assert by["exact_protected"]["evicted"] == list(range(4, 12))
+    assert len(by["slot_reuse"]["evicted"]) == 4
+    for c in cs:
+        assert len(c["slot_pos"]) <= 40
+        valid = sum(p >= 0 for p in c["slot_pos"])
+        if valid > c["budget"] and not c["over_budget"]:
+            assert len(c["evicted"]) == valid - c["budget"], c["name"]
+
+
+def digest_batch():
+    """2 layers x 2 heads of the basic case's table, at global layers 2..3,
+    heads 1..2 (the first head is the basic case itself)."""
+    p = dict(name="basic_2x2", seed=BASIC["seed"], seq_id=BASIC["seq_id"], layer_offset=2,
+             head_offset=1, n_layers=2, n_heads=2, prompt=4, window=2, budget=8, round=0,
+             flags=0, slot_pos=list(range(16)))
+    config = dict(seed=p["seed"], seq_id=p["seq_id"], layers=2, heads=2, layer_offset=2,
+                  head_offset=1, prompt=4, window=2, budget=8, round=0, slots=p["slot_pos"])
+    heads = []
+    for rec in kve.select(config):
+        heads.append((rec["seq_id"], rec["layer"], rec["head"],
+                      [p["slot_pos"][s] for s in rec["keep"]]))
+    p["heads"] = heads
+    p["digest"] = kve.digest(heads)
+    assert p["digest"] == kve.select_digest(config)
+    return p
+
+
+# ---------------------------------------------------------------------------
+# C header
+# ---------------------------------------------------------------------------
+
+def c_array(name, values, per_line=12):
+    if not values:
+        return "static const int32_t %s[1] = {0}; /* empty list (count 0) */\n" % name
+    lines = []
+    for i in range(0, len(values), per_line):
+        lines.append("    " + ", ".join("%d" % v for v in values[i:i + per_line]) + ",")
+    return "static const int32_t %s[%d] = {\n%s\n};\n" % (name, len(values), "\n".join(lines))
+
+
+def c_u64(v):
+    return "0x%016xull" % v
+
+
+def c_u32(v):
+    return "0x%08xu" % v if v >= 1 << 20 else "%du" % v
+
+
+def header_text(keys, cs, dg):
+    o = []
+    o.append("""/*
+ * golden_vectors.h -- kvevict keep-set v1 golden vectors.
+ *
+ * generated by tests/oracle/gen_golden.py, do not edit.
+ * Regenerate with: /usr/bin/python3 tests/oracle/gen_golden.py
+ *
+ * The values come from the independent Python oracle (tests/oracle/
+ * kve_oracle.py) and are also printed in docs/SPEC.md ("Golden vectors").
+ * Flag bits: 1 = KVE_PERSISTENT, 2 = KVE_SHARED_HEADS, 4 = KVE_SHARED_LAYERS.
+ * Only <stdint.h> is needed; every object is static, so include this header
+ * in one translation unit per test program.
+ */
+#ifndef KVE_GOLDEN_VECTORS_H
+#define KVE_GOLDEN_VECTORS_H
+
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- */
+/* Keys: key = spec key of (seed, seq_id, layer, head, pos, round)   */
+/* under flags.                                                      */
+/* ---------------------------------------------------------------- */
+
+typedef struct kve_golden_key {
+    uint64_t seed, seq_id;
+    uint32_t layer, head, pos, round, flags;
+    uint64_t key;
+} kve_golden_key;
+
+static const kve_golden_key kve_golden_keys[] = {
+""")
+    for (seed, sq, l, h, p, r, f, k) in keys:
+        o.append("    {%s, %s, %s, %s, %s, %s, %du, %s},\n"
+                 % (c_u64(seed), c_u64(sq), c_u32(l), c_u32(h), c_u32(p), c_u32(r), f, c_u64(k)))
+    o.append("""};
+#define KVE_GOLDEN_N_KEYS (sizeof kve_golden_keys / sizeof kve_golden_keys[0])
+
+/* ---------------------------------------------------------------- */
+/* Keep-set cases: one head each (spec "One head's eviction").       */
+/* evicted and kept are slot indices in ascending order; kept lists  */
+/* every valid slot that is not evicted. over_budget is 1 when the   */
+/* head had more than budget valid slots and prefix + window alone   */
+/* exceeded the budget. Empty lists point to a one-element dummy     */
+/* array with a count of 0.                                          */
+/* ---------------------------------------------------------------- */
+
+typedef struct kve_golden_case {
+    const char *name;
+    uint64_t seed, seq_id;
+    uint32_t layer, head, prompt, window, budget, round, flags, n_slots;
+    const int32_t *slot_pos;                    /* [n_slots] */
+    uint32_t n_evicted; const int32_t *evicted; /* ascending slots */
+    uint32_t n_kept;    const int32_t *kept;    /* ascending slots */
+    int over_budget;
+} kve_golden_case;
+
+""")
+    for c in cs:
+        o.append("/* %s: %s */\n" % (c["name"], c["comment"]))
+        o.append(c_array("kve_golden_%s_slot_pos" % c["name"], c["slot_pos"]))
+        o.append(c_array("kve_golden_%s_evicted" % c["name"], c["evicted"]))
+        o.append(c_array("kve_golden_%s_kept" % c["name"], c["kept"]))
+        o.append("\n")
+    o.append("static const kve_golden_case kve_golden_cases[] = {\n")
+    for c in cs:
+        n = c["name"]
+        o.append('    {"%s", %s, %s,\n     %s, %s, %du, %du, %du, %s, %du, %du,\n'
+                 '     kve_golden_%s_slot_pos, %du, kve_golden_%s_evicted, %du, kve_golden_%s_kept, %d},\n'
+                 % (n, c_u64(c["seed"]), c_u64(c["seq_id"]), c_u32(c["layer"]), c_u32(c["head"]),
+                    c["prompt"], c["window"], c["budget"], c_u32(c["round"]), c["flags"],
+                    len(c["slot_pos"]), n, len(c["evicted"]), n, len(c["kept"]), n,
+                    1 if c["over_budget"] else 0))
+    o.append("""};
+#define KVE_GOLDEN_N_CASES (sizeof kve_golden_cases / sizeof kve_golden_cases[0])
+
+/* ---------------------------------------------------------------- */
+/* Digest: one batch of n_layers x n_heads heads of one sequence,    */
+/* every head holding the same slot table slot_pos; head (l, h) has  */
+/* global coordinates (layer_offset + l, head_offset + h). digest is */
+/* the spec digest of the batch's keep-sets, heads in (layer, head)  */
+/* order.                                                            */
+/* ---------------------------------------------------------------- */
+
+typedef struct kve_golden_digest_case {
+    const char *name;
+    uint64_t seed, seq_id;
+    uint32_t n_layers, n_heads, layer_offset, head_offset;
+    uint32_t prompt, window, budget, round, flags, n_slots;
+    const int32_t *slot_pos; /* [n_slots], shared by every head */
+    uint64_t digest;
+} kve_golden_digest_case;
+
+""")
+    o.append(c_array("kve_golden_digest_slot_pos", dg["slot_pos"]))
+    o.append('static const kve_golden_digest_case kve_golden_digest = {\n'
+             '    "%s", %s, %s, %du, %du, %du, %du,\n    %du, %du, %du, %du, %du, %du,\n'
+             '    kve_golden_digest_slot_pos, %s\n};\n\n'
+             % (dg["name"], c_u64(dg["seed"]), c_u64(dg["seq_id"]), dg["n_layers"], dg["n_heads"],
+                dg["layer_offset"], dg["head_offset"], dg["prompt"], dg["window"], dg["budget"],
+                dg["round"], dg["flags"], len(dg["slot_pos"]), c_u64(dg["digest"])))
+    o.append("#endif /* KVE_GOLDEN_VECTORS_H */\n")
+    return "".join(o)
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------
+
+def hx(v, digits=16):
+    return "0x%0*x" % (digits, v)
+
+
+def num(v, bits):
+    """Small numbers in decimal, all-ones and big ones in hex."""
+    if v < 1 << 20:
+        return str(v)
+    return hx(v, bits // 4)
+
+
+def listing(values):
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def golden_markdown(keys, cs, dg):
+    o = []
+    o.append("<!-- generated by tests/oracle/gen_golden.py; edit the script, not this region -->\n\n")
+    o.append("### Keys\n\n")
+    o.append("`flags`: P = persistent, H = shared heads, L = shared layers. The key is shown in hex "
+             "and in decimal (as `kvevict key` prints it).\n\n")
+    o.append("| # | seed | seq_id | layer | head | pos | round | flags | key (hex) | key (decimal) |\n")
+    o.append("|---|---|---|---|---|---|---|---|---|---|\n")
+    for i, (seed, sq, l, h, p, r, f, k) in enumerate(keys):
+        fl = "".join(c for bit, c in ((1, "P"), (2, "H"), (4, "L")) if f & bit) or "-"
+        o.append("| %d | %s | %s | %s | %s | %s | %s | %s | `%s` | %d |\n"
+                 % (i, num(seed, 64), num(sq, 64), num(l, 32), num(h, 32), num(p, 32), num(r, 32),
+                    fl, hx(k), k))
+    o.append("\n### Keep-set cases\n\n")
+    o.append("Each case is one head. Slots are listed as indices into `slot_pos`; "
+             "`evicted` and `kept` are in ascending slot order.\n\n")
+    for c in cs:
+        o.append("#### `%s`\n\n%s.\n\n" % (c["name"], c["comment"][0].upper() + c["comment"][1:]))
+        o.append("- seed %s, seq_id %s, layer %s, head %s, round %s, flags %s\n"
+                 % (num(c["seed"], 64), num(c["seq_id"], 64), num(c["layer"], 32),
+                    num(c["head"], 32), num(c["round"], 32), flag_text(c["flags"])))
+        o.append("- P = %d, W = %d, B = %d, n_slots = %d\n"
+                 % (c["prompt"], c["window"], c["budget"], len(c["slot_pos"])))
+        o.append("- slot_pos = `%s`\n" % listing(c["slot_pos"]))
+        o.append("- evicted slots = `%s`\n" % listing(c["evicted"]))
+        o.append("- kept slots = `%s`\n" % listing(c["kept"]))
+        o.append("- kept positions (ascending) = `%s`\n"
+                 % listing(sorted(c["slot_pos"][s] for s in c["kept"])))
+        o.append("- over budget: %s\n\n" % ("yes" if c["over_budget"] else "no"))
+    o.append("### Digest\n\n")
+    o.append("Sequence %d, seed %d, 2 layers × 2 heads at global layers %d–%d and heads %d–%d, every "
+             "head holding positions 0..15 in slots 0..15, P = %d, W = %d, B = %d, round %d, no flags.\n\n"
+             % (dg["seq_id"], dg["seed"], dg["layer_offset"], dg["layer_offset"] + 1,
+                dg["head_offset"], dg["head_offset"] + 1, dg["prompt"], dg["window"], dg["budget"],
+                dg["round"]))
+    o.append("| layer | head | kept positions |\n|---|---|---|\n")
+    for (_, l, h, kp) in dg["heads"]:
+        o.append("| %d | %d | `%s` |\n" % (l, h, listing(sorted(kp))))
+    o.append("\ndigest = `%s`\n\n" % hx(dg["digest"]))
+    o.append("With the CLI: `kvevict digest --seed %d --seq-id %d --layers 2 --heads 2 "
+             "--layer-offset %d --head-offset %d --prompt %d --window %d --budget %d --cached 16` "
+             "ends with `digest=%s`.\n"
+             % (dg["seed"], dg["seq_id"], dg["layer_offset"], dg["head_offset"], dg["prompt"],
+                dg["window"], dg["budget"], hx(dg["digest"])))
+    return "".join(o)
+
+
+def example_markdown():
+    b = BASIC
+    table = list(range(16))
+    valid, prefix, window, cands = kve.classify(table, b["prompt"], b["window"])
+    ev, kp, ob = kve.evict_head(table, b["prompt"], b["window"], b["budget"], b["seed"],
+                                b["seq_id"], b["layer"], b["head"], b["round"], b["flags"])
+    ss = kve.seq_seed(b["seed"], b["seq_id"])
+    n_keep = max(0, min(b["budget"] - len(prefix) - len(window), len(cands)))
+    keyed = [(kve.key(b["seed"], b["seq_id"], b["layer"], b["head"], table[s], b["round"]), table[s], s)
+             for s in cands]
+    ranked = sorted(keyed)
+    rank = {s: i for i, (_, _, s) in enumerate(ranked)}
+    o = []
+    o.append("<!-- generated by tests/oracle/gen_golden.py; edit the script, not this region -->\n\n")
+    o.append("The golden case `basic`: seed = %d, seq_id = %d, layer = %d, head = %d, round = %d, "
+             "no switches; P = %d, W = %d, B = %d; 16 slots, slot *i* holding position *i*.\n\n"
+             % (b["seed"], b["seq_id"], b["layer"], b["head"], b["round"], b["prompt"],
+                b["window"], b["budget"]))
+    o.append("1. All 16 slots are valid; 16 > B = 8, so the head evicts.\n")
+    o.append("2. prefix = slots %s (positions < 4).\n" % listing(prefix))
+    o.append("3. generated = slots 4..15; window = the 2 largest positions, slots %s; "
+             "candidates = slots %s.\n" % (listing(window), listing(cands)))
+    o.append("4. n_keep = clamp(8 − 4 − 2, 0, %d) = %d.\n" % (len(cands), n_keep))
+    o.append("5. seq_seed = XXH3_64(`%s`, seed = %d) = `%s`. Each candidate's key is "
+             "XXH3_64(LE32(%d) ‖ LE32(%d) ‖ LE32(pos) ‖ LE32(%d), seed = seq_seed):\n\n"
+             % (kve.le64(b["seq_id"]).hex(" "), b["seed"], hx(ss), b["layer"], b["head"], b["round"]))
+    o.append("   | slot | pos | hashed bytes | key | rank | outcome |\n")
+    o.append("   |---|---|---|---|---|---|\n")
+    for k, p, s in keyed:
+        msg = kve.key_message(b["layer"], b["head"], p, b["round"])
+        o.append("   | %d | %d | `%s` | `%s` | %d | %s |\n"
+                 % (s, p, msg.hex(" "), hx(k), rank[s], "kept" if rank[s] < n_keep else "evicted"))
+    o.append("\n   Sorted by (key, pos) the candidates are positions %s; the first %d are kept.\n"
+             % (listing([p for _, p, _ in ranked]), n_keep))
+    o.append("6. evicted = `%s`; kept = `%s` (kept positions %s); not over budget. "
+             "16 − 8 = %d slots were evicted, as the count rule of section 3 says (|valid| − B when the protected slots fit in B).\n"
+             % (listing(ev), listing(kp), listing(sorted(table[s] for s in kp)), len(ev)))
+    # Schedule example.
+    P, W, B, r = 4, 3, 10, 4
+    cap = max(B, P + W) + r
+    n = cap + 2 * r
+    table, rounds, log = kve.schedule(P, W, B, r, n, b["seed"], b["seq_id"], b["layer"], b["head"])
+    o.append("\n**The schedule on one head** (same seed, sequence, layer and head; P = %d, W = %d, "
+             "B = %d, r = %d, so capacity = max(%d, %d) + %d = %d slots):\n\n"
+             % (P, W, B, r, B, P + W, r, cap))
+    o.append("- Tokens 0..%d fill slots 0..%d. The head is full: round 0 evicts slots %s "
+             "(positions %s).\n" % (cap - 1, cap - 1, listing(log[0][1]), listing(log[0][2])))
+    o.append("- Tokens %d..%d go into those slots in ascending slot order. Full again: round 1 "
+             "evicts slots %s (positions %s).\n"
+             % (cap, cap + r - 1, listing(log[1][1]), listing(log[1][2])))
+    o.append("- Tokens %d..%d refill them; round 2 evicts slots %s (positions %s), leaving "
+             "slot_pos = `%s`, with the freed slots shown as −1. The table just before round 2 "
+             "is the golden case `slot_reuse`.\n"
+             % (cap + r, cap + 2 * r - 1, listing(log[2][1]), listing(log[2][2]), listing(table)))
+    return "".join(o)
+
+
+def replace_region(text, tag, body):
+    begin, end = "<!-- %s:begin -->" % tag, "<!-- %s:end -->" % tag
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit("docs/SPEC.md lacks the %s ... %s markers" % (begin, end))
+    return text[:i + len(begin)] + "\n" + body + text[j:]
+
+
+def main(argv):
+    if not kve.self_test(n=500, verbose=False):
+        raise SystemExit("oracle self-test failed")
+    keys = key_vectors()
+    cs = cases()
+    check_cases(cs)
+    dg = digest_batch()
+    assert len(keys) >= 24
+    md = golden_markdown(keys, cs, dg)
+    ex = example_markdown()
+    if "--print" in argv:
+        print(ex)
+        print(md)
+        return 0
+    header = header_text(keys, cs, dg)
+    with open(SPEC_PATH) as f:
+        spec = f.read()
+    new_spec = replace_region(replace_region(spec, "golden", md), "example", ex)
+    if "--check" in argv:
+        stale = []
+        if not os.path.exists(HEADER_PATH) or open(HEADER_PATH).read() != header:
+            stale.append(HEADER_PATH)
+        if new_spec != spec:
+            stale.append(SPEC_PATH)
+        for s in stale:
+            print("stale: %s (run tests/oracle/gen_golden.py)" % s)
+        return 1 if stale else 0
+    with open(HEADER_PATH, "w") as f:
+        f.write(header)
+    if new_spec != spec:
+        with open(SPEC_PATH, "w") as f:
+            f.write(new_spec)
+    print("wrote %s (%d keys, %d cases, digest %s) and updated %s"
+          % (os.path.relpath(HEADER_PATH, ROOT), len(keys), len(cs), hx(dg["digest"]),
+             os.path.relpath(SPEC_PATH, ROOT)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

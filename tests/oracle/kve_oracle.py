@@ -1,0 +1,429 @@
+#!/usr/bin/python3
+"""kve_oracle — a plain Python reference for kvevict's keep-set v1.
+
+Written directly from docs/SPEC.md, independently of the C library, so that
+the two can be checked against each other.  It favours clarity over speed.
+
+Run ``/usr/bin/python3 tests/oracle/kve_oracle.py --self-test`` to check the
+oracle's own properties.  Needs Debian's python3-xxhash (xxhash >= 3.0).
+"""
+
+import random
+import struct
+import sys
+
+import xxhash
+
+# Mode switches: the same bit values as include/kvevict.h.
+PERSISTENT = 1
+SHARED_HEADS = 2
+SHARED_LAYERS = 4
+KEY_FLAGS = PERSISTENT | SHARED_HEADS | SHARED_LAYERS
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = 0xFFFFFFFFFFFFFFFF
+I32_MAX = 0x7FFFFFFF
+
+
+def _check_uint(name, value, limit):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > limit:
+        raise ValueError("%s = %r is not an integer in [0, %d]" % (name, value, limit))
+
+
+def le32(x):
+    return struct.pack("<I", x)
+
+
+def le64(x):
+    return struct.pack("<Q", x)
+
+
+def xxh3_64(data, seed):
+    """XXH3 64-bit with a seed, as libxxhash's XXH3_64bits_withSeed."""
+    return xxhash.xxh3_64_intdigest(data, seed=seed)
+
+
+# ---------------------------------------------------------------------------
+# Key
+# ---------------------------------------------------------------------------
+
+def seq_seed(seed, seq_id):
+    """seq_seed = XXH3_64(LE64(seq_id), seed=seed)."""
+    _check_uint("seed", seed, U64_MAX)
+    _check_uint("seq_id", seq_id, U64_MAX)
+    return xxh3_64(le64(seq_id), seed)
+
+
+def key_message(layer, head, pos, round_, flags=0):
+    """The 16 hashed bytes, after the mode switches are applied."""
+    _check_uint("layer", layer, U32_MAX)
+    _check_uint("head", head, U32_MAX)
+    _check_uint("pos", pos, U32_MAX)
+    _check_uint("round", round_, U32_MAX)
+    _check_uint("flags", flags, U32_MAX)
+    if flags & ~KEY_FLAGS:
+        raise ValueError("flags = %#x has bits outside PERSISTENT|SHARED_HEADS|SHARED_LAYERS" % flags)
+    if flags & PERSISTENT:
+        round_ = U32_MAX
+    if flags & SHARED_HEADS:
+        head = U32_MAX
+    if flags & SHARED_LAYERS:
+        layer = U32_MAX
+    return le32(layer) + le32(head) + le32(pos) + le32(round_)
+
+
+def key(seed, seq_id, layer, head, pos, round_, flags=0):
+    """The spec's 64-bit key of one token in one head at one round."""
+    return xxh3_64(key_message(layer, head, pos, round_, flags), seq_seed(seed, seq_id))
+
+
+# ---------------------------------------------------------------------------
+# One head's eviction
+# ---------------------------------------------------------------------------
+
+def check_slot_table(slot_pos):
+    """Raise ValueError unless slot_pos is a list of int32 values >= -1 with
+    no position held twice."""
+    seen = {}
+    for slot, p in enumerate(slot_pos):
+        if not isinstance(p, int) or isinstance(p, bool):
+            raise ValueError("slot %d holds %r, not an integer" % (slot, p))
+        if p < -1 or p > I32_MAX:
+            raise ValueError("slot %d holds %d, outside [-1, 2^31-1]" % (slot, p))
+        if p >= 0:
+            if p in seen:
+                raise ValueError("position %d is held by slots %d and %d" % (p, seen[p], slot))
+            seen[p] = slot
+
+
+def classify(slot_pos, prompt, window):
+    """Steps 1-3: return (valid, prefix, window_slots, candidates), lists of
+    slots (ascending slot order)."""
+    valid = [s for s, p in enumerate(slot_pos) if p >= 0]
+    prefix = [s for s in valid if slot_pos[s] < prompt]
+    generated = [s for s in valid if slot_pos[s] >= prompt]
+    n_window = min(window, len(generated))
+    by_pos_desc = sorted(generated, key=lambda s: slot_pos[s], reverse=True)
+    window_set = set(by_pos_desc[:n_window])
+    window_slots = [s for s in generated if s in window_set]
+    candidates = [s for s in generated if s not in window_set]
+    return valid, prefix, window_slots, candidates
+
+
+def evict_head(slot_pos, prompt, window, budget, seed, seq_id, layer, head, round_, flags=0):
+    """Spec steps 1-6 for one head.
+
+    Returns (evicted_slots, kept_slots, over_budget): both lists in ascending
+    slot order; kept_slots are all valid slots that are not evicted.
+    over_budget is True only when |valid| > budget and prefix + window alone
+    exceed the budget.  Raises ValueError on a bad slot table or argument.
+    """
+    slot_pos = list(slot_pos)
+    check_slot_table(slot_pos)
+    for name, v in (("prompt", prompt), ("window", window), ("budget", budget)):
+        _check_uint(name, v, U32_MAX)
+    key_message(layer, head, 0, round_, flags)  # validates coordinates and flags
+    _check_uint("seed", seed, U64_MAX)
+    _check_uint("seq_id", seq_id, U64_MAX)
+
+    valid, prefix, window_slots, candidates = classify(slot_pos, prompt, window)
+    # Step 1: within budget, nothing is evicted.
+    if len(valid) <= budget:
+        return [], valid, False
+    protected = len(prefix) + len(window_slots)
+    # Step 4.
+    n_keep = max(0, min(budget - protected, len(candidates)))
+    # Step 5: the n_keep smallest (key, pos) survive.
+    ranked = sorted(candidates,
+                    key=lambda s: (key(seed, seq_id, layer, head, slot_pos[s], round_, flags),
+                                   slot_pos[s]))
+    kept_candidates = set(ranked[:n_keep])
+    # Step 6: canonical order.
+    evicted = sorted(s for s in candidates if s not in kept_candidates)
+    evicted_set = set(evicted)
+    kept = [s for s in valid if s not in evicted_set]
+    return evicted, kept, protected > budget
+
+
+# ---------------------------------------------------------------------------
+# Digest
+# ---------------------------------------------------------------------------
+
+def digest_bytes(heads):
+    """The byte string the digest hashes.  heads: iterable, in (sequence,
+    layer, head) order, of (seq_id, layer, head, kept_positions)."""
+    parts = []
+    for seq_id, layer, head, kept_positions in heads:
+        _check_uint("seq_id", seq_id, U64_MAX)
+        _check_uint("layer", layer, U32_MAX)
+        _check_uint("head", head, U32_MAX)
+        positions = sorted(kept_positions)
+        parts.append(le64(seq_id) + le32(layer) + le32(head) + le32(len(positions)))
+        for p in positions:
+            _check_uint("kept position", p, U32_MAX)
+            parts.append(le32(p))
+    return b"".join(parts)
+
+
+def digest(heads):
+    """XXH3-64, seed 0, over digest_bytes(heads)."""
+    h = xxhash.xxh3_64(seed=0)
+    h.update(digest_bytes(heads))
+    return h.intdigest()
+
+
+# ---------------------------------------------------------------------------
+# A whole CLI configuration
+# ---------------------------------------------------------------------------
+
+CONFIG_DEFAULTS = {
+    "seed": 0, "seq_id": 0, "layers": 1, "heads": 1, "layer_offset": 0, "head_offset": 0,
+    "prompt": 0, "window": 64, "budget": 2048, "round": 0, "cached": 0,
+    "persistent": False, "shared_heads": False, "shared_layers": False,
+    "slots": None,  # None, one list of ints (every head), or L*H lists
+}
+
+
+def config_flags(config):
+    c = dict(CONFIG_DEFAULTS, **config)
+    return ((PERSISTENT if c["persistent"] else 0) | (SHARED_HEADS if c["shared_heads"] else 0)
+            | (SHARED_LAYERS if c["shared_layers"] else 0))
+
+
+def head_tables(config):
+    """The slot table of each head, in (layer, head) order, as the CLI builds
+    them.  Raises ValueError where the CLI must reject its input."""
+    c = dict(CONFIG_DEFAULTS, **config)
+    L, H = c["layers"], c["heads"]
+    _check_uint("layers", L, U32_MAX)
+    _check_uint("heads", H, U32_MAX)
+    if L < 1 or H < 1:
+        raise ValueError("layers and heads must be >= 1")
+    _check_uint("layer_offset", c["layer_offset"], U32_MAX)
+    _check_uint("head_offset", c["head_offset"], U32_MAX)
+    if c["layer_offset"] + L - 1 > U32_MAX:
+        raise ValueError("layer_offset + layers - 1 exceeds 2^32-1")
+    if c["head_offset"] + H - 1 > U32_MAX:
+        raise ValueError("head_offset + heads - 1 exceeds 2^32-1")
+    slots = c["slots"]
+    if slots is None:
+        _check_uint("cached", c["cached"], I32_MAX)
+        table = list(range(c["cached"]))
+        return [table] * (L * H)
+    if not isinstance(slots, list):
+        raise ValueError("slot table must be a JSON array")
+    if slots and all(isinstance(t, list) for t in slots):
+        if len(slots) != L * H:
+            raise ValueError("%d per-head tables for %d heads" % (len(slots), L * H))
+        if any(len(t) != len(slots[0]) for t in slots):
+            raise ValueError("per-head tables differ in length")
+        tables = [list(t) for t in slots]
+    else:
+        tables = [list(slots)] * (L * H)
+    for t in tables:
+        check_slot_table(t)
+    return tables
+
+
+def select(config):
+    """What `kvevict select` prints for @config: one dict per head, in
+    (layer, head) order, with keys seq_id, layer, head, evict, keep,
+    over_budget.  Raises ValueError where the CLI must fail."""
+    c = dict(CONFIG_DEFAULTS, **config)
+    flags = config_flags(c)
+    tables = head_tables(c)
+    out = []
+    i = 0
+    for l in range(c["layers"]):
+        for h in range(c["heads"]):
+            gl, gh = c["layer_offset"] + l, c["head_offset"] + h
+            ev, kp, ob = evict_head(tables[i], c["prompt"], c["window"], c["budget"], c["seed"],
+                                    c["seq_id"], gl, gh, c["round"], flags)
+            out.append({"seq_id": c["seq_id"], "layer": gl, "head": gh,
+                        "evict": ev, "keep": kp, "over_budget": ob})
+            i += 1
+    return out
+
+
+def select_digest(config):
+    """What `kvevict digest` reports for @config (the integer)."""
+    tables = head_tables(config)
+    heads = []
+    for i, rec in enumerate(select(config)):
+        heads.append((rec["seq_id"], rec["layer"], rec["head"],
+                      [tables[i][s] for s in rec["keep"]]))
+    return digest(heads)
+
+
+# ---------------------------------------------------------------------------
+# The schedule (one head), for examples and tests
+# ---------------------------------------------------------------------------
+
+def schedule(prompt, window, budget, r, n_tokens, seed, seq_id, layer, head, flags=0):
+    """Run the spec's schedule on one head for tokens 0..n_tokens-1.
+
+    Capacity is max(budget, prompt + window) + r slots.  Tokens are written
+    in order: first into slots 0, 1, ...; after an eviction, into the freed
+    slots in ascending slot order.  Whenever every slot is full the head
+    evicts (round = evictions so far) and the round count goes up by one.
+    Returns (slot_pos, rounds, log) where log lists, per eviction,
+    (round, evicted_slots, evicted_positions).
+    """
+    capacity = max(budget, prompt + window) + r
+    slot_pos = [-1] * capacity
+    free = list(range(capacity))
+    rounds = 0
+    log = []
+    for pos in range(n_tokens):
+        slot_pos[free.pop(0)] = pos
+        if not free:
+            ev, _, _ = evict_head(slot_pos, prompt, window, budget, seed, seq_id,
+                                  layer, head, rounds, flags)
+            log.append((rounds, ev, [slot_pos[s] for s in ev]))
+            for s in ev:
+                slot_pos[s] = -1
+            free = sorted(ev)
+            rounds += 1
+    return slot_pos, rounds, log
+
+
+# ---------------------------------------------------------------------------
+# Self-test
+# ---------------------------------------------------------------------------
+
+def _libxxhash():
+    """libxxhash through ctypes, when present: an independent XXH3."""
+    import ctypes
+    import ctypes.util
+    for name in ("libxxhash.so.0", ctypes.util.find_library("xxhash")):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        f = lib.XXH3_64bits_withSeed
+        f.restype = ctypes.c_uint64
+        f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+        return f
+    return None
+
+
+def self_test(n=3000, seed=1, verbose=True):
+    rng = random.Random(seed)
+    failures = []
+
+    def expect(cond, what):
+        if not cond:
+            failures.append(what)
+
+    # XXH3 against libxxhash, when it is installed.
+    lib = _libxxhash()
+    if lib is not None:
+        for _ in range(200):
+            data = bytes(rng.getrandbits(8) for _ in range(rng.choice([8, 16])))
+            s = rng.getrandbits(64)
+            expect(lib(data, len(data), s) == xxh3_64(data, s), "xxh3 vs libxxhash %r %d" % (data, s))
+    elif verbose:
+        print("note: libxxhash not found, XXH3 cross-check skipped")
+
+    # Key: switches replace exactly one field each.
+    for _ in range(200):
+        sd, sq = rng.getrandbits(64), rng.getrandbits(64)
+        l, h, p, r = (rng.getrandbits(32) for _ in range(4))
+        k = key(sd, sq, l, h, p, r)
+        expect(k == xxh3_64(struct.pack("<IIII", l, h, p, r), xxh3_64(struct.pack("<Q", sq), sd)),
+               "key layout")
+        expect(key(sd, sq, l, h, p, r, PERSISTENT) == key(sd, sq, l, h, p, U32_MAX), "persistent")
+        expect(key(sd, sq, l, h, p, r, SHARED_HEADS) == key(sd, sq, l, U32_MAX, p, r), "shared heads")
+        expect(key(sd, sq, l, h, p, r, SHARED_LAYERS) == key(sd, sq, U32_MAX, h, p, r), "shared layers")
+        expect(key(sd, sq, l, h, p, r, 7) == key(sd, sq, U32_MAX, U32_MAX, p, U32_MAX), "all flags")
+
+    # Eviction properties on random heads.
+    for _ in range(n):
+        n_slots = rng.randint(0, 80)
+        positions = rng.sample(range(0, 200), n_slots) if rng.random() < 0.5 else list(range(n_slots))
+        table = [p if rng.random() > 0.2 else -1 for p in positions]
+        P, W, B = rng.randint(0, 40), rng.randint(0, 20), rng.randint(0, 70)
+        sd, sq = rng.getrandbits(64), rng.getrandbits(64)
+        l, h, r = rng.getrandbits(32), rng.getrandbits(32), rng.randint(0, 5)
+        flags = rng.randint(0, 7)
+        ev, kp, ob = evict_head(table, P, W, B, sd, sq, l, h, r, flags)
+        valid = [s for s, p in enumerate(table) if p >= 0]
+        gen = sorted((table[s] for s in valid if table[s] >= P), reverse=True)
+        win = set(gen[:min(W, len(gen))])
+        prot = sum(1 for s in valid if table[s] < P) + len(win)
+        what = "table=%r P=%d W=%d B=%d" % (table, P, W, B)
+        expect(ev == sorted(ev) and kp == sorted(kp), "canonical order " + what)
+        expect(sorted(ev + kp) == valid and not set(ev) & set(kp), "partition " + what)
+        expect(all(table[s] >= P and table[s] not in win for s in ev), "protected evicted " + what)
+        expect(len(ev) <= max(0, n_slots - B), "at most n_slots - B " + what)
+        if len(valid) <= B:
+            expect(ev == [] and ob is False, "within budget " + what)
+        else:
+            expect(ob == (prot > B), "over_budget " + what)
+            expect(len(kp) == max(B, prot), "kept count " + what)
+            if prot <= B:
+                expect(len(ev) == len(valid) - B, "exact evictions " + what)
+        # The kept candidates are the smallest keys among the candidates.
+        cands = [s for s in valid if table[s] >= P and table[s] not in win]
+        if ev and len(kp) > prot:
+            kmax = max(key(sd, sq, l, h, table[s], r, flags) for s in kp if s in cands)
+            kmin = min(key(sd, sq, l, h, table[s], r, flags) for s in ev)
+            expect(kmax < kmin, "bottom-k " + what)
+        # Slot order does not matter: permuting the table permutes the answer.
+        perm = list(range(n_slots))
+        rng.shuffle(perm)
+        t2 = [table[perm[i]] for i in range(n_slots)]
+        ev2, kp2, ob2 = evict_head(t2, P, W, B, sd, sq, l, h, r, flags)
+        expect(sorted(t2[s] for s in kp2) == sorted(table[s] for s in kp) and ob2 == ob,
+               "slot-order independence " + what)
+
+    # Shared modes: one keep-set across heads / layers.
+    for _ in range(100):
+        table = list(range(rng.randint(10, 60)))
+        args = (table, 3, 4, 12, rng.getrandbits(64), rng.getrandbits(64))
+        a = evict_head(*args, 1, 2, 0, SHARED_HEADS)
+        b = evict_head(*args, 1, 9, 0, SHARED_HEADS)
+        c = evict_head(*args, 5, 9, 0, SHARED_HEADS | SHARED_LAYERS)
+        d = evict_head(*args, 0, 3, 0, SHARED_HEADS | SHARED_LAYERS)
+        expect(a == b and c == d, "shared modes")
+        e = evict_head(*args, 1, 2, 0, PERSISTENT)
+        f = evict_head(*args, 1, 2, 3, PERSISTENT)
+        expect(e == f, "persistent ignores round")
+
+    # Schedule: every round frees exactly r slots; heads stay in step.
+    for _ in range(30):
+        P, W, B, r = rng.randint(0, 20), rng.randint(0, 10), rng.randint(1, 40), rng.randint(1, 8)
+        n_tok = rng.randint(0, 150)
+        tables = [schedule(P, W, B, r, n_tok, 5, 6, 0, h) for h in range(3)]
+        expect(all(len(ev) == r for t in tables for _, ev, _ in t[2]), "schedule frees r slots")
+        expect(len({sum(p >= 0 for p in t[0]) for t in tables}) == 1, "heads in step")
+
+    # Bad input.
+    for bad in ([0, 1, 1], [0, -2], [3, -1, 3]):
+        try:
+            evict_head(bad, 0, 0, 0, 0, 0, 0, 0, 0)
+            failures.append("accepted bad table %r" % bad)
+        except ValueError:
+            pass
+
+    # Digest layout.
+    d = digest([(1, 2, 3, [9, 4]), (1, 2, 4, [])])
+    raw = struct.pack("<QIII", 1, 2, 3, 2) + struct.pack("<II", 4, 9) + struct.pack("<QIII", 1, 2, 4, 0)
+    expect(d == xxh3_64(raw, 0), "digest layout")
+    if lib is not None:
+        expect(d == lib(raw, len(raw), 0), "digest vs libxxhash")
+
+    for f in failures[:10]:
+        print("FAIL:", f)
+    if verbose or failures:
+        print("self-test: %d failures" % len(failures))
+    return not failures
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(0 if self_test() else 1)
+    print("usage: kve_oracle.py --self-test", file=sys.stderr)
+    sys.exit(2)
