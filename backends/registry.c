@@ -1,0 +1,135 @@
+/*
+ * registry.c — which backends exist here. The CPU backend is linked in; GPU
+ * backends are shared objects loaded on first use, kept only when their ABI
+ * matches and their probe finds a device.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kve_backend_impl.h"
+#include "kve_error.h"
+
+static const kve_host_services kve_services = {KVE_BACKEND_ABI_VERSION, kve_error_set};
+
+typedef struct {
+    kve_backend kind;
+    const char *library; /* soname dlopen looks for */
+    const kve_backend_ops *ops;
+    pthread_once_t once;
+} kve_gpu_slot;
+
+static kve_gpu_slot kve_gpu_slots[] = {
+    {KVE_BACKEND_CUDA, "libkvevict_cuda.so", NULL, PTHREAD_ONCE_INIT},
+    {KVE_BACKEND_HIP, "libkvevict_hip.so", NULL, PTHREAD_ONCE_INIT},
+};
+
+static const kve_backend_ops *kve_load_gpu(const char *library)
+{
+    /* $KVE_BACKEND_DIR lets tests point at a build tree; else the loader path. */
+    char path[4096];
+    const char *dir = getenv("KVE_BACKEND_DIR");
+    void *handle = NULL;
+    if (dir && *dir && strlen(dir) + strlen(library) + 2 < sizeof path) {
+        strcpy(path, dir);
+        strcat(path, "/");
+        strcat(path, library);
+        handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!handle)
+        handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+        return NULL;
+    kve_backend_entry_fn entry = NULL;
+    *(void **)&entry = dlsym(handle, KVE_BACKEND_ENTRY_SYMBOL);
+    const kve_backend_ops *ops = entry ? entry(&kve_services) : NULL;
+    int available = 0;
+    if (!ops || ops->abi_version != KVE_BACKEND_ABI_VERSION || !ops->probe ||
+        ops->probe(&available) != KVE_OK || !available) {
+        dlclose(handle);
+        return NULL;
+    }
+    return ops; /* the handle stays open for the life of the process */
+}
+
+static void kve_load_cuda(void) { kve_gpu_slots[0].ops = kve_load_gpu(kve_gpu_slots[0].library); }
+static void kve_load_hip(void) { kve_gpu_slots[1].ops = kve_load_gpu(kve_gpu_slots[1].library); }
+
+const kve_backend_ops *kve_registry_get(kve_backend backend)
+{
+    switch (backend) {
+    case KVE_BACKEND_CPU: return kve_cpu_backend_ops();
+    case KVE_BACKEND_CUDA:
+        pthread_once(&kve_gpu_slots[0].once, kve_load_cuda);
+        return kve_gpu_slots[0].ops;
+    case KVE_BACKEND_HIP:
+        pthread_once(&kve_gpu_slots[1].once, kve_load_hip);
+        return kve_gpu_slots[1].ops;
+    case KVE_BACKEND_AUTO: break;
+    }
+    return NULL;
+}
+
+kve_status kve_registry_resolve(kve_backend requested, kve_backend *out)
+{
+    if (requested != KVE_BACKEND_AUTO) {
+        *out = requested;
+        return KVE_OK;
+    }
+    const char *env = getenv("KVE_BACKEND");
+    if (env && *env) {
+        kve_backend named;
+        KVE_RETURN_ERROR_IF(kve_backend_from_name(env, &named) != KVE_OK, KVE_ERR_ENV,
+                            "KVE_BACKEND=\"%s\": expected auto, cpu, cuda or hip", env);
+        if (named != KVE_BACKEND_AUTO) {
+            *out = named;
+            return KVE_OK;
+        }
+    }
+    static const kve_backend order[] = {KVE_BACKEND_CUDA, KVE_BACKEND_HIP, KVE_BACKEND_CPU};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        if (kve_registry_get(order[i])) {
+            *out = order[i];
+            return KVE_OK;
+        }
+    }
+    return kve_error_set(KVE_ERR_INTERNAL, "no backend available (the CPU backend is missing)");
+}
+
+const char *kve_backend_name(kve_backend backend)
+{
+    switch (backend) {
+    case KVE_BACKEND_AUTO: return "auto";
+    case KVE_BACKEND_CPU: return "cpu";
+    case KVE_BACKEND_CUDA: return "cuda";
+    case KVE_BACKEND_HIP: return "hip";
+    }
+    return "?";
+}
+
+kve_status kve_backend_from_name(const char *name, kve_backend *out)
+{
+    KVE_RETURN_ERROR_IF(!name, KVE_ERR_NULL, "name is NULL");
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    static const kve_backend all[] = {KVE_BACKEND_AUTO, KVE_BACKEND_CPU, KVE_BACKEND_CUDA,
+                                      KVE_BACKEND_HIP};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (strcasecmp(name, kve_backend_name(all[i])) == 0) {
+            *out = all[i];
+            return KVE_OK;
+        }
+    }
+    return kve_error_set(KVE_ERR_INVALID, "backend name \"%s\": expected auto, cpu, cuda or hip",
+                         name);
+}
+
+kve_status kve_backend_available(kve_backend backend, int *out_available)
+{
+    KVE_RETURN_ERROR_IF(!out_available, KVE_ERR_NULL, "out_available is NULL");
+    KVE_RETURN_ERROR_IF(backend < KVE_BACKEND_AUTO || backend > KVE_BACKEND_HIP, KVE_ERR_INVALID,
+                        "backend = %d: not a kve_backend value", (int)backend);
+    *out_available = backend == KVE_BACKEND_AUTO || kve_registry_get(backend) != NULL;
+    return KVE_OK;
+}

@@ -1,0 +1,343 @@
+/*
+ * kvevict.h — random per-head KV-cache eviction with bit-identical keep-sets
+ * on every backend (CPU, CUDA, HIP). The one public header.
+ *
+ * The keep-set is defined by docs/SPEC.md (keep-set v1). Every entry point
+ * returns a kve_status; on failure kve_last_error() holds a message naming
+ * the argument and the offending value. Nothing here aborts or prints.
+ *
+ * Memory: pointers marked "backend memory" are host memory for the CPU
+ * backend and device memory for CUDA/HIP (allocate it with kve_alloc() or
+ * the vendor runtime). GPU calls are ordered on the context's stream.
+ */
+#ifndef KVEVICT_H
+#define KVEVICT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KVE_BUILDING_LIBRARY) && defined(__GNUC__)
+#define KVE_API __attribute__((visibility("default")))
+#else
+#define KVE_API
+#endif
+
+#define KVE_VERSION_MAJOR 1
+#define KVE_VERSION_MINOR 0
+#define KVE_VERSION_PATCH 0
+/** Version of the keep-set specification this library implements. */
+#define KVE_SPEC_VERSION 1
+
+/* ------------------------------------------------------------------ */
+/* Status and errors                                                   */
+/* ------------------------------------------------------------------ */
+
+/** Status codes. Numeric values are stable across releases. */
+typedef enum kve_status {
+    KVE_OK = 0,
+    KVE_ERR_NULL = 1,        /**< a required pointer argument is NULL */
+    KVE_ERR_RANGE = 2,       /**< a count, size or index is out of range */
+    KVE_ERR_OVERFLOW = 3,    /**< sizes overflow size_t / int32 / uint32 */
+    KVE_ERR_ALIAS = 4,       /**< strides make rows or buffers overlap */
+    KVE_ERR_DUPLICATE = 5,   /**< a head's slot_pos holds one position twice */
+    KVE_ERR_INVALID = 6,     /**< an invalid value (unknown flag, enum, name) */
+    KVE_ERR_UNAVAILABLE = 7, /**< backend or ISA not available on this machine */
+    KVE_ERR_NOMEM = 8,       /**< an allocation failed */
+    KVE_ERR_WORKSPACE = 9,   /**< the workspace given is smaller than queried */
+    KVE_ERR_DEVICE = 10,     /**< the GPU runtime reported an error */
+    KVE_ERR_ENV = 11,        /**< an environment variable holds a bad value */
+    KVE_ERR_INTERNAL = 12    /**< a bug in kvevict; please report it */
+} kve_status;
+
+/** Stable name of a status, e.g. "KVE_ERR_RANGE". Never NULL. */
+KVE_API const char *kve_status_string(kve_status status);
+
+/**
+ * The message of the last failed call on this thread ("" when none), naming
+ * the argument and the value that failed. Valid until the next call on this
+ * thread. Never NULL.
+ */
+KVE_API const char *kve_last_error(void);
+
+/** Library version as MAJOR*10000 + MINOR*100 + PATCH. Always KVE_OK. */
+KVE_API kve_status kve_version(uint32_t *out_version);
+
+/* ------------------------------------------------------------------ */
+/* Backends and contexts                                               */
+/* ------------------------------------------------------------------ */
+
+typedef enum kve_backend {
+    KVE_BACKEND_AUTO = 0, /**< $KVE_BACKEND if set, else CUDA, HIP, CPU: first available */
+    KVE_BACKEND_CPU = 1,
+    KVE_BACKEND_CUDA = 2,
+    KVE_BACKEND_HIP = 3
+} kve_backend;
+
+/** Lower-case name ("auto", "cpu", "cuda", "hip"); "?" for an unknown value. */
+KVE_API const char *kve_backend_name(kve_backend backend);
+
+/**
+ * Parse a backend name (case-insensitive "auto", "cpu", "cuda", "hip").
+ * @return KVE_OK, KVE_ERR_NULL, or KVE_ERR_INVALID for an unknown name.
+ */
+KVE_API kve_status kve_backend_from_name(const char *name, kve_backend *out);
+
+/**
+ * Whether @p backend can run here: for GPU backends, its shared library
+ * loads, its ABI matches and a device is present. *out_available is 0 or 1.
+ * AUTO is always available (it resolves to the CPU at worst).
+ * @return KVE_OK, KVE_ERR_NULL or KVE_ERR_INVALID (unknown enum value).
+ */
+KVE_API kve_status kve_backend_available(kve_backend backend, int *out_available);
+
+/** CPU instruction sets the CPU backend can use. */
+typedef enum kve_cpu_isa {
+    KVE_CPU_ISA_AUTO = 0, /**< $KVE_CPU_ISA if set, else the best this CPU runs */
+    KVE_CPU_ISA_SCALAR = 1,
+    KVE_CPU_ISA_AVX2 = 2,
+    KVE_CPU_ISA_AVX512 = 3
+} kve_cpu_isa;
+
+/** Lower-case name ("auto", "scalar", "avx2", "avx512"); "?" if unknown. */
+KVE_API const char *kve_cpu_isa_name(kve_cpu_isa isa);
+
+/** Parse an ISA name. @return KVE_OK, KVE_ERR_NULL or KVE_ERR_INVALID. */
+KVE_API kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out);
+
+/** Whether this CPU and OS run @p isa (cpuid + xgetbv); *out is 0 or 1. */
+KVE_API kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available);
+
+/** Opaque context: a backend, its settings and its state. One per thread. */
+typedef struct kve_context kve_context;
+
+/**
+ * Create a context on @p backend. AUTO honours $KVE_BACKEND (a bad value is
+ * KVE_ERR_ENV, not a fallback), then picks the first available of CUDA, HIP,
+ * CPU. The CPU ISA starts as AUTO (honouring $KVE_CPU_ISA), threads as 0
+ * (OpenMP's default), device 0 and the default stream.
+ * @pre out != NULL.
+ * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend cannot run here;
+ *         KVE_ERR_ENV, KVE_ERR_INVALID, KVE_ERR_NOMEM, KVE_ERR_DEVICE.
+ */
+KVE_API kve_status kve_context_create(kve_backend backend, kve_context **out);
+
+/** Destroy a context; NULL is accepted and does nothing. Returns KVE_OK. */
+KVE_API kve_status kve_context_destroy(kve_context *ctx);
+
+/** The backend this context runs on (never AUTO). */
+KVE_API kve_status kve_context_get_backend(const kve_context *ctx, kve_backend *out);
+
+/** CPU threads for this context: 0 = OpenMP's default, else 1..1024. */
+KVE_API kve_status kve_context_set_threads(kve_context *ctx, int threads);
+/** The thread count in effect (resolved: never 0). */
+KVE_API kve_status kve_context_get_threads(const kve_context *ctx, int *out);
+
+/**
+ * Select the CPU ISA. AUTO re-resolves ($KVE_CPU_ISA, then the best).
+ * @return KVE_ERR_UNAVAILABLE when this CPU cannot run @p isa.
+ */
+KVE_API kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa);
+/** The ISA in use (resolved: never AUTO). */
+KVE_API kve_status kve_context_get_cpu_isa(const kve_context *ctx, kve_cpu_isa *out);
+
+/** GPU device index (GPU backends; the CPU backend accepts only 0). */
+KVE_API kve_status kve_context_set_device(kve_context *ctx, int device);
+KVE_API kve_status kve_context_get_device(const kve_context *ctx, int *out);
+
+/** Stream (cudaStream_t / hipStream_t; NULL = default). Ignored on the CPU. */
+KVE_API kve_status kve_context_set_stream(kve_context *ctx, void *stream);
+KVE_API kve_status kve_context_get_stream(const kve_context *ctx, void **out);
+
+/** Wait until all work queued on the context's stream has finished. */
+KVE_API kve_status kve_context_synchronize(kve_context *ctx);
+
+/* Memory helpers (not for hot paths: they may allocate or synchronize). */
+
+typedef enum kve_copy_kind {
+    KVE_COPY_HOST_TO_BACKEND = 0,
+    KVE_COPY_BACKEND_TO_HOST = 1,
+    KVE_COPY_BACKEND_TO_BACKEND = 2
+} kve_copy_kind;
+
+/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned. */
+KVE_API kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out);
+/** Free backend memory from kve_alloc(); NULL is accepted. */
+KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
+/** Copy @p bytes, then wait for the copy to finish. */
+KVE_API kve_status kve_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                            kve_copy_kind kind);
+
+/* ------------------------------------------------------------------ */
+/* Keys                                                                */
+/* ------------------------------------------------------------------ */
+
+/** Mode switches (docs/SPEC.md "Key"). */
+enum {
+    KVE_PERSISTENT = 1u << 0,    /**< round replaced by 0xFFFFFFFF: one key per token for life */
+    KVE_SHARED_HEADS = 1u << 1,  /**< head replaced by 0xFFFFFFFF: one keep-set per layer */
+    KVE_SHARED_LAYERS = 1u << 2, /**< layer replaced by 0xFFFFFFFF */
+    /** kve_evict only: the caller vouches that no head's slot_pos holds a
+     *  position twice, which skips the O(slots) duplicate check. A violated
+     *  promise yields an unspecified (but memory-safe) keep-set. */
+    KVE_TRUSTED_SLOTS = 1u << 3
+};
+#define KVE_KEY_FLAGS (KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS)
+
+/** The logical coordinates of one random draw. */
+typedef struct kve_coord {
+    uint64_t seq_id;
+    uint32_t layer; /**< global layer index */
+    uint32_t head;  /**< global KV-head index */
+    uint32_t pos;   /**< absolute 0-based position in the sequence */
+    uint32_t round; /**< evictions this sequence has had */
+} kve_coord;
+
+/**
+ * The spec's key for each of @p n coordinates.
+ * @param flags  only KVE_PERSISTENT, KVE_SHARED_HEADS, KVE_SHARED_LAYERS.
+ * @param coords [n] backend memory; @param keys [n] backend memory.
+ * @return KVE_OK, KVE_ERR_NULL (when n > 0), KVE_ERR_INVALID (flags).
+ */
+KVE_API kve_status kve_keys(kve_context *ctx, uint64_t seed, uint32_t flags,
+                            const kve_coord *coords, size_t n, uint64_t *keys);
+
+/* ------------------------------------------------------------------ */
+/* Eviction                                                            */
+/* ------------------------------------------------------------------ */
+
+/** One sequence of a batch. */
+typedef struct kve_seq {
+    uint64_t seq_id;     /**< the caller's request id */
+    uint32_t prompt_len; /**< P: positions < P are never evicted */
+    uint32_t round;      /**< evictions this sequence has had before this one */
+} kve_seq;
+
+/**
+ * A batch of heads: n_seqs × n_layers × n_heads slot tables. Head i =
+ * (s * n_layers + l) * n_heads + h has its slot table at
+ * slot_pos + i * slot_pos_stride; its global coordinates are
+ * (layer_offset + l, head_offset + h).
+ */
+typedef struct kve_batch {
+    uint64_t seed;
+    uint32_t flags;        /**< KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS | KVE_TRUSTED_SLOTS */
+    uint32_t n_seqs;
+    const kve_seq *seqs;   /**< [n_seqs], backend memory */
+    uint32_t n_layers;     /**< layers in this call */
+    uint32_t n_heads;      /**< KV heads per layer in this call */
+    uint32_t layer_offset; /**< global index of this call's layer 0 */
+    uint32_t head_offset;  /**< global index of this call's head 0 */
+    uint32_t n_slots;      /**< slots per head, 1..2^31-1 */
+    uint32_t budget;       /**< B, tokens kept per head (prompt included), 0..2^31-1 */
+    uint32_t window;       /**< W, most recent generated tokens never evicted */
+    const int32_t *slot_pos; /**< position held by each slot, -1 = empty; backend memory */
+    size_t slot_pos_stride;  /**< elements between heads' rows, >= n_slots */
+} kve_batch;
+
+/** Per-head flags written by kve_evict(). */
+enum {
+    /** prompt + window alone exceeded the budget: all of them were kept */
+    KVE_HEAD_OVER_BUDGET = 1u << 0
+};
+
+/**
+ * Outputs of kve_evict(), one row or element per head (backend memory).
+ * A head evicts at most max(0, n_slots - budget) slots (SPEC §One head).
+ */
+typedef struct kve_evict_out {
+    int32_t *evicted;        /**< required: evicted slots, ascending, row i at evicted + i*evicted_stride */
+    size_t evicted_stride;   /**< >= max(1, n_slots - budget) */
+    uint32_t *n_evicted;     /**< required: [heads] */
+    uint32_t *n_kept;        /**< required: [heads] valid slots kept */
+    uint8_t *head_flags;     /**< optional: [heads] KVE_HEAD_* bits */
+    int32_t *kept;           /**< optional: kept slots, ascending, row i at kept + i*kept_stride */
+    size_t kept_stride;      /**< >= n_slots when kept != NULL */
+} kve_evict_out;
+
+/**
+ * Workspace bytes kve_evict() needs for @p batch on @p ctx (depends on the
+ * context's backend and thread count). May be 0.
+ */
+KVE_API kve_status kve_evict_workspace_size(kve_context *ctx, const kve_batch *batch,
+                                            size_t *out_bytes);
+
+/**
+ * Evict, for every head of @p batch, per docs/SPEC.md "One head's eviction".
+ * slot_pos is only read. Every argument is checked before any work starts:
+ * NULL pointers, sizes that overflow, strides that make rows overlap,
+ * positions < -1, and (unless KVE_TRUSTED_SLOTS) duplicate positions in a
+ * head (CPU backend; GPU backends check on the device and report through
+ * kve_context_synchronize()).
+ * @param workspace backend memory of kve_evict_workspace_size() bytes, or NULL
+ *        with workspace_bytes == 0 to let the library allocate (not hot-path).
+ * @return KVE_OK (read head_flags for over-budget heads), or an error with
+ *         no output written.
+ */
+KVE_API kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
+                             void *workspace, size_t workspace_bytes);
+
+/* ------------------------------------------------------------------ */
+/* Compaction                                                          */
+/* ------------------------------------------------------------------ */
+
+/**
+ * A strided cache: the entry of (sequence s, layer l, head h, slot t) starts
+ * at base + s*stride_seq + l*stride_layer + h*stride_head + t*stride_slot
+ * (bytes). Fits HF [B,H,T,D], token-row [T,H,D] and NHD/HND pages.
+ */
+typedef struct kve_cache_view {
+    void *base; /**< backend memory */
+    size_t stride_seq, stride_layer, stride_head, stride_slot;
+} kve_cache_view;
+
+/** Most caches one kve_compact() call moves (K and V, or more). */
+#define KVE_MAX_CACHES 8
+
+/**
+ * Compaction of a batch after kve_evict(): in every head, the valid slots
+ * that were not evicted move, in slot order, to slots 0..n_kept-1.
+ */
+typedef struct kve_compact_desc {
+    uint32_t n_seqs, n_layers, n_heads, n_slots; /**< as the kve_batch */
+    int32_t *slot_pos;          /**< updated in place: kept positions to the front, -1 after */
+    size_t slot_pos_stride;
+    const int32_t *evicted;     /**< kve_evict_out.evicted */
+    size_t evicted_stride;
+    const uint32_t *n_evicted;  /**< kve_evict_out.n_evicted */
+    size_t entry_bytes;         /**< bytes per (head, slot) entry, e.g. head_dim*2 */
+    uint32_t n_caches;          /**< 1..KVE_MAX_CACHES */
+    kve_cache_view src[KVE_MAX_CACHES];
+    /** NULL bases (all of them) = in place; else out of place into dst,
+     *  which must not overlap any src. */
+    kve_cache_view dst[KVE_MAX_CACHES];
+} kve_compact_desc;
+
+/**
+ * Move kept entries to the front of each head's rows (see kve_compact_desc).
+ * Checks that no two entries of one cache overlap (strides), that in-place
+ * and out-of-place buffers are consistent, and that evicted lists are
+ * ascending, in range and hold valid slots.
+ */
+KVE_API kve_status kve_compact(kve_context *ctx, const kve_compact_desc *desc);
+
+/* ------------------------------------------------------------------ */
+/* Digest                                                              */
+/* ------------------------------------------------------------------ */
+
+/**
+ * The spec's digest (docs/SPEC.md "Digest") of a batch's keep-sets. A head's
+ * keep-set is the valid positions of its slot_pos, less the slots listed in
+ * @p evicted (kve_evict's output) when @p evicted is not NULL.
+ * @param evicted optional kve_evict_out whose evicted/n_evicted are read.
+ */
+KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
+                              const kve_evict_out *evicted, uint64_t *out_digest);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVEVICT_H */

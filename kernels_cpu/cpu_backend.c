@@ -1,0 +1,221 @@
+/*
+ * cpu_backend.c — the CPU backend's table of operations: OpenMP across
+ * heads (static schedule), one kernel call per head, so results cannot
+ * depend on the thread count. Kernels come from the context's ISA table.
+ */
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kve_backend_impl.h"
+#include "kve_cpu_kernels.h"
+#include "kve_error.h"
+
+#define KVE_ALIGN64(x) (((x) + 63) & ~(size_t)63)
+#define KVE_COMPACT_CHUNK 256
+
+static int kve_thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static kve_status cpu_probe(int *out)
+{
+    *out = 1;
+    return KVE_OK;
+}
+
+static kve_status cpu_context_init(kve_context *ctx)
+{
+    (void)ctx;
+    return KVE_OK;
+}
+
+static void cpu_context_fini(kve_context *ctx) { (void)ctx; }
+
+static kve_status cpu_set_device(kve_context *ctx, int device)
+{
+    (void)ctx;
+    KVE_RETURN_ERROR_IF(device != 0, KVE_ERR_RANGE, "device = %d: the CPU backend has device 0 only",
+                        device);
+    return KVE_OK;
+}
+
+static kve_status cpu_alloc(kve_context *ctx, size_t bytes, void **out)
+{
+    (void)ctx;
+    size_t rounded = KVE_ALIGN64(bytes);
+    KVE_RETURN_ERROR_IF(rounded < bytes, KVE_ERR_OVERFLOW, "bytes = %zu: too large", bytes);
+    *out = aligned_alloc(256, (rounded + 255) & ~(size_t)255);
+    KVE_RETURN_ERROR_IF(!*out, KVE_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
+    return KVE_OK;
+}
+
+static kve_status cpu_free(kve_context *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+    return KVE_OK;
+}
+
+static kve_status cpu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                           kve_copy_kind kind)
+{
+    (void)ctx;
+    (void)kind;
+    memmove(dst, src, bytes);
+    return KVE_OK;
+}
+
+static kve_status cpu_synchronize(kve_context *ctx)
+{
+    (void)ctx;
+    return KVE_OK;
+}
+
+static kve_status cpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
+                           size_t n, uint64_t *keys)
+{
+    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
+    /* Chunks big enough to amortize a seq_seed, small enough to spread. */
+    const size_t chunk = 4096;
+    size_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
+        k->keys(seed, flags, coords + lo, len, keys + lo);
+    }
+    return KVE_OK;
+}
+
+static size_t cpu_scratch_per_thread(const kve_context *ctx, uint32_t n_slots)
+{
+    return KVE_ALIGN64(kve_cpu_kernels_get(ctx->isa)->evict_scratch_bytes(n_slots));
+}
+
+static kve_status cpu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
+{
+    *out = (size_t)ctx->threads * cpu_scratch_per_thread(ctx, b->n_slots) + 64;
+    return KVE_OK;
+}
+
+static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
+                            void *workspace, size_t workspace_bytes)
+{
+    (void)workspace_bytes;
+    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
+    size_t per = cpu_scratch_per_thread(ctx, b->n_slots);
+    char *ws = (char *)KVE_ALIGN64((uintptr_t)workspace);
+    size_t per_seq = (size_t)b->n_layers * b->n_heads;
+    size_t heads = (size_t)b->n_seqs * per_seq;
+    uint32_t key_flags = b->flags & KVE_KEY_FLAGS;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+    for (size_t i = 0; i < heads; i++) {
+        const kve_seq *seq = &b->seqs[i / per_seq];
+        kve_head_job job;
+        job.slot_pos = b->slot_pos + i * b->slot_pos_stride;
+        job.n_slots = b->n_slots;
+        job.prompt = seq->prompt_len;
+        job.window = b->window;
+        job.budget = b->budget;
+        job.seed = b->seed;
+        job.seq_id = seq->seq_id;
+        job.key_flags = key_flags;
+        job.layer = b->layer_offset + (uint32_t)((i / b->n_heads) % b->n_layers);
+        job.head = b->head_offset + (uint32_t)(i % b->n_heads);
+        job.round = seq->round;
+        job.evicted = o->evicted + i * o->evicted_stride;
+        job.kept = o->kept ? o->kept + i * o->kept_stride : NULL;
+        k->evict_head(&job, ws + (size_t)kve_thread_id() * per);
+        o->n_evicted[i] = job.n_evicted;
+        o->n_kept[i] = job.n_kept;
+        if (o->head_flags)
+            o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+    }
+    return KVE_OK;
+}
+
+static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t h)
+{
+    return (char *)v->base + s * v->stride_seq + l * v->stride_layer + h * v->stride_head;
+}
+
+static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
+    size_t heads = (size_t)d->n_seqs * d->n_layers * d->n_heads;
+    int out_of_place = d->dst[0].base != NULL;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+    for (size_t i = 0; i < heads; i++) {
+        size_t s = i / ((size_t)d->n_layers * d->n_heads), l = (i / d->n_heads) % d->n_layers,
+               h = i % d->n_heads;
+        int32_t *row = d->slot_pos + i * d->slot_pos_stride;
+        const int32_t *ev = d->evicted + i * d->evicted_stride;
+        uint32_t ne = d->n_evicted[i];
+        for (uint32_t c = 0; c < d->n_caches; c++) {
+            const kve_cache_view *src = &d->src[c], *dst = out_of_place ? &d->dst[c] : src;
+            const char *sb = kve_entry_base(src, s, l, h);
+            char *db = kve_entry_base(dst, s, l, h);
+            int32_t chunk[KVE_COMPACT_CHUNK];
+            uint32_t filled = 0, done = 0, e = 0;
+            for (uint32_t t = 0; t < d->n_slots; t++) {
+                if (e < ne && ev[e] == (int32_t)t) {
+                    e++;
+                    continue;
+                }
+                if (row[t] < 0)
+                    continue;
+                chunk[filled++] = (int32_t)t;
+                if (filled == KVE_COMPACT_CHUNK || t + 1 == d->n_slots) {
+                    k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
+                                    src->stride_slot, chunk, filled, d->entry_bytes);
+                    done += filled;
+                    filled = 0;
+                }
+            }
+            if (filled)
+                k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
+                                src->stride_slot, chunk, filled, d->entry_bytes);
+        }
+        /* Kept positions to the front, in slot order; kept[j] >= j keeps this safe. */
+        uint32_t j = 0, e = 0;
+        for (uint32_t t = 0; t < d->n_slots; t++) {
+            if (e < ne && ev[e] == (int32_t)t) {
+                e++;
+                continue;
+            }
+            if (row[t] >= 0)
+                row[j++] = row[t];
+        }
+        for (; j < d->n_slots; j++)
+            row[j] = -1;
+    }
+    return KVE_OK;
+}
+
+static const kve_backend_ops kve_cpu_ops = {
+    KVE_BACKEND_ABI_VERSION,
+    KVE_BACKEND_CPU,
+    "cpu",
+    1,
+    cpu_probe,
+    cpu_context_init,
+    cpu_context_fini,
+    cpu_set_device,
+    cpu_alloc,
+    cpu_free,
+    cpu_copy,
+    cpu_synchronize,
+    cpu_keys,
+    cpu_evict_workspace_size,
+    cpu_evict,
+    cpu_compact,
+};
+
+const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

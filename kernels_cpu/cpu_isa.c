@@ -1,0 +1,130 @@
+/* cpu_isa.c — detect once what the CPU and the OS support; pick the ISA. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cpuid.h>
+
+#include "kve_cpu_isa.h"
+#include "kve_cpu_kernels.h"
+#include "kve_error.h"
+
+static kve_cpu_isa kve_best_isa = KVE_CPU_ISA_SCALAR;
+static pthread_once_t kve_isa_once = PTHREAD_ONCE_INIT;
+
+static unsigned long long kve_xgetbv0(void)
+{
+    unsigned int lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static void kve_detect_isa(void)
+{
+    unsigned int a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    if (!osxsave || !avx)
+        return;
+    unsigned long long xcr0 = kve_xgetbv0();
+    int ymm_on = (xcr0 & 0x6) == 0x6;           /* SSE + AVX state */
+    int zmm_on = ymm_on && (xcr0 & 0xe0) == 0xe0; /* opmask + ZMM state */
+    if (!ymm_on || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return;
+    int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
+        avx512vl = (b >> 31) & 1;
+    if (avx2 && bmi2)
+        kve_best_isa = KVE_CPU_ISA_AVX2;
+    if (zmm_on && avx2 && avx512f && avx512dq && avx512bw && avx512vl)
+        kve_best_isa = KVE_CPU_ISA_AVX512;
+}
+
+kve_cpu_isa kve_cpu_isa_best(void)
+{
+    pthread_once(&kve_isa_once, kve_detect_isa);
+    return kve_best_isa;
+}
+
+const char *kve_cpu_isa_name(kve_cpu_isa isa)
+{
+    switch (isa) {
+    case KVE_CPU_ISA_AUTO: return "auto";
+    case KVE_CPU_ISA_SCALAR: return "scalar";
+    case KVE_CPU_ISA_AVX2: return "avx2";
+    case KVE_CPU_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out)
+{
+    KVE_RETURN_ERROR_IF(!name, KVE_ERR_NULL, "name is NULL");
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    for (int i = KVE_CPU_ISA_AUTO; i <= KVE_CPU_ISA_AVX512; i++)
+        if (strcasecmp(name, kve_cpu_isa_name((kve_cpu_isa)i)) == 0) {
+            *out = (kve_cpu_isa)i;
+            return KVE_OK;
+        }
+    return kve_error_set(KVE_ERR_INVALID, "ISA name \"%s\": expected auto, scalar, avx2 or avx512",
+                         name);
+}
+
+/* Built into this library and runnable on this CPU. */
+static int kve_isa_runs(kve_cpu_isa isa)
+{
+    return isa >= KVE_CPU_ISA_SCALAR && isa <= kve_cpu_isa_best() && kve_cpu_kernels_get(isa);
+}
+
+kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available)
+{
+    KVE_RETURN_ERROR_IF(!out_available, KVE_ERR_NULL, "out_available is NULL");
+    KVE_RETURN_ERROR_IF(isa < KVE_CPU_ISA_AUTO || isa > KVE_CPU_ISA_AVX512, KVE_ERR_INVALID,
+                        "isa = %d: not a kve_cpu_isa value", (int)isa);
+    *out_available = isa == KVE_CPU_ISA_AUTO || kve_isa_runs(isa);
+    return KVE_OK;
+}
+
+kve_status kve_cpu_isa_resolve(kve_cpu_isa requested, kve_cpu_isa *out)
+{
+    KVE_RETURN_ERROR_IF(requested < KVE_CPU_ISA_AUTO || requested > KVE_CPU_ISA_AVX512,
+                        KVE_ERR_INVALID, "isa = %d: not a kve_cpu_isa value", (int)requested);
+    if (requested == KVE_CPU_ISA_AUTO) {
+        const char *env = getenv("KVE_CPU_ISA");
+        if (env && *env) {
+            kve_cpu_isa named;
+            KVE_RETURN_ERROR_IF(kve_cpu_isa_from_name(env, &named) != KVE_OK, KVE_ERR_ENV,
+                                "KVE_CPU_ISA=\"%s\": expected auto, scalar, avx2 or avx512", env);
+            KVE_RETURN_ERROR_IF(named != KVE_CPU_ISA_AUTO && !kve_isa_runs(named), KVE_ERR_ENV,
+                                "KVE_CPU_ISA=\"%s\": this CPU (best: %s) or build cannot run it",
+                                env, kve_cpu_isa_name(kve_cpu_isa_best()));
+            if (named != KVE_CPU_ISA_AUTO) {
+                *out = named;
+                return KVE_OK;
+            }
+        }
+        kve_cpu_isa best = kve_cpu_isa_best();
+        while (!kve_cpu_kernels_get(best))
+            best = (kve_cpu_isa)(best - 1);
+        *out = best;
+        return KVE_OK;
+    }
+    KVE_RETURN_ERROR_IF(!kve_isa_runs(requested), KVE_ERR_UNAVAILABLE,
+                        "isa = %s: this CPU (best: %s) or build cannot run it",
+                        kve_cpu_isa_name(requested), kve_cpu_isa_name(kve_cpu_isa_best()));
+    *out = requested;
+    return KVE_OK;
+}
+
+int kve_cpu_default_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}

@@ -1,0 +1,192 @@
+/*
+ * evict_scalar.c — the reference: docs/SPEC.md "One head's eviction" step by
+ * step, with keys from libxxhash itself. Clarity first; other ISAs are
+ * tested against this file.
+ */
+#include <stddef.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "kve_cpu_kernels.h"
+#include "kve_key.h"
+
+typedef struct {
+    uint64_t key;
+    uint32_t pos;
+    uint32_t pad;
+} kve_pair;
+
+static int kve_pair_less(kve_pair a, kve_pair b)
+{
+    return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+}
+
+/* Hoare quickselect: rearranges a[0..n) so that a[k] is the k-th smallest
+ * (0-based) and returns it. Values are unique, so any pivot order gives the
+ * same answer. */
+#define KVE_DEFINE_SELECT(name, type, less)                                                      \
+    static type name(type *a, size_t n, size_t k)                                                \
+    {                                                                                            \
+        ptrdiff_t lo = 0, hi = (ptrdiff_t)n - 1, kk = (ptrdiff_t)k;                              \
+        while (lo < hi) {                                                                        \
+            type p = a[lo + (hi - lo) / 2];                                                      \
+            ptrdiff_t i = lo, j = hi;                                                            \
+            while (i <= j) {                                                                     \
+                while (less(a[i], p))                                                            \
+                    i++;                                                                         \
+                while (less(p, a[j]))                                                            \
+                    j--;                                                                         \
+                if (i <= j) {                                                                    \
+                    type t = a[i];                                                               \
+                    a[i++] = a[j];                                                               \
+                    a[j--] = t;                                                                  \
+                }                                                                                \
+            }                                                                                    \
+            if (kk <= j)                                                                         \
+                hi = j;                                                                          \
+            else if (kk >= i)                                                                    \
+                lo = i;                                                                          \
+            else                                                                                 \
+                break;                                                                           \
+        }                                                                                        \
+        return a[kk];                                                                            \
+    }
+
+#define KVE_U32_LESS(x, y) ((x) < (y))
+KVE_DEFINE_SELECT(kve_select_pair, kve_pair, kve_pair_less)
+KVE_DEFINE_SELECT(kve_select_u32, uint32_t, KVE_U32_LESS)
+
+static void kve_put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t kve_ref_seq_seed(uint64_t seed, uint64_t seq_id)
+{
+    unsigned char b[8];
+    kve_put_le32(b, (uint32_t)seq_id);
+    kve_put_le32(b + 4, (uint32_t)(seq_id >> 32));
+    return XXH3_64bits_withSeed(b, 8, seed);
+}
+
+static uint64_t kve_ref_key(uint64_t seq_seed, uint32_t flags, uint32_t layer, uint32_t head,
+                            uint32_t pos, uint32_t round)
+{
+    unsigned char b[16];
+    kve_put_le32(b, (flags & KVE_SHARED_LAYERS) ? KVE_KEY_ALL_ONES : layer);
+    kve_put_le32(b + 4, (flags & KVE_SHARED_HEADS) ? KVE_KEY_ALL_ONES : head);
+    kve_put_le32(b + 8, pos);
+    kve_put_le32(b + 12, (flags & KVE_PERSISTENT) ? KVE_KEY_ALL_ONES : round);
+    return XXH3_64bits_withSeed(b, 16, seq_seed);
+}
+
+static size_t kve_scalar_scratch_bytes(uint32_t n_slots)
+{
+    return (size_t)n_slots * (sizeof(uint64_t) + sizeof(kve_pair) + sizeof(uint32_t)) + 64;
+}
+
+static void kve_scalar_evict_head(kve_head_job *j, void *scratch)
+{
+    const int32_t *sp = j->slot_pos;
+    uint32_t n = j->n_slots;
+    uint64_t *slot_key = (uint64_t *)scratch;
+    kve_pair *sel = (kve_pair *)(slot_key + n);
+    uint32_t *gen = (uint32_t *)(sel + n);
+
+    /* 1–3: valid, prefix, generated. */
+    uint32_t n_valid = 0, n_gen = 0;
+    for (uint32_t t = 0; t < n; t++)
+        if (sp[t] >= 0) {
+            n_valid++;
+            if ((uint32_t)sp[t] >= j->prompt)
+                gen[n_gen++] = (uint32_t)sp[t];
+        }
+    j->over_budget = 0;
+    j->n_evicted = 0;
+    j->n_kept = n_valid;
+    if (n_valid <= j->budget) {
+        if (j->kept)
+            for (uint32_t t = 0, k = 0; t < n; t++)
+                if (sp[t] >= 0)
+                    j->kept[k++] = (int32_t)t;
+        return;
+    }
+    uint32_t n_prefix = n_valid - n_gen;
+    uint32_t wc = j->window < n_gen ? j->window : n_gen;
+    /* The window is the wc largest generated positions: those >= win_lo. */
+    uint64_t win_lo = (uint64_t)1 << 32;
+    if (wc)
+        win_lo = kve_select_u32(gen, n_gen, n_gen - wc);
+    uint32_t n_cand = n_gen - wc;
+
+    /* 4: how many candidates stay. */
+    int64_t nk = (int64_t)j->budget - n_prefix - wc;
+    nk = nk < 0 ? 0 : nk > n_cand ? n_cand : nk;
+    j->over_budget = (uint64_t)n_prefix + wc > j->budget;
+
+    /* 5: keep the nk smallest (key, pos); thr is the largest kept pair. */
+    uint64_t seq_seed = kve_ref_seq_seed(j->seed, j->seq_id);
+    uint32_t m = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        int32_t v = sp[t];
+        if (v >= 0 && (uint32_t)v >= j->prompt && (uint64_t)v < win_lo) {
+            slot_key[t] = kve_ref_key(seq_seed, j->key_flags, j->layer, j->head, (uint32_t)v,
+                                      j->round);
+            sel[m].key = slot_key[t];
+            sel[m].pos = (uint32_t)v;
+            m++;
+        }
+    }
+    kve_pair thr = {0, 0, 0};
+    if (nk > 0)
+        thr = kve_select_pair(sel, m, (size_t)nk - 1);
+
+    /* 6: canonical outputs, ascending slot order. */
+    uint32_t ne = 0, nkept = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        int32_t v = sp[t];
+        if (v < 0)
+            continue;
+        int candidate = (uint32_t)v >= j->prompt && (uint64_t)v < win_lo;
+        kve_pair me = {candidate ? slot_key[t] : 0, (uint32_t)v, 0};
+        if (candidate && (nk == 0 || kve_pair_less(thr, me)))
+            j->evicted[ne++] = (int32_t)t;
+        else if (j->kept)
+            j->kept[nkept++] = (int32_t)t;
+        else
+            nkept++;
+    }
+    j->n_evicted = ne;
+    j->n_kept = nkept;
+}
+
+static void kve_scalar_keys(uint64_t seed, uint32_t flags, const kve_coord *c, size_t n,
+                            uint64_t *keys)
+{
+    uint64_t last_id = 0, seq_seed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || c[i].seq_id != last_id) {
+            last_id = c[i].seq_id;
+            seq_seed = kve_ref_seq_seed(seed, last_id);
+        }
+        keys[i] = kve_ref_key(seq_seed, flags, c[i].layer, c[i].head, c[i].pos, c[i].round);
+    }
+}
+
+static void kve_scalar_move_entries(char *dst, size_t dst_stride, const char *src,
+                                    size_t src_stride, const int32_t *src_slots, uint32_t count,
+                                    size_t entry_bytes)
+{
+    for (uint32_t k = 0; k < count; k++) {
+        char *d = dst + (size_t)k * dst_stride;
+        const char *s = src + (size_t)src_slots[k] * src_stride;
+        if (d != s)
+            memmove(d, s, entry_bytes);
+    }
+}
+
+const kve_cpu_kernels kve_cpu_kernels_scalar = {
+    KVE_CPU_ISA_SCALAR, kve_scalar_scratch_bytes, kve_scalar_evict_head, kve_scalar_keys,
+    kve_scalar_move_entries,
+};

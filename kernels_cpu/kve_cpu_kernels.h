@@ -1,0 +1,42 @@
+/*
+ * kve_cpu_kernels.h — the fixed prototypes every CPU ISA implements, and
+ * the table of them per ISA (BLIS-style: reference first, faster kernels
+ * override). The driver (cpu_backend.c) owns threading; kernels own one head.
+ */
+#ifndef KVE_CPU_KERNELS_H
+#define KVE_CPU_KERNELS_H
+
+#include "kvevict.h"
+
+/* One head's eviction: inputs, then outputs the kernel fills. */
+typedef struct kve_head_job {
+    const int32_t *slot_pos; /* [n_slots], validated: >= -1, unique */
+    uint32_t n_slots;
+    uint32_t prompt, window, budget;
+    uint64_t seed, seq_id;
+    uint32_t key_flags; /* KVE_KEY_FLAGS bits only */
+    uint32_t layer, head, round; /* global coordinates */
+    int32_t *evicted; /* room for max(0, n_slots - budget) */
+    int32_t *kept;    /* NULL, or room for n_slots */
+    uint32_t n_evicted, n_kept; /* out */
+    int over_budget;            /* out */
+} kve_head_job;
+
+typedef struct kve_cpu_kernels {
+    kve_cpu_isa isa;
+    /* Scratch one evict_head call needs for n_slots slots (64-byte aligned). */
+    size_t (*evict_scratch_bytes)(uint32_t n_slots);
+    void (*evict_head)(kve_head_job *job, void *scratch);
+    void (*keys)(uint64_t seed, uint32_t flags, const kve_coord *coords, size_t n, uint64_t *keys);
+    /* dst entry j = src entry src_slots[j], j < count; in place when dst == src
+     * and dst_stride == src_stride (then src_slots[j] >= j, ascending). */
+    void (*move_entries)(char *dst, size_t dst_stride, const char *src, size_t src_stride,
+                         const int32_t *src_slots, uint32_t count, size_t entry_bytes);
+} kve_cpu_kernels;
+
+extern const kve_cpu_kernels kve_cpu_kernels_scalar;
+
+/* The table for a resolved ISA (never NULL for an ISA resolve accepted). */
+const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa);
+
+#endif

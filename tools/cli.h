@@ -1,0 +1,62 @@
+/* cli.h — shared pieces of the kvevict command line. */
+#ifndef KVE_CLI_H
+#define KVE_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvevict.h"
+
+/* One configuration of `select` and `digest` (one sequence). */
+typedef struct kve_cli_config {
+    uint64_t seed, seq_id;
+    uint32_t layers, heads, layer_offset, head_offset;
+    uint32_t prompt, window, budget, round, cached;
+    uint32_t flags;
+    const char *backend; /* name, or "all" for digest */
+    const char *isa;     /* NULL = auto */
+    int threads;         /* 0 = default */
+    int slots_stdin;
+    /* host slot tables, heads rows of n_slots */
+    int32_t *slot_pos;
+    uint32_t n_slots;
+} kve_cli_config;
+
+/* Host results of one eviction. */
+typedef struct kve_cli_result {
+    int32_t *evicted, *kept;
+    uint32_t *n_evicted, *n_kept;
+    uint8_t *head_flags;
+    size_t evicted_stride, kept_stride;
+} kve_cli_result;
+
+/* Prints "kvevict: <what>: <message>" to stderr and returns 2. */
+int kve_cli_fail(const char *what, kve_status st);
+int kve_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses an unsigned integer (decimal or 0x-hex) within [0, max]. */
+int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t *out);
+
+/* Parses the options shared by select and digest; returns 0 or an exit code.
+ * The config's slot tables are built (from --cached or stdin). */
+int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
+                         kve_cli_config *cfg);
+void kve_cli_config_free(kve_cli_config *cfg);
+
+/* Creates a context for a backend name and optional ISA / thread count. */
+int kve_cli_context(const char *backend, const char *isa, int threads, kve_context **out);
+
+/* Runs kve_evict on ctx with host inputs, copying through backend memory. */
+kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_result *res);
+void kve_cli_result_free(kve_cli_result *res);
+
+/* The batch a config describes, over host (or given) slot tables and seqs. */
+kve_batch kve_cli_batch(const kve_cli_config *cfg, const kve_seq *seq, const int32_t *slot_pos);
+
+int kve_cmd_select(int argc, char **argv);
+int kve_cmd_key(int argc, char **argv);
+int kve_cmd_digest(int argc, char **argv);
+int kve_cmd_vectors(int argc, char **argv);
+int kve_cmd_demo(int argc, char **argv);
+
+#endif

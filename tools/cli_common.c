@@ -1,0 +1,368 @@
+/* cli_common.c — option parsing, slot tables and host<->backend plumbing. */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int kve_cli_fail(const char *what, kve_status st)
+{
+    fprintf(stderr, "kvevict: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
+    return 2;
+}
+
+int kve_cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvevict: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    va_end(ap);
+    return 2;
+}
+
+int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    if (!text || !*text || *text == '-' || isspace((unsigned char)*text))
+        return kve_cli_usage_error("--%s \"%s\": expected an unsigned integer", opt,
+                                   text ? text : "");
+    unsigned long long v = strtoull(text, &end, 0);
+    if (errno || *end || v > max)
+        return kve_cli_usage_error("--%s \"%s\": expected an unsigned integer <= %llu", opt, text,
+                                   (unsigned long long)max);
+    *out = v;
+    return 0;
+}
+
+/* ---- JSON slot tables: an array of ints, or an array of arrays ---------- */
+
+typedef struct {
+    const char *p;
+} kve_json;
+
+static void kve_json_ws(kve_json *j)
+{
+    while (isspace((unsigned char)*j->p))
+        j->p++;
+}
+
+/* Parses "[int, ...]" into a growing buffer; returns count or -1. */
+static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *len)
+{
+    kve_json_ws(j);
+    if (*j->p != '[')
+        return -1;
+    j->p++;
+    long count = 0;
+    kve_json_ws(j);
+    if (*j->p == ']') {
+        j->p++;
+        return 0;
+    }
+    for (;;) {
+        kve_json_ws(j);
+        char *end;
+        errno = 0;
+        long long v = strtoll(j->p, &end, 10);
+        if (end == j->p || errno || v < INT32_MIN || v > INT32_MAX)
+            return -1;
+        j->p = end;
+        if (*len == *cap) {
+            *cap = *cap ? *cap * 2 : 1024;
+            int32_t *grown = (int32_t *)realloc(*buf, *cap * sizeof **buf);
+            if (!grown)
+                return -1;
+            *buf = grown;
+        }
+        (*buf)[(*len)++] = (int32_t)v;
+        count++;
+        kve_json_ws(j);
+        if (*j->p == ',') {
+            j->p++;
+            continue;
+        }
+        if (*j->p == ']') {
+            j->p++;
+            return count;
+        }
+        return -1;
+    }
+}
+
+static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *text = (char *)malloc(cap);
+    if (!text)
+        return kve_cli_usage_error("out of memory reading stdin");
+    size_t got;
+    while ((got = fread(text + n, 1, cap - n - 1, stdin)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *grown = (char *)realloc(text, cap *= 2);
+            if (!grown) {
+                free(text);
+                return kve_cli_usage_error("out of memory reading stdin");
+            }
+            text = grown;
+        }
+    }
+    text[n] = '\0';
+    kve_json j = {text};
+    kve_json_ws(&j);
+    int32_t *buf = NULL;
+    size_t bcap = 0, blen = 0;
+    size_t heads = (size_t)cfg->layers * cfg->heads;
+    int ok = 0;
+    const char *second = j.p + 1;
+    while (isspace((unsigned char)*second))
+        second++;
+    if (*j.p == '[' && *second == '[') { /* one table per head */
+        j.p = second;
+        size_t rows = 0;
+        long width = -1;
+        for (;;) {
+            long c = kve_json_int_array(&j, &buf, &bcap, &blen);
+            if (c < 0 || (width >= 0 && c != width))
+                break;
+            width = c;
+            rows++;
+            kve_json_ws(&j);
+            if (*j.p == ',') {
+                j.p++;
+                continue;
+            }
+            if (*j.p == ']') {
+                j.p++;
+                ok = rows == heads;
+                if (!ok) {
+                    free(text);
+                    free(buf);
+                    return kve_cli_usage_error("stdin holds %zu slot tables; --layers x --heads = %zu",
+                                               rows, heads);
+                }
+                cfg->n_slots = (uint32_t)width;
+            }
+            break;
+        }
+    } else { /* one table for every head */
+        long c = kve_json_int_array(&j, &buf, &bcap, &blen);
+        if (c >= 0) {
+            ok = 1;
+            cfg->n_slots = (uint32_t)c;
+            int32_t *all = (int32_t *)malloc((heads * (size_t)c + 1) * sizeof *all);
+            if (!all)
+                ok = 0;
+            for (size_t h = 0; ok && h < heads; h++)
+                memcpy(all + h * (size_t)c, buf, (size_t)c * sizeof *all);
+            free(buf);
+            buf = all;
+        }
+    }
+    kve_json_ws(&j);
+    free(text);
+    if (!ok || *j.p) {
+        free(buf);
+        return kve_cli_usage_error("stdin: expected a JSON array of integers, or an array of "
+                                   "--layers x --heads such arrays of equal length");
+    }
+    cfg->slot_pos = buf ? buf : (int32_t *)calloc(1, sizeof(int32_t));
+    return 0;
+}
+
+enum {
+    OPT_SEED = 1000, OPT_SEQ, OPT_LAYERS, OPT_HEADS, OPT_LOFF, OPT_HOFF, OPT_PROMPT, OPT_WINDOW,
+    OPT_BUDGET, OPT_ROUND, OPT_CACHED, OPT_PERSIST, OPT_SHEADS, OPT_SLAYERS, OPT_BACKEND,
+    OPT_STDIN, OPT_ISA, OPT_THREADS, OPT_HELP
+};
+
+int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
+                         kve_cli_config *cfg)
+{
+    static const struct option opts[] = {
+        {"seed", required_argument, 0, OPT_SEED},       {"seq-id", required_argument, 0, OPT_SEQ},
+        {"layers", required_argument, 0, OPT_LAYERS},   {"heads", required_argument, 0, OPT_HEADS},
+        {"layer-offset", required_argument, 0, OPT_LOFF},
+        {"head-offset", required_argument, 0, OPT_HOFF},
+        {"prompt", required_argument, 0, OPT_PROMPT},   {"window", required_argument, 0, OPT_WINDOW},
+        {"budget", required_argument, 0, OPT_BUDGET},   {"round", required_argument, 0, OPT_ROUND},
+        {"cached", required_argument, 0, OPT_CACHED},   {"persistent", no_argument, 0, OPT_PERSIST},
+        {"shared-heads", no_argument, 0, OPT_SHEADS},   {"shared-layers", no_argument, 0, OPT_SLAYERS},
+        {"backend", required_argument, 0, OPT_BACKEND}, {"slots-stdin", no_argument, 0, OPT_STDIN},
+        {"isa", required_argument, 0, OPT_ISA},         {"threads", required_argument, 0, OPT_THREADS},
+        {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
+    memset(cfg, 0, sizeof *cfg);
+    cfg->layers = 1;
+    cfg->heads = 1;
+    cfg->window = 64;
+    cfg->budget = 2048;
+    cfg->backend = NULL; /* the command picks its default */
+    optind = 1;
+    int c;
+    uint64_t v;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        const char *name = c >= OPT_SEED && c <= OPT_HELP ? opts[c - OPT_SEED].name : "?";
+        int rc = 0;
+        switch (c) {
+        case OPT_SEED: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seed); break;
+        case OPT_SEQ: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seq_id); break;
+        case OPT_LAYERS: case OPT_HEADS: case OPT_LOFF: case OPT_HOFF: case OPT_PROMPT:
+        case OPT_WINDOW: case OPT_BUDGET: case OPT_ROUND: case OPT_CACHED: {
+            uint32_t *field[] = {&cfg->layers, &cfg->heads, &cfg->layer_offset, &cfg->head_offset,
+                                 &cfg->prompt, &cfg->window, &cfg->budget, &cfg->round,
+                                 &cfg->cached};
+            rc = kve_cli_parse_u64(name, optarg, UINT32_MAX, &v);
+            *field[c - OPT_LAYERS] = (uint32_t)v;
+            break;
+        }
+        case OPT_PERSIST: cfg->flags |= KVE_PERSISTENT; break;
+        case OPT_SHEADS: cfg->flags |= KVE_SHARED_HEADS; break;
+        case OPT_SLAYERS: cfg->flags |= KVE_SHARED_LAYERS; break;
+        case OPT_BACKEND: cfg->backend = optarg; break;
+        case OPT_ISA: cfg->isa = optarg; break;
+        case OPT_THREADS:
+            rc = kve_cli_parse_u64(name, optarg, 1024, &v);
+            cfg->threads = (int)v;
+            break;
+        case OPT_STDIN: cfg->slots_stdin = 1; break;
+        case OPT_HELP: fputs(usage, stdout); return -1;
+        default: fprintf(stderr, "%s", usage); return 2;
+        }
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return kve_cli_usage_error("%s: unexpected argument \"%s\" (see --help)", cmd, argv[optind]);
+    if (cfg->layers == 0 || cfg->heads == 0)
+        return kve_cli_usage_error("%s: --layers and --heads must be >= 1", cmd);
+    if ((uint64_t)cfg->layers * cfg->heads > (1u << 20))
+        return kve_cli_usage_error("%s: --layers x --heads = %llu: at most 1048576 heads", cmd,
+                                   (unsigned long long)cfg->layers * cfg->heads);
+    if (cfg->slots_stdin)
+        return kve_cli_read_stdin_slots(cfg);
+    if (cfg->cached > (1u << 24))
+        return kve_cli_usage_error("%s: --cached %u: at most 16777216 slots", cmd, cfg->cached);
+    size_t heads = (size_t)cfg->layers * cfg->heads;
+    cfg->n_slots = cfg->cached;
+    cfg->slot_pos = (int32_t *)malloc((heads * cfg->n_slots + 1) * sizeof(int32_t));
+    if (!cfg->slot_pos)
+        return kve_cli_usage_error("%s: out of memory for %zu slot tables", cmd, heads);
+    for (size_t h = 0; h < heads; h++)
+        for (uint32_t t = 0; t < cfg->n_slots; t++)
+            cfg->slot_pos[h * cfg->n_slots + t] = (int32_t)t;
+    return 0;
+}
+
+void kve_cli_config_free(kve_cli_config *cfg)
+{
+    free(cfg->slot_pos);
+    cfg->slot_pos = NULL;
+}
+
+int kve_cli_context(const char *backend, const char *isa, int threads, kve_context **out)
+{
+    kve_backend b;
+    kve_status st = kve_backend_from_name(backend, &b);
+    if (st != KVE_OK)
+        return kve_cli_fail("--backend", st);
+    st = kve_context_create(b, out);
+    if (st != KVE_OK)
+        return kve_cli_fail("cannot create a context", st);
+    if (isa) {
+        kve_cpu_isa i;
+        st = kve_cpu_isa_from_name(isa, &i);
+        if (st == KVE_OK)
+            st = kve_context_set_cpu_isa(*out, i);
+    }
+    if (st == KVE_OK && threads)
+        st = kve_context_set_threads(*out, threads);
+    if (st != KVE_OK) {
+        kve_context_destroy(*out);
+        *out = NULL;
+        return kve_cli_fail(isa ? "--isa / --threads" : "--threads", st);
+    }
+    return 0;
+}
+
+kve_batch kve_cli_batch(const kve_cli_config *cfg, const kve_seq *seq, const int32_t *slot_pos)
+{
+    kve_batch b;
+    memset(&b, 0, sizeof b);
+    b.seed = cfg->seed;
+    b.flags = cfg->flags;
+    b.n_seqs = 1;
+    b.seqs = seq;
+    b.n_layers = cfg->layers;
+    b.n_heads = cfg->heads;
+    b.layer_offset = cfg->layer_offset;
+    b.head_offset = cfg->head_offset;
+    b.n_slots = cfg->n_slots;
+    b.budget = cfg->budget;
+    b.window = cfg->window;
+    b.slot_pos = slot_pos;
+    b.slot_pos_stride = cfg->n_slots;
+    return b;
+}
+
+void kve_cli_result_free(kve_cli_result *r)
+{
+    free(r->evicted);
+    free(r->kept);
+    free(r->n_evicted);
+    free(r->n_kept);
+    free(r->head_flags);
+    memset(r, 0, sizeof *r);
+}
+
+/* Backend buffers for one call: inputs copied in, outputs copied back. */
+kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_result *r)
+{
+    size_t heads = (size_t)cfg->layers * cfg->heads;
+    memset(r, 0, sizeof *r);
+    r->evicted_stride = cfg->n_slots > cfg->budget ? cfg->n_slots - cfg->budget : 1;
+    r->kept_stride = cfg->n_slots ? cfg->n_slots : 1;
+    size_t sizes[6] = {sizeof(kve_seq), heads * r->kept_stride * 4, heads * r->evicted_stride * 4,
+                       heads * r->kept_stride * 4, heads * 4, heads * 4};
+    size_t flag_bytes = heads;
+    r->evicted = (int32_t *)malloc(sizes[2]);
+    r->kept = (int32_t *)malloc(sizes[3]);
+    r->n_evicted = (uint32_t *)malloc(sizes[4]);
+    r->n_kept = (uint32_t *)malloc(sizes[5]);
+    r->head_flags = (uint8_t *)malloc(flag_bytes);
+    if (!r->evicted || !r->kept || !r->n_evicted || !r->n_kept || !r->head_flags) {
+        kve_cli_result_free(r);
+        return KVE_ERR_NOMEM;
+    }
+    kve_seq seq = {cfg->seq_id, cfg->prompt, cfg->round};
+    void *dev[7] = {0};
+    size_t dsize[7] = {sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], flag_bytes};
+    kve_status st = KVE_OK;
+    for (int i = 0; i < 7 && st == KVE_OK; i++)
+        st = kve_alloc(ctx, dsize[i], &dev[i]);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, dev[0], &seq, sizeof seq, KVE_COPY_HOST_TO_BACKEND);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, dev[1], cfg->slot_pos, heads * cfg->n_slots * 4,
+                      KVE_COPY_HOST_TO_BACKEND);
+    kve_batch b = kve_cli_batch(cfg, (const kve_seq *)dev[0], (const int32_t *)dev[1]);
+    kve_evict_out o = {(int32_t *)dev[2], r->evicted_stride, (uint32_t *)dev[4],
+                       (uint32_t *)dev[5], (uint8_t *)dev[6], (int32_t *)dev[3], r->kept_stride};
+    if (st == KVE_OK)
+        st = kve_evict(ctx, &b, &o, NULL, 0);
+    if (st == KVE_OK)
+        st = kve_context_synchronize(ctx);
+    void *host[5] = {r->evicted, r->kept, r->n_evicted, r->n_kept, r->head_flags};
+    for (int i = 0; i < 5 && st == KVE_OK; i++)
+        st = kve_copy(ctx, host[i], dev[i + 2], dsize[i + 2], KVE_COPY_BACKEND_TO_HOST);
+    for (int i = 0; i < 7; i++)
+        kve_free(ctx, dev[i]);
+    if (st != KVE_OK)
+        kve_cli_result_free(r);
+    return st;
+}

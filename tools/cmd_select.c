@@ -1,0 +1,260 @@
+/* cmd_select.c — `kvevict select`, `kvevict key` and `kvevict digest`. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define KVE_CONFIG_OPTIONS                                                                       \
+    "  --seed S            the caller's seed (u64, decimal or 0x-hex; default 0)\n"               \
+    "  --seq-id ID         the request id (u64; default 0)\n"                                     \
+    "  --layers L          layers in this call (default 1)\n"                                     \
+    "  --heads H           KV heads per layer (default 1)\n"                                      \
+    "  --layer-offset LO   global index of layer 0 (default 0)\n"                                 \
+    "  --head-offset HO    global index of head 0 (default 0)\n"                                  \
+    "  --prompt P          prompt length: positions < P are never evicted (default 0)\n"          \
+    "  --window W          most recent generated tokens never evicted (default 64)\n"             \
+    "  --budget B          tokens kept per head, prompt included (default 2048)\n"                \
+    "  --round R           evictions this sequence has had (default 0)\n"                         \
+    "  --cached N          slots per head; slot i holds position i (default 0)\n"                 \
+    "  --slots-stdin       read slot tables as JSON from stdin instead: one array of\n"           \
+    "                      positions (-1 = empty) for every head, or L*H arrays\n"                \
+    "  --persistent        one key per token for life (round ignored)\n"                          \
+    "  --shared-heads      one keep-set per layer\n"                                              \
+    "  --shared-layers     one keep-set across layers\n"                                          \
+    "  --isa NAME          CPU ISA: auto, scalar, avx2, avx512 (default auto)\n"                  \
+    "  --threads N         CPU threads (default: OpenMP's)\n"
+
+static const char kve_select_usage[] =
+    "usage: kvevict select [options]\n"
+    "Evict for one configuration and print, per head, one JSON line:\n"
+    "  {\"seq_id\":..,\"layer\":..,\"head\":..,\"evict\":[slots],\"keep\":[slots],"
+    "\"over_budget\":bool}\n"
+    "with global layer/head indices and slots ascending.\n" KVE_CONFIG_OPTIONS
+    "  --backend NAME      auto, cpu, cuda, hip (default auto)\n";
+
+static void kve_print_list(const int32_t *v, uint32_t n)
+{
+    putchar('[');
+    for (uint32_t i = 0; i < n; i++)
+        printf(i ? ",%d" : "%d", v[i]);
+    putchar(']');
+}
+
+int kve_cmd_select(int argc, char **argv)
+{
+    kve_cli_config cfg;
+    int rc = kve_cli_parse_config(argc, argv, "select", kve_select_usage, &cfg);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (!cfg.backend)
+        cfg.backend = "auto";
+    kve_context *ctx = NULL;
+    rc = kve_cli_context(cfg.backend, cfg.isa, cfg.threads, &ctx);
+    kve_cli_result r;
+    kve_status st = rc ? KVE_OK : kve_cli_evict(ctx, &cfg, &r);
+    if (!rc && st != KVE_OK)
+        rc = kve_cli_fail("select", st);
+    if (!rc) {
+        for (uint32_t l = 0, i = 0; l < cfg.layers; l++)
+            for (uint32_t h = 0; h < cfg.heads; h++, i++) {
+                printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"evict\":",
+                       (unsigned long long)cfg.seq_id, cfg.layer_offset + l, cfg.head_offset + h);
+                kve_print_list(r.evicted + (size_t)i * r.evicted_stride, r.n_evicted[i]);
+                fputs(",\"keep\":", stdout);
+                kve_print_list(r.kept + (size_t)i * r.kept_stride, r.n_kept[i]);
+                printf(",\"over_budget\":%s}\n",
+                       (r.head_flags[i] & KVE_HEAD_OVER_BUDGET) ? "true" : "false");
+            }
+        kve_cli_result_free(&r);
+    }
+    kve_context_destroy(ctx);
+    kve_cli_config_free(&cfg);
+    return rc;
+}
+
+static const char kve_key_usage[] =
+    "usage: kvevict key [options] --pos P [--pos P2 ...]\n"
+    "Print the spec's key for coordinates, one JSON line per position:\n"
+    "  {\"seq_id\":..,\"layer\":..,\"head\":..,\"pos\":..,\"round\":..,\"key\":K}\n"
+    "  --seed S  --seq-id ID  --layer L  --head H  --round R  (default 0)\n"
+    "  --pos P               a position, or a comma-separated list (repeatable)\n"
+    "  --persistent  --shared-heads  --shared-layers   mode switches\n"
+    "  --backend NAME        auto, cpu, cuda, hip (default auto)\n";
+
+int kve_cmd_key(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"seed", required_argument, 0, 's'},   {"seq-id", required_argument, 0, 'q'},
+        {"layer", required_argument, 0, 'l'},  {"head", required_argument, 0, 'h'},
+        {"round", required_argument, 0, 'r'},  {"pos", required_argument, 0, 'p'},
+        {"persistent", no_argument, 0, 'P'},   {"shared-heads", no_argument, 0, 'H'},
+        {"shared-layers", no_argument, 0, 'L'}, {"backend", required_argument, 0, 'b'},
+        {"help", no_argument, 0, '?' + 256},   {0, 0, 0, 0}};
+    uint64_t seed = 0, seq = 0, v;
+    uint32_t layer = 0, head = 0, round = 0, flags = 0;
+    const char *backend = "auto";
+    size_t n = 0, cap = 0;
+    uint32_t *pos = NULL;
+    int c, rc = 0;
+    optind = 1;
+    while (!rc && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': rc = kve_cli_parse_u64("seed", optarg, UINT64_MAX, &seed); break;
+        case 'q': rc = kve_cli_parse_u64("seq-id", optarg, UINT64_MAX, &seq); break;
+        case 'l': rc = kve_cli_parse_u64("layer", optarg, UINT32_MAX, &v); layer = (uint32_t)v; break;
+        case 'h': rc = kve_cli_parse_u64("head", optarg, UINT32_MAX, &v); head = (uint32_t)v; break;
+        case 'r': rc = kve_cli_parse_u64("round", optarg, UINT32_MAX, &v); round = (uint32_t)v; break;
+        case 'P': flags |= KVE_PERSISTENT; break;
+        case 'H': flags |= KVE_SHARED_HEADS; break;
+        case 'L': flags |= KVE_SHARED_LAYERS; break;
+        case 'b': backend = optarg; break;
+        case 'p':
+            for (char *tok = strtok(optarg, ","); tok && !rc; tok = strtok(NULL, ",")) {
+                rc = kve_cli_parse_u64("pos", tok, UINT32_MAX, &v);
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    uint32_t *grown = (uint32_t *)realloc(pos, cap * sizeof *pos);
+                    if (!grown) {
+                        rc = kve_cli_usage_error("key: out of memory");
+                        break;
+                    }
+                    pos = grown;
+                }
+                pos[n++] = (uint32_t)v;
+            }
+            break;
+        case '?' + 256: fputs(kve_key_usage, stdout); free(pos); return 0;
+        default: fputs(kve_key_usage, stderr); rc = 2;
+        }
+    }
+    if (!rc && optind < argc)
+        rc = kve_cli_usage_error("key: unexpected argument \"%s\"", argv[optind]);
+    if (!rc && n == 0)
+        rc = kve_cli_usage_error("key: give at least one --pos");
+    kve_context *ctx = NULL;
+    if (!rc)
+        rc = kve_cli_context(backend, NULL, 0, &ctx);
+    kve_coord *coords = rc ? NULL : (kve_coord *)malloc(n * sizeof *coords);
+    uint64_t *keys = rc ? NULL : (uint64_t *)malloc(n * sizeof *keys);
+    void *dc = NULL, *dk = NULL;
+    if (!rc && (!coords || !keys))
+        rc = kve_cli_usage_error("key: out of memory");
+    if (!rc) {
+        for (size_t i = 0; i < n; i++)
+            coords[i] = (kve_coord){seq, layer, head, pos[i], round};
+        kve_status st = kve_alloc(ctx, n * sizeof *coords, &dc);
+        if (st == KVE_OK)
+            st = kve_alloc(ctx, n * sizeof *keys, &dk);
+        if (st == KVE_OK)
+            st = kve_copy(ctx, dc, coords, n * sizeof *coords, KVE_COPY_HOST_TO_BACKEND);
+        if (st == KVE_OK)
+            st = kve_keys(ctx, seed, flags, (const kve_coord *)dc, n, (uint64_t *)dk);
+        if (st == KVE_OK)
+            st = kve_copy(ctx, keys, dk, n * sizeof *keys, KVE_COPY_BACKEND_TO_HOST);
+        if (st != KVE_OK)
+            rc = kve_cli_fail("key", st);
+        for (size_t i = 0; !rc && i < n; i++)
+            printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"pos\":%u,\"round\":%u,\"key\":%llu}\n",
+                   (unsigned long long)seq, layer, head, pos[i], round,
+                   (unsigned long long)keys[i]);
+        kve_free(ctx, dc);
+        kve_free(ctx, dk);
+    }
+    free(coords);
+    free(keys);
+    free(pos);
+    kve_context_destroy(ctx);
+    return rc;
+}
+
+static const char kve_digest_usage[] =
+    "usage: kvevict digest [options]\n"
+    "Evict for one configuration on one or every backend and print each one's\n"
+    "digest of the keep-sets (docs/SPEC.md \"Digest\"), then `digest=0x...` when\n"
+    "all agree (exit 0) or MISMATCH (exit 1).\n" KVE_CONFIG_OPTIONS
+    "  --backend NAME      all (every available backend, every CPU ISA and 1 and 2\n"
+    "                      threads), auto, cpu, cuda or hip (default all)\n";
+
+/* Digest of one backend's eviction of cfg; 0 or an exit code. */
+static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const char *isa,
+                          int threads, uint64_t *out)
+{
+    kve_context *ctx = NULL;
+    int rc = kve_cli_context(backend, isa, threads, &ctx);
+    if (rc)
+        return rc;
+    kve_cli_result r;
+    kve_status st = kve_cli_evict(ctx, cfg, &r);
+    if (st == KVE_OK) {
+        /* The digest runs on the host's copy, through a CPU context. */
+        kve_context *host = NULL;
+        st = kve_context_create(KVE_BACKEND_CPU, &host);
+        kve_seq seq = {cfg->seq_id, cfg->prompt, cfg->round};
+        kve_batch b = kve_cli_batch(cfg, &seq, cfg->slot_pos);
+        kve_evict_out o = {r.evicted, r.evicted_stride, r.n_evicted, r.n_kept, NULL, NULL, 0};
+        if (st == KVE_OK)
+            st = kve_digest(host, &b, &o, out);
+        kve_context_destroy(host);
+        kve_cli_result_free(&r);
+    }
+    kve_context_destroy(ctx);
+    return st == KVE_OK ? 0 : kve_cli_fail("digest", st);
+}
+
+int kve_cmd_digest(int argc, char **argv)
+{
+    kve_cli_config cfg;
+    int rc = kve_cli_parse_config(argc, argv, "digest", kve_digest_usage, &cfg);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (!cfg.backend)
+        cfg.backend = "all";
+    int all = strcmp(cfg.backend, "all") == 0;
+    uint64_t first = 0, d;
+    int count = 0, mismatch = 0;
+    if (!all) {
+        rc = kve_digest_one(&cfg, cfg.backend, cfg.isa, cfg.threads, &first);
+        if (!rc)
+            printf("%s digest=0x%016llx\n", cfg.backend, (unsigned long long)first);
+        count = 1;
+    }
+    static const kve_backend backends[] = {KVE_BACKEND_CPU, KVE_BACKEND_CUDA, KVE_BACKEND_HIP};
+    for (size_t b = 0; all && !rc && b < sizeof backends / sizeof backends[0]; b++) {
+        int avail = 0;
+        kve_backend_available(backends[b], &avail);
+        if (!avail)
+            continue;
+        const char *name = kve_backend_name(backends[b]);
+        if (backends[b] != KVE_BACKEND_CPU) {
+            rc = kve_digest_one(&cfg, name, NULL, 0, &d);
+            if (!rc)
+                printf("%s digest=0x%016llx\n", name, (unsigned long long)d);
+            mismatch |= count++ && d != first;
+            first = count == 1 ? d : first;
+            continue;
+        }
+        for (int isa = KVE_CPU_ISA_SCALAR; !rc && isa <= KVE_CPU_ISA_AVX512; isa++) {
+            kve_cpu_isa_available((kve_cpu_isa)isa, &avail);
+            for (int threads = 1; avail && !rc && threads <= 2; threads++) {
+                const char *isa_name = kve_cpu_isa_name((kve_cpu_isa)isa);
+                rc = kve_digest_one(&cfg, name, isa_name, threads, &d);
+                if (rc)
+                    break;
+                printf("%s/%s/%dt digest=0x%016llx\n", name, isa_name, threads,
+                       (unsigned long long)d);
+                mismatch |= count++ && d != first;
+                first = count == 1 ? d : first;
+            }
+        }
+    }
+    if (!rc) {
+        if (mismatch)
+            puts("MISMATCH");
+        else
+            printf("digest=0x%016llx\n", (unsigned long long)first);
+        rc = mismatch;
+    }
+    kve_cli_config_free(&cfg);
+    return rc;
+}

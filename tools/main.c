@@ -1,0 +1,64 @@
+/* main.c — the kvevict command line: one subcommand per job. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char kve_usage[] =
+    "usage: kvevict <command> [options]   (kvevict <command> --help for each)\n"
+    "Random per-head KV-cache eviction with keep-sets identical on every backend.\n"
+    "\n"
+    "commands:\n"
+    "  demo      simulated long-reasoning decode under the paper's schedule\n"
+    "  select    evict for one configuration, one JSON line per head\n"
+    "  key       the spec's key for coordinates\n"
+    "  digest    the keep-sets' digest on each backend; fails when they disagree\n"
+    "  vectors   the golden vectors of docs/SPEC.md, checked on this machine\n"
+    "  version   library and spec versions, backends available here\n";
+
+static int kve_cmd_version(void)
+{
+    uint32_t v = 0;
+    kve_version(&v);
+    printf("kvevict %u.%u.%u (keep-set spec v%d)\n", v / 10000, v / 100 % 100, v % 100,
+           KVE_SPEC_VERSION);
+    static const kve_backend all[] = {KVE_BACKEND_CPU, KVE_BACKEND_CUDA, KVE_BACKEND_HIP};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        int avail = 0;
+        kve_backend_available(all[i], &avail);
+        printf("backend %-5s %s\n", kve_backend_name(all[i]), avail ? "available" : "not available");
+    }
+    for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
+        int avail = 0;
+        kve_cpu_isa_available((kve_cpu_isa)isa, &avail);
+        printf("cpu isa %-7s %s\n", kve_cpu_isa_name((kve_cpu_isa)isa),
+               avail ? "available" : "not available");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        fputs(kve_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    argc--;
+    argv++;
+    if (!strcmp(cmd, "select"))
+        return kve_cmd_select(argc, argv);
+    if (!strcmp(cmd, "key"))
+        return kve_cmd_key(argc, argv);
+    if (!strcmp(cmd, "digest"))
+        return kve_cmd_digest(argc, argv);
+    if (!strcmp(cmd, "vectors"))
+        return kve_cmd_vectors(argc, argv);
+    if (!strcmp(cmd, "demo"))
+        return kve_cmd_demo(argc, argv);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return kve_cmd_version();
+    fprintf(stderr, "kvevict: unknown command \"%s\"\n%s", cmd, kve_usage);
+    return 2;
+}
