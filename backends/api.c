@@ -273,7 +273,7 @@ kve_status kve_digest(kve_context *ctx, const kve_batch *batch, const kve_evict_
     if (st == KVE_OK && evicted)
         st = kve_host_view(ctx, evicted->n_evicted, heads * 4, &own[3], &nev);
     if (st == KVE_OK)
-        st = kve_digest_host(batch, heads, (const kve_seq *)seqs, (const int32_t *)slots,
+        st = kve_digest_host(batch, (const kve_seq *)seqs, (const int32_t *)slots,
                              (const int32_t *)ev, evicted ? evicted->evicted_stride : 0,
                              (const uint32_t *)nev, out_digest);
     for (int i = 0; i < 4; i++)

@@ -19,7 +19,7 @@ static int kve_cmp_pos(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-kve_status kve_digest_host(const kve_batch *b, size_t heads, const kve_seq *seqs,
+kve_status kve_digest_host(const kve_batch *b, const kve_seq *seqs,
                            const int32_t *slot_pos, const int32_t *evicted, size_t evicted_stride,
                            const uint32_t *n_evicted, uint64_t *out_digest)
 {
@@ -42,6 +42,15 @@ kve_status kve_digest_host(const kve_batch *b, size_t heads, const kve_seq *seqs
                 const int32_t *row = slot_pos + i * b->slot_pos_stride;
                 const int32_t *ev = evicted ? evicted + i * evicted_stride : NULL;
                 uint32_t ne = n_evicted ? n_evicted[i] : 0, e = 0, count = 0;
+                if (ne > b->n_slots || ne > evicted_stride) {
+                    XXH3_freeState(state);
+                    free(kept);
+                    free(bytes);
+                    return kve_error_set(KVE_ERR_RANGE,
+                                         "evicted.n_evicted[%zu] = %u: exceeds n_slots %u or "
+                                         "evicted_stride %zu",
+                                         i, ne, b->n_slots, evicted_stride);
+                }
                 for (uint32_t t = 0; t < b->n_slots; t++) {
                     if (e < ne && ev[e] == (int32_t)t) {
                         e++;
@@ -63,7 +72,6 @@ kve_status kve_digest_host(const kve_batch *b, size_t heads, const kve_seq *seqs
                     kve_put_le32(bytes + 4 * k, (uint32_t)kept[k]);
                 XXH3_64bits_update(state, bytes, (size_t)count * 4);
             }
-    (void)heads;
     *out_digest = XXH3_64bits_digest(state);
     XXH3_freeState(state);
     free(kept);

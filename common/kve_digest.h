@@ -5,7 +5,7 @@
 #include "kvevict.h"
 
 /* All pointers are host memory; evicted/n_evicted may be NULL. */
-kve_status kve_digest_host(const kve_batch *batch, size_t heads, const kve_seq *seqs,
+kve_status kve_digest_host(const kve_batch *batch, const kve_seq *seqs,
                            const int32_t *slot_pos, const int32_t *evicted, size_t evicted_stride,
                            const uint32_t *n_evicted, uint64_t *out_digest);
 

@@ -166,8 +166,9 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
         }
     }
     kve_json_ws(&j);
+    int trailing = *j.p != '\0';
     free(text);
-    if (!ok || *j.p) {
+    if (!ok || trailing) {
         free(buf);
         return kve_cli_usage_error("stdin: expected a JSON array of integers, or an array of "
                                    "--layers x --heads such arrays of equal length");

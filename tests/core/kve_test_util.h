@@ -1,0 +1,111 @@
+/* kve_test_util.h — shared helpers of the core test suites: a seeded RNG,
+ * random slot tables, and one-call eviction into host buffers. */
+#ifndef KVE_TEST_UTIL_H
+#define KVE_TEST_UTIL_H
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvevict.h"
+
+static inline uint64_t kt_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)(kt_next(s) % n) : 0; }
+
+#define KT_OK(expr)                                                                              \
+    do {                                                                                         \
+        kve_status kt_st_ = (expr);                                                              \
+        ck_assert_msg(kt_st_ == KVE_OK, "%s -> %s: %s", #expr, kve_status_string(kt_st_),       \
+                      kve_last_error());                                                         \
+    } while (0)
+
+/* Host outputs of one eviction, sized for a batch. */
+typedef struct {
+    size_t heads, ev_stride, kept_stride;
+    int32_t *evicted, *kept;
+    uint32_t *n_evicted, *n_kept;
+    uint8_t *flags;
+} kt_out;
+
+static inline void kt_out_init(kt_out *o, const kve_batch *b)
+{
+    o->heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
+    o->ev_stride = b->n_slots > b->budget ? b->n_slots - b->budget : 1;
+    o->kept_stride = b->n_slots ? b->n_slots : 1;
+    size_t h = o->heads ? o->heads : 1;
+    o->evicted = (int32_t *)calloc(h * o->ev_stride, 4);
+    o->kept = (int32_t *)calloc(h * o->kept_stride, 4);
+    o->n_evicted = (uint32_t *)calloc(h, 4);
+    o->n_kept = (uint32_t *)calloc(h, 4);
+    o->flags = (uint8_t *)calloc(h, 1);
+}
+
+static inline void kt_out_free(kt_out *o)
+{
+    free(o->evicted);
+    free(o->kept);
+    free(o->n_evicted);
+    free(o->n_kept);
+    free(o->flags);
+}
+
+static inline kve_evict_out kt_out_view(const kt_out *o)
+{
+    kve_evict_out v = {o->evicted, o->ev_stride, o->n_evicted, o->n_kept, o->flags, o->kept,
+                       o->kept_stride};
+    return v;
+}
+
+static inline kve_status kt_evict(kve_context *ctx, const kve_batch *b, kt_out *o)
+{
+    kt_out_init(o, b);
+    kve_evict_out v = kt_out_view(o);
+    return kve_evict(ctx, b, &v, NULL, 0);
+}
+
+/* Head i's evicted and kept rows. */
+static inline const int32_t *kt_ev(const kt_out *o, size_t i) { return o->evicted + i * o->ev_stride; }
+static inline const int32_t *kt_kept(const kt_out *o, size_t i) { return o->kept + i * o->kept_stride; }
+
+/* A random slot table: `valid` distinct positions below `span` (>= valid)
+ * scattered over n slots, the rest -1. */
+static inline void kt_random_table(uint64_t *rng, int32_t *row, uint32_t n, uint32_t valid,
+                                   uint32_t span)
+{
+    for (uint32_t t = 0; t < n; t++)
+        row[t] = -1;
+    /* Choose `valid` distinct positions (Floyd), then random distinct slots. */
+    uint32_t placed = 0;
+    while (placed < valid) {
+        int32_t p = (int32_t)kt_below(rng, span);
+        int dup = 0;
+        for (uint32_t t = 0; t < n && !dup; t++)
+            dup = row[t] == p;
+        if (dup)
+            continue;
+        uint32_t slot;
+        do
+            slot = kt_below(rng, n);
+        while (row[slot] >= 0);
+        row[slot] = p;
+        placed++;
+    }
+}
+
+/* Ascending, in range, disjoint: a canonical list of slots. */
+static inline int kt_ascending(const int32_t *v, uint32_t n, uint32_t n_slots)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] < 0 || (uint32_t)v[i] >= n_slots || (i && v[i] <= v[i - 1]))
+            return 0;
+    return 1;
+}
+
+#endif

@@ -1,0 +1,282 @@
+/* test_errors.c — bad input: each case returns its status, leaves a message
+ * naming the argument, writes no output, and never crashes (also under the
+ * sanitize preset). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kve_test_util.h"
+
+/* Expect @p st from @p expr, and a message containing @p needle. */
+#define EXPECT_ERR(expr, st, needle)                                                             \
+    do {                                                                                         \
+        kve_status got_ = (expr);                                                                \
+        ck_assert_msg(got_ == (st), "%s -> %s (%s), expected %s", #expr,                        \
+                      kve_status_string(got_), kve_last_error(), kve_status_string(st));         \
+        ck_assert_msg(strstr(kve_last_error(), (needle)) != NULL,                                \
+                      "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),         \
+                      (needle));                                                                 \
+    } while (0)
+
+enum { N = 16, HEADS = 2 };
+
+typedef struct {
+    kve_context *ctx;
+    kve_seq seq;
+    int32_t slots[HEADS * N];
+    kve_batch b;
+    int32_t evicted[HEADS * N];
+    uint32_t n_evicted[HEADS], n_kept[HEADS];
+    uint8_t flags[HEADS];
+    kve_evict_out o;
+} fixture;
+
+static void fixture_init(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &f->ctx));
+    f->seq = (kve_seq){1, 4, 0};
+    for (int i = 0; i < HEADS * N; i++)
+        f->slots[i] = i % N;
+    f->b = (kve_batch){7, 0, 1, &f->seq, 1, HEADS, 0, 0, N, 8, 2, f->slots, N};
+    for (int i = 0; i < HEADS; i++)
+        f->n_evicted[i] = 0xDEAD;
+    f->o = (kve_evict_out){f->evicted, N, f->n_evicted, f->n_kept, f->flags, NULL, 0};
+}
+
+/* No output was written by a failed call. */
+static void untouched(const fixture *f)
+{
+    for (int i = 0; i < HEADS; i++)
+        ck_assert_uint_eq(f->n_evicted[i], 0xDEAD);
+}
+
+START_TEST(evict_bad_arguments)
+{
+    fixture f;
+    fixture_init(&f);
+    kve_batch b;
+    kve_evict_out o;
+
+    EXPECT_ERR(kve_evict(NULL, &f.b, &f.o, NULL, 0), KVE_ERR_NULL, "ctx");
+    EXPECT_ERR(kve_evict(f.ctx, NULL, &f.o, NULL, 0), KVE_ERR_NULL, "batch");
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, NULL, NULL, 0), KVE_ERR_NULL, "out");
+    b = f.b, b.slot_pos = NULL;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_NULL, "batch.slot_pos");
+    b = f.b, b.seqs = NULL;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_NULL, "batch.seqs");
+    o = f.o, o.evicted = NULL;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_NULL, "out.evicted");
+    o = f.o, o.n_kept = NULL;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_NULL, "out.n_kept");
+    o = f.o, o.n_evicted = NULL;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_NULL, "out.n_evicted");
+
+    b = f.b, b.flags = 0x100;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_INVALID, "batch.flags = 0x100");
+    b = f.b, b.n_slots = 0x80000000u, b.slot_pos_stride = 0x80000000u;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_RANGE, "batch.n_slots = 2147483648");
+    b = f.b, b.budget = 0xFFFFFFFFu;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_RANGE, "batch.budget = 4294967295");
+    b = f.b, b.window = 0x90000000u;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_RANGE, "batch.window");
+    b = f.b, b.n_seqs = b.n_layers = b.n_heads = 0xFFFFFFFFu;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_OVERFLOW, "overflows");
+    b = f.b, b.head_offset = 0xFFFFFFFFu;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_OVERFLOW, "batch.head_offset");
+    b = f.b, b.layer_offset = 0xFFFFFFFFu, b.n_layers = 2;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_OVERFLOW, "batch.layer_offset");
+    b = f.b, b.slot_pos_stride = N - 1;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_ALIAS, "batch.slot_pos_stride = 15");
+    b = f.b, b.slot_pos_stride = SIZE_MAX / 2;
+    EXPECT_ERR(kve_evict(f.ctx, &b, &f.o, NULL, 0), KVE_ERR_OVERFLOW, "batch.slot_pos_stride");
+    o = f.o, o.evicted_stride = 7; /* needs n_slots - budget = 8 */
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_RANGE, "out.evicted_stride = 7");
+    o = f.o, o.kept = f.evicted, o.kept_stride = 4;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_RANGE, "out.kept_stride = 4");
+    o = f.o, o.evicted = f.slots; /* outputs over the input */
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_ALIAS, "overlaps");
+    o = f.o, o.n_kept = f.n_evicted;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_ALIAS, "out.n_evicted");
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, NULL, 64), KVE_ERR_NULL, "workspace");
+    char small[8];
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, small, sizeof small), KVE_ERR_WORKSPACE,
+               "workspace_bytes = 8");
+    untouched(&f);
+    kve_context_destroy(f.ctx);
+}
+END_TEST
+
+START_TEST(evict_bad_slot_contents)
+{
+    fixture f;
+    fixture_init(&f);
+    f.slots[N + 5] = -7;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, NULL, 0), KVE_ERR_RANGE,
+               "batch.slot_pos[head 1][slot 5] = -7");
+    f.slots[N + 5] = 5;
+    f.slots[9] = 3; /* position 3 twice in head 0 */
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, NULL, 0), KVE_ERR_DUPLICATE,
+               "batch.slot_pos[head 0][slot 9] = 3");
+    /* Sparse positions take the sorting path of the duplicate check. */
+    f.slots[9] = 2000000000;
+    f.slots[12] = 2000000000;
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, NULL, 0), KVE_ERR_DUPLICATE, "= 2000000000");
+    untouched(&f);
+    /* A caller who vouches for unique positions skips the check: any
+     * result, but memory-safe, and counts still add up. */
+    f.b.flags = KVE_TRUSTED_SLOTS;
+    KT_OK(kve_evict(f.ctx, &f.b, &f.o, NULL, 0));
+    ck_assert_uint_eq(f.n_evicted[0] + f.n_kept[0], N);
+    kve_context_destroy(f.ctx);
+}
+END_TEST
+
+START_TEST(context_and_names)
+{
+    kve_context *ctx = NULL;
+    EXPECT_ERR(kve_context_create((kve_backend)9, &ctx), KVE_ERR_INVALID, "backend = 9");
+    ck_assert_ptr_null(ctx);
+    EXPECT_ERR(kve_context_create(KVE_BACKEND_CPU, NULL), KVE_ERR_NULL, "out");
+    kve_backend b;
+    EXPECT_ERR(kve_backend_from_name("gpu", &b), KVE_ERR_INVALID, "\"gpu\"");
+    kve_cpu_isa isa;
+    EXPECT_ERR(kve_cpu_isa_from_name("sse9", &isa), KVE_ERR_INVALID, "\"sse9\"");
+    int avail = -1;
+    EXPECT_ERR(kve_backend_available((kve_backend)-3, &avail), KVE_ERR_INVALID, "backend = -3");
+    KT_OK(kve_backend_available(KVE_BACKEND_CPU, &avail));
+    ck_assert_int_eq(avail, 1);
+
+    setenv("KVE_BACKEND", "tpu", 1);
+    EXPECT_ERR(kve_context_create(KVE_BACKEND_AUTO, &ctx), KVE_ERR_ENV, "KVE_BACKEND=\"tpu\"");
+    setenv("KVE_BACKEND", "cpu", 1);
+    KT_OK(kve_context_create(KVE_BACKEND_AUTO, &ctx));
+    KT_OK(kve_context_get_backend(ctx, &b));
+    ck_assert_int_eq(b, KVE_BACKEND_CPU);
+    unsetenv("KVE_BACKEND");
+    setenv("KVE_CPU_ISA", "mmx", 1);
+    kve_context *bad = NULL;
+    EXPECT_ERR(kve_context_create(KVE_BACKEND_CPU, &bad), KVE_ERR_ENV, "KVE_CPU_ISA=\"mmx\"");
+    unsetenv("KVE_CPU_ISA");
+
+    EXPECT_ERR(kve_context_set_threads(ctx, -1), KVE_ERR_RANGE, "threads = -1");
+    EXPECT_ERR(kve_context_set_threads(ctx, 5000), KVE_ERR_RANGE, "threads = 5000");
+    EXPECT_ERR(kve_context_set_device(ctx, 1), KVE_ERR_RANGE, "device = 1");
+    EXPECT_ERR(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)17), KVE_ERR_INVALID, "isa = 17");
+    EXPECT_ERR(kve_context_get_threads(NULL, &avail), KVE_ERR_NULL, "ctx");
+    EXPECT_ERR(kve_alloc(ctx, 0, (void **)&bad), KVE_ERR_RANGE, "bytes = 0");
+    char buf[64];
+    EXPECT_ERR(kve_copy(ctx, buf + 8, buf, 32, KVE_COPY_BACKEND_TO_BACKEND), KVE_ERR_ALIAS,
+               "overlap");
+    EXPECT_ERR(kve_copy(ctx, buf, NULL, 32, KVE_COPY_HOST_TO_BACKEND), KVE_ERR_NULL, "src");
+    EXPECT_ERR(kve_copy(ctx, buf, buf, 1, (kve_copy_kind)7), KVE_ERR_INVALID, "kind = 7");
+    kve_coord c = {0, 0, 0, 0, 0};
+    uint64_t key;
+    EXPECT_ERR(kve_keys(ctx, 0, KVE_TRUSTED_SLOTS, &c, 1, &key), KVE_ERR_INVALID, "flags = 0x8");
+    EXPECT_ERR(kve_keys(ctx, 0, 0, NULL, 1, &key), KVE_ERR_NULL, "coords");
+    EXPECT_ERR(kve_keys(ctx, 0, 0, &c, 1, NULL), KVE_ERR_NULL, "keys");
+    EXPECT_ERR(kve_keys(ctx, 0, 0, &c, SIZE_MAX / 8, &key), KVE_ERR_OVERFLOW, "overflow");
+    EXPECT_ERR(kve_version(NULL), KVE_ERR_NULL, "out_version");
+    ck_assert_int_eq(kve_context_destroy(NULL), KVE_OK);
+    ck_assert_str_eq(kve_status_string(KVE_ERR_DUPLICATE), "KVE_ERR_DUPLICATE");
+    ck_assert_str_eq(kve_status_string((kve_status)99), "KVE_ERR_UNKNOWN_STATUS");
+    ck_assert_str_eq(kve_backend_name((kve_backend)99), "?");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(compact_bad_arguments)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    int32_t slots[2 * 8], evicted[2 * 8] = {1, 3, 0, 0, 0, 0, 0, 0, 2};
+    uint32_t n_evicted[2] = {2, 1};
+    char k[2 * 8 * 16], v[2 * 8 * 16], out[2 * 8 * 16];
+    for (int i = 0; i < 16; i++)
+        slots[i] = i % 8;
+    kve_compact_desc d, good;
+    memset(&good, 0, sizeof good);
+    good.n_seqs = good.n_layers = 1;
+    good.n_heads = 2;
+    good.n_slots = 8;
+    good.slot_pos = slots;
+    good.slot_pos_stride = 8;
+    good.evicted = evicted;
+    good.evicted_stride = 8;
+    good.n_evicted = n_evicted;
+    good.entry_bytes = 16;
+    good.n_caches = 2;
+    good.src[0] = (kve_cache_view){k, 0, 0, 8 * 16, 16};
+    good.src[1] = (kve_cache_view){v, 0, 0, 8 * 16, 16};
+
+    EXPECT_ERR(kve_compact(NULL, &good), KVE_ERR_NULL, "ctx");
+    EXPECT_ERR(kve_compact(ctx, NULL), KVE_ERR_NULL, "desc");
+    d = good, d.entry_bytes = 0;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_RANGE, "desc.entry_bytes = 0");
+    d = good, d.n_caches = 0;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_RANGE, "desc.n_caches = 0");
+    d = good, d.n_caches = 9;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_RANGE, "desc.n_caches = 9");
+    d = good, d.src[1].base = NULL;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_NULL, "desc.src[1].base");
+    d = good, d.src[0].stride_slot = 8; /* entries of 16 bytes 8 apart */
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_ALIAS, "src[0].stride_slot = 8");
+    d = good, d.src[0].stride_head = 64; /* head rows overlap */
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_ALIAS, "src[0].stride_head = 64");
+    d = good, d.dst[0] = (kve_cache_view){k + 16, 0, 0, 8 * 16, 16};
+    d.dst[1] = (kve_cache_view){out, 0, 0, 8 * 16, 16};
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_ALIAS, "desc.dst[0]");
+    d = good, d.dst[1] = (kve_cache_view){out, 0, 0, 8 * 16, 16};
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_INVALID, "desc.dst[1].base is set");
+    d = good, d.slot_pos = NULL;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_NULL, "desc.slot_pos");
+    d = good, d.slot_pos_stride = 4;
+    EXPECT_ERR(kve_compact(ctx, &d), KVE_ERR_ALIAS, "desc.slot_pos_stride = 4");
+    evicted[1] = 1;
+    EXPECT_ERR(kve_compact(ctx, &good), KVE_ERR_INVALID, "desc.evicted[head 0][1] = 1");
+    evicted[1] = 9;
+    EXPECT_ERR(kve_compact(ctx, &good), KVE_ERR_RANGE, "desc.evicted[head 0][1] = 9");
+    evicted[1] = 3;
+    slots[3] = -1;
+    EXPECT_ERR(kve_compact(ctx, &good), KVE_ERR_INVALID, "slot 3, which is empty");
+    slots[3] = 3;
+    n_evicted[1] = 12;
+    EXPECT_ERR(kve_compact(ctx, &good), KVE_ERR_RANGE, "desc.n_evicted[1] = 12");
+    n_evicted[1] = 1;
+    for (int i = 0; i < 16; i++)
+        ck_assert_int_eq(slots[i], i % 8); /* nothing moved by failed calls */
+    KT_OK(kve_compact(ctx, &good));
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(digest_bad_arguments)
+{
+    fixture f;
+    fixture_init(&f);
+    uint64_t d;
+    EXPECT_ERR(kve_digest(f.ctx, &f.b, NULL, NULL), KVE_ERR_NULL, "out_digest");
+    EXPECT_ERR(kve_digest(NULL, &f.b, NULL, &d), KVE_ERR_NULL, "ctx");
+    kve_evict_out o = f.o;
+    o.evicted = NULL;
+    EXPECT_ERR(kve_digest(f.ctx, &f.b, &o, &d), KVE_ERR_NULL, "evicted.evicted");
+    kve_context_destroy(f.ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("errors");
+    TCase *tc = tcase_create("errors");
+    tcase_add_test(tc, evict_bad_arguments);
+    tcase_add_test(tc, evict_bad_slot_contents);
+    tcase_add_test(tc, context_and_names);
+    tcase_add_test(tc, compact_bad_arguments);
+    tcase_add_test(tc, digest_bad_arguments);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* env changes stay in one process */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
