@@ -225,9 +225,10 @@ def edge_configs():
                                      head_offset=U32_MAX - 3, prompt=3, window=2, budget=5,
                                      cached=20, seed=U64_MAX, seq_id=U64_MAX), False))
     e.append(("budget_equals_cached", dict(cached=40, budget=40, prompt=50, window=3), False))
-    e.append(("big_budget_big_window", dict(cached=120, budget=I32_MAX, window=U32_MAX,
+    # The C API caps B and W at 2^31-1 (SPEC section 3); P is a full u32.
+    e.append(("big_budget_big_window", dict(cached=120, budget=I32_MAX, window=I32_MAX,
                                             prompt=U32_MAX), False))
-    e.append(("window_u32_max", dict(cached=50, budget=10, window=U32_MAX, prompt=2), False))
+    e.append(("window_max", dict(cached=50, budget=10, window=I32_MAX, prompt=2), False))
     e.append(("round_max", dict(cached=50, budget=10, window=3, prompt=2, round=U32_MAX), False))
     e.append(("all_switches_grid", dict(layers=3, heads=4, cached=60, budget=20, window=5,
                                         prompt=6, persistent=True, shared_heads=True,
