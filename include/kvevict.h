@@ -231,7 +231,7 @@ typedef struct kve_batch {
     uint32_t n_heads;      /**< KV heads per layer in this call */
     uint32_t layer_offset; /**< global index of this call's layer 0 */
     uint32_t head_offset;  /**< global index of this call's head 0 */
-    uint32_t n_slots;      /**< slots per head, 1..2^31-1 */
+    uint32_t n_slots;      /**< slots per head, 0..2^31-1 */
     uint32_t budget;       /**< B, tokens kept per head (prompt included), 0..2^31-1 */
     uint32_t window;       /**< W, most recent generated tokens never evicted */
     const int32_t *slot_pos; /**< position held by each slot, -1 = empty; backend memory */
@@ -336,6 +336,246 @@ KVE_API kve_status kve_compact(kve_context *ctx, const kve_compact_desc *desc);
  */
 KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
                               const kve_evict_out *evicted, uint64_t *out_digest);
+
+/* ------------------------------------------------------------------ */
+/* Engine integration                                                  */
+/* ------------------------------------------------------------------ */
+/*
+ * A cache state runs docs/SPEC.md "Schedule" for a batch of sequences, with
+ * every head's slot table in backend memory, and tells an engine at each
+ * step the slot of each head where every new token goes (slot reuse: no
+ * cache byte moves at eviction). kve_cache_write writes the new K/V rows
+ * there. docs/INTEGRATION.md wires both into vLLM, FlashInfer, HF
+ * transformers and llama.cpp.
+ *
+ * Timing: a token that finds its sequence's heads full (capacity C valid
+ * slots each) first triggers one eviction round, then takes the first freed
+ * slot. So after n tokens a sequence has had max(0, ceil((n - C) / r))
+ * rounds, and every head holds the same number of valid slots, all of them
+ * among slots 0 .. min(n, C) - 1.
+ *
+ * Sharing modes shrink the tables: with KVE_SHARED_HEADS all heads of a
+ * layer share one table, with KVE_SHARED_LAYERS all layers do (both: one
+ * table per sequence, the layout of engines whose cache cells span every
+ * head and layer). Tables are indexed (table layer, table head).
+ */
+
+/** When and how a cache state evicts (docs/SPEC.md "Schedule"). */
+typedef struct kve_schedule {
+    uint64_t seed;
+    uint32_t flags;    /**< KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS */
+    uint32_t budget;   /**< B: tokens a head keeps at an eviction, prompt included */
+    uint32_t window;   /**< W: most recent generated tokens never evicted */
+    uint32_t interval; /**< r >= 1: slots each eviction frees (tokens between rounds) */
+} kve_schedule;
+
+/**
+ * Slots per head a sequence with @p prompt_len prompt tokens uses under
+ * @p schedule: max(B, P + W) + r. The prompt is always admitted whole: the
+ * capacity grows with it, so protected tokens are never lost.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_INVALID (flags); KVE_ERR_RANGE
+ *         (interval 0, budget or window > 2^31-1); KVE_ERR_OVERFLOW when the
+ *         capacity exceeds 2^31-1.
+ */
+KVE_API kve_status kve_schedule_capacity(const kve_schedule *schedule, uint32_t prompt_len,
+                                         uint32_t *out_slots);
+
+/** Shape of a cache state. */
+typedef struct kve_state_desc {
+    kve_schedule schedule;
+    uint32_t max_seqs;     /**< rows: sequences held at once, >= 1 */
+    uint32_t n_layers;     /**< layers covered (a pipeline shard's), >= 1 */
+    uint32_t n_heads;      /**< KV heads per layer (a tensor shard's), >= 1 */
+    uint32_t layer_offset; /**< global index of layer 0 */
+    uint32_t head_offset;  /**< global index of head 0 */
+    /** Slots per head and row. A sequence is admitted when its capacity
+     *  (kve_schedule_capacity) fits; >= the capacity of an empty prompt. */
+    uint32_t max_slots;
+} kve_state_desc;
+
+/** Opaque cache state: one per thread, like its context. */
+typedef struct kve_state kve_state;
+
+/**
+ * Backend memory a state with @p desc needs on @p ctx: its slot tables
+ * (max_seqs x tables x max_slots int32), freed-slot lists and eviction
+ * workspace.
+ */
+KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
+                                         size_t *out_bytes);
+
+/**
+ * Create a state on @p ctx (which must outlive it) with every row free.
+ * @param memory backend memory of kve_state_memory_size() bytes, kept by the
+ *        state until destroyed; or NULL with memory_bytes == 0 to let the
+ *        library allocate.
+ * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID,
+ *         KVE_ERR_OVERFLOW (desc), KVE_ERR_WORKSPACE (memory too small),
+ *         KVE_ERR_NOMEM.
+ */
+KVE_API kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *memory,
+                                    size_t memory_bytes, kve_state **out);
+
+/** Destroy a state (its memory, if the library allocated it); NULL is accepted. */
+KVE_API kve_status kve_state_destroy(kve_state *state);
+
+/**
+ * Admit sequence @p seq_id with a @p prompt_len-token prompt into free row
+ * @p row, with no token yet: the prompt is appended like any token
+ * (kve_state_append), and is never evicted.
+ * @return KVE_OK; KVE_ERR_RANGE (row; or prompt_len, when its capacity
+ *         exceeds max_slots: the message names both); KVE_ERR_INVALID when
+ *         the row holds a sequence.
+ */
+KVE_API kve_status kve_state_admit(kve_state *state, uint32_t row, uint64_t seq_id,
+                                   uint32_t prompt_len);
+
+/** Free row @p row. @return KVE_ERR_INVALID when it holds no sequence. */
+KVE_API kve_status kve_state_retire(kve_state *state, uint32_t row);
+
+/**
+ * Append tokens: row rows[i] receives n_new[i] tokens (its next positions),
+ * and the call's tokens are numbered row by row in that order (vLLM's
+ * query_start_loc). A token that finds its row full first evicts one round.
+ * @param rows, n_new [n_rows], host memory; rows active and distinct.
+ * @param slot_mapping backend memory, int64 [table_layers][n_total]
+ *        [table_heads] (n_total = the sum of n_new): the slot, within the
+ *        token's row (0 .. capacity-1), where each head writes each token —
+ *        vLLM's slot_mapping with a head dimension, to be translated through
+ *        a page table by kve_cache_write. -1 = skip: the token was evicted
+ *        again within this call (only possible when a call carries more than
+ *        W generated tokens of a row across a round). NULL with mapping_len
+ *        0 advances the state without a mapping.
+ * @param mapping_len elements at slot_mapping: >= table_layers * n_total *
+ *        table_heads.
+ * @return KVE_OK, or an error with the state unchanged.
+ */
+KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                                    const uint32_t *n_new, int64_t *slot_mapping,
+                                    size_t mapping_len);
+
+/**
+ * Recompute row @p row (free or not; its old content is dropped) from the
+ * ids alone: the exact state a sequence has after kve_state_admit(seq_id,
+ * prompt_len) and appends of n_tokens tokens in any grouping. For
+ * preemption, migration and recovery. Fresh keys replay every round;
+ * persistent keys hash each token once and pick each round's evictions from
+ * a heap, on the host.
+ * @param slot_mapping optional (NULL with mapping_len 0): int64 backend
+ *        memory [table_layers][n_tokens][table_heads], the slot holding each
+ *        position 0..n_tokens-1 in each head, or -1 where it was evicted:
+ *        the mapping for a recompute prefill through kve_cache_write.
+ */
+KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t seq_id,
+                                     uint32_t prompt_len, uint32_t n_tokens,
+                                     int64_t *slot_mapping, size_t mapping_len);
+
+/** Where a state's slot tables are. */
+typedef struct kve_state_layout {
+    /** backend memory, read-only for the caller: the table of (row, table
+     *  layer tl, table head th) is slot_pos + row * row_stride + (tl *
+     *  table_heads + th) * max_slots; -1 = empty (never filled, or freed by
+     *  the last round and not refilled yet). */
+    const int32_t *slot_pos;
+    size_t row_stride;
+    uint32_t table_layers; /**< 1 with KVE_SHARED_LAYERS, else n_layers */
+    uint32_t table_heads;  /**< 1 with KVE_SHARED_HEADS, else n_heads */
+    uint32_t max_slots;
+    uint32_t max_seqs;
+} kve_state_layout;
+
+KVE_API kve_status kve_state_get_layout(const kve_state *state, kve_state_layout *out);
+
+/** One row of a state (host bookkeeping; no device access). */
+typedef struct kve_state_seq_info {
+    uint32_t active;     /**< 1 when the row holds a sequence */
+    uint32_t prompt_len; /**< P */
+    uint64_t seq_id;
+    uint32_t capacity;   /**< C = max(B, P + W) + r slots per head */
+    uint32_t n_tokens;   /**< tokens appended: positions 0 .. n_tokens-1 */
+    uint32_t round;      /**< eviction rounds so far */
+    uint32_t n_valid;    /**< valid slots, the same in every head */
+    /** min(n_tokens, C): slots 0 .. n_used-1 hold every valid slot, the KV
+     *  length to give attention (mask the n_used - n_valid empty ones). */
+    uint32_t n_used;
+} kve_state_seq_info;
+
+KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
+                                   kve_state_seq_info *out);
+
+/**
+ * Copy row @p row's slot tables to host memory @p out [table_layers]
+ * [table_heads][max_slots] (out_len elements at least). Not for hot paths.
+ * @return KVE_ERR_INVALID when the row holds no sequence.
+ */
+KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,
+                                        size_t out_len);
+
+/** Byte layout inside a page of a paged cache. */
+typedef enum kve_cache_layout {
+    KVE_LAYOUT_NHD = 0, /**< [pages][page_size][heads][entry]: vLLM's flash layout */
+    KVE_LAYOUT_HND = 1  /**< [pages][heads][page_size][entry]: FlashInfer's HND */
+} kve_cache_layout;
+
+/** How a (row, slot) finds its page. */
+typedef enum kve_page_table {
+    /** page = row, one page of page_size slots per sequence: with HND, the
+     *  contiguous [seq][head][slot][entry] cache */
+    KVE_PAGES_NONE = 0,
+    /** vLLM: page = block_table[row * blocks_per_row + slot / page_size] */
+    KVE_PAGES_BLOCK_TABLE = 1,
+    /** FlashInfer: page = indices[indptr[row] + slot / page_size], and
+     *  slot < (indptr[row+1] - indptr[row] - 1) * page_size + last_page_len[row] */
+    KVE_PAGES_INDPTR = 2
+} kve_page_table;
+
+/**
+ * New K/V rows and the caches they go into. Entry (token t, head h) of
+ * src[c] starts at src[c] + t * src_stride_token + h * src_stride_head;
+ * it is written to slot s = slots[t * slots_stride_token + h *
+ * slots_stride_head] (skipped when s = -1) of row token_row[t] of dst[c],
+ * at byte dst[c] + page * dst_stride_page + (s % page_size) *
+ * dst_stride_slot + h * dst_stride_head. Byte strides of 0 take the dense
+ * value of the layout. All pointers are backend memory.
+ */
+typedef struct kve_cache_write_desc {
+    uint32_t n_tokens;
+    uint32_t n_heads;           /**< KV heads in the caches (a tensor shard's) */
+    size_t entry_bytes;         /**< bytes per (token, head) entry, any size >= 1 */
+    uint32_t n_caches;          /**< 1..KVE_MAX_CACHES: K and V = 2 */
+    const void *src[KVE_MAX_CACHES];
+    size_t src_stride_token, src_stride_head;
+    void *dst[KVE_MAX_CACHES];
+    kve_cache_layout layout;
+    size_t dst_stride_page, dst_stride_slot, dst_stride_head;
+    uint32_t page_size;         /**< slots per page (vLLM's block_size) */
+    uint32_t n_pages;           /**< pages in each cache */
+    /** int64 slots; slots_stride_head = 0 gives every head the same slot
+     *  (shared heads). One layer of kve_state_append's slot_mapping is
+     *  slots = mapping + tl * n_total * table_heads, slots_stride_token =
+     *  table_heads, slots_stride_head = table_heads > 1. */
+    const int64_t *slots;
+    size_t slots_stride_token, slots_stride_head;
+    const int32_t *token_row;   /**< [n_tokens]: each token's row, 0 .. n_rows-1 */
+    uint32_t n_rows;            /**< rows of the page table (with NONE, <= n_pages) */
+    kve_page_table page_table;
+    const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row] */
+    uint32_t blocks_per_row;
+    const int32_t *indptr;        /**< INDPTR: [n_rows + 1] */
+    const int32_t *indices;       /**< INDPTR: page ids */
+    const int32_t *last_page_len; /**< INDPTR: [n_rows] */
+} kve_cache_write_desc;
+
+/**
+ * Write new K/V rows into paged or contiguous caches at per-head slots: the
+ * drop-in for vLLM's reshape_and_cache_flash (and FlashInfer's
+ * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
+ * destination entries overlap, no source overlaps a destination) and, on
+ * backends with host memory, every token_row, slot and page id.
+ * @pre no two (token, head) pairs target the same destination entry.
+ * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
+ */
+KVE_API kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc);
 
 #ifdef __cplusplus
 }

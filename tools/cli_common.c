@@ -159,7 +159,7 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
             int32_t *all = (int32_t *)malloc((heads * (size_t)c + 1) * sizeof *all);
             if (!all)
                 ok = 0;
-            for (size_t h = 0; ok && h < heads; h++)
+            for (size_t h = 0; ok && c > 0 && h < heads; h++)
                 memcpy(all + h * (size_t)c, buf, (size_t)c * sizeof *all);
             free(buf);
             buf = all;
