@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The two jobs of the README, from a fresh Debian 12 machine:
+#   ./run.sh demo [demo options]   install what is missing, build, run `kvevict demo`
+#   ./run.sh test                  install what is missing, build, run every test suite
+#   ./run.sh sanitize              the same tests built with ASan + UBSan (Debug)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+build_packages=(build-essential cmake pkg-config libxxhash-dev check)
+# Tests also need the Python oracle and peers, and the HIP toolchain to
+# build the AMD backend (the CUDA toolkit, if any, lives in /usr/local/cuda).
+test_packages=(python3 python3-numpy python3-torch python3-xxhash hipcc libamdhip64-dev rocm-device-libs)
+
+install_missing() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local sudo=()
+    [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+    echo "run.sh: installing ${missing[*]}" >&2
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+build() {
+    local preset=$1
+    cmake --preset "$preset" >/dev/null
+    cmake --build --preset "$preset"
+}
+
+job=${1:-}
+[ $# -gt 0 ] && shift
+case "$job" in
+demo)
+    install_missing "${build_packages[@]}"
+    build default >/dev/null
+    exec ./build/tools/kvevict demo "$@"
+    ;;
+test)
+    install_missing "${build_packages[@]}" "${test_packages[@]}"
+    build default
+    ctest --preset default "$@"
+    ;;
+sanitize)
+    install_missing "${build_packages[@]}" "${test_packages[@]}"
+    build sanitize
+    ctest --preset sanitize "$@"
+    ;;
+*)
+    echo "usage: ./run.sh demo [options] | test | sanitize" >&2
+    exit 2
+    ;;
+esac
