@@ -108,4 +108,22 @@ static inline int kt_ascending(const int32_t *v, uint32_t n, uint32_t n_slots)
     return 1;
 }
 
+/* Runs one suite whose tests are @p fns, in one test case; exit status. */
+static inline int kt_run(const char *name, const TTest *const *fns, size_t n, int timeout, int fork)
+{
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout);
+    for (size_t i = 0; i < n; i++)
+        tcase_add_test(tc, fns[i]);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    if (!fork)
+        srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
 #endif

@@ -163,15 +163,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("compact_digest");
-    TCase *tc = tcase_create("cpu");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, compact_matches_reference);
-    tcase_add_test(tc, golden_digest);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const TTest *const tests[] = {compact_matches_reference, golden_digest};
+    return kt_run("compact_digest", tests, sizeof tests / sizeof tests[0], 120, 1);
 }

@@ -265,18 +265,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("errors");
-    TCase *tc = tcase_create("errors");
-    tcase_add_test(tc, evict_bad_arguments);
-    tcase_add_test(tc, evict_bad_slot_contents);
-    tcase_add_test(tc, context_and_names);
-    tcase_add_test(tc, compact_bad_arguments);
-    tcase_add_test(tc, digest_bad_arguments);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* env changes stay in one process */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const TTest *const tests[] = {evict_bad_arguments, evict_bad_slot_contents, context_and_names, compact_bad_arguments, digest_bad_arguments};
+    return kt_run("errors", tests, sizeof tests / sizeof tests[0], 60, 0);
 }

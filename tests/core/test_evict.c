@@ -424,21 +424,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("evict");
-    TCase *tc = tcase_create("cpu");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, golden_cases);
-    tcase_add_test(tc, spec_properties);
-    tcase_add_test(tc, thread_count_invariance);
-    tcase_add_test(tc, shards_equal_unsharded);
-    tcase_add_test(tc, persistent_bottom_k);
-    tcase_add_test(tc, uniform_inclusion);
-    tcase_add_test(tc, heads_independent);
-    tcase_add_test(tc, workspace_caller_memory);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const TTest *const tests[] = {golden_cases, spec_properties, thread_count_invariance, shards_equal_unsharded, persistent_bottom_k, uniform_inclusion, heads_independent, workspace_caller_memory};
+    return kt_run("evict", tests, sizeof tests / sizeof tests[0], 300, 1);
 }

@@ -110,17 +110,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("keys");
-    TCase *tc = tcase_create("keys");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, port_matches_libxxhash);
-    tcase_add_test(tc, api_keys_match_spec);
-    tcase_add_test(tc, golden_keys);
-    tcase_add_test(tc, switches_replace_fields);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const TTest *const tests[] = {port_matches_libxxhash, api_keys_match_spec, golden_keys, switches_replace_fields};
+    return kt_run("keys", tests, sizeof tests / sizeof tests[0], 120, 1);
 }
