@@ -1,0 +1,354 @@
+/*
+ * evict_body.h — docs/SPEC.md "One head's eviction" for one block, written
+ * once for CUDA, HIP and the host emulator (kve_device.h).
+ *
+ * One block evicts one head at a time (grid-stride over the batch, so one
+ * launch covers a whole batch). Nothing that decides the output depends on
+ * the order threads run in: counts and histograms use atomics (sums are
+ * order-free), thresholds come from a block-wide radix select over exact
+ * values, and outputs are placed by a block-wide prefix scan. So results
+ * are the same for every block size, warp width and grid size.
+ *
+ * Per head:
+ *   A  load slot_pos, count valid/generated, check values >= -1 and (unless
+ *      trusted) duplicates through a hash table of positions
+ *   B  window threshold: radix select over generated positions
+ *   C  keys of the candidates, then the (key, pos) threshold of the n_keep
+ *      smallest, by radix select over the 96-bit pair
+ *   D  outputs in ascending slot order via one exclusive scan
+ */
+#ifndef KVE_EVICT_BODY_H
+#define KVE_EVICT_BODY_H
+
+#include "kve_device.h"
+#include "kve_key.h"
+#include "kvevict.h"
+
+/* The public structs as given (device pointers), plus what the glue adds. */
+typedef struct kve_evict_args {
+    kve_batch b;
+    kve_evict_out o;
+    uint64_t heads;
+    /* Per-block scratch of kve_evict_scratch_bytes(n_slots): global memory at
+     * scratch + block * scratch_stride, or dynamic shared memory when NULL. */
+    unsigned char *scratch;
+    size_t scratch_stride;
+    uint64_t *errors; /* [KVE_DEV_ERR_KINDS] */
+} kve_evict_args;
+
+/* Fixed shared memory of the eviction kernel. */
+typedef struct kve_evict_smem {
+    uint64_t wsum[KVE_MAX_WARPS];
+    uint32_t hist[256];
+    uint32_t n_valid, n_gen, gen_min, gen_max;
+    uint32_t bad_slot, dup_pos; /* smallest offender, all ones when none */
+    uint32_t sel_bin, sel_below, sel_count; /* the boundary bin of a select pass */
+} kve_evict_smem;
+
+/* Scratch per block: keys u64[n] (the duplicate table, u32[2n], shares
+ * those bytes before keys exist), then a copy of the slot table i32[n]. */
+KVE_FN size_t kve_evict_scratch_bytes(uint32_t n_slots) { return (size_t)n_slots * 12u; }
+
+#define KVE_NONE32 0xffffffffu
+#define KVE_SEL_DIGITS 12u /* 8-bit digits of the 96-bit (key, pos) pair */
+
+/* A 96-bit value: hi = key, lo = pos (lexicographic order). */
+typedef struct kve_u96 {
+    uint64_t hi;
+    uint32_t lo;
+} kve_u96;
+
+KVE_FN int kve_u96_le(uint64_t hi, uint32_t lo, kve_u96 t)
+{
+    return hi < t.hi || (hi == t.hi && lo <= t.lo);
+}
+
+KVE_FN uint32_t kve_digit(uint64_t hi, uint32_t lo, uint32_t d)
+{
+    return d < 8 ? (uint32_t)(hi >> (56 - 8 * d)) & 0xffu : (lo >> (24 - 8 * (d - 8))) & 0xffu;
+}
+
+/* The head being evicted, as every phase sees it. */
+typedef struct kve_head {
+    const int32_t *pos; /* scratch copy of slot_pos */
+    const uint64_t *keys;
+    uint32_t n, prompt;
+    int has_cand;     /* some generated slot is outside the window */
+    uint32_t win_thr; /* candidates: prompt <= pos <= win_thr */
+    int keys_ready;   /* keys[] hold the candidates' keys */
+} kve_head;
+
+enum { KVE_MEMBER_GENERATED, KVE_MEMBER_CANDIDATE };
+
+/* Whether slot t belongs to the selection, and its value. */
+KVE_FN int kve_member(const kve_head *hd, int kind, uint32_t t, uint64_t *hi, uint32_t *lo)
+{
+    int32_t v = hd->pos[t];
+    if (v < 0 || (uint32_t)v < hd->prompt)
+        return 0;
+    *lo = (uint32_t)v;
+    *hi = 0;
+    if (kind == KVE_MEMBER_GENERATED)
+        return 1;
+    if (!hd->has_cand || (uint32_t)v > hd->win_thr)
+        return 0;
+    *hi = hd->keys[t];
+    return 1;
+}
+
+/*
+ * The threshold thr such that exactly @p need members are <= thr (values are
+ * distinct; 1 <= need < members). Digits before @p start are already known:
+ * every member equals @p thr on them. One histogram pass per 8-bit digit,
+ * stopping as soon as the boundary bin is kept whole; digits below the last
+ * one decided are filled with ones.
+ */
+KVE_FN kve_u96 kve_block_select(kve_tc *tc, kve_evict_smem *sm, const kve_head *hd, int kind,
+                                uint32_t start, uint32_t need, kve_u96 thr)
+{
+    uint64_t mhi = start >= 8 ? ~0ull : start ? ~0ull << (64 - 8 * start) : 0;
+    uint32_t mlo = start <= 8 ? 0 : ~0u << (32 - 8 * (start - 8));
+    thr.hi &= mhi;
+    thr.lo &= mlo;
+    uint32_t bpt = (256 + tc->nt - 1) / tc->nt, b0 = tc->tid * bpt;
+    for (uint32_t d = start; d < KVE_SEL_DIGITS; d++) {
+        for (uint32_t b = tc->tid; b < 256; b += tc->nt)
+            sm->hist[b] = 0;
+        kve_sync(tc);
+        for (uint32_t t = tc->tid; t < hd->n; t += tc->nt) {
+            uint64_t hi;
+            uint32_t lo;
+            if (kve_member(hd, kind, t, &hi, &lo) && (hi & mhi) == thr.hi && (lo & mlo) == thr.lo)
+                kve_atomic_add_u32(&sm->hist[kve_digit(hi, lo, d)], 1);
+        }
+        kve_sync(tc);
+        uint32_t local = 0;
+        for (uint32_t b = b0; b < b0 + bpt && b < 256; b++)
+            local += sm->hist[b];
+        uint64_t total;
+        uint32_t below = (uint32_t)kve_block_exscan(tc, sm->wsum, local, &total);
+        for (uint32_t b = b0; b < b0 + bpt && b < 256; b++) {
+            uint32_t h = sm->hist[b];
+            if (below < need && need <= below + h) {
+                sm->sel_bin = b;
+                sm->sel_below = below;
+                sm->sel_count = h;
+            }
+            below += h;
+        }
+        kve_sync(tc);
+        /* sel_* are rewritten only after the next pass's barriers. */
+        uint32_t bin = sm->sel_bin, count = sm->sel_count;
+        need -= sm->sel_below;
+        if (d < 8) {
+            thr.hi |= (uint64_t)bin << (56 - 8 * d);
+            mhi |= 0xffull << (56 - 8 * d);
+        } else {
+            thr.lo |= bin << (24 - 8 * (d - 8));
+            mlo |= 0xffu << (24 - 8 * (d - 8));
+        }
+        if (need == count)
+            break;
+    }
+    thr.hi |= ~mhi;
+    thr.lo |= ~mlo;
+    return thr;
+}
+
+/* Insert position v into the open-addressing table; 1 if already there. */
+KVE_FN int kve_table_insert(uint32_t *table, uint32_t cap, uint32_t v)
+{
+    uint32_t i = (uint32_t)(((uint64_t)(v * 0x9e3779b1u) * cap) >> 32);
+    for (;;) {
+        uint32_t old = kve_atomic_cas_u32(&table[i], KVE_NONE32, v);
+        if (old == KVE_NONE32)
+            return 0;
+        if (old == v)
+            return 1;
+        i = i + 1 == cap ? 0 : i + 1;
+    }
+}
+
+/* 0: empty, 1: kept, 2: evicted. */
+KVE_FN int kve_slot_fate(const kve_head *hd, uint32_t t, uint32_t n_keep, kve_u96 thr)
+{
+    int32_t v = hd->pos[t];
+    if (v < 0)
+        return 0;
+    uint64_t hi;
+    uint32_t lo;
+    if (!kve_member(hd, KVE_MEMBER_CANDIDATE, t, &hi, &lo))
+        return 1;
+    if (n_keep == 0)
+        return 2;
+    return !hd->keys_ready || kve_u96_le(hi, lo, thr) ? 1 : 2;
+}
+
+/* Phase D: canonical outputs of head @p h. Each thread owns a run of
+ * consecutive slots; one scan of (evicted | kept << 32) places them. */
+KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
+                            const kve_head *hd, uint32_t n_keep, kve_u96 thr, int over_budget)
+{
+    uint32_t n = hd->n, per = (n + tc->nt - 1) / tc->nt;
+    uint32_t t0 = tc->tid * per < n ? tc->tid * per : n, t1 = t0 + per < n ? t0 + per : n;
+    uint32_t ne = 0, nk = 0;
+    for (uint32_t t = t0; t < t1; t++) {
+        int f = kve_slot_fate(hd, t, n_keep, thr);
+        ne += f == 2;
+        nk += f == 1;
+    }
+    uint64_t total, at = kve_block_exscan(tc, sm->wsum, ne | (uint64_t)nk << 32, &total);
+    /* A head evicts at most n_slots - budget slots (SPEC); the bound only
+     * matters for a trusted table that broke its promise. */
+    uint32_t cap = a->b.n_slots > a->b.budget ? a->b.n_slots - a->b.budget : 0;
+    int32_t *ev = a->o.evicted + h * a->o.evicted_stride;
+    int32_t *kp = a->o.kept ? a->o.kept + h * a->o.kept_stride : 0;
+    uint32_t ei = (uint32_t)at, ki = (uint32_t)(at >> 32);
+    for (uint32_t t = t0; t < t1; t++) {
+        int f = kve_slot_fate(hd, t, n_keep, thr);
+        if (f == 2 && ei < cap)
+            ev[ei++] = (int32_t)t;
+        else if (f == 1 && kp)
+            kp[ki++] = (int32_t)t;
+    }
+    if (tc->tid == 0) {
+        uint32_t tot_ev = (uint32_t)total;
+        a->o.n_evicted[h] = tot_ev < cap ? tot_ev : cap;
+        a->o.n_kept[h] = (uint32_t)(total >> 32);
+        if (a->o.head_flags)
+            a->o.head_flags[h] = over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+    }
+}
+
+/* Phase A; returns 0 when the head's table is invalid (error raised). */
+KVE_FN int kve_evict_load(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
+                          unsigned char *scratch, int32_t *pos, uint32_t prompt)
+{
+    uint32_t n = a->b.n_slots, cap = 2 * n;
+    int check_dups = !(a->b.flags & KVE_TRUSTED_SLOTS);
+    uint32_t *table = (uint32_t *)scratch;
+    if (tc->tid == 0) {
+        sm->n_valid = sm->n_gen = 0;
+        sm->gen_min = KVE_NONE32;
+        sm->gen_max = 0;
+        sm->bad_slot = sm->dup_pos = KVE_NONE32;
+    }
+    if (check_dups)
+        for (uint32_t i = tc->tid; i < cap; i += tc->nt)
+            table[i] = KVE_NONE32;
+    kve_sync(tc);
+    const int32_t *row = a->b.slot_pos + h * a->b.slot_pos_stride;
+    uint32_t valid = 0, gen = 0, gmin = KVE_NONE32, gmax = 0, bad = KVE_NONE32, dup = KVE_NONE32;
+    for (uint32_t t = tc->tid; t < n; t += tc->nt) {
+        int32_t v = row[t];
+        pos[t] = v;
+        if (v < -1) {
+            bad = t < bad ? t : bad;
+            continue;
+        }
+        if (v < 0)
+            continue;
+        valid++;
+        if ((uint32_t)v >= prompt) {
+            gen++;
+            gmin = (uint32_t)v < gmin ? (uint32_t)v : gmin;
+            gmax = (uint32_t)v > gmax ? (uint32_t)v : gmax;
+        }
+        if (check_dups && kve_table_insert(table, cap, (uint32_t)v))
+            dup = (uint32_t)v < dup ? (uint32_t)v : dup;
+    }
+    kve_atomic_add_u32(&sm->n_valid, valid);
+    kve_atomic_add_u32(&sm->n_gen, gen);
+    kve_atomic_min_u32(&sm->gen_min, gmin);
+    kve_atomic_max_u32(&sm->gen_max, gmax);
+    kve_atomic_min_u32(&sm->bad_slot, bad);
+    kve_atomic_min_u32(&sm->dup_pos, dup);
+    kve_sync(tc);
+    if (sm->bad_slot == KVE_NONE32 && sm->dup_pos == KVE_NONE32)
+        return 1;
+    if (tc->tid == 0) {
+        if (sm->bad_slot != KVE_NONE32)
+            kve_raise(a->errors, KVE_DEV_ERR_SLOT_RANGE, h, sm->bad_slot);
+        if (sm->dup_pos != KVE_NONE32)
+            kve_raise(a->errors, KVE_DEV_ERR_DUPLICATE, h, sm->dup_pos);
+    }
+    return 0;
+}
+
+/* The first 8-bit digit (of the 12) where a and b differ; 12 when equal. */
+KVE_FN uint32_t kve_first_diff_digit(uint32_t a, uint32_t b)
+{
+    uint32_t d = 8;
+    while (d < KVE_SEL_DIGITS && kve_digit(0, a, d) == kve_digit(0, b, d))
+        d++;
+    return d;
+}
+
+/* One head, phases A to D. */
+KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
+                           unsigned char *scratch)
+{
+    const kve_batch *b = &a->b;
+    uint32_t n = b->n_slots;
+    const kve_seq *seq = &b->seqs[h / ((uint64_t)b->n_layers * b->n_heads)];
+    uint32_t prompt = seq->prompt_len;
+    uint64_t *keys = (uint64_t *)scratch;
+    int32_t *pos = (int32_t *)(scratch + (size_t)n * 8u);
+    if (!kve_evict_load(tc, sm, a, h, scratch, pos, prompt))
+        return;
+
+    kve_head hd = {pos, keys, n, prompt, 0, 0, 0};
+    uint32_t n_valid = sm->n_valid, n_gen = sm->n_gen, n_keep = 0;
+    uint32_t gmin = sm->gen_min, gmax = sm->gen_max;
+    int over_budget = 0;
+    kve_u96 thr = {0, 0};
+    if (n_valid > b->budget) {
+        /* B: the window is the wc largest generated positions. */
+        uint32_t wc = b->window < n_gen ? b->window : n_gen, n_cand = n_gen - wc;
+        hd.has_cand = n_cand > 0;
+        hd.win_thr = KVE_NONE32;
+        if (n_cand > 0 && wc > 0) {
+            kve_u96 known = {0, gmin};
+            hd.win_thr = kve_block_select(tc, sm, &hd, KVE_MEMBER_GENERATED,
+                                          kve_first_diff_digit(gmin, gmax), n_cand, known)
+                             .lo;
+        }
+        uint32_t protect = (n_valid - n_gen) + wc;
+        int64_t nk = (int64_t)b->budget - protect;
+        n_keep = nk < 0 ? 0 : nk > n_cand ? n_cand : (uint32_t)nk;
+        over_budget = protect > b->budget;
+        /* C: keys, then the (key, pos) threshold, when the choice is real. */
+        if (n_keep > 0 && n_keep < n_cand) {
+            uint64_t seq_seed = kve_seq_seed(b->seed, seq->seq_id);
+            uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
+            uint32_t head = b->head_offset + (uint32_t)(h % b->n_heads);
+            uint32_t flags = b->flags & KVE_KEY_FLAGS;
+            for (uint32_t t = tc->tid; t < n; t += tc->nt) {
+                uint64_t hi;
+                uint32_t lo;
+                if (kve_member(&hd, KVE_MEMBER_GENERATED, t, &hi, &lo) && lo <= hd.win_thr)
+                    keys[t] = kve_key(seq_seed, flags, layer, head, lo, seq->round);
+            }
+            kve_sync(tc);
+            hd.keys_ready = 1;
+            kve_u96 none = {0, 0};
+            thr = kve_block_select(tc, sm, &hd, KVE_MEMBER_CANDIDATE, 0, n_keep, none);
+        }
+    }
+    kve_evict_write(tc, sm, a, h, &hd, n_keep, thr, over_budget);
+}
+
+/* The kernel: every head of the batch, grid-stride over blocks.
+ * @p dyn_smem is the block's dynamic shared memory (used when
+ * a->scratch is NULL). */
+KVE_FN void kve_evict_grid(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a,
+                           unsigned char *dyn_smem)
+{
+    unsigned char *scratch = a->scratch ? a->scratch + (size_t)tc->bid * a->scratch_stride : dyn_smem;
+    for (uint64_t h = tc->bid; h < a->heads; h += tc->nb) {
+        kve_evict_head(tc, sm, a, h, scratch);
+        kve_sync(tc); /* shared memory is reused by the next head */
+    }
+}
+
+#endif /* KVE_EVICT_BODY_H */

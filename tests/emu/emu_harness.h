@@ -1,0 +1,28 @@
+/*
+ * emu_harness.h — runs a kernel body of common/device/ on the host: a
+ * block's threads are pthreads, kve_sync() is a pthread barrier, and a warp
+ * shuffle goes through a shared buffer, for any block size and any warp
+ * width (32 or 64) that divides it. Blocks of a grid run one after another
+ * on the same threads, each with fresh (garbage-filled) shared memory.
+ */
+#ifndef KVE_EMU_HARNESS_H
+#define KVE_EMU_HARNESS_H
+
+#include <stddef.h>
+
+#include "kve_device.h"
+
+typedef struct kve_emu_pool kve_emu_pool;
+
+/* What one thread of one block runs; @p smem is the block's shared memory. */
+typedef void (*kve_emu_body)(kve_tc *tc, unsigned char *smem, void *arg);
+
+/* @p nt threads per block, warp width @p ws (nt % ws == 0); NULL on failure. */
+kve_emu_pool *kve_emu_pool_create(uint32_t nt, uint32_t ws);
+void kve_emu_pool_destroy(kve_emu_pool *pool);
+
+/* Run blocks 0..grid-1 of @p body with @p smem_bytes of shared memory each. */
+int kve_emu_launch(kve_emu_pool *pool, uint32_t grid, size_t smem_bytes, kve_emu_body body,
+                   void *arg);
+
+#endif

@@ -1,0 +1,97 @@
+/* emu_kernels.c — common/device/'s bodies as plain C on the emulator. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu_kernels.h"
+#include "kve_launch.h"
+
+#define KVE_EMU_ALIGN16(x) (((x) + 15) & ~(size_t)15)
+
+_Static_assert(KVE_DEV_ERR_KINDS <= 8, "kve_emu_errors holds 8 records");
+
+static _Thread_local char kve_emu_message[512];
+
+static kve_status kve_emu_set_error(kve_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kve_emu_message, sizeof kve_emu_message, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void kve_emu_errors_reset(kve_emu_errors *e) { memset(e->rec, 0xff, sizeof e->rec); }
+
+kve_status kve_emu_errors_status(const kve_emu_errors *e, char *msg, size_t msg_bytes)
+{
+    kve_emu_message[0] = '\0';
+    kve_status st = kve_dev_errors_status(e->rec, kve_emu_set_error);
+    snprintf(msg, msg_bytes, "%s", kve_emu_message);
+    return st;
+}
+
+static void kve_emu_keys_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    (void)smem;
+    kve_keys_grid(tc, (const kve_keys_args *)arg);
+}
+
+int kve_emu_keys(kve_emu_pool *pool, uint32_t grid, uint64_t seed, uint32_t flags,
+                 const kve_coord *coords, size_t n, uint64_t *keys)
+{
+    kve_keys_args a = {seed, flags, coords, n, keys};
+    return kve_emu_launch(pool, grid, 0, kve_emu_keys_body, &a);
+}
+
+static void kve_emu_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_evict_grid(tc, (kve_evict_smem *)smem, (const kve_evict_args *)arg,
+                   smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
+}
+
+int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_batch *b,
+                  const kve_evict_out *o, kve_emu_errors *e)
+{
+    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+    kve_evict_args a = kve_evict_args_make(b, o, heads, e->rec);
+    size_t scratch = KVE_EMU_ALIGN16(kve_evict_scratch_bytes(b->n_slots));
+    size_t smem = KVE_EMU_ALIGN16(sizeof(kve_evict_smem));
+    unsigned char *global = NULL;
+    if (global_scratch) {
+        global = (unsigned char *)aligned_alloc(16, (size_t)grid * scratch);
+        if (!global)
+            return -1;
+        memset(global, 0x5a, (size_t)grid * scratch);
+        a.scratch = global;
+        a.scratch_stride = scratch;
+    } else {
+        smem += scratch;
+    }
+    int rc = kve_emu_launch(pool, grid, smem, kve_emu_evict_body, &a);
+    free(global);
+    return rc;
+}
+
+static void kve_emu_move_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_compact_move_grid(tc, (kve_compact_smem *)smem, (const kve_compact_args *)arg);
+}
+
+static void kve_emu_slots_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_compact_slots_grid(tc, (kve_compact_smem *)smem, (const kve_compact_args *)arg);
+}
+
+int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d,
+                    kve_emu_errors *e, uint32_t *unit_used)
+{
+    kve_compact_args a;
+    if (kve_compact_args_make(d, e->rec, kve_emu_set_error, &a) != KVE_OK)
+        return -1;
+    *unit_used = a.unit;
+    if (kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_move_body, &a))
+        return -1;
+    return kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_slots_body, &a);
+}

@@ -1,0 +1,34 @@
+/*
+ * emu_kernels.h — the kernel bodies of common/device/ compiled as C and
+ * launched on the emulator with the arguments the CUDA/HIP glue would pass
+ * (common/device/kve_launch.h). Inputs and outputs are host memory.
+ */
+#ifndef KVE_EMU_KERNELS_H
+#define KVE_EMU_KERNELS_H
+
+#include "emu_harness.h"
+#include "kvevict.h"
+
+/* The device's error records after a launch (KVE_DEV_ERR_KINDS words). */
+typedef struct kve_emu_errors {
+    uint64_t rec[8];
+} kve_emu_errors;
+
+void kve_emu_errors_reset(kve_emu_errors *e);
+/* The status the GPU backend's synchronize would return, with its message
+ * copied into @p msg. */
+kve_status kve_emu_errors_status(const kve_emu_errors *e, char *msg, size_t msg_bytes);
+
+int kve_emu_keys(kve_emu_pool *pool, uint32_t grid, uint64_t seed, uint32_t flags,
+                 const kve_coord *coords, size_t n, uint64_t *keys);
+
+/* kve_evict on @p grid blocks; scratch in "global" memory when
+ * @p global_scratch, else in the block's shared memory. */
+int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_batch *b,
+                  const kve_evict_out *o, kve_emu_errors *e);
+
+/* kve_compact: the move kernel on @p grid blocks, then the slots kernel. */
+int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d,
+                    kve_emu_errors *e, uint32_t *unit_used);
+
+#endif

@@ -1,0 +1,321 @@
+/*
+ * test_emu.c — the device kernel bodies (common/device/), compiled as C and
+ * run on the pthread emulator, against the scalar CPU reference (the public
+ * API, KVE_CPU_ISA_SCALAR), for block sizes 32..256 and warp widths 32 and
+ * 64 (the HIP build's CDNA width), grids smaller and larger than the batch,
+ * and scratch in shared or global memory.
+ *
+ * $KVE_EMU_CASES scales the random eviction cases (default 2000).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu_kernels.h"
+#include "golden_vectors.h"
+#include "kve_cases.h"
+
+/* (threads per block, warp width) shapes the emulator runs. */
+static const uint32_t kve_shapes[][2] = {{32, 32}, {64, 32}, {64, 64}, {128, 64}, {128, 32}, {256, 64}};
+#define KVE_N_SHAPES (sizeof kve_shapes / sizeof kve_shapes[0])
+
+static kve_emu_pool *kve_pools[KVE_N_SHAPES];
+
+static void kve_pools_setup(void)
+{
+    for (size_t i = 0; i < KVE_N_SHAPES; i++) {
+        kve_pools[i] = kve_emu_pool_create(kve_shapes[i][0], kve_shapes[i][1]);
+        ck_assert_ptr_nonnull(kve_pools[i]);
+    }
+}
+
+static void kve_pools_teardown(void)
+{
+    for (size_t i = 0; i < KVE_N_SHAPES; i++)
+        kve_emu_pool_destroy(kve_pools[i]);
+}
+
+/* A random shape, weighted to the small blocks (each barrier costs every
+ * thread a context switch on the host). */
+static size_t kve_pick_shape(uint64_t *rng)
+{
+    static const size_t weighted[] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 5};
+    return weighted[kve_rand_below(rng, sizeof weighted / sizeof weighted[0])];
+}
+
+static kve_context *kve_reference(void)
+{
+    kve_context *ctx = NULL;
+    ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &ctx), KVE_OK);
+    ck_assert_int_eq(kve_context_set_cpu_isa(ctx, KVE_CPU_ISA_SCALAR), KVE_OK);
+    ck_assert_int_eq(kve_context_set_threads(ctx, 1), KVE_OK);
+    return ctx;
+}
+
+static unsigned kve_env_count(const char *name, unsigned dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+START_TEST(test_keys_golden)
+{
+    kve_coord c;
+    uint64_t key;
+    for (size_t s = 0; s < KVE_N_SHAPES; s++)
+        for (size_t i = 0; i < KVE_GOLDEN_N_KEYS; i++) {
+            const kve_golden_key *g = &kve_golden_keys[i];
+            c = (kve_coord){g->seq_id, g->layer, g->head, g->pos, g->round};
+            key = 0;
+            ck_assert_int_eq(kve_emu_keys(kve_pools[s], 1, g->seed, g->flags, &c, 1, &key), 0);
+            ck_assert_msg(key == g->key, "golden key %zu: 0x%016llx, want 0x%016llx", i,
+                          (unsigned long long)key, (unsigned long long)g->key);
+        }
+}
+END_TEST
+
+START_TEST(test_keys_random)
+{
+    uint64_t rng = 11;
+    kve_context *ref = kve_reference();
+    enum { N = 3001 };
+    kve_coord *c = malloc(N * sizeof *c);
+    uint64_t *want = malloc(N * 8), *got = malloc(N * 8);
+    ck_assert(c && want && got);
+    for (int round = 0; round < 8; round++) {
+        uint64_t seed = kve_rand(&rng);
+        uint32_t flags = kve_rand_below(&rng, 8);
+        for (int i = 0; i < N; i++)
+            c[i] = (kve_coord){kve_rand(&rng) % 5, (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
+                               (uint32_t)kve_rand(&rng), kve_rand_below(&rng, 4)};
+        ck_assert_int_eq(kve_keys(ref, seed, flags, c, N, want), KVE_OK);
+        size_t s = kve_pick_shape(&rng);
+        ck_assert_int_eq(kve_emu_keys(kve_pools[s], 1 + kve_rand_below(&rng, 7), seed, flags, c, N, got), 0);
+        ck_assert_int_eq(memcmp(want, got, N * 8), 0);
+    }
+    free(c);
+    free(want);
+    free(got);
+    kve_context_destroy(ref);
+}
+END_TEST
+
+START_TEST(test_evict_golden)
+{
+    for (size_t i = 0; i < KVE_GOLDEN_N_CASES; i++) {
+        const kve_golden_case *g = &kve_golden_cases[i];
+        kve_seq seq = {g->seq_id, g->prompt, g->round};
+        kve_batch b = {g->seed, g->flags, 1, &seq, 1, 1, g->layer, g->head, g->n_slots,
+                       g->budget, g->window, g->slot_pos, g->n_slots};
+        int32_t ev[64], kept[64];
+        uint32_t ne = 99, nk = 99;
+        uint8_t fl = 99;
+        kve_evict_out o = {ev, 64, &ne, &nk, &fl, kept, 64};
+        kve_emu_errors e;
+        kve_emu_errors_reset(&e);
+        size_t s = i % KVE_N_SHAPES;
+        ck_assert_int_eq(kve_emu_evict(kve_pools[s], 1, (int)(i & 1), &b, &o, &e), 0);
+        char msg[512];
+        ck_assert_int_eq(kve_emu_errors_status(&e, msg, sizeof msg), KVE_OK);
+        ck_assert_msg(ne == g->n_evicted && nk == g->n_kept, "%s: n_evicted %u n_kept %u",
+                      g->name, ne, nk);
+        ck_assert_int_eq(memcmp(ev, g->evicted, ne * 4), 0);
+        ck_assert_int_eq(memcmp(kept, g->kept, nk * 4), 0);
+        ck_assert_int_eq(fl, g->over_budget ? KVE_HEAD_OVER_BUDGET : 0);
+    }
+}
+END_TEST
+
+/* One random case through the reference and the emulator; 0 when equal. */
+static void kve_check_evict_case(const kve_case *c, kve_context *ref, uint64_t *rng, int expect_error)
+{
+    kve_case_bufs want, got;
+    kve_batch b;
+    kve_evict_out o;
+    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
+    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
+    kve_case_bind_evict(c, &want, &b, &o);
+    kve_status st_ref = kve_evict(ref, &b, &o, NULL, 0);
+    char ref_msg[512];
+    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
+
+    size_t s = kve_pick_shape(rng);
+    uint32_t grid = 1 + kve_rand_below(rng, (uint32_t)c->heads + 2);
+    int global = (int)kve_rand_below(rng, 2);
+    kve_case_bind_evict(c, &got, &b, &o);
+    kve_emu_errors e;
+    kve_emu_errors_reset(&e);
+    ck_assert_int_eq(kve_emu_evict(kve_pools[s], grid, global, &b, &o, &e), 0);
+    char msg[512];
+    kve_status st = kve_emu_errors_status(&e, msg, sizeof msg);
+    ck_assert_msg(st == st_ref, "%s [%ux%u grid %u]: status %d (%s), reference %d (%s)", c->label,
+                  kve_shapes[s][0], kve_shapes[s][1], grid, st, msg, st_ref, ref_msg);
+    if (st != KVE_OK) {
+        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
+                      "%s: device says \"%s\", reference \"%s\"", c->label, msg, ref_msg);
+    } else {
+        char why[256];
+        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s [%ux%u grid %u %s]: %s",
+                      c->label, kve_shapes[s][0], kve_shapes[s][1], grid,
+                      global ? "global" : "shared", why);
+    }
+    ck_assert(expect_error || st == KVE_OK);
+    kve_case_host_free(c, &want);
+    kve_case_host_free(c, &got);
+}
+
+START_TEST(test_evict_random)
+{
+    uint64_t rng = 0x5eed0001;
+    kve_context *ref = kve_reference();
+    kve_case_limits lim = {700, 3, 0};
+    unsigned n = kve_env_count("KVE_EMU_CASES", 2000);
+    for (unsigned i = 0; i < n; i++) {
+        kve_case c;
+        lim.max_slots = i % 50 == 49 ? 2500 : 700; /* a few over 2048 slots */
+        ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
+        kve_check_evict_case(&c, ref, &rng, 0);
+        kve_case_free(&c);
+    }
+    kve_context_destroy(ref);
+}
+END_TEST
+
+START_TEST(test_evict_errors)
+{
+    uint64_t rng = 0x5eed0002;
+    kve_context *ref = kve_reference();
+    kve_case_limits lim = {300, 3, 1};
+    for (unsigned i = 0; i < 200; i++) {
+        kve_case c;
+        ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
+        kve_check_evict_case(&c, ref, &rng, 1);
+        kve_case_free(&c);
+    }
+    kve_context_destroy(ref);
+}
+END_TEST
+
+static void kve_check_compact_case(const kve_case *c, kve_context *ref, uint64_t *rng)
+{
+    kve_case_bufs want, got;
+    kve_compact_desc d;
+    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
+    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
+    kve_case_bind_compact(c, &want, &d);
+    kve_status st_ref = kve_compact(ref, &d);
+    char ref_msg[512];
+    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
+    size_t s = kve_pick_shape(rng);
+    uint32_t grid = 1 + kve_rand_below(rng, (uint32_t)c->heads * c->desc.n_caches + 2), unit = 0;
+    kve_case_bind_compact(c, &got, &d);
+    kve_emu_errors e;
+    kve_emu_errors_reset(&e);
+    ck_assert_int_eq(kve_emu_compact(kve_pools[s], grid, &d, &e, &unit), 0);
+    char msg[512];
+    kve_status st = kve_emu_errors_status(&e, msg, sizeof msg);
+    ck_assert_msg(st == st_ref, "%s: status %d (%s), reference %d (%s)", c->label, st, msg, st_ref,
+                  ref_msg);
+    if (st != KVE_OK) {
+        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
+                      "%s: device says \"%s\", reference \"%s\"", c->label, msg, ref_msg);
+    } else {
+        char why[256];
+        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why),
+                      "%s [%ux%u grid %u, unit %u]: %s", c->label, kve_shapes[s][0],
+                      kve_shapes[s][1], grid, unit, why);
+    }
+    kve_case_host_free(c, &want);
+    kve_case_host_free(c, &got);
+}
+
+static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
+{
+    uint64_t rng = seed;
+    kve_context *ref = kve_reference();
+    kve_case_limits lim = {400, 2, 0}, clim = {400, 2, errors};
+    for (unsigned i = 0; i < n; i++) {
+        kve_case ev, c;
+        ck_assert_int_eq(kve_case_evict(&ev, &rng, &lim), 0);
+        ck_assert_int_eq(kve_case_compact(&c, &ev, ref, &rng, &clim), 0);
+        kve_check_compact_case(&c, ref, &rng);
+        kve_case_free(&c);
+        kve_case_free(&ev);
+    }
+    kve_context_destroy(ref);
+}
+
+START_TEST(test_compact_random) { kve_compact_cases(0x5eed0003, 400, 0); }
+END_TEST
+
+START_TEST(test_compact_errors) { kve_compact_cases(0x5eed0004, 100, 1); }
+END_TEST
+
+/* Every 16-byte-aligned layout takes the vectorized path. */
+START_TEST(test_compact_unit)
+{
+    uint64_t rng = 0x5eed0005;
+    kve_context *ref = kve_reference();
+    kve_case_limits lim = {64, 2, 0};
+    int seen[17] = {0};
+    for (int i = 0; i < 60; i++) {
+        kve_case ev, c;
+        ck_assert_int_eq(kve_case_evict(&ev, &rng, &lim), 0);
+        ck_assert_int_eq(kve_case_compact(&c, &ev, ref, &rng, &lim), 0);
+        kve_case_bufs got;
+        kve_compact_desc d;
+        ck_assert_int_eq(kve_case_host_copy(&c, &got), 0);
+        kve_case_bind_compact(&c, &got, &d);
+        kve_emu_errors e;
+        uint32_t unit = 0;
+        kve_emu_errors_reset(&e);
+        ck_assert_int_eq(kve_emu_compact(kve_pools[0], 3, &d, &e, &unit), 0);
+        int aligned16 = d.entry_bytes % 16 == 0 && d.src[0].stride_slot % 16 == 0 &&
+                        (uintptr_t)d.src[0].base % 16 == 0 && d.n_caches == 1 && !d.dst[0].base &&
+                        d.src[0].stride_head % 16 == 0;
+        ck_assert(!aligned16 || unit == 16);
+        seen[unit]++;
+        kve_case_host_free(&c, &got);
+        kve_case_free(&c);
+        kve_case_free(&ev);
+    }
+    ck_assert(seen[16] && seen[4] && seen[1]);
+    kve_context_destroy(ref);
+}
+END_TEST
+
+/* One TCase per area, so ctest can run them side by side (CK_RUN_CASE). */
+static void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_unchecked_fixture(tc, kve_pools_setup, kve_pools_teardown);
+    tcase_set_timeout(tc, 1200);
+    for (size_t i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+}
+
+static Suite *kve_emu_suite(void)
+{
+    Suite *s = suite_create("emu");
+    const TTest *keys[] = {test_keys_golden, test_keys_random, test_evict_golden};
+    const TTest *evict[] = {test_evict_random};
+    const TTest *errors[] = {test_evict_errors, test_compact_errors};
+    const TTest *compact[] = {test_compact_random, test_compact_unit};
+    kve_add_case(s, "keys", keys, 3);
+    kve_add_case(s, "evict", evict, 1);
+    kve_add_case(s, "errors", errors, 2);
+    kve_add_case(s, "compact", compact, 2);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(kve_emu_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
