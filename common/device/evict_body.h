@@ -47,7 +47,7 @@ typedef struct kve_evict_smem {
 
 /* Scratch per block: keys u64[n] (the duplicate table, u32[2n], shares
  * those bytes before keys exist), then a copy of the slot table i32[n]. */
-KVE_FN size_t kve_evict_scratch_bytes(uint32_t n_slots) { return (size_t)n_slots * 12u; }
+KVE_HD_FN size_t kve_evict_scratch_bytes(uint32_t n_slots) { return (size_t)n_slots * 12u; }
 
 #define KVE_NONE32 0xffffffffu
 #define KVE_SEL_DIGITS 12u /* 8-bit digits of the 96-bit (key, pos) pair */

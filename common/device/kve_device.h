@@ -40,6 +40,7 @@ typedef struct kve_tc {
 #ifdef KVE_ON_GPU
 
 #define KVE_FN static __device__ __forceinline__
+#define KVE_HD_FN static __host__ __device__ __forceinline__ /* sizes both sides use */
 
 #define KVE_TC_INIT(tc)                                                                          \
     do {                                                                                         \
@@ -88,6 +89,7 @@ typedef uint4 kve_vec16;
 #else /* host emulation */
 
 #define KVE_FN static inline
+#define KVE_HD_FN static inline
 
 /* The emulator's barrier and shuffle (tests/emu/emu_harness.c). */
 void kve_emu_sync(kve_tc *tc);

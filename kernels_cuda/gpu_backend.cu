@@ -1,0 +1,371 @@
+/*
+ * gpu_backend.cu — the CUDA backend, libkvevict_cuda.so: kernels around the
+ * bodies of common/device/, their launches, and the table of operations the
+ * core loads at run time (backends/registry.c).
+ *
+ * Written in CUDA's names; kernels_hip/hip_backend.hip compiles this same
+ * file as HIP after kve_hip_vendor.h maps the names (ggml's habit).
+ *
+ * The library never links the core: errors go through the core's
+ * kve_host_services. The CUDA runtime is linked statically, so a machine
+ * needs only the driver (libcuda.so.1); without it, or without a device,
+ * the probe says "not available" and the core goes on without CUDA.
+ *
+ * GPU work is ordered on the context's stream and allocates nothing: the
+ * eviction scratch lives in shared memory, or in the caller's workspace when
+ * a head is too large for it. Argument checks the host cannot do (slot_pos
+ * contents, evicted lists) run in the kernels, which raise records in a
+ * small buffer of the context; kve_context_synchronize() reports them.
+ */
+#if defined(KVE_GPU_HIP)
+#include "kve_hip_vendor.h"
+#else
+#include <cuda_runtime.h>
+#define KVE_GPU_KIND KVE_BACKEND_CUDA
+#define KVE_GPU_NAME "cuda"
+#define KVE_GPU_VENDOR "CUDA"
+#define KVE_GPU_SMEM_ATTR cudaDevAttrMaxSharedMemoryPerBlockOptin
+#endif
+
+#include <stdlib.h>
+
+#include "kve_backend_impl.h"
+#include "kve_error.h" /* KVE_TRY only: kve_error_set lives in the core */
+#include "kve_launch.h"
+
+#define KVE_GPU_EXPORT extern "C" __attribute__((visibility("default")))
+#define KVE_KEYS_THREADS 256u
+#define KVE_EVICT_MAX_THREADS 512u
+#define KVE_BLOCKS_PER_SM 32u /* grid cap for grid-stride kernels */
+
+static const kve_host_services *kve_host;
+
+#define KVE_GPU_CHECK(cond, status, ...)                                                         \
+    do {                                                                                         \
+        if (cond)                                                                                \
+            return kve_host->set_error((status), __VA_ARGS__);                                   \
+    } while (0)
+
+/* ---- kernels ------------------------------------------------------------ */
+
+__global__ void __launch_bounds__(KVE_KEYS_THREADS) kve_keys_kernel(kve_keys_args a)
+{
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_keys_grid(&tc, &a);
+}
+
+__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS) kve_evict_kernel(kve_evict_args a)
+{
+    __shared__ kve_evict_smem sm;
+    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_evict_grid(&tc, &sm, &a, kve_dyn_smem);
+}
+
+__global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_move_kernel(kve_compact_args a)
+{
+    __shared__ kve_compact_smem sm;
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_compact_move_grid(&tc, &sm, &a);
+}
+
+__global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_slots_kernel(kve_compact_args a)
+{
+    __shared__ kve_compact_smem sm;
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_compact_slots_grid(&tc, &sm, &a);
+}
+
+/* ---- errors and context state --------------------------------------------- */
+
+typedef struct kve_gpu {
+    int device;
+    uint32_t sm_count;
+    uint32_t warp;       /* the device's warp width */
+    size_t smem_dyn_max; /* dynamic shared memory kve_evict_kernel may take */
+    uint64_t *errors;    /* device: KVE_DEV_ERR_KINDS records */
+} kve_gpu;
+
+/* A runtime error as KVE_ERR_DEVICE, naming the call and the error. */
+static kve_status kve_gpu_fail(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* clear it unless it is sticky */
+    return kve_host->set_error(KVE_ERR_DEVICE, "%s: %s: %s (%s)", KVE_GPU_VENDOR, what,
+                               cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define KVE_GPU_TRY(call, what)                                                                  \
+    do {                                                                                         \
+        cudaError_t kve_e_ = (call);                                                             \
+        if (kve_e_ != cudaSuccess)                                                               \
+            return kve_gpu_fail(kve_e_, what);                                                   \
+    } while (0)
+
+static kve_gpu *kve_gpu_of(kve_context *ctx) { return (kve_gpu *)ctx->impl; }
+static cudaStream_t kve_stream(kve_context *ctx) { return (cudaStream_t)ctx->stream; }
+
+/* Make the context's device current on this host thread. */
+static kve_status kve_gpu_enter(kve_context *ctx)
+{
+    int current = -1;
+    KVE_GPU_TRY(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != kve_gpu_of(ctx)->device)
+        KVE_GPU_TRY(cudaSetDevice(kve_gpu_of(ctx)->device), "cudaSetDevice");
+    return KVE_OK;
+}
+
+static kve_status kve_gpu_attr(int *out, cudaDeviceAttr attr, int device, const char *what)
+{
+    KVE_GPU_TRY(cudaDeviceGetAttribute(out, attr, device), what);
+    return KVE_OK;
+}
+
+/* Set up @p g on @p device: properties, kernel limits, error records. */
+static kve_status kve_gpu_open(kve_gpu *g, int device)
+{
+    int count = 0, sms = 0, warp = 0, smem = 0;
+    KVE_GPU_TRY(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    KVE_GPU_CHECK(device >= count, KVE_ERR_RANGE, "device = %d: this machine has %d %s device(s)",
+                  device, count, KVE_GPU_VENDOR);
+    KVE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+    KVE_TRY(kve_gpu_attr(&sms, cudaDevAttrMultiProcessorCount, device, "multiprocessor count"));
+    KVE_TRY(kve_gpu_attr(&warp, cudaDevAttrWarpSize, device, "warp size"));
+    KVE_TRY(kve_gpu_attr(&smem, KVE_GPU_SMEM_ATTR, device, "shared memory per block"));
+    /* Block sizes are multiples of 64; a warp must divide them. */
+    KVE_GPU_CHECK(warp <= 0 || 64 % warp != 0, KVE_ERR_UNAVAILABLE,
+                  "%s device %d: warp width %d is not supported (32 or 64)", KVE_GPU_VENDOR, device,
+                  warp);
+    cudaFuncAttributes fa;
+    KVE_GPU_TRY(cudaFuncGetAttributes(&fa, (const void *)kve_evict_kernel),
+                "cudaFuncGetAttributes (is this device's architecture in the build?)");
+    g->device = device;
+    g->sm_count = (uint32_t)sms;
+    g->warp = (uint32_t)warp;
+    g->smem_dyn_max = (size_t)smem > fa.sharedSizeBytes ? (size_t)smem - fa.sharedSizeBytes : 0;
+#if !defined(KVE_GPU_HIP)
+    KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_evict_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)g->smem_dyn_max),
+                "cudaFuncSetAttribute");
+#endif
+    KVE_GPU_TRY(cudaMalloc((void **)&g->errors, KVE_DEV_ERR_KINDS * sizeof(uint64_t)), "cudaMalloc");
+    cudaError_t e = cudaMemset(g->errors, 0xff, KVE_DEV_ERR_KINDS * sizeof(uint64_t));
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize(); /* visible to any stream, blocking or not */
+    if (e != cudaSuccess) {
+        (void)cudaFree(g->errors);
+        return kve_gpu_fail(e, "cudaMemset");
+    }
+    return KVE_OK;
+}
+
+static void kve_gpu_close(kve_gpu *g)
+{
+    if (g && g->errors && cudaSetDevice(g->device) == cudaSuccess)
+        (void)cudaFree(g->errors);
+}
+
+/* ---- operations --------------------------------------------------------- */
+
+static kve_status gpu_probe(int *out_available)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count); /* no driver or no device: an error */
+    if (e != cudaSuccess)
+        (void)cudaGetLastError();
+    *out_available = e == cudaSuccess && count > 0;
+    return KVE_OK;
+}
+
+static kve_status gpu_context_init(kve_context *ctx)
+{
+    kve_gpu *g = (kve_gpu *)calloc(1, sizeof *g);
+    KVE_GPU_CHECK(!g, KVE_ERR_NOMEM, "cannot allocate a %s context", KVE_GPU_VENDOR);
+    kve_status st = kve_gpu_open(g, ctx->device);
+    if (st != KVE_OK) {
+        free(g);
+        return st;
+    }
+    ctx->impl = g;
+    return KVE_OK;
+}
+
+static void gpu_context_fini(kve_context *ctx)
+{
+    kve_gpu_close(kve_gpu_of(ctx));
+    free(ctx->impl);
+    ctx->impl = NULL;
+}
+
+static kve_status gpu_set_device(kve_context *ctx, int device)
+{
+    kve_gpu fresh = {0, 0, 0, 0, NULL};
+    KVE_TRY(kve_gpu_open(&fresh, device));
+    kve_gpu_close(kve_gpu_of(ctx));
+    *kve_gpu_of(ctx) = fresh;
+    return KVE_OK;
+}
+
+static kve_status gpu_alloc(kve_context *ctx, size_t bytes, void **out)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    KVE_GPU_TRY(cudaMalloc(out, bytes), "cudaMalloc");
+    return KVE_OK;
+}
+
+static kve_status gpu_free(kve_context *ctx, void *ptr)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    KVE_GPU_TRY(cudaFree(ptr), "cudaFree");
+    return KVE_OK;
+}
+
+static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                           kve_copy_kind kind)
+{
+    static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                           cudaMemcpyDeviceToDevice};
+    KVE_TRY(kve_gpu_enter(ctx));
+    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], kve_stream(ctx)), "cudaMemcpyAsync");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+    return KVE_OK;
+}
+
+/* Wait for the stream, then report (and clear) what the kernels raised. */
+static kve_status gpu_synchronize(kve_context *ctx)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    uint64_t rec[KVE_DEV_ERR_KINDS];
+    KVE_GPU_TRY(cudaMemcpyAsync(rec, g->errors, sizeof rec, cudaMemcpyDeviceToHost, kve_stream(ctx)),
+                "cudaMemcpyAsync (error records)");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+    int raised = 0;
+    for (int k = 0; k < KVE_DEV_ERR_KINDS; k++)
+        raised |= rec[k] != KVE_DEV_ERR_NONE;
+    if (!raised)
+        return KVE_OK;
+    KVE_GPU_TRY(cudaMemsetAsync(g->errors, 0xff, sizeof rec, kve_stream(ctx)), "cudaMemsetAsync");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+    return kve_dev_errors_status(rec, kve_host->set_error);
+}
+
+/* After a launch: a bad configuration or an earlier fault, as a status. */
+static kve_status kve_launched(const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? KVE_OK : kve_gpu_fail(e, kernel);
+}
+
+static uint32_t kve_grid(uint64_t work, uint32_t per_block, uint32_t cap)
+{
+    uint64_t blocks = (work + per_block - 1) / per_block;
+    return blocks < cap ? (uint32_t)(blocks ? blocks : 1) : cap;
+}
+
+static kve_status gpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
+                           size_t n, uint64_t *keys)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_keys_args a = {seed, flags, coords, n, keys};
+    uint32_t grid = kve_grid(n, KVE_KEYS_THREADS, kve_gpu_of(ctx)->sm_count * KVE_BLOCKS_PER_SM);
+    kve_keys_kernel<<<grid, KVE_KEYS_THREADS, 0, kve_stream(ctx)>>>(a);
+    return kve_launched("kve_keys_kernel launch");
+}
+
+/* How eviction runs for this batch: block size, grid, and where the
+ * scratch lives (shared memory, or workspace when it does not fit). */
+typedef struct kve_evict_plan {
+    uint32_t threads, grid;
+    size_t dyn_smem;  /* dynamic shared memory per block */
+    size_t per_block; /* workspace bytes per block (0: shared memory) */
+    size_t workspace; /* bytes kve_evict_workspace_size() reports */
+} kve_evict_plan;
+
+static kve_evict_plan kve_plan_evict(const kve_gpu *g, const kve_batch *b)
+{
+    kve_evict_plan p;
+    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+    size_t scratch = (kve_evict_scratch_bytes(b->n_slots) + 255) & ~(size_t)255;
+    p.threads = kve_evict_threads(b->n_slots);
+    if (scratch <= g->smem_dyn_max) {
+        p.grid = kve_grid(heads, 1, g->sm_count * KVE_BLOCKS_PER_SM);
+        p.dyn_smem = scratch;
+        p.per_block = p.workspace = 0;
+    } else {
+        p.grid = kve_grid(heads, 1, g->sm_count * 2);
+        p.dyn_smem = 0;
+        p.per_block = scratch;
+        p.workspace = (size_t)p.grid * scratch + 256; /* + room to align the caller's pointer */
+    }
+    return p;
+}
+
+static kve_status gpu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
+{
+    *out = kve_plan_evict(kve_gpu_of(ctx), b).workspace;
+    return KVE_OK;
+}
+
+static kve_status gpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
+                            void *workspace, size_t workspace_bytes)
+{
+    (void)workspace_bytes; /* api.c checked it against gpu_evict_workspace_size */
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    kve_evict_plan p = kve_plan_evict(g, b);
+    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+    kve_evict_args a = kve_evict_args_make(b, o, heads, g->errors);
+    if (p.per_block) {
+        a.scratch = (unsigned char *)(((uintptr_t)workspace + 255) & ~(uintptr_t)255);
+        a.scratch_stride = p.per_block;
+    }
+    kve_evict_kernel<<<p.grid, p.threads, p.dyn_smem, kve_stream(ctx)>>>(a);
+    return kve_launched("kve_evict_kernel launch");
+}
+
+static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    kve_compact_args a;
+    KVE_TRY(kve_compact_args_make(d, g->errors, kve_host->set_error, &a));
+    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
+    kve_compact_move_kernel<<<kve_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS, 0,
+                              kve_stream(ctx)>>>(a);
+    KVE_TRY(kve_launched("kve_compact_move_kernel launch"));
+    kve_compact_slots_kernel<<<kve_grid(a.heads, 1, cap), KVE_COMPACT_THREADS, 0,
+                               kve_stream(ctx)>>>(a);
+    return kve_launched("kve_compact_slots_kernel launch");
+}
+
+/* ---- the entry point the core looks up ------------------------------------- */
+
+KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)
+{
+    static kve_backend_ops ops; /* operations this backend lacks stay NULL */
+    if (!host || host->abi_version != KVE_BACKEND_ABI_VERSION || !host->set_error)
+        return NULL;
+    kve_host = host;
+    ops.abi_version = KVE_BACKEND_ABI_VERSION;
+    ops.kind = KVE_GPU_KIND;
+    ops.name = KVE_GPU_NAME;
+    ops.host_memory = 0;
+    ops.probe = gpu_probe;
+    ops.context_init = gpu_context_init;
+    ops.context_fini = gpu_context_fini;
+    ops.set_device = gpu_set_device;
+    ops.alloc = gpu_alloc;
+    ops.free = gpu_free;
+    ops.copy = gpu_copy;
+    ops.synchronize = gpu_synchronize;
+    ops.keys = gpu_keys;
+    ops.evict_workspace_size = gpu_evict_workspace_size;
+    ops.evict = gpu_evict;
+    ops.compact = gpu_compact;
+    return &ops;
+}

@@ -1,0 +1,357 @@
+/*
+ * test_gpu.c — a GPU backend (argv[1]: cuda or hip) against the CPU
+ * backend on the same problems: keys, 10,000+ random evictions, compaction
+ * in and out of place, errors the device must find, workspace and digest.
+ * Exits 77 (ctest: skipped) when the backend is not available here.
+ *
+ * $KVE_GPU_CASES scales the random eviction cases (default 10000).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "golden_vectors.h"
+#include "kve_cases.h"
+
+static kve_backend kve_gpu_backend;
+static kve_context *kve_gpu, *kve_cpu;
+
+/* One device arena for every case: buffers at 256-byte aligned offsets, so
+ * each lies at the same alignment as its host master. */
+static unsigned char *kve_arena;
+static size_t kve_arena_bytes;
+
+static void kve_setup(void)
+{
+    ck_assert_int_eq(kve_context_create(kve_gpu_backend, &kve_gpu), KVE_OK);
+    ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &kve_cpu), KVE_OK);
+    ck_assert_int_eq(kve_context_set_cpu_isa(kve_cpu, KVE_CPU_ISA_SCALAR), KVE_OK);
+    kve_arena_bytes = (size_t)1 << 30;
+    ck_assert_int_eq(kve_alloc(kve_gpu, kve_arena_bytes, (void **)&kve_arena), KVE_OK);
+}
+
+static void kve_teardown(void)
+{
+    kve_free(kve_gpu, kve_arena);
+    kve_context_destroy(kve_gpu);
+    kve_context_destroy(kve_cpu);
+}
+
+static unsigned kve_env_count(const char *name, unsigned dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+/* Device copies of a case's master buffers, in the arena. */
+static void kve_device_copy(const kve_case *c, kve_case_bufs *dev)
+{
+    size_t at = 0;
+    for (int i = 0; i < c->n_bufs; i++) {
+        dev->p[i] = kve_arena + at;
+        at += (c->bytes[i] + 511) & ~(size_t)255;
+        ck_assert_msg(at <= kve_arena_bytes, "%s: the arena is too small", c->label);
+        ck_assert_int_eq(kve_copy(kve_gpu, dev->p[i], c->master[i], c->bytes[i],
+                                  KVE_COPY_HOST_TO_BACKEND),
+                         KVE_OK);
+    }
+}
+
+static void kve_device_fetch(const kve_case *c, const kve_case_bufs *dev, kve_case_bufs *host)
+{
+    for (int i = 0; i < c->n_bufs; i++)
+        ck_assert_int_eq(kve_copy(kve_gpu, host->p[i], dev->p[i], c->bytes[i],
+                                  KVE_COPY_BACKEND_TO_HOST),
+                         KVE_OK);
+}
+
+/* The status of a device call: its own, then what synchronize reports. */
+static kve_status kve_settle(kve_status st)
+{
+    kve_status sync = kve_context_synchronize(kve_gpu);
+    return st != KVE_OK ? st : sync;
+}
+
+/* kve_keys on the device for host coordinates. */
+static void kve_device_keys(uint64_t seed, uint32_t flags, const kve_coord *c, size_t n,
+                            uint64_t *keys)
+{
+    unsigned char *dc = kve_arena, *dk = kve_arena + ((n * sizeof *c + 255) & ~(size_t)255);
+    ck_assert_int_eq(kve_copy(kve_gpu, dc, c, n * sizeof *c, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+    ck_assert_int_eq(kve_settle(kve_keys(kve_gpu, seed, flags, (kve_coord *)dc, n, (uint64_t *)dk)),
+                     KVE_OK);
+    ck_assert_int_eq(kve_copy(kve_gpu, keys, dk, n * 8, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+}
+
+START_TEST(test_keys)
+{
+    for (size_t i = 0; i < KVE_GOLDEN_N_KEYS; i++) {
+        const kve_golden_key *g = &kve_golden_keys[i];
+        kve_coord c = {g->seq_id, g->layer, g->head, g->pos, g->round};
+        uint64_t key = 0;
+        kve_device_keys(g->seed, g->flags, &c, 1, &key);
+        ck_assert_msg(key == g->key, "golden key %zu: 0x%016llx", i, (unsigned long long)key);
+    }
+    uint64_t rng = 21;
+    enum { N = 100003 };
+    kve_coord *c = malloc(N * sizeof *c);
+    uint64_t *want = malloc(N * 8), *got = malloc(N * 8);
+    ck_assert(c && want && got);
+    for (int round = 0; round < 5; round++) {
+        uint64_t seed = kve_rand(&rng);
+        uint32_t flags = kve_rand_below(&rng, 8);
+        for (size_t i = 0; i < N; i++)
+            c[i] = (kve_coord){kve_rand(&rng) % 7, (uint32_t)kve_rand(&rng),
+                               (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
+                               kve_rand_below(&rng, 4)};
+        ck_assert_int_eq(kve_keys(kve_cpu, seed, flags, c, N, want), KVE_OK);
+        kve_device_keys(seed, flags, c, N, got);
+        ck_assert_int_eq(memcmp(want, got, N * 8), 0);
+    }
+    free(c);
+    free(want);
+    free(got);
+}
+END_TEST
+
+/* One eviction case on the CPU and the GPU; outputs or errors must agree. */
+static void kve_check_evict(const kve_case *c, int use_workspace)
+{
+    kve_case_bufs want, got, dev;
+    kve_batch b;
+    kve_evict_out o;
+    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
+    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
+    kve_case_bind_evict(c, &want, &b, &o);
+    kve_status st_ref = kve_evict(kve_cpu, &b, &o, NULL, 0);
+    char ref_msg[512];
+    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
+
+    kve_device_copy(c, &dev);
+    kve_case_bind_evict(c, &dev, &b, &o);
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    if (use_workspace) {
+        ck_assert_int_eq(kve_evict_workspace_size(kve_gpu, &b, &ws_bytes), KVE_OK);
+        if (ws_bytes)
+            ck_assert_int_eq(kve_alloc(kve_gpu, ws_bytes, &ws), KVE_OK);
+    }
+    kve_status st = kve_settle(kve_evict(kve_gpu, &b, &o, ws, ws_bytes));
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", kve_last_error());
+    kve_free(kve_gpu, ws);
+    ck_assert_msg(st == st_ref, "%s: status %s (%s), CPU %s (%s)", c->label, kve_status_string(st),
+                  msg, kve_status_string(st_ref), ref_msg);
+    if (st != KVE_OK) {
+        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
+                      "%s: device says \"%s\", CPU \"%s\"", c->label, msg, ref_msg);
+    } else {
+        char why[256];
+        kve_device_fetch(c, &dev, &got);
+        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s: %s", c->label, why);
+    }
+    kve_case_host_free(c, &want);
+    kve_case_host_free(c, &got);
+}
+
+static void kve_evict_cases(uint64_t seed, unsigned n, kve_case_limits lim, uint32_t big_every,
+                            uint32_t big_slots)
+{
+    uint64_t rng = seed;
+    uint32_t small = lim.max_slots;
+    for (unsigned i = 0; i < n; i++) {
+        kve_case c;
+        lim.max_slots = big_every && i % big_every == big_every - 1 ? big_slots : small;
+        ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
+        kve_check_evict(&c, (int)(i & 1));
+        kve_case_free(&c);
+    }
+}
+
+START_TEST(test_evict_golden)
+{
+    for (size_t i = 0; i < KVE_GOLDEN_N_CASES; i++) {
+        const kve_golden_case *g = &kve_golden_cases[i];
+        kve_seq seq = {g->seq_id, g->prompt, g->round};
+        unsigned char *d = kve_arena;
+        ck_assert_int_eq(kve_copy(kve_gpu, d, &seq, sizeof seq, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, d + 256, g->slot_pos, g->n_slots * 4, KVE_COPY_HOST_TO_BACKEND),
+                         KVE_OK);
+        kve_batch b = {g->seed, g->flags, 1, (kve_seq *)d, 1, 1, g->layer, g->head, g->n_slots,
+                       g->budget, g->window, (int32_t *)(d + 256), g->n_slots};
+        kve_evict_out o = {(int32_t *)(d + 4096), 64, (uint32_t *)(d + 8192), (uint32_t *)(d + 8196),
+                           d + 8200, (int32_t *)(d + 12288), 64};
+        ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &b, &o, NULL, 0)), KVE_OK);
+        int32_t ev[64], kept[64];
+        uint32_t counts[2];
+        uint8_t flags;
+        ck_assert_int_eq(kve_copy(kve_gpu, counts, d + 8192, 8, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, &flags, d + 8200, 1, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, ev, d + 4096, sizeof ev, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, kept, d + 12288, sizeof kept, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_msg(counts[0] == g->n_evicted && counts[1] == g->n_kept, "%s", g->name);
+        ck_assert_int_eq(memcmp(ev, g->evicted, g->n_evicted * 4), 0);
+        ck_assert_int_eq(memcmp(kept, g->kept, g->n_kept * 4), 0);
+        ck_assert_int_eq(flags, g->over_budget ? KVE_HEAD_OVER_BUDGET : 0);
+    }
+}
+END_TEST
+
+START_TEST(test_evict_random)
+{
+    kve_case_limits lim = {3000, 4, 0};
+    /* every 100th case up to 40000 slots: past shared memory, into the workspace */
+    kve_evict_cases(0x6e0001, kve_env_count("KVE_GPU_CASES", 10000), lim, 100, 40000);
+}
+END_TEST
+
+START_TEST(test_evict_errors)
+{
+    kve_case_limits lim = {2000, 4, 1};
+    kve_evict_cases(0x6e0002, 500, lim, 0, 0);
+    /* the records were cleared: a good call is clean again */
+    kve_case_limits ok = {100, 2, 0};
+    kve_evict_cases(0x6e0003, 10, ok, 0, 0);
+}
+END_TEST
+
+static void kve_check_compact(const kve_case *c)
+{
+    kve_case_bufs want, got, dev;
+    kve_compact_desc d;
+    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
+    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
+    kve_case_bind_compact(c, &want, &d);
+    kve_status st_ref = kve_compact(kve_cpu, &d);
+    char ref_msg[512];
+    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
+    kve_device_copy(c, &dev);
+    kve_case_bind_compact(c, &dev, &d);
+    kve_status st = kve_settle(kve_compact(kve_gpu, &d));
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", kve_last_error());
+    ck_assert_msg(st == st_ref, "%s: status %s (%s), CPU %s (%s)", c->label, kve_status_string(st),
+                  msg, kve_status_string(st_ref), ref_msg);
+    if (st != KVE_OK) {
+        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
+                      "%s: device says \"%s\", CPU \"%s\"", c->label, msg, ref_msg);
+    } else {
+        char why[256];
+        kve_device_fetch(c, &dev, &got);
+        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s: %s", c->label, why);
+    }
+    kve_case_host_free(c, &want);
+    kve_case_host_free(c, &got);
+}
+
+static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
+{
+    uint64_t rng = seed;
+    kve_case_limits lim = {1500, 3, 0}, clim = {1500, 3, errors};
+    for (unsigned i = 0; i < n; i++) {
+        kve_case ev, c;
+        ck_assert_int_eq(kve_case_evict(&ev, &rng, &lim), 0);
+        ck_assert_int_eq(kve_case_compact(&c, &ev, kve_cpu, &rng, &clim), 0);
+        kve_check_compact(&c);
+        kve_case_free(&c);
+        kve_case_free(&ev);
+    }
+}
+
+START_TEST(test_compact_random) { kve_compact_cases(0x6e0004, 2000, 0); }
+END_TEST
+
+START_TEST(test_compact_errors) { kve_compact_cases(0x6e0005, 300, 1); }
+END_TEST
+
+/* A serving batch in one call (G3-shaped, fewer sequences): same digest. */
+START_TEST(test_digest_batch)
+{
+    enum { SEQS = 16, LAYERS = 36, HEADS = 8, SLOTS = 2112 };
+    size_t heads = (size_t)SEQS * LAYERS * HEADS, rows = heads * SLOTS;
+    kve_seq seqs[SEQS];
+    int32_t *slots = malloc(rows * 4);
+    ck_assert_ptr_nonnull(slots);
+    for (int s = 0; s < SEQS; s++)
+        seqs[s] = (kve_seq){1000 + (uint64_t)s, 1024, (uint32_t)s % 3};
+    for (size_t i = 0; i < rows; i++)
+        slots[i] = (int32_t)(i % SLOTS);
+    kve_batch b = {2609, 0, SEQS, seqs, LAYERS, HEADS, 0, 0, SLOTS, 2048, 64, slots, SLOTS};
+    size_t ev_stride = SLOTS - 2048;
+    int32_t *ev = malloc(heads * ev_stride * 4);
+    uint32_t *ne = malloc(heads * 4), *nk = malloc(heads * 4);
+    ck_assert(ev && ne && nk);
+    kve_evict_out o = {ev, ev_stride, ne, nk, NULL, NULL, 0};
+    uint64_t want = 0, got = 1;
+    ck_assert_int_eq(kve_evict(kve_cpu, &b, &o, NULL, 0), KVE_OK);
+    ck_assert_int_eq(kve_digest(kve_cpu, &b, &o, &want), KVE_OK);
+
+    unsigned char *d = kve_arena;
+    size_t off_slots = 4096, off_ev = off_slots + rows * 4, off_ne = off_ev + heads * ev_stride * 4,
+           off_nk = off_ne + heads * 4;
+    ck_assert_int_eq(kve_copy(kve_gpu, d, seqs, sizeof seqs, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+    ck_assert_int_eq(kve_copy(kve_gpu, d + off_slots, slots, rows * 4, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+    kve_batch db = b;
+    db.seqs = (kve_seq *)d;
+    db.slot_pos = (int32_t *)(d + off_slots);
+    kve_evict_out dout = {(int32_t *)(d + off_ev), ev_stride, (uint32_t *)(d + off_ne),
+                          (uint32_t *)(d + off_nk), NULL, NULL, 0};
+    ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &db, &dout, NULL, 0)), KVE_OK);
+    ck_assert_int_eq(kve_digest(kve_gpu, &db, &dout, &got), KVE_OK);
+    ck_assert_msg(got == want, "digest 0x%016llx, CPU 0x%016llx", (unsigned long long)got,
+                  (unsigned long long)want);
+    free(slots);
+    free(ev);
+    free(ne);
+    free(nk);
+}
+END_TEST
+
+/* Bad calls the host catches still fail before any launch. */
+START_TEST(test_host_checks)
+{
+    kve_batch b;
+    memset(&b, 0, sizeof b);
+    size_t bytes;
+    ck_assert_int_eq(kve_evict_workspace_size(kve_gpu, NULL, &bytes), KVE_ERR_NULL);
+    b.flags = 0x100;
+    ck_assert_int_eq(kve_evict_workspace_size(kve_gpu, &b, &bytes), KVE_ERR_INVALID);
+    ck_assert_int_eq(kve_context_set_device(kve_gpu, 1 << 20), KVE_ERR_RANGE);
+    ck_assert_int_eq(kve_context_synchronize(kve_gpu), KVE_OK);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || kve_backend_from_name(argv[1], &kve_gpu_backend) != KVE_OK ||
+        (kve_gpu_backend != KVE_BACKEND_CUDA && kve_gpu_backend != KVE_BACKEND_HIP)) {
+        fprintf(stderr, "usage: test_gpu cuda|hip\n");
+        return 2;
+    }
+    int available = 0;
+    kve_backend_available(kve_gpu_backend, &available);
+    if (!available) {
+        printf("skipped: no %s device here (or libkvevict_%s.so not found)\n", argv[1], argv[1]);
+        return 77;
+    }
+    Suite *s = suite_create(argv[1]);
+    TCase *tc = tcase_create("device");
+    tcase_add_unchecked_fixture(tc, kve_setup, kve_teardown);
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_host_checks);
+    tcase_add_test(tc, test_keys);
+    tcase_add_test(tc, test_evict_golden);
+    tcase_add_test(tc, test_evict_random);
+    tcase_add_test(tc, test_evict_errors);
+    tcase_add_test(tc, test_compact_random);
+    tcase_add_test(tc, test_compact_errors);
+    tcase_add_test(tc, test_digest_batch);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* a GPU runtime does not survive fork() */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
