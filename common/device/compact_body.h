@@ -121,12 +121,12 @@ KVE_FN uint32_t kve_compact_tile(kve_tc *tc, kve_compact_smem *sm, const int32_t
 
 /* Move entries first..first+count-1 of one head from their source slots
  * map[0..count) (skipping those already in place), in units of T. */
-#define KVE_DEFINE_MOVE(name, T)                                                                 \
+#define KVE_DEFINE_MOVE(name, T, ZERO)                                                               \
     KVE_FN void name(kve_tc *tc, const kve_compact_args *a, const unsigned char *src, size_t ss,  \
                      unsigned char *dst, size_t ds, const uint32_t *map, uint32_t first,          \
                      uint32_t count)                                                             \
     {                                                                                            \
-        const T zero = {0};                                                                      \
+        const T zero = ZERO;                                                                     \
         uint32_t units = a->units, chunk = tc->nt * KVE_MOVE_REGS;                               \
         uint32_t step_j = chunk / units, step_off = chunk % units;                               \
         uint32_t j[KVE_MOVE_REGS], off[KVE_MOVE_REGS];                                           \
@@ -153,9 +153,9 @@ KVE_FN uint32_t kve_compact_tile(kve_tc *tc, kve_compact_smem *sm, const int32_t
             }                                                                                    \
         }                                                                                        \
     }
-KVE_DEFINE_MOVE(kve_move_v16, kve_vec16)
-KVE_DEFINE_MOVE(kve_move_u32, uint32_t)
-KVE_DEFINE_MOVE(kve_move_u8, uint8_t)
+KVE_DEFINE_MOVE(kve_move_v16, kve_vec16, kve_vec16_zero())
+KVE_DEFINE_MOVE(kve_move_u32, uint32_t, 0)
+KVE_DEFINE_MOVE(kve_move_u8, uint8_t, 0)
 
 /* Where head h's slot 0 lies in a cache view. */
 KVE_FN unsigned char *kve_view_base(const kve_cache_view *v, const kve_compact_desc *d, uint64_t h)

@@ -85,6 +85,7 @@ KVE_FN uint32_t kve_atomic_cas_u32(uint32_t *p, uint32_t expect, uint32_t desire
 
 /* 16 bytes moved by one load and one store (ld/st.global.v4). */
 typedef uint4 kve_vec16;
+KVE_FN kve_vec16 kve_vec16_zero(void) { return make_uint4(0, 0, 0, 0); }
 
 #else /* host emulation */
 
@@ -128,6 +129,7 @@ KVE_FN uint32_t kve_atomic_cas_u32(uint32_t *p, uint32_t expect, uint32_t desire
 typedef struct kve_vec16 {
     _Alignas(16) uint32_t w[4];
 } kve_vec16;
+KVE_FN kve_vec16 kve_vec16_zero(void) { return (kve_vec16){{0, 0, 0, 0}}; }
 
 #endif
 

@@ -95,3 +95,18 @@ int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d
         return -1;
     return kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_slots_body, &a);
 }
+
+int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
+                     const kve_case_bufs *bufs, kve_emu_errors *e, uint32_t *unit_used)
+{
+    if (c->is_compact) {
+        kve_compact_desc d;
+        kve_case_bind_compact(c, bufs, &d);
+        return kve_emu_compact(pool, grid, &d, e, unit_used);
+    }
+    kve_batch b;
+    kve_evict_out o;
+    kve_case_bind_evict(c, bufs, &b, &o);
+    *unit_used = 0;
+    return kve_emu_evict(pool, grid, global_scratch, &b, &o, e);
+}

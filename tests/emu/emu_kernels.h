@@ -7,6 +7,7 @@
 #define KVE_EMU_KERNELS_H
 
 #include "emu_harness.h"
+#include "kve_cases.h"
 #include "kvevict.h"
 
 /* The device's error records after a launch (KVE_DEV_ERR_KINDS words). */
@@ -30,5 +31,9 @@ int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const k
 /* kve_compact: the move kernel on @p grid blocks, then the slots kernel. */
 int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d,
                     kve_emu_errors *e, uint32_t *unit_used);
+
+/* A case of kve_cases.h over @p bufs: eviction or compaction. */
+int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
+                     const kve_case_bufs *bufs, kve_emu_errors *e, uint32_t *unit_used);
 
 #endif

@@ -361,11 +361,44 @@ int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_b
     return 0;
 }
 
-long long kve_message_head(const char *msg)
+/* The "head N" a kve_last_error()-style message names, or -1. */
+static long long kve_message_head(const char *msg)
 {
     const char *p = strstr(msg, "[head ");
     if (p)
         return strtoll(p + 6, NULL, 10);
     p = strstr(msg, "n_evicted[");
     return p ? strtoll(p + 10, NULL, 10) : -1;
+}
+
+kve_status kve_case_run(kve_context *ctx, const kve_case *c, const kve_case_bufs *bufs,
+                        void *workspace, size_t workspace_bytes)
+{
+    if (c->is_compact) {
+        kve_compact_desc d;
+        kve_case_bind_compact(c, bufs, &d);
+        return kve_compact(ctx, &d);
+    }
+    kve_batch b;
+    kve_evict_out o;
+    kve_case_bind_evict(c, bufs, &b, &o);
+    return kve_evict(ctx, &b, &o, workspace, workspace_bytes);
+}
+
+int kve_case_verdict(const kve_case *c, kve_status st_a, const char *msg_a,
+                     const kve_case_bufs *a, kve_status st_b, const char *msg_b,
+                     const kve_case_bufs *b, char *why, size_t why_bytes)
+{
+    if (st_a != st_b) {
+        snprintf(why, why_bytes, "status %s (%s) vs %s (%s)", kve_status_string(st_a), msg_a,
+                 kve_status_string(st_b), msg_b);
+        return 1;
+    }
+    if (st_a != KVE_OK) {
+        if (kve_message_head(msg_a) == kve_message_head(msg_b))
+            return 0;
+        snprintf(why, why_bytes, "\"%s\" vs \"%s\": not the same head", msg_a, msg_b);
+        return 1;
+    }
+    return kve_case_compare(c, a, b, why, why_bytes);
 }

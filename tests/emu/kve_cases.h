@@ -72,7 +72,16 @@ void kve_case_bind_compact(const kve_case *c, const kve_case_bufs *bufs, kve_com
 int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_bufs *y, char *why,
                      size_t why_bytes);
 
-/* The "head N" a kve_last_error()-style message names, or -1. */
-long long kve_message_head(const char *msg);
+/* Run the case (kve_evict or kve_compact) on @p ctx over @p bufs; the
+ * eviction gets @p workspace (NULL: the library allocates). */
+kve_status kve_case_run(kve_context *ctx, const kve_case *c, const kve_case_bufs *bufs,
+                        void *workspace, size_t workspace_bytes);
+
+/* Whether two runs of a case agree: the same status; for an error the same
+ * head in the message (kve_last_error() style), else the same outputs.
+ * 0 when they do; else 1 with the difference in @p why. */
+int kve_case_verdict(const kve_case *c, kve_status st_a, const char *msg_a,
+                     const kve_case_bufs *a, kve_status st_b, const char *msg_b,
+                     const kve_case_bufs *b, char *why, size_t why_bytes);
 
 #endif

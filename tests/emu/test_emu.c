@@ -127,40 +127,29 @@ START_TEST(test_evict_golden)
 }
 END_TEST
 
-/* One random case through the reference and the emulator; 0 when equal. */
-static void kve_check_evict_case(const kve_case *c, kve_context *ref, uint64_t *rng, int expect_error)
+/* One case through the reference and the emulator, on a random block
+ * shape, grid and scratch placement: same status and outputs. */
+static void kve_check_case(const kve_case *c, kve_context *ref, uint64_t *rng, int expect_error)
 {
     kve_case_bufs want, got;
-    kve_batch b;
-    kve_evict_out o;
     ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
     ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
-    kve_case_bind_evict(c, &want, &b, &o);
-    kve_status st_ref = kve_evict(ref, &b, &o, NULL, 0);
-    char ref_msg[512];
+    kve_status st_ref = kve_case_run(ref, c, &want, NULL, 0);
+    char ref_msg[512], msg[512], why[1280];
     snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
-
+    ck_assert_msg(expect_error || st_ref == KVE_OK, "%s: %s", c->label, ref_msg);
     size_t s = kve_pick_shape(rng);
-    uint32_t grid = 1 + kve_rand_below(rng, (uint32_t)c->heads + 2);
+    uint32_t work = (uint32_t)c->heads * (c->is_compact ? c->desc.n_caches : 1);
+    uint32_t grid = 1 + kve_rand_below(rng, work + 2), unit = 0;
     int global = (int)kve_rand_below(rng, 2);
-    kve_case_bind_evict(c, &got, &b, &o);
     kve_emu_errors e;
     kve_emu_errors_reset(&e);
-    ck_assert_int_eq(kve_emu_evict(kve_pools[s], grid, global, &b, &o, &e), 0);
-    char msg[512];
+    ck_assert_int_eq(kve_emu_run_case(kve_pools[s], grid, global, c, &got, &e, &unit), 0);
     kve_status st = kve_emu_errors_status(&e, msg, sizeof msg);
-    ck_assert_msg(st == st_ref, "%s [%ux%u grid %u]: status %d (%s), reference %d (%s)", c->label,
-                  kve_shapes[s][0], kve_shapes[s][1], grid, st, msg, st_ref, ref_msg);
-    if (st != KVE_OK) {
-        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
-                      "%s: device says \"%s\", reference \"%s\"", c->label, msg, ref_msg);
-    } else {
-        char why[256];
-        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s [%ux%u grid %u %s]: %s",
-                      c->label, kve_shapes[s][0], kve_shapes[s][1], grid,
-                      global ? "global" : "shared", why);
-    }
-    ck_assert(expect_error || st == KVE_OK);
+    ck_assert_msg(!kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
+                  "%s [block %u, warp %u, grid %u, %s scratch, unit %u]: emulated vs CPU: %s",
+                  c->label, kve_shapes[s][0], kve_shapes[s][1], grid, global ? "global" : "shared",
+                  unit, why);
     kve_case_host_free(c, &want);
     kve_case_host_free(c, &got);
 }
@@ -175,7 +164,7 @@ START_TEST(test_evict_random)
         kve_case c;
         lim.max_slots = i % 50 == 49 ? 2500 : 700; /* a few over 2048 slots */
         ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
-        kve_check_evict_case(&c, ref, &rng, 0);
+        kve_check_case(&c, ref, &rng, 0);
         kve_case_free(&c);
     }
     kve_context_destroy(ref);
@@ -190,45 +179,12 @@ START_TEST(test_evict_errors)
     for (unsigned i = 0; i < 200; i++) {
         kve_case c;
         ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
-        kve_check_evict_case(&c, ref, &rng, 1);
+        kve_check_case(&c, ref, &rng, 1);
         kve_case_free(&c);
     }
     kve_context_destroy(ref);
 }
 END_TEST
-
-static void kve_check_compact_case(const kve_case *c, kve_context *ref, uint64_t *rng)
-{
-    kve_case_bufs want, got;
-    kve_compact_desc d;
-    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
-    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
-    kve_case_bind_compact(c, &want, &d);
-    kve_status st_ref = kve_compact(ref, &d);
-    char ref_msg[512];
-    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
-    size_t s = kve_pick_shape(rng);
-    uint32_t grid = 1 + kve_rand_below(rng, (uint32_t)c->heads * c->desc.n_caches + 2), unit = 0;
-    kve_case_bind_compact(c, &got, &d);
-    kve_emu_errors e;
-    kve_emu_errors_reset(&e);
-    ck_assert_int_eq(kve_emu_compact(kve_pools[s], grid, &d, &e, &unit), 0);
-    char msg[512];
-    kve_status st = kve_emu_errors_status(&e, msg, sizeof msg);
-    ck_assert_msg(st == st_ref, "%s: status %d (%s), reference %d (%s)", c->label, st, msg, st_ref,
-                  ref_msg);
-    if (st != KVE_OK) {
-        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
-                      "%s: device says \"%s\", reference \"%s\"", c->label, msg, ref_msg);
-    } else {
-        char why[256];
-        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why),
-                      "%s [%ux%u grid %u, unit %u]: %s", c->label, kve_shapes[s][0],
-                      kve_shapes[s][1], grid, unit, why);
-    }
-    kve_case_host_free(c, &want);
-    kve_case_host_free(c, &got);
-}
 
 static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
 {
@@ -239,7 +195,7 @@ static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
         kve_case ev, c;
         ck_assert_int_eq(kve_case_evict(&ev, &rng, &lim), 0);
         ck_assert_int_eq(kve_case_compact(&c, &ev, ref, &rng, &clim), 0);
-        kve_check_compact_case(&c, ref, &rng);
+        kve_check_case(&c, ref, &rng, errors);
         kve_case_free(&c);
         kve_case_free(&ev);
     }

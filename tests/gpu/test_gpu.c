@@ -115,42 +115,33 @@ START_TEST(test_keys)
 }
 END_TEST
 
-/* One eviction case on the CPU and the GPU; outputs or errors must agree. */
-static void kve_check_evict(const kve_case *c, int use_workspace)
+/* One case on the CPU and the GPU: same status and outputs. The eviction
+ * takes a workspace of its own when @p use_workspace, else the library's. */
+static void kve_check_case(const kve_case *c, int use_workspace)
 {
     kve_case_bufs want, got, dev;
-    kve_batch b;
-    kve_evict_out o;
     ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
     ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
-    kve_case_bind_evict(c, &want, &b, &o);
-    kve_status st_ref = kve_evict(kve_cpu, &b, &o, NULL, 0);
-    char ref_msg[512];
+    kve_status st_ref = kve_case_run(kve_cpu, c, &want, NULL, 0);
+    char ref_msg[512], msg[512], why[1280];
     snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
-
     kve_device_copy(c, &dev);
-    kve_case_bind_evict(c, &dev, &b, &o);
     void *ws = NULL;
     size_t ws_bytes = 0;
-    if (use_workspace) {
+    if (use_workspace && !c->is_compact) {
+        kve_batch b;
+        kve_evict_out o;
+        kve_case_bind_evict(c, &dev, &b, &o);
         ck_assert_int_eq(kve_evict_workspace_size(kve_gpu, &b, &ws_bytes), KVE_OK);
         if (ws_bytes)
             ck_assert_int_eq(kve_alloc(kve_gpu, ws_bytes, &ws), KVE_OK);
     }
-    kve_status st = kve_settle(kve_evict(kve_gpu, &b, &o, ws, ws_bytes));
-    char msg[512];
+    kve_status st = kve_settle(kve_case_run(kve_gpu, c, &dev, ws, ws_bytes));
     snprintf(msg, sizeof msg, "%s", kve_last_error());
     kve_free(kve_gpu, ws);
-    ck_assert_msg(st == st_ref, "%s: status %s (%s), CPU %s (%s)", c->label, kve_status_string(st),
-                  msg, kve_status_string(st_ref), ref_msg);
-    if (st != KVE_OK) {
-        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
-                      "%s: device says \"%s\", CPU \"%s\"", c->label, msg, ref_msg);
-    } else {
-        char why[256];
-        kve_device_fetch(c, &dev, &got);
-        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s: %s", c->label, why);
-    }
+    kve_device_fetch(c, &dev, &got);
+    ck_assert_msg(!kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
+                  "%s: device vs CPU: %s", c->label, why);
     kve_case_host_free(c, &want);
     kve_case_host_free(c, &got);
 }
@@ -164,7 +155,7 @@ static void kve_evict_cases(uint64_t seed, unsigned n, kve_case_limits lim, uint
         kve_case c;
         lim.max_slots = big_every && i % big_every == big_every - 1 ? big_slots : small;
         ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
-        kve_check_evict(&c, (int)(i & 1));
+        kve_check_case(&c, (int)(i & 1));
         kve_case_free(&c);
     }
 }
@@ -216,35 +207,6 @@ START_TEST(test_evict_errors)
 }
 END_TEST
 
-static void kve_check_compact(const kve_case *c)
-{
-    kve_case_bufs want, got, dev;
-    kve_compact_desc d;
-    ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
-    ck_assert_int_eq(kve_case_host_copy(c, &got), 0);
-    kve_case_bind_compact(c, &want, &d);
-    kve_status st_ref = kve_compact(kve_cpu, &d);
-    char ref_msg[512];
-    snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
-    kve_device_copy(c, &dev);
-    kve_case_bind_compact(c, &dev, &d);
-    kve_status st = kve_settle(kve_compact(kve_gpu, &d));
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", kve_last_error());
-    ck_assert_msg(st == st_ref, "%s: status %s (%s), CPU %s (%s)", c->label, kve_status_string(st),
-                  msg, kve_status_string(st_ref), ref_msg);
-    if (st != KVE_OK) {
-        ck_assert_msg(kve_message_head(msg) == kve_message_head(ref_msg),
-                      "%s: device says \"%s\", CPU \"%s\"", c->label, msg, ref_msg);
-    } else {
-        char why[256];
-        kve_device_fetch(c, &dev, &got);
-        ck_assert_msg(!kve_case_compare(c, &want, &got, why, sizeof why), "%s: %s", c->label, why);
-    }
-    kve_case_host_free(c, &want);
-    kve_case_host_free(c, &got);
-}
-
 static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
 {
     uint64_t rng = seed;
@@ -253,7 +215,7 @@ static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
         kve_case ev, c;
         ck_assert_int_eq(kve_case_evict(&ev, &rng, &lim), 0);
         ck_assert_int_eq(kve_case_compact(&c, &ev, kve_cpu, &rng, &clim), 0);
-        kve_check_compact(&c);
+        kve_check_case(&c, 0);
         kve_case_free(&c);
         kve_case_free(&ev);
     }
