@@ -112,9 +112,9 @@ static cudaStream_t kve_stream(kve_context *ctx) { return (cudaStream_t)ctx->str
 static kve_status kve_gpu_enter(kve_context *ctx)
 {
     int current = -1;
-    KVE_GPU_TRY(cudaGetDevice(&current), "cudaGetDevice");
+    KVE_GPU_TRY(cudaGetDevice(&current), "get device");
     if (current != kve_gpu_of(ctx)->device)
-        KVE_GPU_TRY(cudaSetDevice(kve_gpu_of(ctx)->device), "cudaSetDevice");
+        KVE_GPU_TRY(cudaSetDevice(kve_gpu_of(ctx)->device), "set device");
     return KVE_OK;
 }
 
@@ -128,10 +128,10 @@ static kve_status kve_gpu_attr(int *out, cudaDeviceAttr attr, int device, const 
 static kve_status kve_gpu_open(kve_gpu *g, int device)
 {
     int count = 0, sms = 0, warp = 0, smem = 0;
-    KVE_GPU_TRY(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    KVE_GPU_TRY(cudaGetDeviceCount(&count), "device count");
     KVE_GPU_CHECK(device >= count, KVE_ERR_RANGE, "device = %d: this machine has %d %s device(s)",
                   device, count, KVE_GPU_VENDOR);
-    KVE_GPU_TRY(cudaSetDevice(device), "cudaSetDevice");
+    KVE_GPU_TRY(cudaSetDevice(device), "set device");
     KVE_TRY(kve_gpu_attr(&sms, cudaDevAttrMultiProcessorCount, device, "multiprocessor count"));
     KVE_TRY(kve_gpu_attr(&warp, cudaDevAttrWarpSize, device, "warp size"));
     KVE_TRY(kve_gpu_attr(&smem, KVE_GPU_SMEM_ATTR, device, "shared memory per block"));
@@ -141,7 +141,7 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
                   warp);
     cudaFuncAttributes fa;
     KVE_GPU_TRY(cudaFuncGetAttributes(&fa, (const void *)kve_evict_kernel),
-                "cudaFuncGetAttributes (is this device's architecture in the build?)");
+                "kernel attributes (is this device's architecture in the build?)");
     g->device = device;
     g->sm_count = (uint32_t)sms;
     g->warp = (uint32_t)warp;
@@ -150,15 +150,15 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
     KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_evict_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)g->smem_dyn_max),
-                "cudaFuncSetAttribute");
+                "kernel shared memory limit");
 #endif
-    KVE_GPU_TRY(cudaMalloc((void **)&g->errors, KVE_DEV_ERR_KINDS * sizeof(uint64_t)), "cudaMalloc");
+    KVE_GPU_TRY(cudaMalloc((void **)&g->errors, KVE_DEV_ERR_KINDS * sizeof(uint64_t)), "malloc");
     cudaError_t e = cudaMemset(g->errors, 0xff, KVE_DEV_ERR_KINDS * sizeof(uint64_t));
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize(); /* visible to any stream, blocking or not */
     if (e != cudaSuccess) {
         (void)cudaFree(g->errors);
-        return kve_gpu_fail(e, "cudaMemset");
+        return kve_gpu_fail(e, "memset");
     }
     return KVE_OK;
 }
@@ -213,14 +213,14 @@ static kve_status gpu_set_device(kve_context *ctx, int device)
 static kve_status gpu_alloc(kve_context *ctx, size_t bytes, void **out)
 {
     KVE_TRY(kve_gpu_enter(ctx));
-    KVE_GPU_TRY(cudaMalloc(out, bytes), "cudaMalloc");
+    KVE_GPU_TRY(cudaMalloc(out, bytes), "malloc");
     return KVE_OK;
 }
 
 static kve_status gpu_free(kve_context *ctx, void *ptr)
 {
     KVE_TRY(kve_gpu_enter(ctx));
-    KVE_GPU_TRY(cudaFree(ptr), "cudaFree");
+    KVE_GPU_TRY(cudaFree(ptr), "free");
     return KVE_OK;
 }
 
@@ -230,8 +230,8 @@ static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                            cudaMemcpyDeviceToDevice};
     KVE_TRY(kve_gpu_enter(ctx));
-    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], kve_stream(ctx)), "cudaMemcpyAsync");
-    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], kve_stream(ctx)), "memcpy");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     return KVE_OK;
 }
 
@@ -242,15 +242,15 @@ static kve_status gpu_synchronize(kve_context *ctx)
     kve_gpu *g = kve_gpu_of(ctx);
     uint64_t rec[KVE_DEV_ERR_KINDS];
     KVE_GPU_TRY(cudaMemcpyAsync(rec, g->errors, sizeof rec, cudaMemcpyDeviceToHost, kve_stream(ctx)),
-                "cudaMemcpyAsync (error records)");
-    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+                "memcpy (error records)");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     int raised = 0;
     for (int k = 0; k < KVE_DEV_ERR_KINDS; k++)
         raised |= rec[k] != KVE_DEV_ERR_NONE;
     if (!raised)
         return KVE_OK;
-    KVE_GPU_TRY(cudaMemsetAsync(g->errors, 0xff, sizeof rec, kve_stream(ctx)), "cudaMemsetAsync");
-    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "cudaStreamSynchronize");
+    KVE_GPU_TRY(cudaMemsetAsync(g->errors, 0xff, sizeof rec, kve_stream(ctx)), "memset (error records)");
+    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     return kve_dev_errors_status(rec, kve_host->set_error);
 }
 
