@@ -11,6 +11,7 @@
 #define KVE_BACKEND_IMPL_H
 
 #include "kvevict.h"
+#include "kve_state.h"
 
 #define KVE_BACKEND_ABI_VERSION 1u
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
@@ -50,6 +51,12 @@ typedef struct kve_backend_ops {
     kve_status (*evict)(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
                         void *workspace, size_t workspace_bytes);
     kve_status (*compact)(kve_context *ctx, const kve_compact_desc *desc);
+
+    /* Engine integration (common/kve_state.h). NULL: the public call returns
+     * KVE_ERR_UNAVAILABLE. state_update runs a list of independent jobs on a
+     * cache state's tables; cache_write gets a desc with dense strides resolved. */
+    kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
+    kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

@@ -448,7 +448,9 @@ KVE_API kve_status kve_state_retire(kve_state *state, uint32_t row);
  *        0 advances the state without a mapping.
  * @param mapping_len elements at slot_mapping: >= table_layers * n_total *
  *        table_heads.
- * @return KVE_OK, or an error with the state unchanged.
+ * @return KVE_OK, or an error with the state unchanged (every argument is
+ *         checked first; should the backend itself fail mid-way, rebuild the
+ *         call's rows with kve_state_rebuild).
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                     const uint32_t *n_new, int64_t *slot_mapping,

@@ -216,6 +216,8 @@ static const kve_backend_ops kve_cpu_ops = {
     cpu_evict_workspace_size,
     cpu_evict,
     cpu_compact,
+    kve_cpu_state_update,
+    kve_cpu_cache_write,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

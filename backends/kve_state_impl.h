@@ -1,0 +1,57 @@
+/* kve_state_impl.h — the cache state's insides, shared by state.c and
+ * state_rebuild.c. */
+#ifndef KVE_STATE_IMPL_H
+#define KVE_STATE_IMPL_H
+
+#include "kve_backend_impl.h"
+
+/* Host bookkeeping of one row. */
+typedef struct kve_state_row {
+    uint32_t active, prompt, capacity;
+    uint32_t n_tokens;  /* positions 0 .. n_tokens-1 appended */
+    uint32_t round;     /* evictions so far */
+    uint32_t free_left; /* freed slots of the last round not refilled (n_tokens >= capacity) */
+    uint64_t seq_id;
+} kve_state_row;
+
+/* Per-row scratch of one append. */
+typedef struct kve_state_work {
+    uint32_t left, done; /* tokens still to place, placed */
+    uint32_t base;       /* mapping index of the row's first token */
+    uint32_t pos0;       /* position of the row's first token */
+    uint8_t evict, verify, mark;
+} kve_state_work;
+
+struct kve_state {
+    kve_context *ctx;
+    kve_state_desc d;
+    uint32_t tl, th; /* table layers, table heads */
+    size_t tables, row_stride, freed_table_stride, freed_row_stride;
+    size_t offsets[5], memory_bytes, workspace_bytes;
+    void *memory;
+    int owned;
+    /* backend memory */
+    int32_t *slot_pos, *freed;
+    kve_seq *seqs;
+    uint32_t *n_evicted, *n_kept;
+    void *workspace;
+    /* host memory, max_seqs each (one allocation at rows) */
+    kve_state_row *rows;
+    kve_state_work *work;
+    kve_state_job *jobs;
+};
+
+/* kve_evict's batch for one row of @p n_slots slots. */
+kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots);
+/* Run s->jobs[0 .. n_jobs) through the backend. */
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t n_total);
+/* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
+kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
+/* Reset row @p row's tables and bookkeeping to an admitted, empty sequence. */
+kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
+                              uint32_t capacity);
+/* kve_state_append after its checks. */
+kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                 const uint32_t *n_new, int64_t *mapping, size_t n_total);
+
+#endif

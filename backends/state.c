@@ -1,0 +1,446 @@
+/*
+ * state.c — the cache state: docs/SPEC.md "Schedule" for a batch of
+ * sequences. Slot tables, freed-slot lists and kve_seq rows live in backend
+ * memory and change only through the backend's state_update jobs and
+ * kve_evict; counts and rounds are host bookkeeping. Rebuild is in
+ * state_rebuild.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kve_error.h"
+#include "kve_state_impl.h"
+
+#define KVE_I32_MAX 0x7fffffffu
+#define KVE_ALIGN256(x) (((x) + 255) & ~(size_t)255)
+
+kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uint32_t *out_slots)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "schedule is NULL");
+    KVE_RETURN_ERROR_IF(!out_slots, KVE_ERR_NULL, "out_slots is NULL");
+    KVE_RETURN_ERROR_IF(s->flags & ~(uint32_t)KVE_KEY_FLAGS, KVE_ERR_INVALID,
+                        "schedule.flags = 0x%x: only KVE_PERSISTENT, KVE_SHARED_HEADS, "
+                        "KVE_SHARED_LAYERS",
+                        s->flags);
+    KVE_RETURN_ERROR_IF(s->budget > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "schedule.budget = %u: must be <= 2^31-1", s->budget);
+    KVE_RETURN_ERROR_IF(s->window > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "schedule.window = %u: must be <= 2^31-1", s->window);
+    KVE_RETURN_ERROR_IF(s->interval == 0 || s->interval > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "schedule.interval = %u: must be 1..2^31-1 (each round frees r slots)",
+                        s->interval);
+    uint64_t protect = (uint64_t)prompt_len + s->window;
+    uint64_t c = (protect > s->budget ? protect : s->budget) + s->interval;
+    KVE_RETURN_ERROR_IF(c > KVE_I32_MAX, KVE_ERR_OVERFLOW,
+                        "prompt_len = %u: capacity max(B, P + W) + r = %llu exceeds 2^31-1",
+                        prompt_len, (unsigned long long)c);
+    *out_slots = (uint32_t)c;
+    return KVE_OK;
+}
+
+/* Checks @p d and lays out the state's backend memory. */
+static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_state *s)
+{
+    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_RETURN_ERROR_IF(!d, KVE_ERR_NULL, "desc is NULL");
+    uint32_t min_slots;
+    KVE_TRY(kve_schedule_capacity(&d->schedule, 0, &min_slots));
+    KVE_RETURN_ERROR_IF(d->max_seqs == 0, KVE_ERR_RANGE, "desc.max_seqs = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(d->n_layers == 0, KVE_ERR_RANGE, "desc.n_layers = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(d->n_heads == 0, KVE_ERR_RANGE, "desc.n_heads = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(d->layer_offset > UINT32_MAX - (d->n_layers - 1), KVE_ERR_OVERFLOW,
+                        "desc.layer_offset = %u: layer_offset + n_layers - 1 exceeds 2^32-1",
+                        d->layer_offset);
+    KVE_RETURN_ERROR_IF(d->head_offset > UINT32_MAX - (d->n_heads - 1), KVE_ERR_OVERFLOW,
+                        "desc.head_offset = %u: head_offset + n_heads - 1 exceeds 2^32-1",
+                        d->head_offset);
+    KVE_RETURN_ERROR_IF(d->max_slots > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "desc.max_slots = %u: must be <= 2^31-1", d->max_slots);
+    KVE_RETURN_ERROR_IF(d->max_slots < min_slots, KVE_ERR_RANGE,
+                        "desc.max_slots = %u: below max(B, W) + r = %u, the capacity of an "
+                        "empty prompt",
+                        d->max_slots, min_slots);
+    memset(s, 0, sizeof *s);
+    s->ctx = ctx;
+    s->d = *d;
+    s->tl = (d->schedule.flags & KVE_SHARED_LAYERS) ? 1 : d->n_layers;
+    s->th = (d->schedule.flags & KVE_SHARED_HEADS) ? 1 : d->n_heads;
+    s->tables = (size_t)s->tl * s->th;
+    /* max_slots >= B + r: an eviction of up to max_slots slots evicts at most max_slots - B. */
+    s->freed_table_stride = d->max_slots - d->schedule.budget;
+    size_t sizes[5];
+    KVE_RETURN_ERROR_IF(
+        __builtin_mul_overflow(s->tables, (size_t)d->max_slots, &s->row_stride) ||
+            __builtin_mul_overflow(s->tables, s->freed_table_stride, &s->freed_row_stride) ||
+            __builtin_mul_overflow(s->row_stride, (size_t)d->max_seqs * 4, &sizes[0]) ||
+            __builtin_mul_overflow(s->freed_row_stride, (size_t)d->max_seqs * 4, &sizes[1]),
+        KVE_ERR_OVERFLOW, "desc: max_seqs %u x %zu tables x max_slots %u overflows", d->max_seqs,
+        s->tables, d->max_slots);
+    sizes[2] = (size_t)d->max_seqs * sizeof(kve_seq);
+    sizes[3] = s->tables * 4 * 2;                      /* n_evicted, n_kept */
+    kve_batch b = kve_state_batch(s, 0, d->max_slots); /* the shape of every eviction */
+    KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[4]));
+    size_t off = 0;
+    for (int i = 0; i < 5; i++) {
+        s->offsets[i] = off;
+        KVE_RETURN_ERROR_IF(off + KVE_ALIGN256(sizes[i]) < off, KVE_ERR_OVERFLOW,
+                            "desc: state memory overflows");
+        off += KVE_ALIGN256(sizes[i]);
+    }
+    s->workspace_bytes = sizes[4];
+    s->memory_bytes = off;
+    return KVE_OK;
+}
+
+kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots)
+{
+    const kve_schedule *sc = &s->d.schedule;
+    kve_batch b = {sc->seed,
+                   sc->flags | KVE_TRUSTED_SLOTS, /* the state's own tables: unique by design */
+                   1,
+                   s->seqs ? s->seqs + row : NULL,
+                   s->tl,
+                   s->th,
+                   s->d.layer_offset,
+                   s->d.head_offset,
+                   n_slots,
+                   sc->budget,
+                   sc->window,
+                   s->slot_pos ? s->slot_pos + row * s->row_stride : NULL,
+                   s->d.max_slots};
+    return b;
+}
+
+kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc, size_t *out_bytes)
+{
+    KVE_RETURN_ERROR_IF(!out_bytes, KVE_ERR_NULL, "out_bytes is NULL");
+    kve_state s;
+    KVE_TRY(kve_state_plan(ctx, desc, &s));
+    *out_bytes = s.memory_bytes;
+    return KVE_OK;
+}
+
+/* One host allocation holds rows, jobs and work, in that order. */
+_Static_assert(sizeof(kve_state_row) % 8 == 0 && sizeof(kve_state_job) % 8 == 0,
+               "rows and jobs keep the next array 8-byte aligned");
+
+kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *memory,
+                            size_t memory_bytes, kve_state **out)
+{
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    *out = NULL;
+    kve_state plan;
+    KVE_TRY(kve_state_plan(ctx, desc, &plan));
+    KVE_RETURN_ERROR_IF(!ctx->ops->state_update, KVE_ERR_UNAVAILABLE,
+                        "kve_state_create: the %s backend does not implement cache states yet",
+                        ctx->ops->name);
+    KVE_RETURN_ERROR_IF(!memory && memory_bytes, KVE_ERR_NULL,
+                        "memory is NULL but memory_bytes = %zu", memory_bytes);
+    KVE_RETURN_ERROR_IF(memory && memory_bytes < plan.memory_bytes, KVE_ERR_WORKSPACE,
+                        "memory_bytes = %zu: kve_state_memory_size says %zu", memory_bytes,
+                        plan.memory_bytes);
+    kve_state *s = (kve_state *)malloc(sizeof *s);
+    size_t n = desc->max_seqs;
+    void *host = calloc(n, sizeof(kve_state_row) + sizeof(kve_state_work) + sizeof(kve_state_job));
+    if (!s || !host) {
+        free(s);
+        free(host);
+        return kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows", desc->max_seqs);
+    }
+    *s = plan;
+    s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
+    s->jobs = (kve_state_job *)(s->rows + n);
+    s->work = (kve_state_work *)(s->jobs + n);
+    if (!memory) {
+        kve_status st = kve_alloc(ctx, plan.memory_bytes, &memory);
+        if (st != KVE_OK) {
+            free(host);
+            free(s);
+            return st;
+        }
+        s->owned = 1;
+    }
+    char *base = (char *)memory;
+    s->memory = memory;
+    s->slot_pos = (int32_t *)(base + s->offsets[0]);
+    s->freed = (int32_t *)(base + s->offsets[1]);
+    s->seqs = (kve_seq *)(base + s->offsets[2]);
+    s->n_evicted = (uint32_t *)(base + s->offsets[3]);
+    s->n_kept = s->n_evicted + s->tables;
+    s->workspace = s->workspace_bytes ? base + s->offsets[4] : NULL;
+    kve_error_clear();
+    *out = s;
+    return KVE_OK;
+}
+
+kve_status kve_state_destroy(kve_state *s)
+{
+    if (s) {
+        if (s->owned) {
+            kve_context_synchronize(s->ctx);
+            kve_free(s->ctx, s->memory);
+        }
+        free(s->rows);
+        free(s);
+    }
+    return KVE_OK;
+}
+
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t n_total)
+{
+    if (n_jobs == 0)
+        return KVE_OK;
+    kve_state_update u = {.table_layers = s->tl,
+                          .table_heads = s->th,
+                          .slot_pos = s->slot_pos,
+                          .row_stride = s->row_stride,
+                          .table_stride = s->d.max_slots,
+                          .freed = s->freed,
+                          .freed_row_stride = s->freed_row_stride,
+                          .freed_table_stride = s->freed_table_stride,
+                          .seqs = s->seqs,
+                          .mapping = mapping,
+                          .map_layer_stride = n_total * s->th,
+                          .n_jobs = n_jobs,
+                          .jobs = s->jobs};
+    return s->ctx->ops->state_update(s->ctx, &u);
+}
+
+static kve_status kve_check_row(const kve_state *s, uint32_t row, int want_active)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
+                        s->d.max_seqs - 1);
+    const kve_state_row *r = &s->rows[row];
+    KVE_RETURN_ERROR_IF(want_active == 1 && !r->active, KVE_ERR_INVALID,
+                        "row = %u: holds no sequence (admit one first)", row);
+    KVE_RETURN_ERROR_IF(want_active == 0 && r->active, KVE_ERR_INVALID,
+                        "row = %u: already holds seq_id %llu (retire it first)", row,
+                        (unsigned long long)r->seq_id);
+    return KVE_OK;
+}
+
+kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity)
+{
+    KVE_TRY(kve_schedule_capacity(&s->d.schedule, prompt_len, capacity));
+    KVE_RETURN_ERROR_IF(*capacity > s->d.max_slots, KVE_ERR_RANGE,
+                        "prompt_len = %u: needs max(B, P + W) + r = %u slots per head, but the "
+                        "state has max_slots = %u",
+                        prompt_len, *capacity, s->d.max_slots);
+    return KVE_OK;
+}
+
+kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
+                              uint32_t capacity)
+{
+    kve_state_row *r = &s->rows[row];
+    memset(r, 0, sizeof *r);
+    s->jobs[0] = (kve_state_job){KVE_JOB_RESET, row, 0, 0, 0, 0, {0, 0, 0}};
+    KVE_TRY(kve_state_run(s, 1, NULL, 0));
+    r->active = 1;
+    r->seq_id = seq_id;
+    r->prompt = prompt_len;
+    r->capacity = capacity;
+    return KVE_OK;
+}
+
+kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len)
+{
+    KVE_TRY(kve_check_row(s, row, 0));
+    uint32_t capacity;
+    KVE_TRY(kve_state_check_prompt(s, prompt_len, &capacity));
+    return kve_state_open_row(s, row, seq_id, prompt_len, capacity);
+}
+
+kve_status kve_state_retire(kve_state *s, uint32_t row)
+{
+    KVE_TRY(kve_check_row(s, row, 1));
+    s->rows[row].active = 0;
+    return KVE_OK;
+}
+
+/* One eviction round of row @p row, all tables (docs/SPEC.md "Schedule"). */
+static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
+{
+    kve_state_row *r = &s->rows[row];
+    kve_batch b = kve_state_batch(s, row, r->capacity);
+    kve_evict_out o = {s->freed + row * s->freed_row_stride,
+                       s->freed_table_stride,
+                       s->n_evicted,
+                       s->n_kept,
+                       NULL,
+                       NULL,
+                       0};
+    size_t need;
+    KVE_TRY(s->ctx->ops->evict_workspace_size(s->ctx, &b, &need));
+    int fits = need <= s->workspace_bytes;
+    KVE_TRY(kve_evict(s->ctx, &b, &o, fits ? s->workspace : NULL, fits ? s->workspace_bytes : 0));
+    uint32_t r_slots = s->d.schedule.interval;
+    if (s->ctx->ops->host_memory)
+        for (size_t t = 0; t < s->tables; t++)
+            KVE_RETURN_ERROR_IF(s->n_evicted[t] != r_slots, KVE_ERR_INTERNAL,
+                                "row %u, table %zu: a full head evicted %u slots, not r = %u", row,
+                                t, s->n_evicted[t], r_slots);
+    r->round++;
+    r->free_left = r_slots;
+    return KVE_OK;
+}
+
+/* Rows of kve_state_append: distinct, active, positions within int32. */
+static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                   const uint32_t *n_new, int64_t *mapping, size_t mapping_len,
+                                   uint64_t *out_total)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!mapping && mapping_len, KVE_ERR_NULL,
+                        "slot_mapping is NULL but mapping_len = %zu", mapping_len);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        KVE_RETURN_ERROR_IF(rows[i] >= s->d.max_seqs, KVE_ERR_RANGE, "rows[%u] = %u: must be 0..%u",
+                            i, rows[i], s->d.max_seqs - 1);
+        const kve_state_row *r = &s->rows[rows[i]];
+        KVE_RETURN_ERROR_IF(!r->active, KVE_ERR_INVALID, "rows[%u] = %u: holds no sequence", i,
+                            rows[i]);
+        KVE_RETURN_ERROR_IF(s->work[rows[i]].mark, KVE_ERR_INVALID,
+                            "rows[%u] = %u: appears twice in this call", i, rows[i]);
+        s->work[rows[i]].mark = 1;
+        KVE_RETURN_ERROR_IF((uint64_t)r->n_tokens + n_new[i] > KVE_I32_MAX, KVE_ERR_RANGE,
+                            "n_new[%u] = %u: row %u would pass position 2^31-1 (it holds %u "
+                            "tokens)",
+                            i, n_new[i], rows[i], r->n_tokens);
+        total += n_new[i];
+    }
+    KVE_RETURN_ERROR_IF(total > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "n_new sums to %llu tokens: at most 2^31-1 per call",
+                        (unsigned long long)total);
+    uint64_t need = total * s->tables;
+    KVE_RETURN_ERROR_IF(mapping && mapping_len < need, KVE_ERR_RANGE,
+                        "mapping_len = %zu: %llu tokens x %u table layers x %u table heads need "
+                        "%llu",
+                        mapping_len, (unsigned long long)total, s->tl, s->th,
+                        (unsigned long long)need);
+    *out_total = total;
+    return KVE_OK;
+}
+
+/* The waves of an append: each wave evicts the rows that are full, then
+ * writes every row's next run of tokens into linear or freed slots. */
+kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                 const uint32_t *n_new, int64_t *mapping, size_t n_total)
+{
+    uint32_t r_slots = s->d.schedule.interval, window = s->d.schedule.window, base = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        kve_state_work *w = &s->work[rows[i]];
+        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, 0, 0, 0};
+        base += n_new[i];
+    }
+    for (;;) {
+        uint32_t n = 0, left = 0;
+        for (uint32_t i = 0; i < n_rows; i++) { /* 1: who is full */
+            kve_state_row *r = &s->rows[rows[i]];
+            kve_state_work *w = &s->work[rows[i]];
+            w->evict = w->left && r->n_tokens >= r->capacity && r->free_left == 0;
+            left += w->left != 0;
+            if (w->evict)
+                s->jobs[n++] = (kve_state_job){
+                    KVE_JOB_SEQ, rows[i], 0, 0, 0, 0, {r->seq_id, r->prompt, r->round}};
+        }
+        if (!left)
+            break;
+        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        n = 0;
+        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then clear the freed slots */
+            kve_state_row *r = &s->rows[rows[i]];
+            kve_state_work *w = &s->work[rows[i]];
+            if (!w->evict)
+                continue;
+            KVE_TRY(kve_state_evict_row(s, rows[i]));
+            uint64_t first_cand = w->pos0 > r->prompt ? w->pos0 : r->prompt;
+            w->verify |= w->done && first_cand + window < r->n_tokens;
+            s->jobs[n++] = (kve_state_job){KVE_JOB_CLEAR, rows[i], 0, r_slots, 0, 0, {0, 0, 0}};
+        }
+        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        n = 0;
+        for (uint32_t i = 0; i < n_rows; i++) { /* 3: the next run of each row */
+            kve_state_row *r = &s->rows[rows[i]];
+            kve_state_work *w = &s->work[rows[i]];
+            if (!w->left)
+                continue;
+            kve_state_job j = {KVE_JOB_LINEAR, rows[i],           r->n_tokens, 0,
+                               r->n_tokens,    w->base + w->done, {0, 0, 0}};
+            if (r->n_tokens < r->capacity) {
+                j.count = w->left < r->capacity - r->n_tokens ? w->left : r->capacity - r->n_tokens;
+            } else {
+                j.kind = KVE_JOB_FREED;
+                j.first = r_slots - r->free_left;
+                j.count = w->left < r->free_left ? w->left : r->free_left;
+                r->free_left -= j.count;
+            }
+            r->n_tokens += j.count;
+            w->done += j.count;
+            w->left -= j.count;
+            s->jobs[n++] = j;
+        }
+        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_rows && mapping; i++) {
+        kve_state_work *w = &s->work[rows[i]];
+        if (w->verify)
+            s->jobs[n++] =
+                (kve_state_job){KVE_JOB_VERIFY, rows[i], 0, w->done, w->pos0, w->base, {0, 0, 0}};
+    }
+    return kve_state_run(s, n, mapping, n_total);
+}
+
+kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                            const uint32_t *n_new, int64_t *slot_mapping, size_t mapping_len)
+{
+    uint64_t total = 0;
+    kve_status st = kve_append_check(s, n_rows, rows, n_new, slot_mapping, mapping_len, &total);
+    for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
+        s->work[rows[i]].mark = 0;
+    KVE_TRY(st);
+    return kve_state_append_rows(s, n_rows, rows, n_new, slot_mapping, (size_t)total);
+}
+
+kve_status kve_state_get_layout(const kve_state *s, kve_state_layout *out)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    *out =
+        (kve_state_layout){s->slot_pos, s->row_stride, s->tl, s->th, s->d.max_slots, s->d.max_seqs};
+    return KVE_OK;
+}
+
+kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_info *out)
+{
+    KVE_TRY(kve_check_row(s, row, -1));
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    const kve_state_row *r = &s->rows[row];
+    uint32_t used = r->n_tokens < r->capacity ? r->n_tokens : r->capacity;
+    *out = (kve_state_seq_info){r->active,
+                                r->prompt,
+                                r->seq_id,
+                                r->capacity,
+                                r->n_tokens,
+                                r->round,
+                                used - (r->n_tokens >= r->capacity ? r->free_left : 0),
+                                used};
+    return KVE_OK;
+}
+
+kve_status kve_state_read_slots(kve_state *s, uint32_t row, int32_t *out, size_t out_len)
+{
+    KVE_TRY(kve_check_row(s, row, 1));
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    KVE_RETURN_ERROR_IF(out_len < s->row_stride, KVE_ERR_RANGE,
+                        "out_len = %zu: a row holds %u x %u tables x %u slots = %zu", out_len,
+                        s->tl, s->th, s->d.max_slots, s->row_stride);
+    return kve_copy(s->ctx, out, s->slot_pos + row * s->row_stride, s->row_stride * 4,
+                    KVE_COPY_BACKEND_TO_HOST);
+}

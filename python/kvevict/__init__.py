@@ -1,0 +1,395 @@
+"""kvevict: random per-head KV-cache eviction (the Random Attention paper),
+with keep-sets bit-identical on every backend.
+
+A ctypes binding of ``libkvevict`` (see ``_lib`` for how the library is
+found), taking numpy arrays and PyTorch tensors: CPU arrays with the CPU
+backend, CUDA tensors (on PyTorch's current stream) with a GPU backend.
+
+The engine-facing pieces::
+
+    ctx = kvevict.Context("cpu")
+    state = kvevict.State(ctx, max_seqs=8, n_layers=4, n_heads=4, budget=48,
+                          window=8, interval=8, max_slots=64)
+    state.admit(row=0, seq_id=1234, prompt_len=16)
+    mapping = state.append([0], [16])           # [table_layers, tokens, table_heads]
+    kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(mapping, 0),
+                        token_row, block_table=block_table)
+
+``evict`` and ``compact`` are the low-level calls of engines that compact
+instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
+"""
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _arrays
+from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
+from . import _lib
+
+__all__ = ["Context", "State", "SeqInfo", "KvevictError", "cache_write", "capacity", "evict",
+           "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
+
+PERSISTENT = 1
+SHARED_HEADS = 2
+SHARED_LAYERS = 4
+
+_BACKENDS = {0: "auto", 1: "cpu", 2: "cuda", 3: "hip"}
+
+
+class _Handle:
+    """Owns one C handle, destroyed by close(), with, or garbage collection."""
+
+    _destroy = None  # the kve_*_destroy function
+
+    def close(self) -> None:
+        """Destroy the handle (also done when the object is garbage collected)."""
+        if getattr(self, "_h", None) is not None:
+            type(self)._destroy(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if getattr(self, "_h", None) is None:
+            raise ValueError("%s is closed" % type(self).__name__)
+        return self._h
+
+
+class Context(_Handle):
+    """A backend and its settings (``kve_context``); one per thread."""
+
+    _destroy = lib.kve_context_destroy
+
+    def __init__(self, backend: str = "auto", threads: Optional[int] = None, device: int = 0):
+        kind = ctypes.c_int()
+        check(lib.kve_backend_from_name(backend.encode(), ctypes.byref(kind)),
+              "kve_backend_from_name")
+        handle = ctypes.c_void_p()
+        check(lib.kve_context_create(kind.value, ctypes.byref(handle)), "kve_context_create")
+        self._h = handle
+        check(lib.kve_context_get_backend(handle, ctypes.byref(kind)), "kve_context_get_backend")
+        self.backend: str = _BACKENDS[kind.value]
+        self.device = device
+        if threads is not None:
+            check(lib.kve_context_set_threads(handle, threads), "kve_context_set_threads")
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on the context's stream."""
+        check(lib.kve_context_synchronize(self.handle), "kve_context_synchronize")
+
+    def _prepare(self, views: Sequence[_arrays.View]) -> None:
+        """Arrays must live where the backend works; GPU calls follow torch's stream."""
+        gpu = self.backend != "cpu"
+        for v in views:
+            if v.cuda != gpu:
+                raise ValueError("%s: %s memory, but the context's backend is %s"
+                                 % (v.name, "CUDA" if v.cuda else "host", self.backend))
+        if gpu:
+            import torch
+
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            check(lib.kve_context_set_stream(self.handle, ctypes.c_void_p(stream)),
+                  "kve_context_set_stream")
+
+    def _empty(self, shape: Tuple[int, ...], dtype: str, like_torch: bool) -> Any:
+        if self.backend == "cpu" and not like_torch:
+            return np.empty(shape, dtype=dtype)
+        import torch
+
+        device = "cpu" if self.backend == "cpu" else "cuda:%d" % self.device
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+
+
+def capacity(prompt_len: int, *, budget: int, window: int = 64, interval: int = 64) -> int:
+    """Slots per head a sequence uses under the schedule: max(B, P + W) + r."""
+    s = _lib.Schedule(0, 0, budget, window, interval)
+    out = ctypes.c_uint32()
+    check(lib.kve_schedule_capacity(ctypes.byref(s), prompt_len, ctypes.byref(out)),
+          "kve_schedule_capacity")
+    return out.value
+
+
+@dataclass
+class SeqInfo:
+    """One row of a state (see kve_state_seq_info in include/kvevict.h)."""
+
+    active: bool
+    seq_id: int
+    prompt_len: int
+    capacity: int   #: C = max(B, P + W) + r slots per head
+    n_tokens: int   #: positions 0 .. n_tokens-1 appended
+    round: int      #: eviction rounds so far
+    n_valid: int    #: valid slots, the same in every head
+    n_used: int     #: min(n_tokens, C): the KV length to give attention
+
+
+class State(_Handle):
+    """The paper's schedule for a batch of sequences (``kve_state``).
+
+    Each head's slot table lives in the backend's memory; ``append`` returns,
+    for new tokens, the slot every head writes them to (slot reuse), evicting
+    a round whenever a sequence's heads are full. ``tensors`` picks what the
+    CPU backend returns: "numpy" arrays or "torch" tensors (GPU backends
+    always return torch tensors on the device).
+    """
+
+    _destroy = lib.kve_state_destroy
+
+    def __init__(self, ctx: Context, *, max_seqs: int, n_layers: int, n_heads: int,
+                 budget: int, max_slots: int, window: int = 64, interval: int = 64,
+                 seed: int = 0, persistent: bool = False, shared_heads: bool = False,
+                 shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
+                 tensors: str = "numpy"):
+        if tensors not in ("numpy", "torch"):
+            raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % tensors)
+        self.ctx = ctx
+        self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
+                      | (SHARED_LAYERS if shared_layers else 0))
+        self.budget, self.window, self.interval, self.seed = budget, window, interval, seed
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.layer_offset, self.head_offset = layer_offset, head_offset
+        self._torch = tensors == "torch"
+        desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
+                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots)
+        h = ctypes.c_void_p()
+        check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
+              "kve_state_create")
+        self._h = h
+        lay = _lib.StateLayout()
+        check(lib.kve_state_get_layout(h, ctypes.byref(lay)), "kve_state_get_layout")
+        self.table_layers: int = lay.table_layers  #: 1 with shared layers, else n_layers
+        self.table_heads: int = lay.table_heads    #: 1 with shared heads, else n_heads
+        self.max_slots: int = lay.max_slots
+        self.max_seqs: int = lay.max_seqs
+        self._table_ptr, self._row_stride = lay.slot_pos, lay.row_stride
+
+    def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
+        """Admit a sequence into a free row; its prompt is then appended like any token."""
+        check(lib.kve_state_admit(self.handle, row, seq_id, prompt_len), "kve_state_admit")
+
+    def retire(self, row: int) -> None:
+        """Free a row."""
+        check(lib.kve_state_retire(self.handle, row), "kve_state_retire")
+
+    def _mapping(self, n_tokens: int, out: Any) -> Tuple[Any, int, int]:
+        shape = (self.table_layers, n_tokens, self.table_heads)
+        if out is None:
+            out = self.ctx._empty(shape, "int64", self._torch)
+        v = _arrays.View(out, "out", "int64")
+        v.contiguous()
+        if v.shape != shape:
+            raise ValueError("out: shape %s, expected %s" % (v.shape, shape))
+        self.ctx._prepare([v])
+        return out, v.ptr, int(np.prod(shape))
+
+    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Any = None) -> Any:
+        """Append n_new[i] tokens to row rows[i]; return the slot mapping.
+
+        The mapping is int64 [table_layers, sum(n_new), table_heads]: the slot
+        (within the token's row) where each head writes each token, -1 to
+        skip. Tokens are numbered row by row in the order given.
+        """
+        if len(rows) != len(n_new):
+            raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
+        out, ptr, n = self._mapping(int(sum(n_new)), out)
+        r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
+        check(lib.kve_state_append(self.handle, len(rows), r, k, ptr, n), "kve_state_append")
+        return out
+
+    def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
+                mapping: bool = False) -> Any:
+        """Recompute a row from the ids alone (after preemption); with
+        mapping=True, return where each head holds each position 0..n_tokens-1
+        ([table_layers, n_tokens, table_heads], -1 = evicted)."""
+        ptr, n, out = None, 0, None
+        if mapping:
+            out, ptr, n = self._mapping(n_tokens, None)
+        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, ptr, n),
+              "kve_state_rebuild")
+        return out
+
+    def seq(self, row: int) -> SeqInfo:
+        """Host bookkeeping of one row."""
+        i = _lib.SeqInfo()
+        check(lib.kve_state_get_seq(self.handle, row, ctypes.byref(i)), "kve_state_get_seq")
+        return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
+                       i.n_valid, i.n_used)
+
+    def slots(self, row: int) -> np.ndarray:
+        """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
+        out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)
+        check(lib.kve_state_read_slots(
+            self.handle, row, out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), out.size),
+            "kve_state_read_slots")
+        return out
+
+    def slot_table(self) -> Any:
+        """The live tables, no copy: int32 [max_seqs, table_layers, table_heads,
+        max_slots] in backend memory (-1 = empty), valid while the state lives.
+        numpy (or torch, per ``tensors``) on the CPU; a torch tensor on a GPU."""
+        shape = (self.max_seqs, self.table_layers, self.table_heads, self.max_slots)
+        n = int(np.prod(shape))
+        if self.ctx.backend == "cpu":
+            a = _arrays.carray_view(self._table_ptr, n, ctypes.c_int32).reshape(shape)
+            if self._torch:
+                import torch
+
+                return torch.from_numpy(a)
+            return a
+        import torch
+
+        return torch.as_tensor(_arrays.CudaArray(self._table_ptr, shape, "<i4", self),
+                               device="cuda:%d" % self.ctx.device)
+
+    def layer_slots(self, mapping: Any, layer: int) -> Any:
+        """The [tokens, table_heads] slots of @layer (a local index) in a mapping."""
+        return mapping[layer if self.table_layers > 1 else 0]
+
+
+def _page_views(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, int]:
+    """(layout enum, page_size, n_heads, stride_page, stride_slot, stride_head) of a cache."""
+    if layout == "nhd":
+        return 0, d.shape[1], d.shape[2], d.strides[0], d.strides[1], d.strides[2]
+    if layout in ("hnd", "contiguous"):
+        return 1, d.shape[2], d.shape[1], d.strides[0], d.strides[2], d.strides[1]
+    raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
+
+
+def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
+                token_row: Any, *, layout: str = "nhd", block_table: Any = None,
+                indptr: Any = None, indices: Any = None, last_page_len: Any = None) -> None:
+    """Write new K/V rows into caches at per-head slots (kve_cache_write).
+
+    srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
+    dsts: the caches, "nhd" [pages, page_size, heads, *entry] (vLLM, with a
+    block_table [rows, blocks_per_row]), "hnd" [pages, heads, page_size, *entry]
+    (FlashInfer, with indptr/indices/last_page_len), or "contiguous"
+    [seqs, heads, slots, *entry]; any strides. slots: int64 [tokens, heads] or
+    [tokens, 1] (one slot for every head), -1 = skip. token_row: int32 [tokens],
+    each token's row of the page table (or sequence, for "contiguous").
+    """
+    if not 1 <= len(srcs) == len(dsts) <= MAX_CACHES:
+        raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
+                         % (MAX_CACHES, len(srcs), len(dsts)))
+    sv = [_arrays.View(x, "srcs[%d]" % i) for i, x in enumerate(srcs)]
+    dv = [_arrays.View(x, "dsts[%d]" % i) for i, x in enumerate(dsts)]
+    for group in (sv, dv):
+        for v in group[1:]:
+            if (v.shape, v.strides, v.itemsize) != (group[0].shape, group[0].strides,
+                                                    group[0].itemsize):
+                raise ValueError("%s: shape/strides differ from %s" % (v.name, group[0].name))
+    s0, d0 = sv[0], dv[0]
+    if len(s0.shape) < 3 or len(d0.shape) < 4:
+        raise ValueError("srcs need [tokens, heads, *entry], dsts 4+ dimensions")
+    entry = s0.dense_tail(2)
+    if d0.dense_tail(3) != entry:
+        raise ValueError("dsts[0]: entry of %d bytes, srcs[0] has %d" % (d0.dense_tail(3), entry))
+    lay, page_size, n_heads, sp, ss, sh = _page_views(layout, d0)
+    if n_heads != s0.shape[1]:
+        raise ValueError("srcs[0] has %d heads, dsts[0] %d" % (s0.shape[1], n_heads))
+    slot_v = _arrays.View(slots, "slots", "int64", 2)
+    row_v = _arrays.View(token_row, "token_row", "int32", 1)
+    extra = [(x, n) for x, n in ((block_table, "block_table"), (indptr, "indptr"),
+                                 (indices, "indices"), (last_page_len, "last_page_len"))
+             if x is not None]
+    ev = [_arrays.View(x, n, "int32") for x, n in extra]
+    for v in ev:
+        v.contiguous()
+    row_v.contiguous()
+    ctx._prepare(sv + dv + [slot_v, row_v] + ev)
+    d = _lib.CacheWriteDesc()
+    d.n_tokens, d.n_heads, d.entry_bytes, d.n_caches = s0.shape[0], n_heads, entry, len(srcs)
+    for i in range(len(srcs)):
+        d.src[i], d.dst[i] = sv[i].ptr, dv[i].ptr
+    d.src_stride_token, d.src_stride_head = s0.strides[0], s0.strides[1]
+    d.layout, d.page_size, d.n_pages = lay, page_size, d0.shape[0]
+    d.dst_stride_page, d.dst_stride_slot, d.dst_stride_head = sp, ss, sh
+    d.slots = slot_v.ptr
+    d.slots_stride_token = slot_v.strides[0] // 8
+    d.slots_stride_head = 0 if slot_v.shape[1] == 1 else slot_v.strides[1] // 8
+    d.token_row = row_v.ptr
+    views = {v.name: v for v in ev}
+    if "block_table" in views:
+        bt = views["block_table"]
+        d.page_table, d.block_table, d.blocks_per_row, d.n_rows = 1, bt.ptr, bt.shape[1], bt.shape[0]
+    elif "indptr" in views:
+        if "indices" not in views or "last_page_len" not in views:
+            raise ValueError("indptr needs indices and last_page_len")
+        d.page_table, d.n_rows = 2, views["indptr"].shape[0] - 1
+        d.indptr, d.indices = views["indptr"].ptr, views["indices"].ptr
+        d.last_page_len = views["last_page_len"].ptr
+    else:
+        d.page_table, d.n_rows = 0, d0.shape[0]
+    check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")
+
+
+def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):
+    v = _arrays.View(slot_pos, "slot_pos", "int32", 4)
+    s, l, h, width = v.shape
+    st = v.strides
+    if st[3] != 4 or st[1] != h * st[2] or st[0] != l * st[1]:
+        raise ValueError("slot_pos: rows must be evenly spaced (strides %s)" % (st,))
+    return v, s, l, h, (width if n_slots is None else n_slots), st[2] // 4
+
+
+def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, seed: int,
+          budget: int, window: int, flags: int = 0, layer_offset: int = 0,
+          head_offset: int = 0, n_slots: Optional[int] = None) -> Tuple[Any, Any]:
+    """One eviction (kve_evict) of slot_pos int32 [seqs, layers, heads, slots].
+
+    seqs: (seq_id, prompt_len, round) per sequence. Returns (evicted, n_evicted):
+    evicted int32 [seqs, layers, heads, max(1, n_slots - budget)], ascending
+    slots; n_evicted int32 [seqs, layers, heads].
+    """
+    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
+    like = v.torch
+    seq_arr = np.zeros(s, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
+    for i, (sid, p, r) in enumerate(seqs):
+        seq_arr[i] = (sid, p, r)
+    dev_seqs = _arrays.to_device(seq_arr, ctx.backend, ctx.device)
+    ev_stride = max(1, n - budget)
+    evicted = ctx._empty((s, l, h, ev_stride), "int32", like)
+    counts = ctx._empty((2, s, l, h), "int32", like)
+    ctx._prepare([v, _arrays.View(evicted, "evicted"), _arrays.View(counts, "counts")])
+    sv = _arrays.View(dev_seqs, "seqs") if ctx.backend != "cpu" else None
+    b = _lib.Batch(seed, flags, s, sv.ptr if sv else dev_seqs.ctypes.data, l, h, layer_offset,
+                   head_offset, n, budget, window, v.ptr, stride)
+    cv = _arrays.View(counts, "counts")
+    o = _lib.EvictOut(_arrays.View(evicted, "evicted").ptr, ev_stride, cv.ptr,
+                      cv.ptr + s * l * h * 4, None, None, 0)
+    check(lib.kve_evict(ctx.handle, ctypes.byref(b), ctypes.byref(o), None, 0), "kve_evict")
+    return evicted, counts[0]
+
+
+def compact(ctx: Context, slot_pos: Any, evicted: Any, n_evicted: Any, caches: Sequence[Any],
+            n_slots: Optional[int] = None) -> None:
+    """Move kept entries to the front of each head, in place (kve_compact).
+
+    slot_pos as for evict (updated); evicted, n_evicted from evict; caches:
+    [seqs, layers, heads, slots, *entry] each, any strides, entry contiguous.
+    """
+    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
+    ev = _arrays.View(evicted, "evicted", "int32", 4)
+    ne = _arrays.View(n_evicted, "n_evicted", "int32", 3)
+    cv = [_arrays.View(c, "caches[%d]" % i) for i, c in enumerate(caches)]
+    if not 1 <= len(cv) <= MAX_CACHES:
+        raise ValueError("caches: 1..%d, got %d" % (MAX_CACHES, len(cv)))
+    ctx._prepare([v, ev, ne] + cv)
+    d = _lib.CompactDesc()
+    d.n_seqs, d.n_layers, d.n_heads, d.n_slots = s, l, h, n
+    d.slot_pos, d.slot_pos_stride = v.ptr, stride
+    d.evicted, d.evicted_stride, d.n_evicted = ev.ptr, ev.strides[2] // 4, ne.ptr
+    d.entry_bytes, d.n_caches = cv[0].dense_tail(4), len(cv)
+    for i, c in enumerate(cv):
+        d.src[i] = _lib.CacheView(c.ptr, *c.strides[:4])
+    check(lib.kve_compact(ctx.handle, ctypes.byref(d)), "kve_compact")

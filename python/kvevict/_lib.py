@@ -1,0 +1,182 @@
+"""Loading libkvevict and declaring its C types (ctypes, no build step).
+
+The library is looked up, in order:
+
+1. ``$KVEVICT_LIBRARY``: a path to ``libkvevict.so``; a bad value is an error,
+   never a silent fallback;
+2. next to the package: where ``cmake --install`` put the library (recorded
+   in ``_install_paths.py`` at install time), or a copy in the package folder;
+3. the build tree: ``<source>/build/libkvevict.so`` when the package is used
+   from the source tree (``PYTHONPATH=python``);
+4. the loader path (``ldconfig``, ``LD_LIBRARY_PATH``).
+"""
+
+import ctypes
+import os
+from pathlib import Path
+from typing import List, Optional
+
+_HERE = Path(__file__).resolve().parent
+_SONAME = "libkvevict.so.1"
+
+
+class KvevictError(RuntimeError):
+    """A kvevict call failed: ``status`` is the kve_status value, ``name`` its
+    name (e.g. ``"KVE_ERR_RANGE"``), and the message names the argument."""
+
+    def __init__(self, status: int, name: str, message: str, call: str):
+        super().__init__("%s: %s: %s" % (call, name, message))
+        self.status = status
+        self.name = name
+        self.message = message
+
+
+def _candidates() -> List[Path]:
+    found = []
+    try:
+        from . import _install_paths  # written by cmake --install
+
+        found.append((_HERE / _install_paths.LIBRARY_RELPATH).resolve())
+    except ImportError:
+        pass
+    found += [_HERE / _SONAME, _HERE / "libkvevict.so"]
+    found.append(_HERE.parents[1] / "build" / "libkvevict.so")
+    return found
+
+
+def _load() -> ctypes.CDLL:
+    env = os.environ.get("KVEVICT_LIBRARY")
+    if env is not None:
+        try:
+            return ctypes.CDLL(env)
+        except OSError as e:
+            raise OSError("KVEVICT_LIBRARY=%r: cannot load it (%s)" % (env, e)) from None
+    for path in _candidates():
+        if path.is_file():
+            return ctypes.CDLL(str(path))
+    try:
+        return ctypes.CDLL(_SONAME)
+    except OSError:
+        raise OSError(
+            "libkvevict not found: set KVEVICT_LIBRARY, install kvevict with cmake --install, "
+            "or build it in <source>/build (looked in %s and the loader path)"
+            % ", ".join(str(p) for p in _candidates())
+        ) from None
+
+
+lib = _load()
+LIBRARY_PATH: Optional[str] = getattr(lib, "_name", None)
+
+# ---------------------------------------------------------------------------
+# C types, field for field as include/kvevict.h declares them
+# ---------------------------------------------------------------------------
+
+MAX_CACHES = 8
+u32, u64, sz, vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
+
+
+class Schedule(ctypes.Structure):
+    _fields_ = [("seed", u64), ("flags", u32), ("budget", u32), ("window", u32),
+                ("interval", u32)]
+
+
+class StateDesc(ctypes.Structure):
+    _fields_ = [("schedule", Schedule), ("max_seqs", u32), ("n_layers", u32),
+                ("n_heads", u32), ("layer_offset", u32), ("head_offset", u32),
+                ("max_slots", u32)]
+
+
+class StateLayout(ctypes.Structure):
+    _fields_ = [("slot_pos", vp), ("row_stride", sz), ("table_layers", u32),
+                ("table_heads", u32), ("max_slots", u32), ("max_seqs", u32)]
+
+
+class SeqInfo(ctypes.Structure):
+    _fields_ = [("active", u32), ("prompt_len", u32), ("seq_id", u64), ("capacity", u32),
+                ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32)]
+
+
+class CacheWriteDesc(ctypes.Structure):
+    _fields_ = [("n_tokens", u32), ("n_heads", u32), ("entry_bytes", sz), ("n_caches", u32),
+                ("src", vp * MAX_CACHES), ("src_stride_token", sz), ("src_stride_head", sz),
+                ("dst", vp * MAX_CACHES), ("layout", ctypes.c_int),
+                ("dst_stride_page", sz), ("dst_stride_slot", sz), ("dst_stride_head", sz),
+                ("page_size", u32), ("n_pages", u32), ("slots", vp),
+                ("slots_stride_token", sz), ("slots_stride_head", sz), ("token_row", vp),
+                ("n_rows", u32), ("page_table", ctypes.c_int), ("block_table", vp),
+                ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
+                ("last_page_len", vp)]
+
+
+class Seq(ctypes.Structure):
+    _fields_ = [("seq_id", u64), ("prompt_len", u32), ("round", u32)]
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [("seed", u64), ("flags", u32), ("n_seqs", u32), ("seqs", vp),
+                ("n_layers", u32), ("n_heads", u32), ("layer_offset", u32),
+                ("head_offset", u32), ("n_slots", u32), ("budget", u32), ("window", u32),
+                ("slot_pos", vp), ("slot_pos_stride", sz)]
+
+
+class EvictOut(ctypes.Structure):
+    _fields_ = [("evicted", vp), ("evicted_stride", sz), ("n_evicted", vp), ("n_kept", vp),
+                ("head_flags", vp), ("kept", vp), ("kept_stride", sz)]
+
+
+class CacheView(ctypes.Structure):
+    _fields_ = [("base", vp), ("stride_seq", sz), ("stride_layer", sz), ("stride_head", sz),
+                ("stride_slot", sz)]
+
+
+class CompactDesc(ctypes.Structure):
+    _fields_ = [("n_seqs", u32), ("n_layers", u32), ("n_heads", u32), ("n_slots", u32),
+                ("slot_pos", vp), ("slot_pos_stride", sz), ("evicted", vp),
+                ("evicted_stride", sz), ("n_evicted", vp), ("entry_bytes", sz),
+                ("n_caches", u32), ("src", CacheView * MAX_CACHES),
+                ("dst", CacheView * MAX_CACHES)]
+
+
+P = ctypes.POINTER
+_PROTOS = {
+    "kve_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "kve_last_error": (ctypes.c_char_p, []),
+    "kve_version": (ctypes.c_int, [P(u32)]),
+    "kve_backend_from_name": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_int)]),
+    "kve_context_create": (ctypes.c_int, [ctypes.c_int, P(vp)]),
+    "kve_context_destroy": (ctypes.c_int, [vp]),
+    "kve_context_get_backend": (ctypes.c_int, [vp, P(ctypes.c_int)]),
+    "kve_context_set_threads": (ctypes.c_int, [vp, ctypes.c_int]),
+    "kve_context_set_stream": (ctypes.c_int, [vp, vp]),
+    "kve_context_synchronize": (ctypes.c_int, [vp]),
+    "kve_schedule_capacity": (ctypes.c_int, [P(Schedule), u32, P(u32)]),
+    "kve_state_create": (ctypes.c_int, [vp, P(StateDesc), vp, sz, P(vp)]),
+    "kve_state_destroy": (ctypes.c_int, [vp]),
+    "kve_state_admit": (ctypes.c_int, [vp, u32, u64, u32]),
+    "kve_state_retire": (ctypes.c_int, [vp, u32]),
+    "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), vp, sz]),
+    "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, vp, sz]),
+    "kve_state_get_layout": (ctypes.c_int, [vp, P(StateLayout)]),
+    "kve_state_get_seq": (ctypes.c_int, [vp, u32, P(SeqInfo)]),
+    "kve_state_read_slots": (ctypes.c_int, [vp, u32, P(ctypes.c_int32), sz]),
+    "kve_cache_write": (ctypes.c_int, [vp, P(CacheWriteDesc)]),
+    "kve_evict": (ctypes.c_int, [vp, P(Batch), P(EvictOut), vp, sz]),
+    "kve_compact": (ctypes.c_int, [vp, P(CompactDesc)]),
+}
+for _name, (_res, _args) in _PROTOS.items():
+    _fn = getattr(lib, _name)
+    _fn.restype, _fn.argtypes = _res, _args
+
+
+def check(status: int, call: str) -> None:
+    """Raise KvevictError for a failed status, with the library's message."""
+    if status != 0:
+        name = lib.kve_status_string(status).decode()
+        raise KvevictError(status, name, lib.kve_last_error().decode(), call)
+
+
+_v = u32()
+check(lib.kve_version(ctypes.byref(_v)), "kve_version")
+VERSION = (_v.value // 10000, _v.value // 100 % 100, _v.value % 100)
+if VERSION[0] != 1:
+    raise OSError("%s is kvevict %d.%d.%d; this package needs 1.x" % ((LIBRARY_PATH,) + VERSION))

@@ -1,0 +1,475 @@
+/* test_cache_write.c — kve_cache_write on every layout against a plain
+ * reference, the state's mapping driving real writes end to end, and bad
+ * input on every state and cache-write entry point. */
+#include "kve_state_test.h"
+
+enum { MAXC = 2 };
+
+/* A write problem and its buffers; dst_ref gets the reference's writes. */
+typedef struct {
+    kve_cache_write_desc d;
+    size_t src_bytes, dst_bytes;
+    unsigned char *src[MAXC], *dst[MAXC], *ref[MAXC];
+    int64_t *slots;
+    int32_t *token_row, *pages; /* pages: block table or indices */
+    int32_t indptr[8], last[8];
+} cw_case;
+
+static void fill(uint64_t *rng, unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)kt_next(rng);
+}
+
+/* The page of (row, slot) and the byte offset of (page, slot, head), spelled
+ * out per layout rather than through resolved strides. */
+static size_t ref_offset(const cw_case *c, int32_t row, int64_t slot, uint32_t h)
+{
+    const kve_cache_write_desc *d = &c->d;
+    size_t ps = d->page_size, H = d->n_heads, E = d->entry_bytes, page = (size_t)row;
+    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
+        page = (size_t)c->pages[(size_t)row * d->blocks_per_row + (size_t)slot / ps];
+    else if (d->page_table == KVE_PAGES_INDPTR)
+        page = (size_t)c->pages[c->indptr[row] + (size_t)slot / ps];
+    size_t in = (size_t)slot % ps;
+    size_t sp = d->dst_stride_page ? d->dst_stride_page : ps * H * E;
+    if (d->layout == KVE_LAYOUT_NHD)
+        return page * sp + in * (d->dst_stride_slot ? d->dst_stride_slot : H * E) +
+               h * (d->dst_stride_head ? d->dst_stride_head : E);
+    return page * sp + h * (d->dst_stride_head ? d->dst_stride_head : ps * E) +
+           in * (d->dst_stride_slot ? d->dst_stride_slot : E);
+}
+
+static void run_case(kve_context *ctx, cw_case *c, uint64_t *rng)
+{
+    kve_cache_write_desc *d = &c->d;
+    size_t E = d->entry_bytes;
+    for (int k = 0; k < MAXC; k++) {
+        fill(rng, c->src[k], c->src_bytes);
+        fill(rng, c->dst[k], c->dst_bytes);
+        memcpy(c->ref[k], c->dst[k], c->dst_bytes);
+        d->src[k] = c->src[k];
+        d->dst[k] = c->dst[k];
+    }
+    d->n_caches = MAXC;
+    size_t st = d->src_stride_token ? d->src_stride_token : d->n_heads * E;
+    size_t sh = d->src_stride_head ? d->src_stride_head : E;
+    for (uint32_t t = 0; t < d->n_tokens; t++)
+        for (uint32_t h = 0; h < d->n_heads; h++) {
+            int64_t s = c->slots[t * d->slots_stride_token + h * d->slots_stride_head];
+            if (s < 0)
+                continue;
+            for (int k = 0; k < MAXC; k++)
+                memcpy(c->ref[k] + ref_offset(c, c->token_row[t], s, h),
+                       c->src[k] + t * st + h * sh, E);
+        }
+    KT_OK(kve_cache_write(ctx, d));
+    for (int k = 0; k < MAXC; k++)
+        ck_assert_msg(memcmp(c->dst[k], c->ref[k], c->dst_bytes) == 0,
+                      "cache %d differs from the reference", k);
+}
+
+/* Random distinct slots per (row, head) below row_len[row]; tokens spread
+ * over rows; some -1. */
+static void cw_slots(cw_case *c, uint64_t *rng, const uint32_t *row_len, uint32_t n_rows,
+                     int shared_heads)
+{
+    kve_cache_write_desc *d = &c->d;
+    uint32_t H = shared_heads ? 1 : d->n_heads;
+    d->slots_stride_head = shared_heads ? 0 : 1;
+    d->slots_stride_token = H;
+    c->slots = (int64_t *)malloc((size_t)d->n_tokens * H * 8);
+    c->token_row = (int32_t *)malloc((size_t)d->n_tokens * 4);
+    uint32_t used[8][8] = {{0}}; /* next free index per (row, head) */
+    for (uint32_t t = 0; t < d->n_tokens; t++) {
+        uint32_t row = kt_below(rng, n_rows);
+        c->token_row[t] = (int32_t)row;
+        for (uint32_t h = 0; h < H; h++) {
+            /* A permutation by stepping with a unit coprime to row_len. */
+            uint32_t len = row_len[row], i = used[row][h]++;
+            int64_t s = i < len ? (int64_t)((i * 7 + h) % len) : -1;
+            if (len % 7 == 0)
+                s = i < len ? (int64_t)i : -1;
+            c->slots[(size_t)t * H + h] = kt_below(rng, 6) == 0 ? -1 : s;
+        }
+    }
+    d->slots = c->slots;
+    d->token_row = c->token_row;
+}
+
+static void cw_alloc(cw_case *c, size_t src_bytes, size_t dst_bytes)
+{
+    c->src_bytes = src_bytes;
+    c->dst_bytes = dst_bytes;
+    for (int k = 0; k < MAXC; k++) {
+        c->src[k] = (unsigned char *)malloc(src_bytes);
+        c->dst[k] = (unsigned char *)malloc(dst_bytes);
+        c->ref[k] = (unsigned char *)malloc(dst_bytes);
+    }
+}
+
+static void cw_free(cw_case *c)
+{
+    for (int k = 0; k < MAXC; k++) {
+        free(c->src[k]);
+        free(c->dst[k]);
+        free(c->ref[k]);
+    }
+    free(c->slots);
+    free(c->token_row);
+    free(c->pages);
+}
+
+/* vLLM: NHD pages through a block table; odd entry size. */
+START_TEST(layout_nhd_block_table)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 11;
+    cw_case c;
+    memset(&c, 0, sizeof c);
+    c.d = (kve_cache_write_desc){.n_tokens = 14,
+                                 .n_heads = 3,
+                                 .entry_bytes = 6,
+                                 .layout = KVE_LAYOUT_NHD,
+                                 .page_size = 4,
+                                 .n_pages = 20,
+                                 .n_rows = 3,
+                                 .page_table = KVE_PAGES_BLOCK_TABLE,
+                                 .blocks_per_row = 5};
+    c.pages = (int32_t *)malloc(15 * 4);
+    for (int i = 0; i < 15; i++) /* distinct pages, scattered */
+        c.pages[i] = (int32_t)((i * 7 + 3) % 20);
+    const uint32_t len[3] = {20, 20, 20};
+    cw_slots(&c, &rng, len, 3, _i);
+    c.d.block_table = c.pages;
+    cw_alloc(&c, 14 * 3 * 6, 20 * 4 * 3 * 6);
+    run_case(ctx, &c, &rng);
+    cw_free(&c);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* FlashInfer: HND pages through indptr / indices / last_page_len. */
+START_TEST(layout_hnd_indptr)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 12;
+    cw_case c;
+    memset(&c, 0, sizeof c);
+    c.d = (kve_cache_write_desc){.n_tokens = 9,
+                                 .n_heads = 2,
+                                 .entry_bytes = 130,
+                                 .layout = KVE_LAYOUT_HND,
+                                 .page_size = 3,
+                                 .n_pages = 10,
+                                 .n_rows = 3,
+                                 .page_table = KVE_PAGES_INDPTR};
+    const int32_t ip[4] = {0, 2, 5, 6}, last[3] = {2, 3, 1};
+    memcpy(c.indptr, ip, sizeof ip);
+    memcpy(c.last, last, sizeof last);
+    c.pages = (int32_t *)malloc(6 * 4);
+    const int32_t idx[6] = {9, 2, 4, 0, 7, 5};
+    memcpy(c.pages, idx, sizeof idx);
+    const uint32_t len[3] = {5, 9, 1};
+    cw_slots(&c, &rng, len, 3, 0);
+    c.d.indptr = c.indptr;
+    c.d.indices = c.pages;
+    c.d.last_page_len = c.last;
+    cw_alloc(&c, 9 * 2 * 130, 10 * 2 * 3 * 130);
+    run_case(ctx, &c, &rng);
+    cw_free(&c);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* Contiguous [seq][head][slot][entry] (HND, one page per sequence), and
+ * NHD with padded strides and a strided source. */
+START_TEST(layout_contiguous_and_strided)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 13;
+    for (int variant = 0; variant < 2; variant++) {
+        cw_case c;
+        memset(&c, 0, sizeof c);
+        c.d = (kve_cache_write_desc){.n_tokens = 12,
+                                     .n_heads = 4,
+                                     .entry_bytes = 1 + 7 * variant,
+                                     .layout = variant ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND,
+                                     .page_size = 16,
+                                     .n_pages = 4,
+                                     .n_rows = 4,
+                                     .page_table = KVE_PAGES_NONE};
+        size_t E = c.d.entry_bytes, dst = 4 * 16 * 4 * E;
+        size_t src = 12 * 4 * E;
+        if (variant) {
+            c.d.src_stride_token = 4 * E + 10;
+            c.d.dst_stride_head = E + 3;
+            c.d.dst_stride_slot = 4 * (E + 3);
+            c.d.dst_stride_page = 16 * 4 * (E + 3) + 64;
+            src = 12 * (4 * E + 10);
+            dst = 4 * c.d.dst_stride_page;
+        }
+        const uint32_t len[4] = {16, 16, 16, 16};
+        cw_slots(&c, &rng, len, 4, variant);
+        cw_alloc(&c, src, dst);
+        run_case(ctx, &c, &rng);
+        cw_free(&c);
+    }
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* End to end: the state's mapping, written into an NHD cache through a
+ * block table; every valid slot of every head then holds its token. */
+START_TEST(state_drives_writes)
+{
+    kve_context *ctx = ks_context();
+    uint32_t flags = _i == 0   ? 0
+                     : _i == 1 ? KVE_SHARED_HEADS
+                               : KVE_SHARED_HEADS | KVE_SHARED_LAYERS;
+    enum { L = 2, H = 3, PS = 8, BPR = 6, ROWS = 2, E = 8 };
+    kve_state_desc d = ks_desc(flags, ROWS, L, H, 30, 4, 6, PS * BPR);
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    int32_t bt[ROWS * BPR];
+    for (int i = 0; i < ROWS * BPR; i++)
+        bt[i] = (ROWS * BPR - 1 - i) * 2; /* reversed, every other page */
+    size_t cache_bytes = (size_t)2 * ROWS * BPR * PS * H * E;
+    unsigned char *cache[L];
+    for (int l = 0; l < L; l++)
+        cache[l] = (unsigned char *)calloc(1, cache_bytes);
+    KT_OK(kve_state_admit(st, 0, 1, 5));
+    KT_OK(kve_state_admit(st, 1, 2, 12));
+    uint32_t rows[2] = {0, 1};
+    for (uint32_t step = 0; step < 300; step++) {
+        uint32_t n_new[2] = {step ? 1 : 5, step ? 1 + step % 3 : 12};
+        uint32_t T = n_new[0] + n_new[1];
+        int64_t map[2 * 20 * H];
+        int32_t token_row[20];
+        uint32_t tag[20 * H * 2]; /* entry = (pos, layer * H + head) */
+        KT_OK(kve_state_append(st, 2, rows, n_new, map, sizeof map / 8));
+        kve_state_seq_info i0, i1;
+        KT_OK(kve_state_get_seq(st, 0, &i0));
+        KT_OK(kve_state_get_seq(st, 1, &i1));
+        for (uint32_t t = 0; t < T; t++) {
+            token_row[t] = t < n_new[0] ? 0 : 1;
+            uint32_t pos =
+                t < n_new[0] ? i0.n_tokens - n_new[0] + t : i1.n_tokens - n_new[1] + (t - n_new[0]);
+            for (uint32_t h = 0; h < H; h++)
+                tag[(t * H + h) * 2] = pos;
+        }
+        for (uint32_t l = 0; l < L; l++) {
+            for (uint32_t t = 0; t < T * H; t++)
+                tag[t * 2 + 1] = l * H + t % H;
+            uint32_t tl = lay.table_layers > 1 ? l : 0;
+            kve_cache_write_desc w = {.n_tokens = T,
+                                      .n_heads = H,
+                                      .entry_bytes = E,
+                                      .n_caches = 1,
+                                      .src = {tag},
+                                      .dst = {cache[l]},
+                                      .layout = KVE_LAYOUT_NHD,
+                                      .page_size = PS,
+                                      .n_pages = 2 * ROWS * BPR,
+                                      .slots = map + (size_t)tl * T * lay.table_heads,
+                                      .slots_stride_token = lay.table_heads,
+                                      .slots_stride_head = lay.table_heads > 1,
+                                      .token_row = token_row,
+                                      .n_rows = ROWS,
+                                      .page_table = KVE_PAGES_BLOCK_TABLE,
+                                      .block_table = bt,
+                                      .blocks_per_row = BPR};
+            KT_OK(kve_cache_write(ctx, &w));
+        }
+    }
+    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
+    for (uint32_t r = 0; r < ROWS; r++) {
+        KT_OK(kve_state_read_slots(st, r, tab, lay.row_stride));
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                size_t t = (size_t)(lay.table_layers > 1 ? l : 0) * lay.table_heads +
+                           (lay.table_heads > 1 ? h : 0);
+                for (uint32_t s = 0; s < lay.max_slots; s++) {
+                    int32_t p = tab[t * lay.max_slots + s];
+                    if (p < 0)
+                        continue;
+                    size_t off = ((size_t)bt[r * BPR + s / PS] * PS + s % PS) * H * E + h * E;
+                    uint32_t got[2];
+                    memcpy(got, cache[l] + off, 8);
+                    ck_assert_msg(got[0] == (uint32_t)p && got[1] == l * H + h,
+                                  "row %u layer %u head %u slot %u: (%u, %u), want (%d, %u)", r, l,
+                                  h, s, got[0], got[1], p, l * H + h);
+                }
+            }
+    }
+    free(tab);
+    for (int l = 0; l < L; l++)
+        free(cache[l]);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(state_bad_input)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 2, 2, 2, 16, 4, 4, 32), bad;
+    kve_state *st = NULL;
+    size_t bytes;
+    EXPECT_ERR(kve_state_create(ctx, NULL, NULL, 0, &st), KVE_ERR_NULL, "desc");
+    EXPECT_ERR(kve_state_create(NULL, &d, NULL, 0, &st), KVE_ERR_NULL, "ctx");
+    EXPECT_ERR(kve_state_memory_size(ctx, &d, NULL), KVE_ERR_NULL, "out_bytes");
+    bad = d;
+    bad.schedule.interval = 0;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "schedule.interval = 0");
+    bad = d;
+    bad.schedule.flags = 8;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_INVALID, "schedule.flags = 0x8");
+    bad = d;
+    bad.max_slots = 19;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "desc.max_slots = 19");
+    bad = d;
+    bad.n_heads = 0;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "desc.n_heads = 0");
+    bad = d;
+    bad.layer_offset = UINT32_MAX;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_OVERFLOW, "desc.layer_offset");
+    KT_OK(kve_state_memory_size(ctx, &d, &bytes));
+    char small[64];
+    EXPECT_ERR(kve_state_create(ctx, &d, small, sizeof small, &st), KVE_ERR_WORKSPACE,
+               "memory_bytes = 64");
+    ck_assert_ptr_null(st);
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+
+    EXPECT_ERR(kve_state_admit(st, 2, 1, 0), KVE_ERR_RANGE, "row = 2");
+    EXPECT_ERR(kve_state_admit(st, 0, 1, 25), KVE_ERR_RANGE, "prompt_len = 25");
+    EXPECT_ERR(kve_state_admit(NULL, 0, 1, 1), KVE_ERR_NULL, "state");
+    KT_OK(kve_state_admit(st, 0, 1, 12)); /* max(16, 16) + 4 = 20 <= 32 */
+    EXPECT_ERR(kve_state_admit(st, 0, 2, 1), KVE_ERR_INVALID, "already holds seq_id 1");
+    EXPECT_ERR(kve_state_retire(st, 1), KVE_ERR_INVALID, "row = 1: holds no sequence");
+
+    uint32_t rows[2] = {0, 0}, n_new[2] = {3, 3};
+    int64_t map[64];
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, map, 64), KVE_ERR_INVALID, "appears twice");
+    rows[1] = 1;
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, map, 64), KVE_ERR_INVALID,
+               "rows[1] = 1: holds no sequence");
+    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, map, 64), KVE_ERR_NULL, "rows is NULL");
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, map, 11), KVE_ERR_RANGE, "mapping_len = 11");
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL, 12), KVE_ERR_NULL, "slot_mapping");
+    n_new[0] = 0x80000000u;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL, 0), KVE_ERR_RANGE, "n_new[0] = ");
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    ck_assert_uint_eq(info.n_tokens, 0); /* failed calls changed nothing */
+    n_new[0] = 3;
+    KT_OK(kve_state_append(st, 1, rows, n_new, map, 12)); /* and the marks were cleared */
+
+    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0), KVE_ERR_RANGE, "row = 5");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0), KVE_ERR_RANGE, "prompt_len = 40");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, map, 5), KVE_ERR_RANGE, "mapping_len = 5");
+    int32_t tab[4 * 32];
+    EXPECT_ERR(kve_state_read_slots(st, 1, tab, 128), KVE_ERR_INVALID, "row = 1");
+    EXPECT_ERR(kve_state_read_slots(st, 0, tab, 100), KVE_ERR_RANGE, "out_len = 100");
+    EXPECT_ERR(kve_state_get_seq(st, 0, NULL), KVE_ERR_NULL, "out");
+    EXPECT_ERR(kve_state_get_layout(NULL, NULL), KVE_ERR_NULL, "state");
+    uint32_t cap;
+    EXPECT_ERR(kve_schedule_capacity(&d.schedule, 0x7ffffffau, &cap), KVE_ERR_OVERFLOW,
+               "prompt_len = 2147483642");
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(cache_write_bad_input)
+{
+    kve_context *ctx = ks_context();
+    unsigned char src[2 * 2 * 4], k[4 * 2 * 2 * 4], v[4 * 2 * 2 * 4];
+    int64_t slots[4] = {0, 1, 2, 3};
+    int32_t token_row[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, ip[3] = {0, 1, 3}, last[2] = {2, 2};
+    kve_cache_write_desc ok = {.n_tokens = 2,
+                               .n_heads = 2,
+                               .entry_bytes = 4,
+                               .n_caches = 2,
+                               .src = {src, src},
+                               .dst = {k, v},
+                               .layout = KVE_LAYOUT_NHD,
+                               .page_size = 2,
+                               .n_pages = 4,
+                               .slots = slots,
+                               .slots_stride_token = 2,
+                               .slots_stride_head = 1,
+                               .token_row = token_row,
+                               .n_rows = 2,
+                               .page_table = KVE_PAGES_BLOCK_TABLE,
+                               .block_table = bt,
+                               .blocks_per_row = 2};
+    KT_OK(kve_cache_write(ctx, &ok));
+    kve_cache_write_desc d;
+    EXPECT_ERR(kve_cache_write(ctx, NULL), KVE_ERR_NULL, "desc");
+    EXPECT_ERR(kve_cache_write(NULL, &ok), KVE_ERR_NULL, "ctx");
+    d = ok;
+    d.n_caches = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_caches = 0");
+    d = ok;
+    d.layout = (kve_cache_layout)7;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.layout = 7");
+    d = ok;
+    d.dst[1] = k + 8;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst[1]");
+    d = ok;
+    d.src[0] = k;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.src[0]");
+    d = ok;
+    d.dst_stride_slot = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst_stride_");
+    d = ok;
+    d.slots_stride_token = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.slots_stride_token = 0");
+    d = ok;
+    d.block_table = NULL;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_NULL, "desc.block_table");
+    token_row[1] = 2;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.token_row[1] = 2");
+    token_row[1] = 1;
+    slots[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.slots[token 1][head 1] = 4");
+    slots[3] = -2;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "= -2");
+    slots[3] = 3;
+    bt[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "block_table");
+    bt[3] = 3;
+    d = ok;
+    d.page_table = KVE_PAGES_INDPTR;
+    d.indptr = ip;
+    d.indices = bt;
+    d.last_page_len = last;
+    KT_OK(kve_cache_write(ctx, &d));
+    last[1] = 1; /* row 1 is one slot long; slot 3 is past it */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "0..2 (the row's length");
+    last[1] = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.last_page_len[1] = 0");
+    last[1] = 2;
+    ip[1] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
+    ip[1] = 1;
+    d = ok;
+    d.page_table = KVE_PAGES_NONE;
+    d.n_rows = 5;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_rows = 5");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+static void add_tests(TCase *tc)
+{
+    tcase_add_loop_test(tc, layout_nhd_block_table, 0, 2);
+    tcase_add_test(tc, layout_hnd_indptr);
+    tcase_add_test(tc, layout_contiguous_and_strided);
+    tcase_add_loop_test(tc, state_drives_writes, 0, 3);
+    tcase_add_test(tc, state_bad_input);
+    tcase_add_test(tc, cache_write_bad_input);
+}
+
+int main(void) { return ks_run("cache_write", 60, add_tests); }
