@@ -241,15 +241,17 @@ static kve_status gpu_synchronize(kve_context *ctx)
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
     uint64_t rec[KVE_DEV_ERR_KINDS];
-    KVE_GPU_TRY(cudaMemcpyAsync(rec, g->errors, sizeof rec, cudaMemcpyDeviceToHost, kve_stream(ctx)),
-                "memcpy (error records)");
+    KVE_GPU_TRY(
+        cudaMemcpyAsync(rec, g->errors, sizeof rec, cudaMemcpyDeviceToHost, kve_stream(ctx)),
+        "memcpy (error records)");
     KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     int raised = 0;
     for (int k = 0; k < KVE_DEV_ERR_KINDS; k++)
         raised |= rec[k] != KVE_DEV_ERR_NONE;
     if (!raised)
         return KVE_OK;
-    KVE_GPU_TRY(cudaMemsetAsync(g->errors, 0xff, sizeof rec, kve_stream(ctx)), "memset (error records)");
+    KVE_GPU_TRY(cudaMemsetAsync(g->errors, 0xff, sizeof rec, kve_stream(ctx)),
+                "memset (error records)");
     KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     return kve_dev_errors_status(rec, kve_host->set_error);
 }

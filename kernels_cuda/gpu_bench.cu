@@ -185,8 +185,10 @@ static void kve_bench_compact(kve_bench *b)
         kept_bytes += (size_t)(KVE_SLOTS - ne) * KVE_ENTRY * 2;
         shifted_bytes += (size_t)(KVE_SLOTS - first - ne) * KVE_ENTRY * 2;
     }
-    unsigned char *k = (unsigned char *)kve_dev(b, NULL, cache), *v = (unsigned char *)kve_dev(b, NULL, cache);
-    unsigned char *k2 = (unsigned char *)kve_dev(b, NULL, cache), *v2 = (unsigned char *)kve_dev(b, NULL, cache);
+    unsigned char *k = (unsigned char *)kve_dev(b, NULL, cache),
+                  *v = (unsigned char *)kve_dev(b, NULL, cache);
+    unsigned char *k2 = (unsigned char *)kve_dev(b, NULL, cache),
+                  *v2 = (unsigned char *)kve_dev(b, NULL, cache);
     KVE_B_RT(cudaMemsetAsync(k, 1, cache, b->stream));
     KVE_B_RT(cudaMemsetAsync(v, 2, cache, b->stream));
     int32_t *slots = (int32_t *)kve_dev(b, NULL, rows);
@@ -215,7 +217,8 @@ static void kve_bench_compact(kve_bench *b)
         d.dst[1].base = mode ? NULL : v2;
         for (int i = 0; i < iters + 2; i++) {
             /* slot_pos is compacted in place: restore it, untimed */
-            KVE_B_RT(cudaMemcpyAsync(slots, p.dev.slot_pos, rows, cudaMemcpyDeviceToDevice, b->stream));
+            KVE_B_RT(
+                cudaMemcpyAsync(slots, p.dev.slot_pos, rows, cudaMemcpyDeviceToDevice, b->stream));
             double t = kve_time_us(b, [&] { KVE_B_CHECK(kve_compact(b->gpu, &d)); });
             us[mode] += i >= 2 ? t : 0; /* two warm-up calls */
         }

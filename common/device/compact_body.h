@@ -121,9 +121,9 @@ KVE_FN uint32_t kve_compact_tile(kve_tc *tc, kve_compact_smem *sm, const int32_t
 
 /* Move entries first..first+count-1 of one head from their source slots
  * map[0..count) (skipping those already in place), in units of T. */
-#define KVE_DEFINE_MOVE(name, T, ZERO)                                                               \
-    KVE_FN void name(kve_tc *tc, const kve_compact_args *a, const unsigned char *src, size_t ss,  \
-                     unsigned char *dst, size_t ds, const uint32_t *map, uint32_t first,          \
+#define KVE_DEFINE_MOVE(name, T, ZERO)                                                           \
+    KVE_FN void name(kve_tc *tc, const kve_compact_args *a, const unsigned char *src, size_t ss, \
+                     unsigned char *dst, size_t ds, const uint32_t *map, uint32_t first,         \
                      uint32_t count)                                                             \
     {                                                                                            \
         const T zero = ZERO;                                                                     \

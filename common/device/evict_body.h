@@ -344,7 +344,8 @@ KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args 
 KVE_FN void kve_evict_grid(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a,
                            unsigned char *dyn_smem)
 {
-    unsigned char *scratch = a->scratch ? a->scratch + (size_t)tc->bid * a->scratch_stride : dyn_smem;
+    unsigned char *scratch =
+        a->scratch ? a->scratch + (size_t)tc->bid * a->scratch_stride : dyn_smem;
     for (uint64_t h = tc->bid; h < a->heads; h += tc->nb) {
         kve_evict_head(tc, sm, a, h, scratch);
         kve_sync(tc); /* shared memory is reused by the next head */

@@ -126,15 +126,22 @@ int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim)
                                        : 1 + kve_rand_below(rng, 48);
     uint32_t n = b->n_slots;
     b->seed = kve_rand(rng);
-    b->flags = kve_rand_below(rng, 8) | (kve_chance(rng, 20) && !lim->errors ? KVE_TRUSTED_SLOTS : 0);
-    b->layer_offset = kve_chance(rng, 10) ? 0xffffffffu - b->n_layers + 1 : kve_rand_below(rng, 100);
+    b->flags =
+        kve_rand_below(rng, 8) | (kve_chance(rng, 20) && !lim->errors ? KVE_TRUSTED_SLOTS : 0);
+    b->layer_offset =
+        kve_chance(rng, 10) ? 0xffffffffu - b->n_layers + 1 : kve_rand_below(rng, 100);
     b->head_offset = kve_chance(rng, 10) ? 0xffffffffu - b->n_heads + 1 : kve_rand_below(rng, 100);
-    b->budget = kve_chance(rng, 5) ? 0 : kve_chance(rng, 5) ? 0x7fffffffu : kve_rand_below(rng, n + 3);
-    b->window = kve_chance(rng, 10) ? 0 : kve_chance(rng, 5) ? 0x7fffffffu : kve_rand_below(rng, n + 3);
+    b->budget = kve_chance(rng, 5)   ? 0
+                : kve_chance(rng, 5) ? 0x7fffffffu
+                                     : kve_rand_below(rng, n + 3);
+    b->window = kve_chance(rng, 10)  ? 0
+                : kve_chance(rng, 5) ? 0x7fffffffu
+                                     : kve_rand_below(rng, n + 3);
     b->slot_pos_stride = n + (kve_chance(rng, 30) ? kve_rand_below(rng, 9) : 0);
     c->heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
     size_t max_ev = n > b->budget ? n - b->budget : 0;
-    c->out.evicted_stride = (max_ev ? max_ev : 1) + (kve_chance(rng, 30) ? kve_rand_below(rng, 5) : 0);
+    c->out.evicted_stride =
+        (max_ev ? max_ev : 1) + (kve_chance(rng, 30) ? kve_rand_below(rng, 5) : 0);
     c->out.kept_stride = n + (kve_chance(rng, 30) ? kve_rand_below(rng, 5) : 0);
     int want_flags = kve_chance(rng, 70), want_kept = kve_chance(rng, 70);
     size_t rows = (c->heads - 1) * b->slot_pos_stride + n;
@@ -304,7 +311,9 @@ int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, ui
                 break;
             }
             __attribute__((fallthrough)); /* too short to disorder */
-        default: slots[kve_rand_below(rng, d->n_slots)] = -2 - (int32_t)kve_rand_below(rng, 9); break;
+        default:
+            slots[kve_rand_below(rng, d->n_slots)] = -2 - (int32_t)kve_rand_below(rng, 9);
+            break;
         }
     }
     snprintf(c->label, sizeof c->label,
@@ -325,9 +334,9 @@ void kve_case_bind_compact(const kve_case *c, const kve_case_bufs *bufs, kve_com
     int out_of_place = c->n_bufs > C_CACHES + (int)c->desc.n_caches;
     for (uint32_t k = 0; k < c->desc.n_caches; k++) {
         d->src[k].base = bufs->p[C_CACHES + k] + (size_t)c->desc.src[k].base;
-        d->dst[k].base = out_of_place
-                             ? bufs->p[C_CACHES + c->desc.n_caches + k] + (size_t)c->desc.dst[k].base
-                             : NULL;
+        d->dst[k].base =
+            out_of_place ? bufs->p[C_CACHES + c->desc.n_caches + k] + (size_t)c->desc.dst[k].base
+                         : NULL;
     }
 }
 
@@ -335,8 +344,10 @@ int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_b
                      size_t why_bytes)
 {
     if (!c->is_compact) {
-        const uint32_t *ne_x = (const uint32_t *)x->p[B_NEVICTED], *ne_y = (const uint32_t *)y->p[B_NEVICTED];
-        const uint32_t *nk_x = (const uint32_t *)x->p[B_NKEPT], *nk_y = (const uint32_t *)y->p[B_NKEPT];
+        const uint32_t *ne_x = (const uint32_t *)x->p[B_NEVICTED],
+                       *ne_y = (const uint32_t *)y->p[B_NEVICTED];
+        const uint32_t *nk_x = (const uint32_t *)x->p[B_NKEPT],
+                       *nk_y = (const uint32_t *)y->p[B_NKEPT];
         for (size_t h = 0; h < c->heads; h++)
             if (ne_x[h] != ne_y[h] || nk_x[h] != nk_y[h]) {
                 snprintf(why, why_bytes, "head %zu: n_evicted %u vs %u, n_kept %u vs %u", h,

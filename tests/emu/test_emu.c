@@ -17,7 +17,8 @@
 #include "kve_cases.h"
 
 /* (threads per block, warp width) shapes the emulator runs. */
-static const uint32_t kve_shapes[][2] = {{32, 32}, {64, 32}, {64, 64}, {128, 64}, {128, 32}, {256, 64}};
+static const uint32_t kve_shapes[][2] = {{32, 32},  {64, 32},  {64, 64},
+                                         {128, 64}, {128, 32}, {256, 64}};
 #define KVE_N_SHAPES (sizeof kve_shapes / sizeof kve_shapes[0])
 
 static kve_emu_pool *kve_pools[KVE_N_SHAPES];
@@ -87,11 +88,13 @@ START_TEST(test_keys_random)
         uint64_t seed = kve_rand(&rng);
         uint32_t flags = kve_rand_below(&rng, 8);
         for (int i = 0; i < N; i++)
-            c[i] = (kve_coord){kve_rand(&rng) % 5, (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
-                               (uint32_t)kve_rand(&rng), kve_rand_below(&rng, 4)};
+            c[i] =
+                (kve_coord){kve_rand(&rng) % 5, (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
+                            (uint32_t)kve_rand(&rng), kve_rand_below(&rng, 4)};
         ck_assert_int_eq(kve_keys(ref, seed, flags, c, N, want), KVE_OK);
         size_t s = kve_pick_shape(&rng);
-        ck_assert_int_eq(kve_emu_keys(kve_pools[s], 1 + kve_rand_below(&rng, 7), seed, flags, c, N, got), 0);
+        ck_assert_int_eq(
+            kve_emu_keys(kve_pools[s], 1 + kve_rand_below(&rng, 7), seed, flags, c, N, got), 0);
         ck_assert_int_eq(memcmp(want, got, N * 8), 0);
     }
     free(c);

@@ -167,20 +167,24 @@ START_TEST(test_evict_golden)
         kve_seq seq = {g->seq_id, g->prompt, g->round};
         unsigned char *d = kve_arena;
         ck_assert_int_eq(kve_copy(kve_gpu, d, &seq, sizeof seq, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, d + 256, g->slot_pos, g->n_slots * 4, KVE_COPY_HOST_TO_BACKEND),
-                         KVE_OK);
+        ck_assert_int_eq(
+            kve_copy(kve_gpu, d + 256, g->slot_pos, g->n_slots * 4, KVE_COPY_HOST_TO_BACKEND),
+            KVE_OK);
         kve_batch b = {g->seed, g->flags, 1, (kve_seq *)d, 1, 1, g->layer, g->head, g->n_slots,
                        g->budget, g->window, (int32_t *)(d + 256), g->n_slots};
-        kve_evict_out o = {(int32_t *)(d + 4096), 64, (uint32_t *)(d + 8192), (uint32_t *)(d + 8196),
-                           d + 8200, (int32_t *)(d + 12288), 64};
+        kve_evict_out o = {
+            (int32_t *)(d + 4096),  64, (uint32_t *)(d + 8192), (uint32_t *)(d + 8196), d + 8200,
+            (int32_t *)(d + 12288), 64};
         ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &b, &o, NULL, 0)), KVE_OK);
         int32_t ev[64], kept[64];
         uint32_t counts[2];
         uint8_t flags;
         ck_assert_int_eq(kve_copy(kve_gpu, counts, d + 8192, 8, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
         ck_assert_int_eq(kve_copy(kve_gpu, &flags, d + 8200, 1, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, ev, d + 4096, sizeof ev, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, kept, d + 12288, sizeof kept, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, ev, d + 4096, sizeof ev, KVE_COPY_BACKEND_TO_HOST),
+                         KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, kept, d + 12288, sizeof kept, KVE_COPY_BACKEND_TO_HOST),
+                         KVE_OK);
         ck_assert_msg(counts[0] == g->n_evicted && counts[1] == g->n_kept, "%s", g->name);
         ck_assert_int_eq(memcmp(ev, g->evicted, g->n_evicted * 4), 0);
         ck_assert_int_eq(memcmp(kept, g->kept, g->n_kept * 4), 0);
@@ -253,7 +257,8 @@ START_TEST(test_digest_batch)
     size_t off_slots = 4096, off_ev = off_slots + rows * 4, off_ne = off_ev + heads * ev_stride * 4,
            off_nk = off_ne + heads * 4;
     ck_assert_int_eq(kve_copy(kve_gpu, d, seqs, sizeof seqs, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
-    ck_assert_int_eq(kve_copy(kve_gpu, d + off_slots, slots, rows * 4, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+    ck_assert_int_eq(kve_copy(kve_gpu, d + off_slots, slots, rows * 4, KVE_COPY_HOST_TO_BACKEND),
+                     KVE_OK);
     kve_batch db = b;
     db.seqs = (kve_seq *)d;
     db.slot_pos = (int32_t *)(d + off_slots);
