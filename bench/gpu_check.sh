@@ -19,7 +19,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu-check}
 jobs=$(nproc 2>/dev/null || echo 4)
-python=${KVE_PYTHON:-/usr/bin/python3}
 t_start=$(date +%s)
 mkdir -p "$build"
 log=$build/gpu_check.log
@@ -186,6 +185,21 @@ us = timed_us(gather, 30)
 print(f"RESULT torch_compact_gbs {2 * k2.numel() * 2 / (us * 1e3):.1f}")
 PY
 
+# The peer needs a torch that sees the GPU (Debian's python3-torch is CPU-only):
+# $KVE_PYTHON, else the first python3 on PATH, else /usr/bin/python3.
+python=""
+if [ ${#vendors[@]} -gt 0 ]; then
+    for py in "${KVE_PYTHON:-}" "$(command -v python3 || true)" /usr/bin/python3; do
+        if [ -z "$py" ] || [ ! -x "$py" ]; then continue; fi
+        if timeout 60 "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \
+            >/dev/null 2>&1; then
+            python=$py
+            break
+        fi
+    done
+    [ -n "$python" ] || say "no python3 with a GPU build of torch: the PyTorch peer is skipped"
+fi
+
 for v in "${vendors[@]}"; do
     [ "$build_ok" = 1 ] || break
     bench=$build/kernels_cuda/kvevict_gpu_bench
@@ -204,7 +218,8 @@ for v in "${vendors[@]}"; do
         echo "RESULT digest_all_agree 0" | collect "$v"
     fi
     cat "$digest_out" >>"$log" 2>/dev/null || true
-    if step 60 "PyTorch peer ($v)" --out "$build/torch_$v.txt" "$python" "$peer"; then
+    if [ -n "$python" ] && step 60 "PyTorch peer ($v, $python)" --out "$build/torch_$v.txt" \
+        "$python" "$peer"; then
         collect "$v" <"$build/torch_$v.txt"
         grep '^#' "$build/torch_$v.txt" | tee -a "$log" || true
     fi
