@@ -190,6 +190,38 @@ START_TEST(test_evict_errors)
 }
 END_TEST
 
+/* KVE_TRUSTED_SLOTS with a broken promise: the keep-set is unspecified, but
+ * the kernel stays inside its rows (ASan watches in the sanitized build)
+ * and the counts inside their bounds. */
+START_TEST(test_evict_trusted_duplicates)
+{
+    uint64_t rng = 0x5eed0006;
+    kve_case_limits lim = {300, 3, 1};
+    for (unsigned i = 0; i < 150; i++) {
+        kve_case c;
+        ck_assert_int_eq(kve_case_evict(&c, &rng, &lim), 0);
+        c.batch.flags |= KVE_TRUSTED_SLOTS;
+        kve_case_bufs got;
+        kve_batch b;
+        kve_evict_out o;
+        ck_assert_int_eq(kve_case_host_copy(&c, &got), 0);
+        kve_case_bind_evict(&c, &got, &b, &o);
+        kve_emu_errors e;
+        kve_emu_errors_reset(&e);
+        size_t s = kve_pick_shape(&rng);
+        ck_assert_int_eq(kve_emu_evict(kve_pools[s], 1 + kve_rand_below(&rng, 4), (int)(i & 1),
+                                       &b, &o, &e),
+                         0);
+        uint32_t cap = b.n_slots > b.budget ? b.n_slots - b.budget : 0;
+        for (size_t h = 0; h < c.heads && e.rec[0] == ~0ull; h++) /* no range error raised */
+            ck_assert_msg(o.n_evicted[h] <= cap && o.n_kept[h] <= b.n_slots, "%s: head %zu",
+                          c.label, h);
+        kve_case_host_free(&c, &got);
+        kve_case_free(&c);
+    }
+}
+END_TEST
+
 static void kve_compact_cases(uint64_t seed, unsigned n, int errors)
 {
     uint64_t rng = seed;
@@ -261,11 +293,12 @@ static Suite *kve_emu_suite(void)
     Suite *s = suite_create("emu");
     const TTest *keys[] = {test_keys_golden, test_keys_random, test_evict_golden};
     const TTest *evict[] = {test_evict_random};
-    const TTest *errors[] = {test_evict_errors, test_compact_errors};
+    const TTest *errors[] = {test_evict_errors, test_compact_errors,
+                             test_evict_trusted_duplicates};
     const TTest *compact[] = {test_compact_random, test_compact_unit};
     kve_add_case(s, "keys", keys, 3);
     kve_add_case(s, "evict", evict, 1);
-    kve_add_case(s, "errors", errors, 2);
+    kve_add_case(s, "errors", errors, 3);
     kve_add_case(s, "compact", compact, 2);
     return s;
 }
