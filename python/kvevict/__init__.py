@@ -321,7 +321,8 @@ def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: A
     views = {v.name: v for v in ev}
     if "block_table" in views:
         bt = views["block_table"]
-        d.page_table, d.block_table, d.blocks_per_row, d.n_rows = 1, bt.ptr, bt.shape[1], bt.shape[0]
+        d.page_table, d.block_table = 1, bt.ptr
+        d.n_rows, d.blocks_per_row = bt.shape
     elif "indptr" in views:
         if "indices" not in views or "last_page_len" not in views:
             raise ValueError("indptr needs indices and last_page_len")

@@ -206,7 +206,8 @@ class EvictCompact(unittest.TestCase):
             want, kept, _ = kve_oracle.evict_head(before[s, l, h].tolist(), seqs[s][1], 2, 10,
                                                   4, seqs[s][0], 1 + l, h, seqs[s][2])
             self.assertEqual(ev[s, l, h, :n_ev[s, l, h]].tolist(), want)
-            self.assertEqual(table[s, l, h, :len(kept)].tolist(), [int(before[s, l, h, t]) for t in kept])
+            self.assertEqual(table[s, l, h, :len(kept)].tolist(),
+                             [int(before[s, l, h, t]) for t in kept])
             for j, t in enumerate(kept):
                 self.assertTrue(torch.equal(k[s, l, h, j], k0[s, l, h, t]))
 

@@ -14,6 +14,11 @@ sequence, masking the slots the state's table marks empty. At every layer
 and step it must equal attention over the full, never-evicted cache masked
 to the same kept positions (max abs error <= 1e-5).
 
+The same cache read by a stock kernel (one length, no mask) sees the kept
+tokens plus, between rounds, the evicted ones whose slots are not refilled
+yet: it must equal the full cache masked to what the slots physically hold,
+with at most r - 1 such extra tokens per head.
+
 Engine B (compaction): kve_evict + kve_compact on a contiguous
 [seq, layer, head, slot] cache, new tokens appended after the kept ones. Its
 logits must equal engine A's at every step, and its kept positions the
@@ -46,14 +51,24 @@ def rms(x):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
+_HALF = D // 2
+_ANG = torch.arange(STEPS + 1 + max(p for *_, p in ADMIT), dtype=torch.float64)[:, None] / (
+    10000 ** (torch.arange(_HALF, dtype=torch.float64) / _HALF))[None, :]
+_COS, _SIN = _ANG.cos().float(), _ANG.sin().float()
+
+
 def rope(x, pos):
     """Rotate-half RoPE of x [T, H, D] at positions pos [T]."""
-    half = D // 2
-    freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float64) / half))
-    ang = pos.double()[:, None] * freq[None, :]
-    cos, sin = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
-    a, b = x[..., :half], x[..., half:]
+    cos, sin = _COS[pos][:, None, :], _SIN[pos][:, None, :]
+    a, b = x[..., :_HALF], x[..., _HALF:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+def position_mask(spos, n):
+    """[HKV, n] bool: True at the positions listed in spos [HKV, S] (-1 ignored)."""
+    m = torch.zeros(HKV, n + 1, dtype=torch.bool)
+    m.scatter_(1, spos + 1, True)
+    return m[:, 1:]
 
 
 def attention(q, k, v, mask):
@@ -107,12 +122,15 @@ class SlotReuseEngine:
         self.table = self.state.slot_table()  # live view of the state's tables
         self.full_k = [None] * ROWS
         self.full_v = [None] * ROWS
-        self.max_err = 0.0
+        self.resident = [None] * ROWS  # [L, HKV, MAX_SLOTS]: last position written per slot
+        self.max_err = self.max_err_stock = 0.0
+        self.max_extra = 0
 
     def admit(self, row, seq_id, prompt_len):
         self.state.admit(row, seq_id, prompt_len)
         self.full_k[row] = torch.zeros(L, HKV, prompt_len + STEPS + 1, D)
         self.full_v[row] = torch.zeros(L, HKV, prompt_len + STEPS + 1, D)
+        self.resident[row] = torch.full((L, HKV, MAX_SLOTS), -1, dtype=torch.long)
 
     def retire(self, row):
         self.state.retire(row)
@@ -131,11 +149,16 @@ class SlotReuseEngine:
         kvevict.cache_write(self.ctx, [k, v], [self.k[l], self.v[l]],
                             self.state.layer_slots(self.mapping, l), self.token_row,
                             block_table=self.block_table)
+        slots = self.state.layer_slots(self.mapping, l).long().expand(-1, HKV)
+        heads = torch.arange(HKV).expand_as(slots)
         outs = []
         for r, a, b, used in self.segments:
             pos = self.pos[a:b]
             self.full_k[r][l][:, pos] = k[a:b].transpose(0, 1)
             self.full_v[r][l][:, pos] = v[a:b].transpose(0, 1)
+            sl, hd = slots[a:b], heads[a:b]
+            ok = sl >= 0
+            self.resident[r][l][hd[ok], sl[ok]] = pos[:, None].expand_as(sl)[ok]
             # Paged: one length per sequence, the head's empty slots masked.
             s = torch.arange(used)
             blocks = self.block_table[r, s // BS].long()
@@ -146,13 +169,20 @@ class SlotReuseEngine:
             out = attention(q[a:b], kp, vp, mask)
             # Reference: the full cache, masked to the positions the heads keep.
             n = int(pos.max()) + 1
-            keep = torch.zeros(HKV, n, dtype=torch.bool)
-            for h in range(HKV):
-                keep[h, spos[h][spos[h] >= 0]] = True
+            keep = position_mask(spos, n)
             causal = torch.arange(n)[None, :] <= pos[:, None]
             ref = attention(q[a:b], self.full_k[r][l][:, :n], self.full_v[r][l][:, :n],
                             keep[:, None, :] & causal[None])
             self.max_err = max(self.max_err, float((out - ref).abs().max()))
+            # A stock kernel: the first `used` slots, no mask but causality.
+            held = self.resident[r][l][:, :used]
+            stock = attention(q[a:b], kp, vp, held[:, None, :] <= pos[None, :, None])
+            phys = position_mask(held, n)
+            ref = attention(q[a:b], self.full_k[r][l][:, :n], self.full_v[r][l][:, :n],
+                            phys[:, None, :] & causal[None])
+            self.max_err_stock = max(self.max_err_stock, float((stock - ref).abs().max()))
+            extra = int(((held >= 0) & (spos < 0)).sum(1).max())
+            self.max_extra = max(self.max_extra, extra)
             outs.append(out)
         return torch.cat(outs)
 
@@ -262,6 +292,13 @@ def main():
     log("paged attention vs full cache masked to the kept set: max abs error %.3g" % a.max_err)
     if not a.max_err <= TOL:
         failures.append("slot reuse differs from the masked full cache by %g" % a.max_err)
+    log("stock kernel (no mask) vs full cache masked to the slots' contents: %.3g, up to %d "
+        "evicted tokens still held per head" % (a.max_err_stock, a.max_extra))
+    if not a.max_err_stock <= TOL:
+        failures.append("stock attention differs from the resident set by %g" % a.max_err_stock)
+    if not 0 < a.max_extra <= R - 1:
+        failures.append("%d evicted tokens visible to a stock kernel, expected 1..r-1"
+                        % a.max_extra)
     diff = max(float((x - y).abs().max()) for x, y in zip(out_a, out_b))
     log("slot reuse vs compaction logits: max abs difference %.3g" % diff)
     if not diff <= TOL:
