@@ -25,8 +25,10 @@ install_missing() {
 }
 
 build() {
-    local preset=$1
-    cmake --preset "$preset" >/dev/null
+    local preset=$1 gpu=()
+    # KVE_CUDA / KVE_HIP (AUTO, ON, OFF) choose the GPU backends of the default build.
+    [ "$preset" = default ] && gpu=(-DKVE_CUDA="${KVE_CUDA:-AUTO}" -DKVE_HIP="${KVE_HIP:-AUTO}")
+    cmake --preset "$preset" "${gpu[@]}" >/dev/null
     cmake --build --preset "$preset"
 }
 
