@@ -148,10 +148,13 @@ static int kve_cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Finds the first problem in one head; 1 if found. @p scratch holds
- * n_slots int32 or a bitmap of 64*n_slots bits, whichever is larger. */
-static int kve_head_problem(const int32_t *row, uint32_t n, int check_dups, uint64_t *scratch,
-                            size_t scratch_words, kve_slot_problem *p)
+/* The exact first problem of one head, 1 if found: the first value < -1;
+ * else, positions within 64*n_slots of each other, the first slot holding
+ * a position an earlier slot holds; else the second slot of the smallest
+ * repeated position. @p scratch holds n_slots 64-bit words. Only reached
+ * when the fast checks below cannot clear the head. */
+static int kve_head_problem_exact(const int32_t *row, uint32_t n, int check_dups, uint64_t *scratch,
+                                  size_t scratch_words, kve_slot_problem *p)
 {
     int32_t lo = INT32_MAX, hi = -1;
     for (uint32_t t = 0; t < n; t++) {
@@ -209,6 +212,237 @@ static int kve_head_problem(const int32_t *row, uint32_t n, int check_dups, uint
     return 0;
 }
 
+/* Per-row facts the fast checks need: the smallest value (below -1: a bad
+ * one), the smallest and largest valid position, the valid slots, and the
+ * adjacent pairs breaking "strictly ascending positions, then only empty
+ * slots" (0: sorted, hence distinct). Scalar reference, then AVX2 and
+ * AVX-512 versions chosen once by cpuid (with the OS's register state). */
+typedef struct {
+    int32_t min, hi;
+    uint32_t lo, valid, unordered;
+} kve_row_facts;
+
+static void kve_facts_tail(const int32_t *row, uint32_t t, uint32_t n, kve_row_facts *s)
+{
+    for (; t < n; t++) {
+        int32_t v = row[t];
+        s->min = v < s->min ? v : s->min;
+        s->hi = v > s->hi ? v : s->hi;
+        s->lo = (uint32_t)v < s->lo ? (uint32_t)v : s->lo; /* -1 is never the least */
+        s->valid += v >= 0;
+        s->unordered += t + 1 < n && row[t + 1] != -1 && (v < 0 || row[t + 1] <= v);
+    }
+}
+
+static void kve_facts_scalar(const int32_t *row, uint32_t n, kve_row_facts *s)
+{
+    *s = (kve_row_facts){INT32_MAX, -1, UINT32_MAX, 0, 0};
+    kve_facts_tail(row, 0, n, s);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KVE_HAVE_X86_FACTS 1
+
+__attribute__((target("avx512f,popcnt"))) static void kve_facts_avx512(const int32_t *row, uint32_t n,
+                                                                      kve_row_facts *s)
+{
+    __m512i mn = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(-1), lo = hi;
+    const __m512i m1 = _mm512_set1_epi32(-1), zero = _mm512_setzero_si512();
+    uint32_t valid = 0, bad = 0, t = 0;
+    for (; t + 17 <= n; t += 16) {
+        __m512i v = _mm512_loadu_si512(row + t), next = _mm512_loadu_si512(row + t + 1);
+        mn = _mm512_min_epi32(mn, v);
+        hi = _mm512_max_epi32(hi, v);
+        lo = _mm512_min_epu32(lo, v);
+        valid += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, zero));
+        __mmask16 out = _mm512_cmplt_epi32_mask(v, zero) | _mm512_cmple_epi32_mask(next, v);
+        bad += (uint32_t)_mm_popcnt_u32(_mm512_mask_cmpneq_epi32_mask(out, next, m1));
+    }
+    *s = (kve_row_facts){_mm512_reduce_min_epi32(mn), _mm512_reduce_max_epi32(hi),
+                         (uint32_t)_mm512_reduce_min_epu32(lo), valid, bad};
+    kve_facts_tail(row, t, n, s);
+}
+
+__attribute__((target("avx2,popcnt"))) static void kve_facts_avx2(const int32_t *row, uint32_t n,
+                                                                 kve_row_facts *s)
+{
+    __m256i mn = _mm256_set1_epi32(INT32_MAX), hi = _mm256_set1_epi32(-1), lo = hi;
+    const __m256i m1 = _mm256_set1_epi32(-1);
+    uint32_t valid = 0, bad = 0, t = 0;
+    for (; t + 9 <= n; t += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + t));
+        __m256i next = _mm256_loadu_si256((const __m256i *)(const void *)(row + t + 1));
+        mn = _mm256_min_epi32(mn, v);
+        hi = _mm256_max_epi32(hi, v);
+        lo = _mm256_min_epu32(lo, v);
+        __m256i neg = _mm256_cmpgt_epi32(_mm256_setzero_si256(), v);
+        valid += 8 - (uint32_t)_mm_popcnt_u32((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(neg)));
+        __m256i out = _mm256_or_si256(neg, _mm256_xor_si256(_mm256_cmpgt_epi32(next, v), m1));
+        out = _mm256_andnot_si256(_mm256_cmpeq_epi32(next, m1), out);
+        bad += (uint32_t)_mm_popcnt_u32((uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(out)));
+    }
+    int32_t a[8], b[8];
+    uint32_t c[8];
+    _mm256_storeu_si256((__m256i *)(void *)a, mn);
+    _mm256_storeu_si256((__m256i *)(void *)b, hi);
+    _mm256_storeu_si256((__m256i *)(void *)c, lo);
+    *s = (kve_row_facts){INT32_MAX, -1, UINT32_MAX, valid, bad};
+    for (int k = 0; k < 8; k++) {
+        s->min = a[k] < s->min ? a[k] : s->min;
+        s->hi = b[k] > s->hi ? b[k] : s->hi;
+        s->lo = c[k] < s->lo ? c[k] : s->lo;
+    }
+    kve_facts_tail(row, t, n, s);
+}
+#endif
+
+/* Slots at the start holding row[0], row[0] + 1, ...: a prompt in order. */
+static uint32_t kve_run_tail(const int32_t *row, uint32_t t, uint32_t n)
+{
+    while (t < n && row[t] == row[0] + (int32_t)t)
+        t++;
+    return t;
+}
+
+static uint32_t kve_run_scalar(const int32_t *row, uint32_t n)
+{
+    return row[0] < 0 ? 0 : kve_run_tail(row, 0, n);
+}
+
+/* Distinct valid positions in row[0..n), all within [lo, lo + span), and
+ * as many as @p valid: whether they are all distinct. A byte map of plain
+ * stores (no read-modify-write chains), then its bytes counted. */
+static int kve_distinct_scalar(const int32_t *row, uint32_t n, int32_t lo, size_t span,
+                               uint32_t valid, void *buf)
+{
+    unsigned char *map = (unsigned char *)buf;
+    size_t words = (span + 7) / 8;
+    memset(map, 0, words * 8);
+    for (uint32_t t = 0; t < n; t++)
+        map[row[t] >= 0 ? (size_t)(row[t] - lo) : words * 8] = 1;
+    uint64_t count = 0;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, map + 8 * i, 8);
+        count += (w * 0x0101010101010101ull) >> 56;
+    }
+    return count == valid;
+}
+
+#ifdef KVE_HAVE_X86_FACTS
+__attribute__((target("avx512f"))) static uint32_t kve_run_avx512(const int32_t *row, uint32_t n)
+{
+    if (row[0] < 0)
+        return 0;
+    __m512i expect = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                      _mm512_set1_epi32(row[0]));
+    uint32_t t = 0;
+    for (; t + 16 <= n; t += 16, expect = _mm512_add_epi32(expect, _mm512_set1_epi32(16)))
+        if (_mm512_cmpneq_epi32_mask(_mm512_loadu_si512(row + t), expect))
+            break;
+    return kve_run_tail(row, t, n);
+}
+
+__attribute__((target("avx2"))) static uint32_t kve_run_avx2(const int32_t *row, uint32_t n)
+{
+    if (row[0] < 0)
+        return 0;
+    __m256i expect = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(row[0]));
+    uint32_t t = 0;
+    for (; t + 8 <= n; t += 8, expect = _mm256_add_epi32(expect, _mm256_set1_epi32(8))) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + t));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(v, expect)) != -1)
+            break;
+    }
+    return kve_run_tail(row, t, n);
+}
+
+/* The same map as kve_distinct_scalar, one dword per position, written by
+ * scatters of 16 lanes. */
+__attribute__((target("avx512f"))) static int kve_distinct_avx512(const int32_t *row, uint32_t n,
+                                                                 int32_t lo, size_t span,
+                                                                 uint32_t valid, void *buf)
+{
+    int32_t *map = (int32_t *)buf;
+    size_t padded = (span + 15) & ~(size_t)15;
+    memset(map, 0, padded * 4);
+    const __m512i vlo = _mm512_set1_epi32(lo), one = _mm512_set1_epi32(1);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 in = n - t >= 16 ? 0xFFFF : (__mmask16)((1u << (n - t)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi32(in, row + t);
+        __mmask16 ok = _mm512_mask_cmpge_epi32_mask(in, v, _mm512_setzero_si512());
+        _mm512_mask_i32scatter_epi32(map, ok, _mm512_sub_epi32(v, vlo), one, 4);
+    }
+    __m512i sum = _mm512_setzero_si512();
+    for (size_t i = 0; i < padded; i += 16)
+        sum = _mm512_add_epi32(sum, _mm512_loadu_si512(map + i));
+    return (uint32_t)_mm512_reduce_add_epi32(sum) == valid;
+}
+#endif
+
+/* The row passes, picked once per process by cpuid (GCC's and Clang's
+ * __builtin_cpu_supports also check that the OS saves the registers). */
+typedef struct {
+    void (*facts)(const int32_t *, uint32_t, kve_row_facts *);
+    uint32_t (*run)(const int32_t *, uint32_t);
+    int (*distinct)(const int32_t *, uint32_t, int32_t, size_t, uint32_t, void *);
+    size_t map_bytes; /* per position */
+} kve_row_ops;
+
+static kve_row_ops kve_row_ops_pick(void)
+{
+#ifdef KVE_HAVE_X86_FACTS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return (kve_row_ops){kve_facts_avx512, kve_run_avx512, kve_distinct_avx512, 4};
+    if (__builtin_cpu_supports("avx2"))
+        return (kve_row_ops){kve_facts_avx2, kve_run_avx2, kve_distinct_scalar, 1};
+#endif
+    return (kve_row_ops){kve_facts_scalar, kve_run_scalar, kve_distinct_scalar, 1};
+}
+
+/* Valid slots of a row holding a position in [a, b]. */
+static uint32_t kve_row_inside(const int32_t *row, uint32_t n, int32_t a, int32_t b)
+{
+    uint32_t c = 0;
+    for (uint32_t t = 0; t < n; t++)
+        c += row[t] >= a && row[t] <= b;
+    return c;
+}
+
+#define KVE_MAP_BYTES 32768
+
+/* Clears a head without the exact algorithm when it can: 0 = no problem,
+ * 1 = a problem (or maybe one): ask kve_head_problem_exact. */
+static int kve_head_suspect(const int32_t *row, uint32_t n, int check_dups, const kve_row_ops *ops,
+                            void *map)
+{
+    kve_row_facts q;
+    if (!check_dups) {
+        ops->facts(row, n, &q);
+        return q.min < -1;
+    }
+    /* The prompt usually fills the first slots in order: distinct, and only
+     * the rest of the row can repeat one of them or itself. */
+    uint32_t r = ops->run(row, n);
+    const int32_t *rest = row + r;
+    ops->facts(rest, n - r, &q);
+    if (q.min < -1)
+        return 1;
+    if (!q.unordered && (!r || r == n || rest[0] == -1 || rest[0] > row[r - 1]))
+        return 0; /* ascending positions are distinct */
+    if (r && q.valid && (int64_t)q.lo <= row[r - 1] && q.hi >= row[0] &&
+        kve_row_inside(rest, n - r, row[0], row[r - 1]))
+        return 1;
+    if (q.valid <= 1)
+        return 0;
+    size_t span = (size_t)(q.hi - (int32_t)q.lo) + 1;
+    if (span * ops->map_bytes > KVE_MAP_BYTES)
+        return 1;
+    return !ops->distinct(rest, n - r, (int32_t)q.lo, span, q.valid, map);
+}
+
 kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int threads)
 {
     if (heads == 0 || b->n_slots == 0)
@@ -217,33 +451,37 @@ kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int thre
     size_t words = (size_t)b->n_slots; /* 64 bits per slot of span, or n_slots int32 */
     if (threads < 1)
         threads = 1;
-    uint64_t *scratch = NULL;
-    if (check_dups) {
-        scratch = (uint64_t *)malloc((size_t)threads * words * sizeof *scratch);
-        KVE_RETURN_ERROR_IF(!scratch, KVE_ERR_NOMEM,
-                            "cannot allocate %zu bytes to check slot_pos for duplicates",
-                            (size_t)threads * words * sizeof *scratch);
-    }
     size_t first_bad = SIZE_MAX;
     kve_slot_problem found = {0, 0, 0, 0};
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (size_t i = 0; i < heads; i++) {
-        kve_slot_problem p = {i, 0, 0, 0};
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        uint64_t *mine = scratch ? scratch + (size_t)tid * words : NULL;
-        if (kve_head_problem(b->slot_pos + i * b->slot_pos_stride, b->n_slots, check_dups, mine,
-                             words, &p)) {
+    int nomem = 0;
+    const kve_row_ops ops = kve_row_ops_pick();
+#pragma omp parallel num_threads(threads)
+    {
+        uint64_t map[KVE_MAP_BYTES / 8 + 2]; /* + one spare word for empty slots */
+        uint64_t *scratch = NULL; /* for the exact algorithm, on demand */
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < heads; i++) {
+            const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
+            if (!kve_head_suspect(row, b->n_slots, check_dups, &ops, map))
+                continue;
+            if (!scratch)
+                scratch = (uint64_t *)malloc(words * sizeof *scratch);
+            kve_slot_problem p = {i, 0, 0, 0};
+            int bad = scratch && kve_head_problem_exact(row, b->n_slots, check_dups, scratch, words, &p);
 #pragma omp critical(kve_slot_problem)
-            if (i < first_bad) {
-                first_bad = i;
-                found = p;
+            {
+                nomem |= !scratch;
+                if (bad && i < first_bad) {
+                    first_bad = i;
+                    found = p;
+                }
             }
         }
+        free(scratch);
     }
-    free(scratch);
+    KVE_RETURN_ERROR_IF(nomem, KVE_ERR_NOMEM,
+                        "cannot allocate %zu bytes to check slot_pos for duplicates",
+                        words * sizeof(uint64_t));
     if (first_bad == SIZE_MAX)
         return KVE_OK;
     if (found.duplicate)

@@ -15,6 +15,7 @@
 
 #define KVE_ALIGN64(x) (((x) + 63) & ~(size_t)63)
 #define KVE_COMPACT_CHUNK 256
+#define KVE_COMPACT_GROUP 64
 
 static int kve_thread_id(void)
 {
@@ -115,28 +116,37 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     size_t per_seq = (size_t)b->n_layers * b->n_heads;
     size_t heads = (size_t)b->n_seqs * per_seq;
     uint32_t key_flags = b->flags & KVE_KEY_FLAGS;
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-    for (size_t i = 0; i < heads; i++) {
-        const kve_seq *seq = &b->seqs[i / per_seq];
-        kve_head_job job;
-        job.slot_pos = b->slot_pos + i * b->slot_pos_stride;
-        job.n_slots = b->n_slots;
-        job.prompt = seq->prompt_len;
-        job.window = b->window;
-        job.budget = b->budget;
-        job.seed = b->seed;
-        job.seq_id = seq->seq_id;
-        job.key_flags = key_flags;
-        job.layer = b->layer_offset + (uint32_t)((i / b->n_heads) % b->n_layers);
-        job.head = b->head_offset + (uint32_t)(i % b->n_heads);
-        job.round = seq->round;
-        job.evicted = o->evicted + i * o->evicted_stride;
-        job.kept = o->kept ? o->kept + i * o->kept_stride : NULL;
-        k->evict_head(&job, ws + (size_t)kve_thread_id() * per);
-        o->n_evicted[i] = job.n_evicted;
-        o->n_kept[i] = job.n_kept;
-        if (o->head_flags)
-            o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+#pragma omp parallel num_threads(ctx->threads)
+    {
+        /* Each thread's heads are contiguous (static schedule), so the hint
+         * carries from one head to the next of the same sequence. */
+        kve_head_hint hint;
+        memset(&hint, 0, sizeof hint);
+        char *scratch = ws + (size_t)kve_thread_id() * per;
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < heads; i++) {
+            const kve_seq *seq = &b->seqs[i / per_seq];
+            kve_head_job job;
+            job.slot_pos = b->slot_pos + i * b->slot_pos_stride;
+            job.n_slots = b->n_slots;
+            job.prompt = seq->prompt_len;
+            job.window = b->window;
+            job.budget = b->budget;
+            job.seed = b->seed;
+            job.seq_id = seq->seq_id;
+            job.key_flags = key_flags;
+            job.layer = b->layer_offset + (uint32_t)((i / b->n_heads) % b->n_layers);
+            job.head = b->head_offset + (uint32_t)(i % b->n_heads);
+            job.round = seq->round;
+            job.hint = &hint;
+            job.evicted = o->evicted + i * o->evicted_stride;
+            job.kept = o->kept ? o->kept + i * o->kept_stride : NULL;
+            k->evict_head(&job, scratch);
+            o->n_evicted[i] = job.n_evicted;
+            o->n_kept[i] = job.n_kept;
+            if (o->head_flags)
+                o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+        }
     }
     return KVE_OK;
 }
@@ -146,45 +156,135 @@ static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t 
     return (char *)v->base + s * v->stride_seq + l * v->stride_layer + h * v->stride_head;
 }
 
+/* Kept slots of head i to the front of its rows, per cache, head by head:
+ * the order that streams when a head's entries are adjacent (HF-like). */
+static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t i,
+                             int out_of_place)
+{
+    size_t s = i / ((size_t)d->n_layers * d->n_heads), l = (i / d->n_heads) % d->n_layers,
+           h = i % d->n_heads;
+    const int32_t *row = d->slot_pos + i * d->slot_pos_stride;
+    const int32_t *ev = d->evicted + i * d->evicted_stride;
+    uint32_t ne = d->n_evicted[i];
+    for (uint32_t c = 0; c < d->n_caches; c++) {
+        const kve_cache_view *src = &d->src[c], *dst = out_of_place ? &d->dst[c] : src;
+        const char *sb = kve_entry_base(src, s, l, h);
+        char *db = kve_entry_base(dst, s, l, h);
+        int32_t chunk[KVE_COMPACT_CHUNK];
+        uint32_t filled = 0, done = 0, e = 0;
+        for (uint32_t t = 0; t < d->n_slots; t++) {
+            if (e < ne && ev[e] == (int32_t)t) {
+                e++;
+                continue;
+            }
+            if (row[t] < 0)
+                continue;
+            chunk[filled++] = (int32_t)t;
+            if (filled == KVE_COMPACT_CHUNK) {
+                k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
+                                src->stride_slot, chunk, filled, d->entry_bytes);
+                done += filled;
+                filled = 0;
+            }
+        }
+        if (filled)
+            k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
+                            src->stride_slot, chunk, filled, d->entry_bytes);
+    }
+}
+
+/* A slot's entries of all heads adjacent (token-row layouts, [T][L][H][E]):
+ * walking head by head would stride a whole row per entry, so walk slot by
+ * slot across a group of heads instead, and memory streams. */
+static int kve_compact_by_slot(const kve_compact_desc *d)
+{
+    for (uint32_t c = 0; c < d->n_caches; c++) {
+        const kve_cache_view *v = &d->src[c];
+        size_t lay = d->n_layers > 1 ? v->stride_layer : 0, hd = d->n_heads > 1 ? v->stride_head : 0;
+        if (v->stride_slot <= (lay > hd ? lay : hd))
+            return 0;
+    }
+    return d->n_slots > 1 && (size_t)d->n_layers * d->n_heads > 1;
+}
+
+typedef struct {
+    const int32_t *row, *ev;
+    uint32_t ne, e, j, t0;
+    const char *src[KVE_MAX_CACHES];
+    char *dst[KVE_MAX_CACHES];
+} kve_head_cursor;
+
+/* Heads [first, first + count) of one sequence, slot by slot. */
+static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t first,
+                              size_t count, int out_of_place)
+{
+    kve_head_cursor hc[KVE_COMPACT_GROUP];
+    uint32_t t_min = d->n_slots;
+    for (size_t g = 0; g < count; g++) {
+        size_t i = first + g, s = i / ((size_t)d->n_layers * d->n_heads),
+               l = (i / d->n_heads) % d->n_layers, h = i % d->n_heads;
+        kve_head_cursor *c = &hc[g];
+        c->row = d->slot_pos + i * d->slot_pos_stride;
+        c->ev = d->evicted + i * d->evicted_stride;
+        c->ne = d->n_evicted[i];
+        c->e = 0;
+        /* In place, the slots before the first hole or eviction stay put. */
+        uint32_t t = 0, stop = c->ne ? (uint32_t)c->ev[0] : d->n_slots;
+        while (!out_of_place && t < stop && c->row[t] >= 0)
+            t++;
+        c->t0 = c->j = t;
+        t_min = t < t_min ? t : t_min;
+        for (uint32_t m = 0; m < d->n_caches; m++) {
+            c->src[m] = kve_entry_base(&d->src[m], s, l, h);
+            c->dst[m] = kve_entry_base(out_of_place ? &d->dst[m] : &d->src[m], s, l, h);
+        }
+    }
+    for (uint32_t t = t_min; t < d->n_slots; t++)
+        for (size_t g = 0; g < count; g++) {
+            kve_head_cursor *c = &hc[g];
+            if (t < c->t0)
+                continue;
+            if (c->e < c->ne && c->ev[c->e] == (int32_t)t) {
+                c->e++;
+                continue;
+            }
+            if (c->row[t] < 0)
+                continue;
+            const int32_t slot = (int32_t)t;
+            for (uint32_t m = 0; m < d->n_caches; m++) {
+                size_t ds = (out_of_place ? &d->dst[m] : &d->src[m])->stride_slot;
+                k->move_entries(c->dst[m] + (size_t)c->j * ds, ds, c->src[m], d->src[m].stride_slot,
+                                &slot, 1, d->entry_bytes);
+            }
+            c->j++;
+        }
+}
+
 static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
 {
     const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
-    size_t heads = (size_t)d->n_seqs * d->n_layers * d->n_heads;
+    size_t per_seq = (size_t)d->n_layers * d->n_heads, heads = (size_t)d->n_seqs * per_seq;
     int out_of_place = d->dst[0].base != NULL;
+    if (kve_compact_by_slot(d)) {
+        size_t groups_per_seq = (per_seq + KVE_COMPACT_GROUP - 1) / KVE_COMPACT_GROUP;
+        size_t groups = (size_t)d->n_seqs * groups_per_seq;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+        for (size_t g = 0; g < groups; g++) {
+            size_t s = g / groups_per_seq, off = (g % groups_per_seq) * KVE_COMPACT_GROUP;
+            size_t count = per_seq - off < KVE_COMPACT_GROUP ? per_seq - off : KVE_COMPACT_GROUP;
+            kve_compact_group(k, d, s * per_seq + off, count, out_of_place);
+        }
+    } else {
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+        for (size_t i = 0; i < heads; i++)
+            kve_compact_head(k, d, i, out_of_place);
+    }
+    /* Kept positions to the front, in slot order; kept[j] >= j keeps this safe. */
 #pragma omp parallel for schedule(static) num_threads(ctx->threads)
     for (size_t i = 0; i < heads; i++) {
-        size_t s = i / ((size_t)d->n_layers * d->n_heads), l = (i / d->n_heads) % d->n_layers,
-               h = i % d->n_heads;
         int32_t *row = d->slot_pos + i * d->slot_pos_stride;
         const int32_t *ev = d->evicted + i * d->evicted_stride;
-        uint32_t ne = d->n_evicted[i];
-        for (uint32_t c = 0; c < d->n_caches; c++) {
-            const kve_cache_view *src = &d->src[c], *dst = out_of_place ? &d->dst[c] : src;
-            const char *sb = kve_entry_base(src, s, l, h);
-            char *db = kve_entry_base(dst, s, l, h);
-            int32_t chunk[KVE_COMPACT_CHUNK];
-            uint32_t filled = 0, done = 0, e = 0;
-            for (uint32_t t = 0; t < d->n_slots; t++) {
-                if (e < ne && ev[e] == (int32_t)t) {
-                    e++;
-                    continue;
-                }
-                if (row[t] < 0)
-                    continue;
-                chunk[filled++] = (int32_t)t;
-                if (filled == KVE_COMPACT_CHUNK || t + 1 == d->n_slots) {
-                    k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
-                                    src->stride_slot, chunk, filled, d->entry_bytes);
-                    done += filled;
-                    filled = 0;
-                }
-            }
-            if (filled)
-                k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
-                                src->stride_slot, chunk, filled, d->entry_bytes);
-        }
-        /* Kept positions to the front, in slot order; kept[j] >= j keeps this safe. */
-        uint32_t j = 0, e = 0;
+        uint32_t ne = d->n_evicted[i], j = 0, e = 0;
         for (uint32_t t = 0; t < d->n_slots; t++) {
             if (e < ne && ev[e] == (int32_t)t) {
                 e++;

@@ -27,20 +27,20 @@ static void kve_detect_isa(void)
     unsigned int a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
-    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-    if (!osxsave || !avx)
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, popcnt = (c >> 23) & 1;
+    if (!osxsave || !avx || !popcnt) /* the ISA files are built with -mpopcnt */
         return;
     unsigned long long xcr0 = kve_xgetbv0();
     int ymm_on = (xcr0 & 0x6) == 0x6;           /* SSE + AVX state */
     int zmm_on = ymm_on && (xcr0 & 0xe0) == 0xe0; /* opmask + ZMM state */
     if (!ymm_on || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
         return;
-    int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    int avx2 = (b >> 5) & 1, bmi = (b >> 3) & 1, bmi2 = (b >> 8) & 1;
     int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1,
         avx512vl = (b >> 31) & 1;
-    if (avx2 && bmi2)
+    if (avx2 && bmi && bmi2)
         kve_best_isa = KVE_CPU_ISA_AVX2;
-    if (zmm_on && avx2 && avx512f && avx512dq && avx512bw && avx512vl)
+    if (zmm_on && kve_best_isa == KVE_CPU_ISA_AVX2 && avx512f && avx512dq && avx512bw && avx512vl)
         kve_best_isa = KVE_CPU_ISA_AVX512;
 }
 

@@ -7,6 +7,12 @@ const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa)
 {
     switch (isa) {
     case KVE_CPU_ISA_SCALAR: return &kve_cpu_kernels_scalar;
+#ifdef KVE_HAVE_AVX2
+    case KVE_CPU_ISA_AVX2: return &kve_cpu_kernels_avx2;
+#endif
+#ifdef KVE_HAVE_AVX512
+    case KVE_CPU_ISA_AVX512: return &kve_cpu_kernels_avx512;
+#endif
     default: return NULL;
     }
 }

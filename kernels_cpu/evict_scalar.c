@@ -9,6 +9,7 @@
 
 #include "kve_cpu_kernels.h"
 #include "kve_key.h"
+#include "kve_select.h"
 
 typedef struct {
     uint64_t key;
@@ -21,38 +22,6 @@ static int kve_pair_less(kve_pair a, kve_pair b)
     return a.key < b.key || (a.key == b.key && a.pos < b.pos);
 }
 
-/* Hoare quickselect: rearranges a[0..n) so that a[k] is the k-th smallest
- * (0-based) and returns it. Values are unique, so any pivot order gives the
- * same answer. */
-#define KVE_DEFINE_SELECT(name, type, less)                                                      \
-    static type name(type *a, size_t n, size_t k)                                                \
-    {                                                                                            \
-        ptrdiff_t lo = 0, hi = (ptrdiff_t)n - 1, kk = (ptrdiff_t)k;                              \
-        while (lo < hi) {                                                                        \
-            type p = a[lo + (hi - lo) / 2];                                                      \
-            ptrdiff_t i = lo, j = hi;                                                            \
-            while (i <= j) {                                                                     \
-                while (less(a[i], p))                                                            \
-                    i++;                                                                         \
-                while (less(p, a[j]))                                                            \
-                    j--;                                                                         \
-                if (i <= j) {                                                                    \
-                    type t = a[i];                                                               \
-                    a[i++] = a[j];                                                               \
-                    a[j--] = t;                                                                  \
-                }                                                                                \
-            }                                                                                    \
-            if (kk <= j)                                                                         \
-                hi = j;                                                                          \
-            else if (kk >= i)                                                                    \
-                lo = i;                                                                          \
-            else                                                                                 \
-                break;                                                                           \
-        }                                                                                        \
-        return a[kk];                                                                            \
-    }
-
-#define KVE_U32_LESS(x, y) ((x) < (y))
 KVE_DEFINE_SELECT(kve_select_pair, kve_pair, kve_pair_less)
 KVE_DEFINE_SELECT(kve_select_u32, uint32_t, KVE_U32_LESS)
 
@@ -138,6 +107,10 @@ static void kve_scalar_evict_head(kve_head_job *j, void *scratch)
             m++;
         }
     }
+    /* m == n_cand for valid input; fewer only when a KVE_TRUSTED_SLOTS caller
+     * broke its promise, and then this keeps the evicted row within bounds. */
+    if (nk > m)
+        nk = m;
     kve_pair thr = {0, 0, 0};
     if (nk > 0)
         thr = kve_select_pair(sel, m, (size_t)nk - 1);
@@ -174,6 +147,14 @@ static void kve_scalar_keys(uint64_t seed, uint32_t flags, const kve_coord *c, s
     }
 }
 
+static void kve_scalar_head_keys(const kve_head_job *j, const int32_t *pos, uint32_t n,
+                                 uint64_t *keys)
+{
+    uint64_t seq_seed = kve_ref_seq_seed(j->seed, j->seq_id);
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = kve_ref_key(seq_seed, j->key_flags, j->layer, j->head, (uint32_t)pos[i], j->round);
+}
+
 static void kve_scalar_move_entries(char *dst, size_t dst_stride, const char *src,
                                     size_t src_stride, const int32_t *src_slots, uint32_t count,
                                     size_t entry_bytes)
@@ -188,5 +169,5 @@ static void kve_scalar_move_entries(char *dst, size_t dst_stride, const char *sr
 
 const kve_cpu_kernels kve_cpu_kernels_scalar = {
     KVE_CPU_ISA_SCALAR, kve_scalar_scratch_bytes, kve_scalar_evict_head, kve_scalar_keys,
-    kve_scalar_move_entries,
+    kve_scalar_head_keys, kve_scalar_move_entries,
 };

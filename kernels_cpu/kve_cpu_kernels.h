@@ -8,6 +8,17 @@
 
 #include "kvevict.h"
 
+/* What a SIMD kernel learnt from the previous head on the same thread:
+ * guesses only (every one is verified), so results never depend on it.
+ * The driver zeroes it at the start of each thread's run of heads. */
+typedef struct kve_head_hint {
+    int valid;
+    uint64_t seed, seq_id, seq_seed;
+    uint32_t prompt, window, budget, n_slots;
+    uint32_t n_valid, n_gen; /* counts of the previous head */
+    uint32_t win_lo;         /* its window: generated positions >= win_lo */
+} kve_head_hint;
+
 /* One head's eviction: inputs, then outputs the kernel fills. */
 typedef struct kve_head_job {
     const int32_t *slot_pos; /* [n_slots], validated: >= -1, unique */
@@ -16,6 +27,7 @@ typedef struct kve_head_job {
     uint64_t seed, seq_id;
     uint32_t key_flags; /* KVE_KEY_FLAGS bits only */
     uint32_t layer, head, round; /* global coordinates */
+    kve_head_hint *hint;         /* NULL, or the thread's hint (kernels may ignore it) */
     int32_t *evicted; /* room for max(0, n_slots - budget) */
     int32_t *kept;    /* NULL, or room for n_slots */
     uint32_t n_evicted, n_kept; /* out */
@@ -28,6 +40,9 @@ typedef struct kve_cpu_kernels {
     size_t (*evict_scratch_bytes)(uint32_t n_slots);
     void (*evict_head)(kve_head_job *job, void *scratch);
     void (*keys)(uint64_t seed, uint32_t flags, const kve_coord *coords, size_t n, uint64_t *keys);
+    /* Keys of n positions of one head, nothing else: the hash-only floor the
+     * benchmarks hold eviction against (job: coordinates only). */
+    void (*head_keys)(const kve_head_job *job, const int32_t *pos, uint32_t n, uint64_t *keys);
     /* dst entry j = src entry src_slots[j], j < count; in place when dst == src
      * and dst_stride == src_stride (then src_slots[j] >= j, ascending). */
     void (*move_entries)(char *dst, size_t dst_stride, const char *src, size_t src_stride,
@@ -35,6 +50,8 @@ typedef struct kve_cpu_kernels {
 } kve_cpu_kernels;
 
 extern const kve_cpu_kernels kve_cpu_kernels_scalar;
+extern const kve_cpu_kernels kve_cpu_kernels_avx2;
+extern const kve_cpu_kernels kve_cpu_kernels_avx512;
 
 /* The table for a resolved ISA (never NULL for an ISA resolve accepted). */
 const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa);

@@ -1,0 +1,519 @@
+/*
+ * bench_cpu.c — kvevict-bench: the CPU backend on the standard workloads
+ * (G1, G2, G3 of docs/BENCHMARKS.md) per ISA and thread count, next to its
+ * floors (a hash-only pass over the same candidates; memcpy of the same
+ * bytes) and to the peers a user would write today (numpy, PyTorch; run by
+ * bench/peers.py in the same process tree, single-threaded).
+ *
+ * Eviction goes through the public API (kve_evict), checked (the default)
+ * and with KVE_TRUSTED_SLOTS; the floor calls the ISA's hash kernel directly.
+ */
+#include <getopt.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kve_cpu_kernels.h"
+#include "kvevict.h"
+
+#define G_LAYERS 36
+#define G_HEADS 8
+#define G_PROMPT 1024
+#define G_BUDGET 2048
+#define G_WINDOW 64
+#define G_SLOTS (G_BUDGET + G_WINDOW) /* full: B + r, r = W = 64 */
+#define G_CAND (G_BUDGET - G_PROMPT)  /* candidates per head: 1024 */
+#define ENTRY_BYTES 256               /* 128 x bf16 */
+
+typedef struct {
+    const char *name;
+    uint32_t seqs, layers;
+} workload;
+
+static const workload kWorkloads[] = {{"G1", 1, G_LAYERS}, {"G2", 1, 64}, {"G3", 128, G_LAYERS}};
+
+typedef struct {
+    double min_time;
+    int isas[4], n_isas;
+    int threads[8], n_threads;
+    int run[4]; /* G1, G2, G3, compaction */
+    int peers;
+    const char *python, *script;
+} options;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef void (*step_fn)(void *arg);
+
+static int g_use_min; /* --stat min: the fastest run instead of the median */
+
+/* Median (or least) seconds of body() over at least 3 runs and min_time
+ * seconds, after a warm-up; setup() (untimed, may be NULL) runs before each. */
+static double time_median(double min_time, step_fn setup, step_fn body, void *arg)
+{
+    enum { MAX_RUNS = 2000 };
+    static double samples[MAX_RUNS];
+    int n = 0;
+    if (setup)
+        setup(arg);
+    body(arg);
+    double start = now();
+    while (n < MAX_RUNS && (n < 3 || now() - start < min_time)) {
+        if (setup)
+            setup(arg);
+        double t0 = now();
+        body(arg);
+        samples[n++] = now() - t0;
+    }
+    qsort(samples, (size_t)n, sizeof(double), cmp_double);
+    return g_use_min ? samples[0] : samples[n / 2];
+}
+
+static void die(const char *what, kve_status st)
+{
+    fprintf(stderr, "kvevict-bench: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
+    exit(2);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* A full G head in steady state under slot reuse: the prompt in slots
+ * 0..P-1, the generated positions P..n-1 scattered over the other slots. */
+static void fill_tables(int32_t *slots, size_t heads, uint64_t seed)
+{
+    uint64_t rng = seed;
+    for (size_t i = 0; i < heads; i++) {
+        int32_t *row = slots + i * G_SLOTS;
+        for (uint32_t t = 0; t < G_SLOTS; t++)
+            row[t] = (int32_t)t;
+        for (uint32_t t = G_SLOTS - 1; t > G_PROMPT; t--) {
+            uint32_t j = G_PROMPT + (uint32_t)(rng_next(&rng) % (t - G_PROMPT + 1));
+            int32_t x = row[t];
+            row[t] = row[j];
+            row[j] = x;
+        }
+    }
+}
+
+static kve_context *cpu_context(int isa, int threads)
+{
+    kve_context *ctx = NULL;
+    kve_status st = kve_context_create(KVE_BACKEND_CPU, &ctx);
+    if (st == KVE_OK)
+        st = kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa);
+    if (st == KVE_OK)
+        st = kve_context_set_threads(ctx, threads);
+    if (st != KVE_OK)
+        die("context", st);
+    return ctx;
+}
+
+typedef struct {
+    double checked, trusted, floor;
+} evict_result;
+
+typedef struct {
+    kve_context *ctx;
+    const kve_batch *b;
+    const kve_evict_out *out;
+    void *ws;
+    size_t ws_bytes;
+    kve_seq *seqs;
+    uint32_t round;
+    const kve_cpu_kernels *kernels;
+    const int32_t *cand;
+    int threads;
+    uint64_t *keys;
+} evict_run;
+
+static void evict_next_round(void *arg) /* fresh keys every round */
+{
+    evict_run *r = (evict_run *)arg;
+    r->round++;
+    for (uint32_t s = 0; s < r->b->n_seqs; s++)
+        r->seqs[s].round = r->round;
+}
+
+static void evict_once(void *arg)
+{
+    evict_run *r = (evict_run *)arg;
+    kve_status st = kve_evict(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
+    if (st != KVE_OK)
+        die("kve_evict", st);
+}
+
+static void floor_once(void *arg)
+{
+    evict_run *r = (evict_run *)arg;
+    size_t per_seq = (size_t)r->b->n_layers * r->b->n_heads, heads = r->b->n_seqs * per_seq;
+#pragma omp parallel for schedule(static) num_threads(r->threads)
+    for (size_t i = 0; i < heads; i++) {
+        kve_head_job j;
+        memset(&j, 0, sizeof j);
+        j.seed = r->b->seed;
+        j.seq_id = r->seqs[i / per_seq].seq_id;
+        j.layer = (uint32_t)(i / r->b->n_heads % r->b->n_layers);
+        j.head = (uint32_t)(i % r->b->n_heads);
+        j.round = r->round;
+        r->kernels->head_keys(&j, r->cand, G_CAND, r->keys + (size_t)omp_get_thread_num() * G_CAND);
+    }
+}
+
+/* One workload on one ISA and thread count. */
+static evict_result bench_evict(const workload *w, int isa, int threads, double min_time)
+{
+    size_t heads = (size_t)w->seqs * w->layers * G_HEADS;
+    int32_t *slots = (int32_t *)malloc(heads * G_SLOTS * 4);
+    kve_seq *seqs = (kve_seq *)malloc(w->seqs * sizeof *seqs);
+    fill_tables(slots, heads, 42);
+    for (uint32_t s = 0; s < w->seqs; s++)
+        seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
+    kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
+                   G_WINDOW, slots, G_SLOTS};
+    size_t ev_stride = G_SLOTS - G_BUDGET;
+    int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
+    uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
+    uint8_t *flags = (uint8_t *)malloc(heads);
+    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, flags, NULL, 0};
+    kve_context *ctx = cpu_context(isa, threads);
+    size_t ws_bytes = 0;
+    kve_status st = kve_evict_workspace_size(ctx, &b, &ws_bytes);
+    void *ws = NULL;
+    if (st == KVE_OK)
+        st = kve_alloc(ctx, ws_bytes, &ws);
+    if (st != KVE_OK)
+        die("workspace", st);
+    evict_result r;
+    evict_run run = {ctx, &b, &out, ws, ws_bytes, seqs, 0, NULL, NULL, 0, NULL};
+    for (int trusted = 0; trusted < 2; trusted++) {
+        b.flags = trusted ? KVE_TRUSTED_SLOTS : 0;
+        *(trusted ? &r.trusted : &r.checked) = time_median(min_time, evict_next_round, evict_once, &run);
+    }
+    /* The floor: keys of the same candidates (positions P..B-1 of each head),
+     * nothing else, on the same ISA and threads. */
+    run.kernels = kve_cpu_kernels_get((kve_cpu_isa)isa);
+    int32_t cand[G_CAND];
+    for (uint32_t i = 0; i < G_CAND; i++)
+        cand[i] = (int32_t)(G_PROMPT + i);
+    run.cand = cand;
+    run.threads = threads;
+    uint64_t *keys = (uint64_t *)aligned_alloc(64, (size_t)threads * G_CAND * 8);
+    run.keys = keys;
+    r.floor = time_median(min_time, evict_next_round, floor_once, &run);
+    free(keys);
+    kve_free(ctx, ws);
+    kve_context_destroy(ctx);
+    free(slots);
+    free(seqs);
+    free(evicted);
+    free(n_ev);
+    free(n_kept);
+    free(flags);
+    return r;
+}
+
+typedef struct {
+    double ms, moved_mb, gbs, memcpy_gbs;
+} compact_result;
+
+typedef struct {
+    kve_context *ctx;
+    const kve_compact_desc *d;
+    int32_t *work;
+    const int32_t *slots;
+    size_t slot_bytes;
+    char *a, *z;
+    size_t bytes;
+    int threads;
+} compact_run;
+
+static void compact_reset(void *arg) /* the slot tables as kve_evict left them */
+{
+    compact_run *r = (compact_run *)arg;
+    memcpy(r->work, r->slots, r->slot_bytes);
+}
+
+static void compact_once(void *arg)
+{
+    compact_run *r = (compact_run *)arg;
+    kve_status st = kve_compact(r->ctx, r->d);
+    if (st != KVE_OK)
+        die("kve_compact", st);
+}
+
+static void memcpy_once(void *arg)
+{
+    compact_run *r = (compact_run *)arg;
+    size_t part = (r->bytes / (size_t)r->threads + 63) & ~(size_t)63;
+#pragma omp parallel for schedule(static) num_threads(r->threads)
+    for (int p = 0; p < r->threads; p++) {
+        size_t lo = (size_t)p * part, hi = lo + part < r->bytes ? lo + part : r->bytes;
+        if (lo < hi)
+            memcpy(r->z + lo, r->a + lo, hi - lo);
+    }
+}
+
+/* G1 after one eviction: K and V moved in place, in token-row layout
+ * [T][L][H][E] (or per-head rows [L][H][T][E]). */
+static compact_result bench_compact(int isa, int threads, int token_rows, double min_time)
+{
+    size_t heads = (size_t)G_LAYERS * G_HEADS, cache = heads * G_SLOTS * ENTRY_BYTES;
+    int32_t *slots = (int32_t *)malloc(heads * G_SLOTS * 4), *work = (int32_t *)malloc(heads * G_SLOTS * 4);
+    fill_tables(slots, heads, 7);
+    kve_seq seq = {1, G_PROMPT, 0};
+    kve_batch b = {2609, KVE_TRUSTED_SLOTS, 1, &seq, G_LAYERS, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
+                   G_WINDOW, slots, G_SLOTS};
+    size_t ev_stride = G_SLOTS - G_BUDGET;
+    int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
+    uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
+    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_context *ctx = cpu_context(isa, threads);
+    kve_status st = kve_evict(ctx, &b, &out, NULL, 0);
+    if (st != KVE_OK)
+        die("kve_evict", st);
+    size_t moved = 0; /* entries whose slot changes */
+    for (size_t i = 0; i < heads; i++)
+        for (uint32_t t = 0, j = 0, e = 0; t < G_SLOTS; t++) {
+            if (e < n_ev[i] && evicted[i * ev_stride + e] == (int32_t)t) {
+                e++;
+                continue;
+            }
+            moved += j++ != t;
+        }
+    char *kv = (char *)malloc(2 * cache);
+    memset(kv, 1, 2 * cache);
+    kve_compact_desc d;
+    memset(&d, 0, sizeof d);
+    d.n_seqs = 1, d.n_layers = G_LAYERS, d.n_heads = G_HEADS, d.n_slots = G_SLOTS;
+    d.slot_pos = work, d.slot_pos_stride = G_SLOTS;
+    d.evicted = evicted, d.evicted_stride = ev_stride, d.n_evicted = n_ev;
+    d.entry_bytes = ENTRY_BYTES, d.n_caches = 2;
+    for (int c = 0; c < 2; c++) {
+        kve_cache_view v = token_rows
+            ? (kve_cache_view){kv + c * cache, 0, G_HEADS * ENTRY_BYTES, ENTRY_BYTES, heads * ENTRY_BYTES}
+            : (kve_cache_view){kv + c * cache, 0, G_HEADS * G_SLOTS * ENTRY_BYTES, G_SLOTS * ENTRY_BYTES,
+                               ENTRY_BYTES};
+        d.src[c] = v;
+    }
+    compact_result r;
+    compact_run run = {ctx, &d, work, slots, heads * G_SLOTS * 4, NULL, NULL, 0, threads};
+    double t = time_median(min_time, compact_reset, compact_once, &run);
+    double bytes = (double)moved * ENTRY_BYTES * 2;
+    r.ms = t * 1e3;
+    r.moved_mb = bytes / 1e6;
+    r.gbs = bytes / t / 1e9;
+    /* memcpy of the same bytes, split over the same threads. */
+    run.a = (char *)malloc((size_t)bytes);
+    run.z = (char *)malloc((size_t)bytes);
+    run.bytes = (size_t)bytes;
+    memset(run.a, 2, run.bytes);
+    memset(run.z, 3, run.bytes);
+    t = time_median(min_time, NULL, memcpy_once, &run);
+    r.memcpy_gbs = bytes / t / 1e9;
+    free(run.a);
+    free(run.z);
+    free(kv);
+    kve_context_destroy(ctx);
+    free(slots);
+    free(work);
+    free(evicted);
+    free(n_ev);
+    free(n_kept);
+    return r;
+}
+
+typedef struct {
+    double numpy[3], torch[3];
+} peer_result;
+
+/* Runs bench/peers.py and reads its PEER lines. */
+static void run_peers(const options *o, peer_result *p)
+{
+    for (int w = 0; w < 3; w++)
+        p->numpy[w] = p->torch[w] = -1;
+    char wl[32] = "", cmd[4096];
+    for (int w = 0; w < 3; w++)
+        if (o->run[w])
+            snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s%s", *wl ? "," : "", kWorkloads[w].name);
+    if (!*wl)
+        return;
+    /* OpenBLAS tuning variables of this machine are unset for the numpy peer. */
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s %s --workloads %s "
+             "--min-seconds %.2f", o->python, o->script, wl, o->min_time * 2);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        fprintf(stderr, "kvevict-bench: cannot run %s\n", cmd);
+        return;
+    }
+    char line[512], name[32], wname[8];
+    double med;
+    while (fgets(line, sizeof line, f)) {
+        fputs(line, stderr);
+        if (sscanf(line, "PEER %31s %7s median_ms=%lf", name, wname, &med) != 3)
+            continue;
+        for (int w = 0; w < 3; w++)
+            if (!strcmp(wname, kWorkloads[w].name))
+                (!strcmp(name, "numpy") ? p->numpy : p->torch)[w] = med;
+    }
+    pclose(f);
+}
+
+static int parse_list(const char *arg, const char *const *names, int n_names, int *out, int max)
+{
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) {
+        int found = -1;
+        for (int i = 0; i < n_names; i++)
+            if (!strcmp(tok, names[i]))
+                found = i;
+        if (found < 0 && !names)
+            found = atoi(tok);
+        if (found < 0) {
+            fprintf(stderr, "kvevict-bench: unknown name \"%s\"\n", tok);
+            exit(2);
+        }
+        out[n++] = found;
+    }
+    return n;
+}
+
+static const char kUsage[] =
+    "usage: kvevict-bench [options]\n"
+    "The CPU backend on G1 (36x8 heads), G2 (64x8) and G3 (128 x G1): 2112 slots per head,\n"
+    "P=1024, B=2048, W=64, so 1024 candidates and 64 evictions per head; and the compaction of\n"
+    "G1's K and V (256-byte entries) after a round. Per ISA and thread count: ms per round,\n"
+    "ns per candidate, the ratio to the hash-only floor; numpy and PyTorch side by side.\n"
+    "  --workloads LIST  G1,G2,G3,compact (default all)\n"
+    "  --isa LIST        scalar,avx2,avx512 (default: each this CPU runs)\n"
+    "  --threads LIST    thread counts (default 1,2)\n"
+    "  --min-time S      seconds per measurement at least (default 0.5)\n"
+    "  --stat S          median (default) or min: the fastest round, robust on a busy machine\n"
+    "  --no-peers        skip the numpy and PyTorch peers\n"
+    "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
+    "  --peers PATH      the peers script (default " KVE_BENCH_PEERS ")\n";
+
+int main(int argc, char **argv)
+{
+    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
+    static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
+    static const char *const wl_names[] = {"G1", "G2", "G3", "compact"};
+    static const struct option longs[] = {
+        {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
+        {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
+        {"peers", 1, 0, 's'},     {"help", 0, 0, 'h'},    {"stat", 1, 0, 'x'},
+        {0, 0, 0, 0}};
+    for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+        int list[8], n;
+        switch (c) {
+        case 'w':
+            n = parse_list(optarg, wl_names, 4, list, 4);
+            memset(o.run, 0, sizeof o.run);
+            for (int i = 0; i < n; i++)
+                o.run[list[i]] = 1;
+            break;
+        case 'i': o.n_isas = parse_list(optarg, isa_names, 4, o.isas, 4); break;
+        case 't': o.n_threads = parse_list(optarg, NULL, 0, o.threads, 8); break;
+        case 'm': o.min_time = atof(optarg); break;
+        case 'x': g_use_min = !strcmp(optarg, "min"); break;
+        case 'n': o.peers = 0; break;
+        case 'p': o.python = optarg; break;
+        case 's': o.script = optarg; break;
+        case 'h': fputs(kUsage, stdout); return 0;
+        default: fputs(kUsage, stderr); return 2;
+        }
+    }
+    if (!o.n_isas)
+        for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
+            int avail = 0;
+            kve_cpu_isa_available((kve_cpu_isa)isa, &avail);
+            if (avail)
+                o.isas[o.n_isas++] = isa;
+        }
+    char model[256] = "unknown CPU";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    for (char line[512]; ci && fgets(line, sizeof line, ci);)
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    if (ci)
+        fclose(ci);
+    printf("kvevict-bench: %s, %d cores visible; %s of >= 3 rounds and %.2f s per figure\n",
+           model, omp_get_num_procs(), g_use_min ? "fastest" : "median", o.min_time);
+
+    peer_result peers;
+    if (o.peers)
+        run_peers(&o, &peers);
+    else
+        for (int w = 0; w < 3; w++)
+            peers.numpy[w] = peers.torch[w] = -1;
+
+    printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)\n");
+    printf("%-4s %-7s %3s | %10s %8s %9s | %10s %8s | %9s %8s | %8s %8s\n", "wl", "isa", "thr",
+           "checked ms", "ns/cand", "x floor", "trusted ms", "x floor", "floor ms", "ns/key",
+           "x numpy", "x torch");
+    for (int w = 0; w < 3; w++) {
+        if (!o.run[w])
+            continue;
+        double cands = (double)kWorkloads[w].seqs * kWorkloads[w].layers * G_HEADS * G_CAND;
+        for (int i = 0; i < o.n_isas; i++)
+            for (int t = 0; t < o.n_threads; t++) {
+                evict_result r = bench_evict(&kWorkloads[w], o.isas[i], o.threads[t], o.min_time);
+                printf("%-4s %-7s %3d | %10.3f %8.2f %9.2f | %10.3f %8.2f | %9.3f %8.2f |",
+                       kWorkloads[w].name, isa_names[o.isas[i]], o.threads[t], r.checked * 1e3,
+                       r.checked * 1e9 / cands, r.checked / r.floor, r.trusted * 1e3,
+                       r.trusted / r.floor, r.floor * 1e3, r.floor * 1e9 / cands);
+                if (peers.numpy[w] > 0)
+                    printf(" %8.0f", peers.numpy[w] / (r.checked * 1e3));
+                else
+                    printf(" %8s", "-");
+                if (peers.torch[w] > 0)
+                    printf(" %8.0f\n", peers.torch[w] / (r.checked * 1e3));
+                else
+                    printf(" %8s\n", "-");
+                fflush(stdout);
+            }
+    }
+    if (o.peers)
+        for (int w = 0; w < 3; w++)
+            if (o.run[w])
+                printf("peers, 1 thread, %s: numpy %.3f ms, PyTorch %.3f ms per round\n",
+                       kWorkloads[w].name, peers.numpy[w], peers.torch[w]);
+    if (o.run[3]) {
+        printf("\ncompaction of G1 after a round: K and V, 256-byte entries, in place\n");
+        printf("%-16s %-7s %3s | %9s %9s %8s | %11s %8s\n", "layout", "isa", "thr", "ms/round",
+               "moved MB", "GB/s", "memcpy GB/s", "x memcpy");
+        for (int layout = 1; layout >= 0; layout--)
+            for (int i = 0; i < o.n_isas; i++)
+                for (int t = 0; t < o.n_threads; t++) {
+                    compact_result r = bench_compact(o.isas[i], o.threads[t], layout, o.min_time);
+                    printf("%-16s %-7s %3d | %9.3f %9.1f %8.2f | %11.2f %8.2f\n",
+                           layout ? "token rows TLHE" : "head rows LHTE", isa_names[o.isas[i]],
+                           o.threads[t], r.ms, r.moved_mb, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs);
+                    fflush(stdout);
+                }
+    }
+    return 0;
+}

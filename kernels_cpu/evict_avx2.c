@@ -1,0 +1,434 @@
+/*
+ * evict_avx2.c — the AVX2 kernels: keys 4 lanes at a time, the plan of
+ * evict_simd.h on 8 slots at a time, wide entry copies. Built with this
+ * file's own target flags; reached only through the ISA table after
+ * cpu_isa.c has seen AVX2 in cpuid and the OS state in xgetbv.
+ *
+ * AVX2 has no mask registers, no compress and only signed 64-bit compares:
+ * compress is a permutation from a 256-entry table, and unsigned compares
+ * flip the sign bit of both sides.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "evict_simd.h"
+
+#define KVE_INLINE static inline __attribute__((always_inline))
+
+/* ---- keys ----------------------------------------------------------------- */
+
+typedef struct {
+    __m256i alo, ahi, c0, lhlo, uphc, clo;
+} kve2_hc;
+
+static kve2_hc kve2_hc_of(const kve_hconst *h)
+{
+    kve2_hc v = {_mm256_set1_epi64x((long long)h->alo),  _mm256_set1_epi64x((long long)h->ahi),
+                 _mm256_set1_epi64x((long long)h->c0),   _mm256_set1_epi64x((long long)h->lhlo),
+                 _mm256_set1_epi64x((long long)h->uphc), _mm256_set1_epi32((int)h->clo)};
+    return v;
+}
+
+/* Low 64 bits of a * m for a constant m, from three 32x32->64 multiplies. */
+KVE_INLINE __m256i kve2_mul64(__m256i a, uint64_t m)
+{
+    const __m256i mlo = _mm256_set1_epi64x((long long)(uint32_t)m);
+    const __m256i mhi = _mm256_set1_epi64x((long long)(m >> 32));
+    __m256i mid = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), mlo),
+                                   _mm256_mul_epu32(a, mhi));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, mlo), _mm256_slli_epi64(mid, 32));
+}
+
+KVE_INLINE __m256i kve2_avalanche(__m256i acc)
+{
+    acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 37));
+    acc = kve2_mul64(acc, KVE_XXH3_PRIME_MX1);
+    return _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
+}
+
+/* Keys of 4 lanes x = pos ^ clo (zero-extended) for one head (kve_hconst). */
+KVE_INLINE __m256i kve2_head_keys(__m256i x, const kve2_hc *h)
+{
+    __m256i lolo = _mm256_mul_epu32(x, h->alo), hilo = _mm256_mul_epu32(x, h->ahi);
+    __m256i cross = _mm256_add_epi64(_mm256_add_epi64(hilo, _mm256_srli_epi64(lolo, 32)), h->lhlo);
+    __m256i high = _mm256_add_epi64(_mm256_srli_epi64(cross, 32), h->uphc);
+    __m256i low = _mm256_blend_epi32(lolo, _mm256_slli_epi64(cross, 32), 0xAA);
+    __m256i acc = _mm256_add_epi64(_mm256_add_epi64(x, h->c0), _mm256_xor_si256(low, high));
+    return kve2_avalanche(acc);
+}
+
+/* XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) in 4 lanes, every
+ * input varying: the 128-bit product from four 32x32->64 multiplies. */
+KVE_INLINE __m256i kve2_xxh3_len16(__m256i lo, __m256i hi, __m256i seed)
+{
+    const __m256i m32 = _mm256_set1_epi64x(0xffffffffu);
+    __m256i a = _mm256_xor_si256(
+        lo, _mm256_add_epi64(seed, _mm256_set1_epi64x((long long)(KVE_XXH3_S24 ^ KVE_XXH3_S32))));
+    __m256i b = _mm256_xor_si256(
+        hi, _mm256_sub_epi64(_mm256_set1_epi64x((long long)(KVE_XXH3_S40 ^ KVE_XXH3_S48)), seed));
+    __m256i a_hi = _mm256_srli_epi64(a, 32), b_hi = _mm256_srli_epi64(b, 32);
+    __m256i lolo = _mm256_mul_epu32(a, b), hilo = _mm256_mul_epu32(a_hi, b);
+    __m256i lohi = _mm256_mul_epu32(a, b_hi), hihi = _mm256_mul_epu32(a_hi, b_hi);
+    __m256i cross = _mm256_add_epi64(
+        _mm256_add_epi64(_mm256_srli_epi64(lolo, 32), _mm256_and_si256(hilo, m32)), lohi);
+    __m256i high = _mm256_add_epi64(
+        _mm256_add_epi64(_mm256_srli_epi64(hilo, 32), _mm256_srli_epi64(cross, 32)), hihi);
+    __m256i low = _mm256_blend_epi32(lolo, _mm256_slli_epi64(cross, 32), 0xAA);
+    const __m256i rev = _mm256_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                         5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
+    __m256i acc = _mm256_add_epi64(_mm256_set1_epi64x(16), _mm256_shuffle_epi8(a, rev));
+    acc = _mm256_add_epi64(_mm256_add_epi64(acc, b), _mm256_xor_si256(low, high));
+    return kve2_avalanche(acc);
+}
+
+KVE_INLINE __m256i kve2_rotl(__m256i x, int r)
+{
+    return _mm256_or_si256(_mm256_slli_epi64(x, r), _mm256_srli_epi64(x, 64 - r));
+}
+
+/* XXH3_64bits_withSeed(LE64(v), 8, seed) in 4 lanes. */
+KVE_INLINE __m256i kve2_xxh3_len8(__m256i v, uint64_t seed)
+{
+    uint64_t s = seed ^ ((uint64_t)kve_bswap32((uint32_t)seed) << 32);
+    __m256i x = _mm256_xor_si256(_mm256_shuffle_epi32(v, 0xB1),
+                                 _mm256_set1_epi64x((long long)((KVE_XXH3_S8 ^ KVE_XXH3_S16) - s)));
+    x = _mm256_xor_si256(x, _mm256_xor_si256(kve2_rotl(x, 49), kve2_rotl(x, 24)));
+    x = kve2_mul64(x, KVE_XXH3_PRIME_MX2);
+    x = _mm256_xor_si256(x, _mm256_add_epi64(_mm256_srli_epi64(x, 35), _mm256_set1_epi64x(8)));
+    x = kve2_mul64(x, KVE_XXH3_PRIME_MX2);
+    return _mm256_xor_si256(x, _mm256_srli_epi64(x, 28));
+}
+
+static void kve2_keys(uint64_t seed, uint32_t flags, const kve_coord *c, size_t n, uint64_t *keys)
+{
+    /* The two 8-byte words of kve_coord after seq_id are the hashed words. */
+    const __m256i lo_set = _mm256_set1_epi64x((long long)kve_key_word_lo(flags, 0, 0));
+    const __m256i hi_set = _mm256_set1_epi64x((long long)kve_key_word_hi(flags, 0, 0));
+    const __m256i idx = _mm256_setr_epi64x(0, 3, 6, 9), one = _mm256_set1_epi64x(1);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const long long *base = (const long long *)(const void *)(c + i);
+        __m256i id = _mm256_i64gather_epi64(base, idx, 8);
+        __m256i lo = _mm256_i64gather_epi64(base, _mm256_add_epi64(idx, one), 8);
+        __m256i hi = _mm256_i64gather_epi64(base, _mm256_add_epi64(idx, _mm256_add_epi64(one, one)), 8);
+        __m256i key = kve2_xxh3_len16(_mm256_or_si256(lo, lo_set), _mm256_or_si256(hi, hi_set),
+                                      kve2_xxh3_len8(id, seed));
+        _mm256_storeu_si256((__m256i *)(void *)(keys + i), key);
+    }
+    for (; i < n; i++)
+        keys[i] = kve_key(kve_seq_seed(seed, c[i].seq_id), flags, c[i].layer, c[i].head, c[i].pos,
+                          c[i].round);
+}
+
+static void kve2_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_t n, uint64_t *keys)
+{
+    kve_hconst hc = kve_hconst_make(kve_seq_seed(j->seed, j->seq_id), j->key_flags, j->layer,
+                                    j->head, j->round);
+    const kve2_hc h = kve2_hc_of(&hc);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(pos + i)), h.clo);
+        _mm256_storeu_si256((__m256i *)(void *)(keys + i),
+                            kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h));
+        _mm256_storeu_si256((__m256i *)(void *)(keys + i + 4),
+                            kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h));
+    }
+    for (uint64_t ss = kve_seq_seed(j->seed, j->seq_id); i < n; i++)
+        keys[i] = kve_key(ss, j->key_flags, j->layer, j->head, (uint32_t)pos[i], j->round);
+}
+
+/* ---- compress and masks --------------------------------------------------------- */
+
+/* kve2_lut[m]: the indices of m's set bits, one per byte, lowest first. */
+static uint64_t kve2_lut[256];
+static pthread_once_t kve2_lut_once = PTHREAD_ONCE_INIT;
+
+static void kve2_lut_init(void)
+{
+    for (uint32_t m = 0; m < 256; m++) {
+        uint64_t v = 0;
+        for (uint32_t i = 0, k = 0; i < 8; i++)
+            if (m >> i & 1)
+                v |= (uint64_t)i << (8 * k++);
+        kve2_lut[m] = v;
+    }
+}
+
+KVE_INLINE __m256i kve2_compress(__m256i v, uint32_t m)
+{
+    __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)kve2_lut[m]));
+    return _mm256_permutevar8x32_epi32(v, perm);
+}
+
+#define KVE2_IOTA _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+
+/* Writes the lanes of m (8 bits) of @p lanes, at most room of them. */
+KVE_INLINE uint32_t kve2_emit(int32_t *out, uint32_t room, uint32_t m, __m256i lanes)
+{
+    uint32_t pc = (uint32_t)_mm_popcnt_u32(m);
+    pc = pc < room ? pc : room;
+    __m256i first = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)pc), KVE2_IOTA);
+    _mm256_maskstore_epi32(out, first, kve2_compress(lanes, m));
+    return pc;
+}
+
+KVE_INLINE uint32_t kve2_bits32(__m256i m) { return (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(m)); }
+KVE_INLINE uint32_t kve2_bits64(__m256i m) { return (uint32_t)_mm256_movemask_pd(_mm256_castsi256_pd(m)); }
+
+KVE_INLINE __m256i kve2_load_slots(const int32_t *sp, uint32_t t, uint32_t n)
+{
+    if (t + 8 <= n)
+        return _mm256_loadu_si256((const __m256i *)(const void *)(sp + t));
+    __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - t)), KVE2_IOTA);
+    __m256i v = _mm256_maskload_epi32(sp + t, in);
+    return _mm256_or_si256(v, _mm256_andnot_si256(in, _mm256_set1_epi32(-1)));
+}
+
+
+typedef struct {
+    uint32_t nv, ng, nc;
+} kve2_cnt;
+
+typedef struct {
+    __m256i pm1, wm1; /* prompt - 1, win_lo - 1 */
+    int prompt_skip;  /* prompt >= 1 */
+} kve2_bounds;
+
+static kve2_bounds kve2_bounds_of(int32_t prompt, uint32_t win_lo)
+{
+    kve2_bounds b = {_mm256_set1_epi32(prompt - 1), _mm256_set1_epi32((int)(win_lo - 1)), prompt >= 1};
+    return b;
+}
+
+/* At a 32-slot boundary, 32 slots of prompt (0 <= pos < prompt): counted as
+ * valid, *t moved to their last block (the loop adds 8), never hashed. */
+KVE_INLINE int kve2_skip_prompt(const int32_t *sp, uint32_t *t, uint32_t n, const kve2_bounds *b,
+                                uint32_t *nv)
+{
+    if (!b->prompt_skip || *t + 32 > n || (*t & 31))
+        return 0;
+    const __m256i *p = (const __m256i *)(const void *)(sp + *t);
+    __m256i m = _mm256_max_epu32(_mm256_max_epu32(_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1)),
+                                 _mm256_max_epu32(_mm256_loadu_si256(p + 2), _mm256_loadu_si256(p + 3)));
+    if (kve2_bits32(_mm256_cmpeq_epi32(_mm256_max_epu32(m, b->pm1), b->pm1)) != 0xFF)
+        return 0;
+    *nv += 32;
+    *t += 24;
+    return 1;
+}
+
+/* Counts of one block; returns the candidate bits. */
+KVE_INLINE uint32_t kve2_classify(__m256i v, const kve2_bounds *b, kve2_cnt *a)
+{
+    __m256i gen = _mm256_cmpgt_epi32(v, b->pm1);
+    uint32_t kg = kve2_bits32(gen);
+    if (kg == 0xFF) {
+        a->nv += 8;
+        a->ng += 8;
+    } else {
+        a->nv += (uint32_t)_mm_popcnt_u32(kve2_bits32(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(-1))));
+        a->ng += (uint32_t)_mm_popcnt_u32(kg);
+    }
+    uint32_t kc = kve2_bits32(_mm256_andnot_si256(_mm256_cmpgt_epi32(v, b->wm1), gen));
+    a->nc += (uint32_t)_mm_popcnt_u32(kc);
+    return kc;
+}
+
+/* ---- slot passes ------------------------------------------------------------ */
+
+static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_counts *c, int32_t *max_pos)
+{
+    const kve2_bounds b = kve2_bounds_of(prompt, 0);
+    __m256i vmax = _mm256_set1_epi32(-1);
+    uint32_t nv = 0, ng = 0;
+    for (uint32_t t = 0; t < n; t += 8) {
+        if (kve2_skip_prompt(sp, &t, n, &b, &nv))
+            continue;
+        __m256i v = kve2_load_slots(sp, t, n);
+        vmax = _mm256_max_epi32(vmax, v);
+        nv += (uint32_t)_mm_popcnt_u32(kve2_bits32(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(-1))));
+        ng += (uint32_t)_mm_popcnt_u32(kve2_bits32(_mm256_cmpgt_epi32(v, b.pm1)));
+    }
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(vmax), _mm256_extracti128_si256(vmax, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
+    c->n_valid = nv;
+    c->n_gen = ng;
+    c->n_cand = 0;
+    *max_pos = _mm_cvtsi128_si32(m);
+}
+
+/* Unsigned 64-bit k >= t (top) or k <= t, as 4 bits; tb = t with its sign flipped. */
+KVE_INLINE uint32_t kve2_side(__m256i k, __m256i tb, int top)
+{
+    __m256i kb = _mm256_xor_si256(k, _mm256_set1_epi64x((long long)0x8000000000000000ull));
+    return 0xF & ~kve2_bits64(top ? _mm256_cmpgt_epi64(tb, kb) : _mm256_cmpgt_epi64(kb, tb));
+}
+
+/* The same for unsigned 32-bit lanes, as 8 bits. */
+KVE_INLINE uint32_t kve2_side32(__m256i k, __m256i tb, int top)
+{
+    __m256i kb = _mm256_xor_si256(k, _mm256_set1_epi32((int)0x80000000u));
+    return 0xFF & ~kve2_bits32(top ? _mm256_cmpgt_epi32(tb, kb) : _mm256_cmpgt_epi32(kb, tb));
+}
+
+KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
+{
+    const kve2_hc h = kve2_hc_of(s->hc);
+    const kve2_bounds b = kve2_bounds_of(s->prompt, s->win_lo);
+    /* T's low half is 0 (top) or ~0: the keys' high halves decide. */
+    const __m256i tb = _mm256_set1_epi32((int)((uint32_t)(s->T >> 32) ^ 0x80000000u));
+    const __m256i odd_lo = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    const int32_t *sp = s->sp;
+    const uint32_t n = s->n;
+    kve2_cnt a = {0, 0, 0};
+    uint32_t ns = 0;
+    for (uint32_t t = 0; t < n; t += 8) {
+        if (kve2_skip_prompt(sp, &t, n, &b, &a.nv))
+            continue;
+        __m256i v = kve2_load_slots(sp, t, n);
+        uint32_t kc = kve2_classify(v, &b, &a);
+        if (!kc)
+            continue;
+        __m256i x = _mm256_xor_si256(v, h.clo);
+        __m256i k0 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h);
+        __m256i k1 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h);
+        _mm256_storeu_si256((__m256i *)(void *)(s->keys + t), k0);
+        _mm256_storeu_si256((__m256i *)(void *)(s->keys + t + 4), k1);
+        __m256i hi = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(k0, odd_lo),
+                                        _mm256_permutevar8x32_epi32(k1, odd_lo), 0xF0);
+        uint32_t sv = kc & kve2_side32(hi, tb, top);
+        __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
+        _mm256_storeu_si256((__m256i *)(void *)(s->surv + ns), kve2_compress(slots, sv));
+        _mm256_storeu_si256((__m256i *)(void *)(s->shi + ns), kve2_compress(hi, sv));
+        ns += (uint32_t)_mm_popcnt_u32(sv);
+    }
+    c->n_valid = a.nv;
+    c->n_gen = a.ng;
+    c->n_cand = a.nc;
+    return ns;
+}
+
+static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
+{
+    pthread_once(&kve2_lut_once, kve2_lut_init);
+    return s->top ? kve2_scan(s, c, 1) : kve2_scan(s, c, 0);
+}
+
+static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
+                                   uint32_t cap, kve_counts *c)
+{
+    pthread_once(&kve2_lut_once, kve2_lut_init);
+    const kve2_bounds b = kve2_bounds_of(prompt, win_lo);
+    const __m256i lob = _mm256_set1_epi64x((long long)(lo ^ 0x8000000000000000ull));
+    const __m256i hib = _mm256_set1_epi64x((long long)(hi ^ 0x8000000000000000ull));
+    kve2_cnt a = {0, 0, 0};
+    uint32_t cnt = 0;
+    for (uint32_t t = 0; t < n; t += 8) {
+        if (kve2_skip_prompt(sp, &t, n, &b, &a.nv))
+            continue;
+        uint32_t kc = kve2_classify(kve2_load_slots(sp, t, n), &b, &a);
+        if (!kc)
+            continue;
+        if (keys) {
+            __m256i k0 = _mm256_loadu_si256((const __m256i *)(const void *)(keys + t));
+            __m256i k1 = _mm256_loadu_si256((const __m256i *)(const void *)(keys + t + 4));
+            kc &= (kve2_side(k0, lob, 1) & kve2_side(k0, hib, 0)) |
+                  (kve2_side(k1, lob, 1) & kve2_side(k1, hib, 0)) << 4;
+        }
+        cnt += kve2_emit(out + cnt, cap - cnt, kc, _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t)));
+    }
+    if (c) {
+        c->n_valid = a.nv;
+        c->n_gen = a.ng;
+        c->n_cand = a.nc;
+    }
+    return cnt;
+}
+
+static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
+                                   int32_t *out, uint32_t cap)
+{
+    pthread_once(&kve2_lut_once, kve2_lut_init);
+    const uint8_t *bits = (const uint8_t *)(const void *)ev_bits;
+    uint32_t cnt = 0;
+    for (uint32_t t = 0; t < n; t += 8) {
+        uint32_t kv = kve2_bits32(_mm256_cmpgt_epi32(kve2_load_slots(sp, t, n), _mm256_set1_epi32(-1)));
+        if (bits)
+            kv &= ~(uint32_t)bits[t / 8];
+        cnt += kve2_emit(out + cnt, cap - cnt, kv, _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t)));
+    }
+    return cnt;
+}
+
+static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t)
+{
+    const __m256i tb = _mm256_set1_epi32((int)(t ^ 0x80000000u));
+    uint32_t c = 0, i = 0;
+    for (; i + 8 <= m; i += 8)
+        c += (uint32_t)_mm_popcnt_u32(
+            kve2_side32(_mm256_loadu_si256((const __m256i *)(const void *)(k + i)), tb, 1));
+    for (; i < m; i++)
+        c += k[i] >= t;
+    return c;
+}
+
+static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
+                                    int32_t *out, uint32_t cap)
+{
+    pthread_once(&kve2_lut_once, kve2_lut_init);
+    const __m256i tb = _mm256_set1_epi32((int)(t ^ 0x80000000u));
+    uint32_t cnt = 0, i = 0;
+    for (; i + 8 <= m; i += 8) {
+        uint32_t ge = kve2_side32(_mm256_loadu_si256((const __m256i *)(const void *)(k + i)), tb, 1);
+        cnt += kve2_emit(out + cnt, cap - cnt, ge,
+                         _mm256_loadu_si256((const __m256i *)(const void *)(slots + i)));
+    }
+    for (; i < m && cnt < cap; i++)
+        if (k[i] >= t)
+            out[cnt++] = slots[i];
+    return cnt;
+}
+
+/* ---- compaction --------------------------------------------------------------- */
+
+static void kve2_move_entries(char *dst, size_t dst_stride, const char *src, size_t src_stride,
+                              const int32_t *src_slots, uint32_t count, size_t entry_bytes)
+{
+    const size_t whole = entry_bytes & ~(size_t)127, wide = entry_bytes & ~(size_t)31;
+    for (uint32_t k = 0; k < count; k++) {
+        char *d = dst + (size_t)k * dst_stride;
+        const char *s = src + (size_t)src_slots[k] * src_stride;
+        if (d == s)
+            continue;
+        /* Distinct entries never overlap (strides are checked), so plain copies. */
+        size_t o = 0;
+        for (; o < whole; o += 128) {
+            const __m256i *p = (const __m256i *)(const void *)(s + o);
+            __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
+            __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
+            __m256i *q = (__m256i *)(void *)(d + o);
+            _mm256_storeu_si256(q, a);
+            _mm256_storeu_si256(q + 1, b);
+            _mm256_storeu_si256(q + 2, c);
+            _mm256_storeu_si256(q + 3, e);
+        }
+        for (; o < wide; o += 32)
+            _mm256_storeu_si256((__m256i *)(void *)(d + o),
+                                _mm256_loadu_si256((const __m256i *)(const void *)(s + o)));
+        if (o < entry_bytes)
+            memcpy(d + o, s + o, entry_bytes - o);
+    }
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+static void kve2_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_head(j, scratch); }
+
+const kve_cpu_kernels kve_cpu_kernels_avx2 = {
+    KVE_CPU_ISA_AVX2, kve_simd_scratch_bytes, kve2_evict_head, kve2_keys, kve2_floor_keys,
+    kve2_move_entries,
+};

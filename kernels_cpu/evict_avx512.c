@@ -1,0 +1,405 @@
+/*
+ * evict_avx512.c — the AVX-512 (F/DQ/BW/VL) kernels: keys 8 lanes at a time,
+ * the plan of evict_simd.h on 16 slots at a time, wide entry copies. Built
+ * with this file's own target flags; reached only through the ISA table
+ * after cpu_isa.c has seen AVX-512 in cpuid and the OS state in xgetbv.
+ *
+ * Compress instructions always target a register, then a (masked) store:
+ * vpcompressd/q to memory is microcoded and slow on Zen 4.
+ */
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "evict_simd.h"
+
+#define KVE_INLINE static inline __attribute__((always_inline))
+
+KVE_INLINE __mmask16 kve512_tail16(uint32_t left)
+{
+    return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* ---- keys ----------------------------------------------------------------- */
+
+typedef struct {
+    __m512i alo, ahi, c0, lhlo, uphc, clo;
+} kve512_hc;
+
+static kve512_hc kve512_hc_of(const kve_hconst *h)
+{
+    kve512_hc v = {_mm512_set1_epi64((long long)h->alo),  _mm512_set1_epi64((long long)h->ahi),
+                   _mm512_set1_epi64((long long)h->c0),   _mm512_set1_epi64((long long)h->lhlo),
+                   _mm512_set1_epi64((long long)h->uphc), _mm512_set1_epi32((int)h->clo)};
+    return v;
+}
+
+KVE_INLINE __m512i kve512_avalanche(__m512i acc)
+{
+    acc = _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 37));
+    acc = _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_XXH3_PRIME_MX1));
+    return _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
+}
+
+/* Keys of 8 lanes x = pos ^ clo (zero-extended) for one head (kve_hconst). */
+KVE_INLINE __m512i kve512_head_keys(__m512i x, const kve512_hc *h)
+{
+    __m512i lolo = _mm512_mul_epu32(x, h->alo), hilo = _mm512_mul_epu32(x, h->ahi);
+    __m512i cross = _mm512_add_epi64(_mm512_add_epi64(hilo, _mm512_srli_epi64(lolo, 32)), h->lhlo);
+    __m512i high = _mm512_add_epi64(_mm512_srli_epi64(cross, 32), h->uphc);
+    /* low 64 bits: cross's low half over lolo's low half */
+    __m512i low = _mm512_mask_shuffle_epi32(lolo, 0xAAAA, cross, _MM_PERM_CCAA);
+    __m512i acc = _mm512_add_epi64(_mm512_add_epi64(x, h->c0), _mm512_xor_si512(low, high));
+    return kve512_avalanche(acc);
+}
+
+/* XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) in 8 lanes, every
+ * input varying: the 128-bit product from four 32x32->64 multiplies. */
+KVE_INLINE __m512i kve512_xxh3_len16(__m512i lo, __m512i hi, __m512i seed)
+{
+    const __m512i m32 = _mm512_set1_epi64(0xffffffffu);
+    __m512i a = _mm512_xor_si512(
+        lo, _mm512_add_epi64(seed, _mm512_set1_epi64((long long)(KVE_XXH3_S24 ^ KVE_XXH3_S32))));
+    __m512i b = _mm512_xor_si512(
+        hi, _mm512_sub_epi64(_mm512_set1_epi64((long long)(KVE_XXH3_S40 ^ KVE_XXH3_S48)), seed));
+    __m512i a_hi = _mm512_srli_epi64(a, 32), b_hi = _mm512_srli_epi64(b, 32);
+    __m512i lolo = _mm512_mul_epu32(a, b), hilo = _mm512_mul_epu32(a_hi, b);
+    __m512i lohi = _mm512_mul_epu32(a, b_hi), hihi = _mm512_mul_epu32(a_hi, b_hi);
+    __m512i cross = _mm512_add_epi64(
+        _mm512_add_epi64(_mm512_srli_epi64(lolo, 32), _mm512_and_si512(hilo, m32)), lohi);
+    __m512i high = _mm512_add_epi64(
+        _mm512_add_epi64(_mm512_srli_epi64(hilo, 32), _mm512_srli_epi64(cross, 32)), hihi);
+    __m512i low = _mm512_mask_shuffle_epi32(lolo, 0xAAAA, cross, _MM_PERM_CCAA);
+    const __m512i rev = _mm512_set_epi8(
+        56, 57, 58, 59, 60, 61, 62, 63, 48, 49, 50, 51, 52, 53, 54, 55, 40, 41, 42, 43, 44, 45, 46,
+        47, 32, 33, 34, 35, 36, 37, 38, 39, 24, 25, 26, 27, 28, 29, 30, 31, 16, 17, 18, 19, 20, 21,
+        22, 23, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    __m512i acc = _mm512_add_epi64(_mm512_set1_epi64(16), _mm512_shuffle_epi8(a, rev));
+    acc = _mm512_add_epi64(_mm512_add_epi64(acc, b), _mm512_xor_si512(low, high));
+    return kve512_avalanche(acc);
+}
+
+/* XXH3_64bits_withSeed(LE64(v), 8, seed) in 8 lanes. */
+KVE_INLINE __m512i kve512_xxh3_len8(__m512i v, uint64_t seed)
+{
+    uint64_t s = seed ^ ((uint64_t)kve_bswap32((uint32_t)seed) << 32);
+    const __m512i mx2 = _mm512_set1_epi64((long long)KVE_XXH3_PRIME_MX2);
+    __m512i x = _mm512_xor_si512(_mm512_rol_epi64(v, 32),
+                                 _mm512_set1_epi64((long long)((KVE_XXH3_S8 ^ KVE_XXH3_S16) - s)));
+    x = _mm512_ternarylogic_epi64(x, _mm512_rol_epi64(x, 49), _mm512_rol_epi64(x, 24), 0x96);
+    x = _mm512_mullo_epi64(x, mx2);
+    x = _mm512_xor_si512(x, _mm512_add_epi64(_mm512_srli_epi64(x, 35), _mm512_set1_epi64(8)));
+    x = _mm512_mullo_epi64(x, mx2);
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 28));
+}
+
+static void kve512_keys(uint64_t seed, uint32_t flags, const kve_coord *c, size_t n, uint64_t *keys)
+{
+    /* The two 8-byte words of kve_coord after seq_id are the hashed words. */
+    const __m512i lo_set = _mm512_set1_epi64((long long)kve_key_word_lo(flags, 0, 0));
+    const __m512i hi_set = _mm512_set1_epi64((long long)kve_key_word_hi(flags, 0, 0));
+    const __m512i idx = _mm512_setr_epi64(0, 3, 6, 9, 12, 15, 18, 21);
+    const __m512i one = _mm512_set1_epi64(1);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const long long *base = (const long long *)(const void *)(c + i);
+        __m512i id = _mm512_i64gather_epi64(idx, base, 8);
+        __m512i lo = _mm512_i64gather_epi64(_mm512_add_epi64(idx, one), base, 8);
+        __m512i hi = _mm512_i64gather_epi64(_mm512_add_epi64(idx, _mm512_add_epi64(one, one)), base, 8);
+        __m512i key = kve512_xxh3_len16(_mm512_or_si512(lo, lo_set), _mm512_or_si512(hi, hi_set),
+                                        kve512_xxh3_len8(id, seed));
+        _mm512_storeu_si512(keys + i, key);
+    }
+    for (; i < n; i++)
+        keys[i] = kve_key(kve_seq_seed(seed, c[i].seq_id), flags, c[i].layer, c[i].head, c[i].pos,
+                          c[i].round);
+}
+
+static void kve512_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_t n, uint64_t *keys)
+{
+    kve_hconst hc = kve_hconst_make(kve_seq_seed(j->seed, j->seq_id), j->key_flags, j->layer,
+                                    j->head, j->round);
+    const kve512_hc h = kve512_hc_of(&hc);
+    for (uint32_t i = 0; i < n; i += 16) {
+        __mmask16 m = kve512_tail16(n - i);
+        __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi32(m, pos + i), h.clo);
+        _mm512_mask_storeu_epi64(keys + i, (__mmask8)m,
+                                 kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &h));
+        _mm512_mask_storeu_epi64(keys + i + 8, (__mmask8)(m >> 8),
+                                 kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &h));
+    }
+}
+
+/* ---- slot passes ------------------------------------------------------------ */
+
+#define KVE512_IOTA _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+
+KVE_INLINE __m512i kve512_load_slots(const int32_t *sp, uint32_t t, uint32_t n)
+{
+    return _mm512_mask_loadu_epi32(_mm512_set1_epi32(-1), kve512_tail16(n - t), sp + t);
+}
+
+/* 64 slots of prompt (0 <= pos < prompt): counted, never hashed. */
+KVE_INLINE int kve512_all_prompt(const int32_t *sp, uint32_t t, __m512i prompt)
+{
+    __m512i m = _mm512_max_epu32(_mm512_max_epu32(_mm512_loadu_si512(sp + t), _mm512_loadu_si512(sp + t + 16)),
+                                 _mm512_max_epu32(_mm512_loadu_si512(sp + t + 32), _mm512_loadu_si512(sp + t + 48)));
+    return _mm512_cmplt_epu32_mask(m, prompt) == 0xFFFF;
+}
+
+/* Writes the lanes of @p m of slot index t + lane, at most room of them. */
+KVE_INLINE uint32_t kve512_emit(int32_t *out, uint32_t room, __mmask16 m, __m512i lanes)
+{
+    uint32_t pc = (uint32_t)_mm_popcnt_u32(m);
+    pc = pc < room ? pc : room;
+    _mm512_mask_storeu_epi32(out, (__mmask16)((1u << pc) - 1), _mm512_maskz_compress_epi32(m, lanes));
+    return pc;
+}
+
+typedef struct {
+    uint32_t nv, ng, nc;
+} kve512_cnt;
+
+/* Counts of one block; returns the candidate mask. */
+KVE_INLINE __mmask16 kve512_classify(__m512i v, __m512i prompt, __m512i win_lo, kve512_cnt *a)
+{
+    __mmask16 kg = _mm512_cmpge_epi32_mask(v, prompt);
+    if (kg == 0xFFFF) {
+        a->nv += 16;
+        a->ng += 16;
+    } else {
+        a->nv += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, _mm512_setzero_si512()));
+        a->ng += (uint32_t)_mm_popcnt_u32(kg);
+    }
+    __mmask16 kc = _mm512_mask_cmplt_epu32_mask(kg, v, win_lo);
+    a->nc += (uint32_t)_mm_popcnt_u32(kc);
+    return kc;
+}
+
+static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_counts *c, int32_t *max_pos)
+{
+    const __m512i vp = _mm512_set1_epi32(prompt), zero = _mm512_setzero_si512();
+    __m512i vmax = _mm512_set1_epi32(-1);
+    uint32_t nv = 0, ng = 0, t = 0;
+    for (; t + 64 <= n; t += 64) {
+        if (kve512_all_prompt(sp, t, vp)) {
+            nv += 64;
+            continue;
+        }
+        for (int b = 0; b < 64; b += 16) {
+            __m512i v = _mm512_loadu_si512(sp + t + b);
+            vmax = _mm512_max_epi32(vmax, v);
+            nv += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, zero));
+            ng += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, vp));
+        }
+    }
+    for (; t < n; t += 16) {
+        __m512i v = kve512_load_slots(sp, t, n);
+        vmax = _mm512_max_epi32(vmax, v);
+        nv += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, zero));
+        ng += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, vp));
+    }
+    c->n_valid = nv;
+    c->n_gen = ng;
+    c->n_cand = 0;
+    *max_pos = _mm512_reduce_max_epi32(vmax);
+}
+
+/* Constants of the hashing pass. */
+typedef struct {
+    kve512_hc h;
+    __m512i prompt, win_lo, t_hi, hi_idx, sixteen;
+    int top;
+} kve512_scan_c;
+
+/* Hashes the 16 slots of one block (slot index vector `slots`) whose lanes
+ * kc are candidates: keys stored per slot, survivors' slots compressed. */
+KVE_INLINE void kve512_hash_block(const kve_scan *s, const kve512_scan_c *k, __m512i v, __m512i slots,
+                                  uint32_t t, __mmask16 kc, uint32_t *ns)
+{
+    __m512i x = _mm512_xor_si512(v, k->h.clo);
+    __m512i k0 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &k->h);
+    __m512i k1 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &k->h);
+    _mm512_storeu_si512(s->keys + t, k0);
+    _mm512_storeu_si512(s->keys + t + 8, k1);
+    /* T's low half is 0 (top) or ~0: the keys' high halves decide, 16 at once. */
+    __m512i hi = _mm512_permutex2var_epi32(k0, k->hi_idx, k1);
+    __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
+                          : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
+    _mm512_storeu_si512(s->surv + *ns, _mm512_maskz_compress_epi32(sv, slots));
+    _mm512_storeu_si512(s->shi + *ns, _mm512_maskz_compress_epi32(sv, hi));
+    *ns += (uint32_t)_mm_popcnt_u32(sv);
+}
+
+KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top)
+{
+    const kve512_scan_c k = {kve512_hc_of(s->hc), _mm512_set1_epi32(s->prompt),
+                             _mm512_set1_epi32((int)s->win_lo), _mm512_set1_epi32((int)(s->T >> 32)),
+                             _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
+                             _mm512_set1_epi32(16), top};
+    const int32_t *sp = s->sp;
+    const uint32_t n = s->n;
+    kve512_cnt a = {0, 0, 0};
+    uint32_t ns = 0, t = 0;
+    for (; t + 64 <= n; t += 64) {
+        __m512i v0 = _mm512_loadu_si512(sp + t), v1 = _mm512_loadu_si512(sp + t + 16);
+        __m512i v2 = _mm512_loadu_si512(sp + t + 32), v3 = _mm512_loadu_si512(sp + t + 48);
+        __m512i umax = _mm512_max_epu32(_mm512_max_epu32(v0, v1), _mm512_max_epu32(v2, v3));
+        if (_mm512_cmplt_epu32_mask(umax, k.prompt) == 0xFFFF) { /* all prompt */
+            a.nv += 64;
+            continue;
+        }
+        __m512i smin = _mm512_min_epi32(_mm512_min_epi32(v0, v1), _mm512_min_epi32(v2, v3));
+        __m512i slots = _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t));
+        if (_mm512_cmpge_epi32_mask(smin, k.prompt) == 0xFFFF) { /* all generated */
+            a.nv += 64;
+            a.ng += 64;
+            const __m512i vb[4] = {v0, v1, v2, v3};
+            for (uint32_t b = 0; b < 4; b++) {
+                __mmask16 kc = _mm512_cmplt_epu32_mask(vb[b], k.win_lo);
+                a.nc += (uint32_t)_mm_popcnt_u32(kc);
+                kve512_hash_block(s, &k, vb[b], slots, t + 16 * b, kc, &ns);
+                slots = _mm512_add_epi32(slots, k.sixteen);
+            }
+            continue;
+        }
+        for (uint32_t b = 0; b < 64; b += 16) {
+            __mmask16 kc = kve512_classify(_mm512_loadu_si512(sp + t + b), k.prompt, k.win_lo, &a);
+            if (kc)
+                kve512_hash_block(s, &k, _mm512_loadu_si512(sp + t + b), slots, t + b, kc, &ns);
+            slots = _mm512_add_epi32(slots, k.sixteen);
+        }
+    }
+    for (; t < n; t += 16) {
+        __m512i v = kve512_load_slots(sp, t, n);
+        __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
+        if (kc)
+            kve512_hash_block(s, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, &ns);
+    }
+    c->n_valid = a.nv;
+    c->n_gen = a.ng;
+    c->n_cand = a.nc;
+    return ns;
+}
+
+static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
+{
+    return s->top ? kve512_scan(s, c, 1) : kve512_scan(s, c, 0);
+}
+
+static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
+                                   uint32_t cap, kve_counts *c)
+{
+    const __m512i vp = _mm512_set1_epi32(prompt), vw = _mm512_set1_epi32((int)win_lo);
+    const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
+    kve512_cnt a = {0, 0, 0};
+    uint32_t cnt = 0;
+    for (uint32_t t = 0; t < n; t += 16) {
+        if (t + 64 <= n && !(t & 63) && kve512_all_prompt(sp, t, vp)) {
+            a.nv += 64;
+            t += 48;
+            continue;
+        }
+        __mmask16 kc = kve512_classify(kve512_load_slots(sp, t, n), vp, vw, &a);
+        if (!kc)
+            continue;
+        if (keys) {
+            __m512i k0 = _mm512_loadu_si512(keys + t), k1 = _mm512_loadu_si512(keys + t + 8);
+            __mmask8 m0 = _mm512_mask_cmpge_epu64_mask((__mmask8)kc, k0, vlo);
+            __mmask8 m1 = _mm512_mask_cmpge_epu64_mask((__mmask8)(kc >> 8), k1, vlo);
+            m0 = _mm512_mask_cmple_epu64_mask(m0, k0, vhi);
+            m1 = _mm512_mask_cmple_epu64_mask(m1, k1, vhi);
+            kc = _mm512_kunpackb(m1, m0);
+        }
+        cnt += kve512_emit(out + cnt, cap - cnt, kc, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)));
+    }
+    if (c) {
+        c->n_valid = a.nv;
+        c->n_gen = a.ng;
+        c->n_cand = a.nc;
+    }
+    return cnt;
+}
+
+static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
+                                   int32_t *out, uint32_t cap)
+{
+    const uint16_t *bits = (const uint16_t *)(const void *)ev_bits;
+    uint32_t cnt = 0;
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 kv = _mm512_cmpge_epi32_mask(kve512_load_slots(sp, t, n), _mm512_setzero_si512());
+        if (bits)
+            kv &= (__mmask16)~bits[t / 16];
+        cnt += kve512_emit(out + cnt, cap - cnt, kv, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)));
+    }
+    return cnt;
+}
+
+static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t)
+{
+    const __m512i vt = _mm512_set1_epi32((int)t);
+    uint32_t c0 = 0, c1 = 0, i = 0;
+    for (; i + 32 <= m; i += 32) {
+        c0 += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epu32_mask(_mm512_loadu_si512(k + i), vt));
+        c1 += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epu32_mask(_mm512_loadu_si512(k + i + 16), vt));
+    }
+    for (; i < m; i += 16) {
+        __mmask16 tm = kve512_tail16(m - i);
+        c0 += (uint32_t)_mm_popcnt_u32(
+            _mm512_mask_cmpge_epu32_mask(tm, _mm512_maskz_loadu_epi32(tm, k + i), vt));
+    }
+    return c0 + c1;
+}
+
+static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
+                                    int32_t *out, uint32_t cap)
+{
+    const __m512i vt = _mm512_set1_epi32((int)t);
+    uint32_t cnt = 0;
+    for (uint32_t i = 0; i < m; i += 16) {
+        __mmask16 tm = kve512_tail16(m - i);
+        __mmask16 ge = _mm512_mask_cmpge_epu32_mask(tm, _mm512_maskz_loadu_epi32(tm, k + i), vt);
+        cnt += kve512_emit(out + cnt, cap - cnt, ge, _mm512_maskz_loadu_epi32(tm, slots + i));
+    }
+    return cnt;
+}
+
+/* ---- compaction --------------------------------------------------------------- */
+
+static void kve512_move_entries(char *dst, size_t dst_stride, const char *src, size_t src_stride,
+                                const int32_t *src_slots, uint32_t count, size_t entry_bytes)
+{
+    const size_t whole = entry_bytes & ~(size_t)255, part = entry_bytes & 63;
+    const size_t wide = entry_bytes & ~(size_t)63;
+    const __mmask64 tail = part ? (__mmask64)((1ull << part) - 1) : 0;
+    for (uint32_t k = 0; k < count; k++) {
+        char *d = dst + (size_t)k * dst_stride;
+        const char *s = src + (size_t)src_slots[k] * src_stride;
+        if (d == s)
+            continue;
+        /* Distinct entries never overlap (strides are checked), so plain copies. */
+        size_t o = 0;
+        for (; o < whole; o += 256) {
+            __m512i a = _mm512_loadu_si512(s + o), b = _mm512_loadu_si512(s + o + 64);
+            __m512i c = _mm512_loadu_si512(s + o + 128), e = _mm512_loadu_si512(s + o + 192);
+            _mm512_storeu_si512(d + o, a);
+            _mm512_storeu_si512(d + o + 64, b);
+            _mm512_storeu_si512(d + o + 128, c);
+            _mm512_storeu_si512(d + o + 192, e);
+        }
+        for (; o < wide; o += 64)
+            _mm512_storeu_si512(d + o, _mm512_loadu_si512(s + o));
+        if (part)
+            _mm512_mask_storeu_epi8(d + o, tail, _mm512_maskz_loadu_epi8(tail, s + o));
+    }
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+static void kve512_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_head(j, scratch); }
+
+const kve_cpu_kernels kve_cpu_kernels_avx512 = {
+    KVE_CPU_ISA_AVX512, kve_simd_scratch_bytes, kve512_evict_head, kve512_keys,
+    kve512_floor_keys,  kve512_move_entries,
+};

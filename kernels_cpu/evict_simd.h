@@ -1,0 +1,443 @@
+/*
+ * evict_simd.h — one head's eviction for the SIMD kernels (docs/SPEC.md
+ * "One head's eviction"), written once and compiled into each ISA's file
+ * (evict_avx2.c, evict_avx512.c) with that file's target flags. The ISA
+ * file defines the kve_isa_* primitives declared below.
+ *
+ * The plan, for the common shape (many candidates, keys uniform):
+ *  1. Counts and the window: the window is "generated positions >= win_lo".
+ *     A guess for win_lo (the previous head's, or max - wc + 1) is verified
+ *     by the counts of the pass that uses it; a miss falls back to an exact
+ *     quickselect and a second pass.
+ *  2. One pass over the slots hashes every candidate (keys kept per slot)
+ *     and compresses the slots of the "survivors": keys beyond a threshold T
+ *     chosen so that the smaller side (evicted or kept candidates) almost
+ *     surely lies inside, with a few sigma of margin.
+ *  3. An exact boundary t among the survivors: count(key >= t) == the
+ *     number wanted, found by interpolation on the counts (keys are uniform).
+ *     The keep-set is then {key < t}, exactly the spec's n_keep smallest.
+ * Exact fallbacks: a threshold that misses re-extracts from the stored keys;
+ * equal keys across the boundary (probability ~2^-50) run the scalar
+ * reference on the head. Outputs are written with exact lengths.
+ */
+#ifndef KVE_EVICT_SIMD_H
+#define KVE_EVICT_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kve_cpu_kernels.h"
+#include "kve_key.h"
+#include "kve_select.h"
+
+/* Counts of one pass with a given win_lo: valid slots, generated slots
+ * (position >= prompt), candidates (prompt <= position < win_lo). */
+typedef struct kve_counts {
+    uint32_t n_valid, n_gen, n_cand;
+} kve_counts;
+
+/* A head's key, folded for one varying u32 (pos): key = f(pos ^ clo).
+ * With a = the first hashed word and x = the second, XXH3's 9-16 byte path is
+ * acc = 16 + bswap64(a) + x + fold64(a * x); a is fixed per head and only the
+ * low half of x varies, so two of the four 32x32 products are constants. */
+typedef struct kve_hconst {
+    uint64_t alo, ahi;  /* halves of a */
+    uint64_t c0;        /* 16 + bswap64(a) + (x_hi << 32) */
+    uint64_t lhlo;      /* low half of alo * x_hi */
+    uint64_t uphc;      /* ahi * x_hi + high half of alo * x_hi */
+    uint32_t clo;       /* low half of the seed-dependent mask of x */
+} kve_hconst;
+
+/* The hashing pass (step 2). */
+typedef struct kve_scan {
+    const int32_t *sp;
+    uint32_t n;
+    int32_t prompt;     /* <= INT32_MAX */
+    uint32_t win_lo;    /* <= 2^31 */
+    const kve_hconst *hc;
+    uint64_t T;         /* survivors: key >= T (top) or key <= T; T's low half is */
+                        /* all zeros (top) or all ones, so key >> 32 decides */
+    int top;
+    uint64_t *keys;     /* [n + 16], per slot, written for candidate slots */
+    int32_t *surv;      /* [n + 32], survivor slots, ascending */
+    uint32_t *shi;      /* [n + 32], their keys' high halves */
+} kve_scan;
+
+/* ---- primitives each ISA file defines --------------------------------- */
+
+/* n_valid, n_gen and the largest valid position (-1 when none). */
+static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_counts *c,
+                          int32_t *max_pos);
+/* Step 2; fills *c; returns the number of survivors. */
+static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c);
+/* Candidate slots (keys == NULL) or those whose key is in [lo, hi], ascending;
+ * writes at most cap of them to out and returns how many it wrote; fills *c
+ * when c != NULL. */
+static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
+                                   uint32_t cap, kve_counts *c);
+/* Valid slots whose bit in ev_bits (NULL: none) is clear, ascending, at most cap. */
+static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
+                                   int32_t *out, uint32_t cap);
+/* Number of k[0..m) >= t. */
+static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t);
+/* slots[i] for the i with k[i] >= t, in order, at most cap; returns how many. */
+static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
+                                    int32_t *out, uint32_t cap);
+
+/* ---- the plan ------------------------------------------------------------ */
+
+#define KVE_SIMD_ALIGN(x) (((x) + 63) & ~(size_t)63)
+
+typedef struct kve_simd_ws {
+    uint64_t *keys, *skeys, *bits;
+    int32_t *surv;
+    uint32_t *shi;
+    uint32_t *tmp; /* aliases skeys: only the exact window uses it */
+} kve_simd_ws;
+
+static size_t kve_simd_ws_layout(uint32_t n, char *base, kve_simd_ws *w)
+{
+    size_t keys = KVE_SIMD_ALIGN(((size_t)n + 16) * 8), surv = KVE_SIMD_ALIGN(((size_t)n + 32) * 4);
+    size_t bits = KVE_SIMD_ALIGN(((size_t)n / 64 + 2) * 8);
+    if (w) {
+        w->keys = (uint64_t *)base;
+        w->skeys = (uint64_t *)(base + keys);
+        w->tmp = (uint32_t *)w->skeys;
+        w->surv = (int32_t *)(base + 2 * keys);
+        w->shi = (uint32_t *)(base + 2 * keys + surv);
+        w->bits = (uint64_t *)(base + 2 * keys + 2 * surv);
+    }
+    return 2 * keys + 2 * surv + bits + 64;
+}
+
+static size_t kve_simd_scratch_bytes(uint32_t n)
+{
+    size_t mine = kve_simd_ws_layout(n, NULL, NULL);
+    size_t ref = kve_cpu_kernels_scalar.evict_scratch_bytes(n);
+    return mine > ref ? mine : ref;
+}
+
+static kve_hconst kve_hconst_make(uint64_t seq_seed, uint32_t flags, uint32_t layer, uint32_t head,
+                                  uint32_t round)
+{
+    uint64_t a = kve_key_word_lo(flags, layer, head) ^ ((KVE_XXH3_S24 ^ KVE_XXH3_S32) + seq_seed);
+    uint64_t x = kve_key_word_hi(flags, 0, round) ^ ((KVE_XXH3_S40 ^ KVE_XXH3_S48) - seq_seed);
+    uint64_t x_hi = x >> 32;
+    kve_hconst h;
+    h.alo = (uint32_t)a;
+    h.ahi = a >> 32;
+    h.clo = (uint32_t)x;
+    h.c0 = 16 + kve_bswap64(a) + (x_hi << 32);
+    uint64_t lo_hi = h.alo * x_hi;
+    h.lhlo = lo_hi & 0xffffffffu;
+    h.uphc = h.ahi * x_hi + (lo_hi >> 32);
+    return h;
+}
+
+/* The spec's steps 2-4 from the counts of a pass. */
+typedef struct kve_plan {
+    uint32_t n_valid, n_cand, nk, e;
+    int over_budget;
+} kve_plan;
+
+static kve_plan kve_plan_of(const kve_head_job *j, const kve_counts *c)
+{
+    kve_plan p;
+    uint64_t prot = (uint64_t)(c->n_valid - c->n_gen) + (c->n_gen - c->n_cand);
+    p.n_valid = c->n_valid;
+    p.n_cand = c->n_cand;
+    p.nk = j->budget > prot ? (uint32_t)(j->budget - prot) : 0;
+    if (p.nk > c->n_cand)
+        p.nk = c->n_cand;
+    p.e = c->n_cand - p.nk;
+    p.over_budget = c->n_valid > j->budget && prot > j->budget;
+    return p;
+}
+
+static uint32_t kve_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+/* The pass found exactly the spec's window above win_lo. */
+static int kve_window_ok(const kve_counts *c, uint32_t window)
+{
+    return c->n_gen - c->n_cand == kve_min_u32(window, c->n_gen);
+}
+
+/* In a decode the window is the last wc positions, so max - wc + 1. */
+static uint32_t kve_window_guess(uint32_t n_gen, uint32_t window, int32_t max_pos, int32_t prompt)
+{
+    uint32_t wc = kve_min_u32(window, n_gen);
+    if (wc == 0)
+        return 0x80000000u;
+    int64_t g = (int64_t)max_pos - wc + 1;
+    return (uint32_t)(g < prompt ? prompt : g);
+}
+
+KVE_DEFINE_SELECT(kve_simd_select_u32, uint32_t, KVE_U32_LESS)
+
+/* The exact win_lo: the (n_gen - wc)-th smallest generated position. */
+static uint32_t kve_window_exact(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t window,
+                                 uint32_t *tmp)
+{
+    uint32_t m = 0;
+    for (uint32_t t = 0; t < n; t++)
+        if (sp[t] >= prompt)
+            tmp[m++] = (uint32_t)sp[t];
+    uint32_t wc = kve_min_u32(window, m);
+    return wc ? kve_simd_select_u32(tmp, m, m - wc) : 0x80000000u;
+}
+
+static uint32_t kve_isqrt(uint32_t x)
+{
+    uint32_t r = 0;
+    for (uint32_t b = 1u << 30; b; b >>= 2)
+        if (x >= r + b) {
+            x -= r + b;
+            r = (r >> 1) + b;
+        } else {
+            r >>= 1;
+        }
+    return r;
+}
+
+/* Survivors are the smaller side: the e largest keys (top) or the nk
+ * smallest; T leaves a margin of about 4 sigma + 8 around the expected count. */
+static void kve_simd_pick(const kve_plan *p, int *top, uint64_t *T)
+{
+    *top = p->e <= p->nk;
+    uint64_t want = *top ? p->e : p->nk;
+    uint64_t m = want + 4 * (uint64_t)kve_isqrt((uint32_t)want) + 8;
+    if (m >= p->n_cand) {
+        *T = *top ? 0 : UINT64_MAX;
+        return;
+    }
+    uint64_t q = (uint64_t)((double)m / p->n_cand * 18446744073709551616.0);
+    /* Aligned to 2^32 so that kernels may compare the keys' high halves only. */
+    *T = *top ? ~q & ~0xffffffffull : q | 0xffffffffull;
+}
+
+static uint32_t kve_count_ge32(const void *k, uint32_t m, uint64_t t)
+{
+    return kve_isa_count_ge32((const uint32_t *)k, m, (uint32_t)t);
+}
+
+static uint32_t kve_count_ge64(const void *k, uint32_t m, uint64_t t)
+{
+    const uint64_t *v = (const uint64_t *)k;
+    uint32_t c = 0;
+    for (uint32_t i = 0; i < m; i++)
+        c += v[i] >= t;
+    return c;
+}
+
+/* A t with count(k >= t) == want, given count(k >= lo) == m and no k above
+ * top; 0 when equal keys straddle the boundary (no such t). Interpolates
+ * (keys are uniform) while it makes progress, then bisects, so it ends. */
+static int kve_simd_search(uint32_t (*count_ge)(const void *, uint32_t, uint64_t), const void *k,
+                           uint32_t m, uint32_t want, uint64_t lo, uint64_t top, uint64_t *out)
+{
+    uint32_t c_lo = m, c_hi = 0; /* counts at lo and above hi */
+    uint64_t hi = top;           /* the answer lies in (lo, hi] */
+    if (want == m) {
+        *out = lo;
+        return 1;
+    }
+    if (want == 0) {
+        *out = top + 1;
+        return top != UINT64_MAX;
+    }
+    for (int it = 0; it < 200 && lo < hi; it++) {
+        uint64_t span = hi - lo, step;
+        if (it < 12) {
+            double f = (c_lo - want + 0.5) / (double)(c_lo - c_hi + 1);
+            double x = f * (double)span;
+            step = x >= 18446744073709549568.0 ? span : (uint64_t)x;
+        } else {
+            step = span / 2;
+        }
+        step = step < 1 ? 1 : step > span ? span : step;
+        uint64_t t = lo + step;
+        uint32_t c = count_ge(k, m, t);
+        if (c == want) {
+            *out = t;
+            return 1;
+        }
+        if (c > want) {
+            lo = t;
+            c_lo = c;
+        } else {
+            hi = t - 1;
+            c_hi = c;
+        }
+    }
+    return 0;
+}
+
+/* Step 5 from the survivors of a pass (top/T as that pass used them). The
+ * boundary is searched on the keys' high halves; only when two of them tie
+ * across it (~2^-22 per head) on the whole keys. 0 when only the scalar
+ * reference can answer (equal keys across the boundary). */
+static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws *w,
+                           uint32_t win_lo, int top, uint64_t T, uint32_t ns)
+{
+    const int32_t prompt = (int32_t)j->prompt;
+    const uint32_t n = j->n_slots;
+    int top_x = p->e <= p->nk;
+    uint32_t need = top_x ? p->e : p->nk;
+    if (top_x != top || ns < need) { /* the guess missed: re-extract from the stored keys */
+        kve_simd_pick(p, &top, &T);
+        ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, top ? T : 0,
+                                top ? UINT64_MAX : T, w->surv, n, NULL);
+        if (ns < need) {
+            T = top ? 0 : UINT64_MAX;
+            ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, 0, UINT64_MAX,
+                                    w->surv, n, NULL);
+        }
+        for (uint32_t i = 0; i < ns; i++)
+            w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
+    }
+    uint32_t want = top ? p->e : ns - p->nk;
+    uint64_t t;
+    if (kve_simd_search(kve_count_ge32, w->shi, ns, want, top ? T >> 32 : 0,
+                        top ? UINT32_MAX : T >> 32, &t)) {
+        if (top) {
+            j->n_evicted = kve_isa_filter_ge32(w->shi, w->surv, ns, (uint32_t)t, j->evicted, p->e);
+            return 1;
+        }
+        t <<= 32;
+    } else {
+        for (uint32_t i = 0; i < ns; i++)
+            w->skeys[i] = w->keys[w->surv[i]];
+        if (!kve_simd_search(kve_count_ge64, w->skeys, ns, want, top ? T : 0, top ? UINT64_MAX : T, &t))
+            return 0;
+        if (top) {
+            uint32_t cnt = 0;
+            for (uint32_t i = 0; i < ns && cnt < p->e; i++)
+                if (w->skeys[i] >= t)
+                    j->evicted[cnt++] = w->surv[i];
+            j->n_evicted = cnt;
+            return 1;
+        }
+    }
+    j->n_evicted = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, t, UINT64_MAX,
+                                      j->evicted, p->e, NULL);
+    return 1;
+}
+
+/* Outputs besides the evicted row: kept slots (optional) and counts. */
+static void kve_simd_finish(kve_head_job *j, const kve_plan *p, const kve_simd_ws *w)
+{
+    j->over_budget = p->over_budget;
+    if (!j->kept) {
+        j->n_kept = p->n_valid - j->n_evicted;
+        return;
+    }
+    const uint64_t *bits = NULL;
+    if (j->n_evicted) {
+        memset(w->bits, 0, ((size_t)j->n_slots / 64 + 1) * 8);
+        for (uint32_t i = 0; i < j->n_evicted; i++)
+            w->bits[(uint32_t)j->evicted[i] >> 6] |= 1ull << (j->evicted[i] & 63);
+        bits = w->bits;
+    }
+    j->n_kept = kve_isa_kept_slots(j->slot_pos, j->n_slots, bits, j->kept, j->n_slots);
+}
+
+static int kve_hint_fits(const kve_head_hint *h, const kve_head_job *j)
+{
+    return h && h->valid && h->seed == j->seed && h->seq_id == j->seq_id &&
+           h->prompt == j->prompt && h->window == j->window && h->budget == j->budget &&
+           h->n_slots == j->n_slots;
+}
+
+static void kve_simd_evict_head(kve_head_job *j, void *scratch)
+{
+    const uint32_t n = j->n_slots, W = j->window;
+    if (j->prompt > 0x7fffffffu) { /* every position is prompt: nothing to hash */
+        kve_cpu_kernels_scalar.evict_head(j, scratch);
+        return;
+    }
+    const int32_t prompt = (int32_t)j->prompt;
+    kve_simd_ws w;
+    kve_simd_ws_layout(n, (char *)KVE_SIMD_ALIGN((uintptr_t)scratch), &w);
+    kve_head_hint *h = j->hint, local;
+    if (!h) {
+        memset(&local, 0, sizeof local);
+        h = &local;
+    }
+
+    kve_counts c;
+    uint32_t win_lo;
+    uint64_t seq_seed;
+    if (kve_hint_fits(h, j)) {
+        c.n_valid = h->n_valid;
+        c.n_gen = h->n_gen;
+        win_lo = h->win_lo;
+        seq_seed = h->seq_seed;
+    } else {
+        int32_t max_pos;
+        kve_isa_count(j->slot_pos, n, prompt, &c, &max_pos);
+        win_lo = kve_window_guess(c.n_gen, W, max_pos, prompt);
+        seq_seed = kve_seq_seed(j->seed, j->seq_id);
+    }
+    kve_hconst hc = kve_hconst_make(seq_seed, j->key_flags, j->layer, j->head, j->round);
+
+    j->n_evicted = 0;
+    int window_known = 0, done = 0;
+    kve_plan p;
+    kve_counts x;
+    while (!done) {
+        kve_counts est = c;
+        est.n_cand = c.n_gen - kve_min_u32(W, c.n_gen);
+        kve_plan pe = kve_plan_of(j, &est);
+        int hashed = 0, top = 1;
+        uint64_t T = 0;
+        uint32_t ns;
+        if (pe.n_valid <= j->budget || pe.nk == 0) { /* probably no key is needed */
+            ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, &x);
+        } else {
+            kve_simd_pick(&pe, &top, &T);
+            kve_scan s = {j->slot_pos, n, prompt, win_lo, &hc, T, top, w.keys, w.surv, w.shi};
+            ns = kve_isa_scan(&s, &x);
+            hashed = 1;
+        }
+        if (!window_known && !kve_window_ok(&x, W)) {
+            win_lo = kve_window_exact(j->slot_pos, n, prompt, W, w.tmp);
+            window_known = 1;
+            c = x;
+            continue;
+        }
+        window_known = 1;
+        p = kve_plan_of(j, &x);
+        if (p.n_valid <= j->budget) {
+            done = 1;
+        } else if (p.nk == 0) { /* over budget: every candidate goes */
+            if (hashed)
+                ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, NULL);
+            memcpy(j->evicted, w.surv, (size_t)kve_min_u32(ns, p.e) * 4);
+            j->n_evicted = kve_min_u32(ns, p.e);
+            done = 1;
+        } else if (!hashed) {
+            c = x; /* the window is right; now hash */
+        } else {
+            if (!kve_simd_select(j, &p, &w, win_lo, top, T, ns)) {
+                kve_cpu_kernels_scalar.evict_head(j, scratch);
+                return;
+            }
+            done = 1;
+        }
+    }
+    kve_simd_finish(j, &p, &w);
+    h->valid = 1;
+    h->seed = j->seed;
+    h->seq_id = j->seq_id;
+    h->seq_seed = seq_seed;
+    h->prompt = j->prompt;
+    h->window = W;
+    h->budget = j->budget;
+    h->n_slots = n;
+    h->n_valid = x.n_valid;
+    h->n_gen = x.n_gen;
+    h->win_lo = win_lo;
+}
+
+#endif

@@ -1,0 +1,555 @@
+/* test_cpu_isa.c — every CPU ISA this machine runs, at 1, 2 and 3 threads,
+ * against the scalar reference through the public API: keys (and those
+ * against libxxhash itself), evictions on thousands of random batches,
+ * compaction in and out of place; ISA selection and its errors. */
+#include <stdio.h>
+#include <xxhash.h>
+
+#include "kve_test_util.h"
+
+static const int kThreads[] = {1, 2, 3};
+enum { N_THREADS = 3 };
+
+/* Contexts for every available ISA x {1,2,3} threads; [0] is scalar, 1 thread. */
+typedef struct {
+    kve_context *ctx[3 * N_THREADS];
+    char name[3 * N_THREADS][24];
+    int n;
+} isa_set;
+
+static void isa_set_open(isa_set *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
+        int avail = 0;
+        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
+        if (!avail)
+            continue;
+        for (int t = 0; t < N_THREADS; t++) {
+            kve_context *c = NULL;
+            KT_OK(kve_context_create(KVE_BACKEND_CPU, &c));
+            KT_OK(kve_context_set_cpu_isa(c, (kve_cpu_isa)isa));
+            KT_OK(kve_context_set_threads(c, kThreads[t]));
+            kve_cpu_isa got;
+            KT_OK(kve_context_get_cpu_isa(c, &got));
+            ck_assert_int_eq(got, isa);
+            snprintf(s->name[s->n], sizeof s->name[0], "%s/%dt", kve_cpu_isa_name(got), kThreads[t]);
+            s->ctx[s->n++] = c;
+        }
+    }
+    ck_assert_int_ge(s->n, N_THREADS);
+}
+
+static void isa_set_close(isa_set *s)
+{
+    for (int i = 0; i < s->n; i++)
+        kve_context_destroy(s->ctx[i]);
+}
+
+/* ---- keys ------------------------------------------------------------------ */
+
+static uint64_t xxh_key(uint64_t seed, uint32_t flags, const kve_coord *c)
+{
+    unsigned char b8[8], b16[16];
+    for (int i = 0; i < 8; i++)
+        b8[i] = (unsigned char)(c->seq_id >> (8 * i));
+    uint32_t w[4] = {flags & KVE_SHARED_LAYERS ? 0xFFFFFFFFu : c->layer,
+                     flags & KVE_SHARED_HEADS ? 0xFFFFFFFFu : c->head, c->pos,
+                     flags & KVE_PERSISTENT ? 0xFFFFFFFFu : c->round};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++)
+            b16[4 * k + i] = (unsigned char)(w[k] >> (8 * i));
+    return XXH3_64bits_withSeed(b16, 16, XXH3_64bits_withSeed(b8, 8, seed));
+}
+
+static uint32_t rand_u32_edge(uint64_t *rng)
+{
+    switch (kt_below(rng, 4)) {
+    case 0: return kt_below(rng, 16);
+    case 1: return 0xFFFFFFFFu - kt_below(rng, 4);
+    case 2: return 0x7FFFFFFFu + kt_below(rng, 3) - 1;
+    default: return (uint32_t)kt_next(rng);
+    }
+}
+
+START_TEST(keys_match_libxxhash)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 2609;
+    for (int iter = 0; iter < 300; iter++) {
+        size_t n = iter == 0 ? 9000 : kt_below(&rng, 70); /* 9000: several 4096-key chunks */
+        uint64_t seed = iter % 3 ? kt_next(&rng) : rand_u32_edge(&rng);
+        uint32_t flags = kt_below(&rng, 8);
+        kve_coord *c = (kve_coord *)malloc((n + 1) * sizeof *c);
+        uint64_t *want = (uint64_t *)malloc((n + 1) * 8), *got = (uint64_t *)malloc((n + 1) * 8);
+        uint64_t ids[3] = {kt_next(&rng), kt_below(&rng, 5), ~(uint64_t)kt_below(&rng, 5)};
+        for (size_t i = 0; i < n; i++) {
+            c[i] = (kve_coord){ids[kt_below(&rng, 3)], rand_u32_edge(&rng), rand_u32_edge(&rng),
+                               rand_u32_edge(&rng), rand_u32_edge(&rng)};
+            want[i] = xxh_key(seed, flags, &c[i]);
+        }
+        for (int k = 0; k < s.n; k++) {
+            memset(got, 0, (n + 1) * 8);
+            KT_OK(kve_keys(s.ctx[k], seed, flags, c, n, got));
+            for (size_t i = 0; i < n; i++)
+                ck_assert_msg(got[i] == want[i], "%s: key %zu of %zu (flags %u): %016llx != %016llx",
+                              s.name[k], i, n, flags, (unsigned long long)got[i],
+                              (unsigned long long)want[i]);
+        }
+        free(c);
+        free(want);
+        free(got);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
+/* ---- eviction --------------------------------------------------------------- */
+
+typedef struct {
+    kve_seq seqs[3];
+    kve_batch b;
+    int32_t *slots;
+} batch;
+
+static void shuffle(uint64_t *rng, int32_t *a, uint32_t n)
+{
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = kt_below(rng, i);
+        int32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/* `valid` distinct positions below `span` (>= valid) in random slots, the
+ * rest -1: a partial shuffle of 0..span-1, then of the slots. */
+static void random_table(uint64_t *rng, int32_t *row, uint32_t n, uint32_t valid, uint32_t span)
+{
+    int32_t *pool = (int32_t *)malloc(((size_t)span + 1) * 4);
+    for (uint32_t i = 0; i < span; i++)
+        pool[i] = (int32_t)i;
+    for (uint32_t i = 0; i < valid; i++) {
+        uint32_t j = i + kt_below(rng, span - i);
+        int32_t t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+    }
+    for (uint32_t t = 0; t < n; t++)
+        row[t] = t < valid ? pool[t] : -1;
+    free(pool);
+    shuffle(rng, row, n);
+}
+
+/* A decode-like table: positions 0..valid-1 (prompt first), the generated
+ * part optionally shuffled (slot reuse), holes optionally punched, and
+ * positions optionally offset near 2^31-1. */
+static void decode_table(uint64_t *rng, int32_t *row, uint32_t n, uint32_t valid, uint32_t prompt)
+{
+    uint32_t base = kt_below(rng, 8) == 0 ? 0x7FFFFFFFu - valid - kt_below(rng, 3) : 0;
+    for (uint32_t t = 0; t < n; t++)
+        row[t] = t < valid ? (int32_t)(base + t) : -1;
+    uint32_t from = prompt < valid ? prompt : valid;
+    if (kt_below(rng, 2))
+        shuffle(rng, row + from, n - from);
+    if (kt_below(rng, 3) == 0)
+        shuffle(rng, row, n);
+}
+
+static void batch_make(uint64_t *rng, batch *r, int big)
+{
+    memset(r, 0, sizeof *r);
+    kve_batch *b = &r->b;
+    b->seed = kt_next(rng);
+    b->flags = kt_below(rng, 16); /* every switch, and KVE_TRUSTED_SLOTS */
+    b->n_seqs = 1 + kt_below(rng, 3);
+    b->n_layers = 1 + kt_below(rng, 3);
+    b->n_heads = 1 + kt_below(rng, 4);
+    b->layer_offset = kt_below(rng, 3) ? kt_below(rng, 100) : 0xFFFFFFFFu - b->n_layers + 1;
+    b->head_offset = kt_below(rng, 100);
+    b->n_slots = big ? 600 + kt_below(rng, 2600) : 1 + kt_below(rng, 300);
+    uint32_t n = b->n_slots;
+    switch (kt_below(rng, 6)) { /* the budget, around the interesting points */
+    case 0: b->budget = 0; break;
+    case 1: b->budget = kt_below(rng, 3) ? 0x7FFFFFFFu : n + kt_below(rng, 3); break;
+    case 2: b->budget = n - kt_below(rng, n < 4 ? n + 1 : 4); break; /* 0..3 evictions */
+    default: b->budget = kt_below(rng, n + 1);
+    }
+    switch (kt_below(rng, 5)) {
+    case 0: b->window = 0; break;
+    case 1: b->window = kt_below(rng, 2) ? 0x7FFFFFFFu : n + kt_below(rng, 5); break;
+    default: b->window = kt_below(rng, 2) ? 64 : kt_below(rng, n / 2 + 2);
+    }
+    b->slot_pos_stride = n + kt_below(rng, 3);
+    int decode = kt_below(rng, 3) != 0, same_rows = kt_below(rng, 2);
+    for (uint32_t s = 0; s < b->n_seqs; s++) {
+        uint32_t p = kt_below(rng, n + 1);
+        if (kt_below(rng, 10) == 0)
+            p = kt_below(rng, 2) ? 0xFFFFFFFFu : 0x80000000u;
+        r->seqs[s] = (kve_seq){s && kt_below(rng, 2) ? r->seqs[0].seq_id : kt_next(rng), p,
+                               kt_below(rng, 3) ? kt_below(rng, 6) : 0xFFFFFFFFu};
+    }
+    b->seqs = r->seqs;
+    size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
+    r->slots = (int32_t *)malloc((heads * b->slot_pos_stride + 1) * 4);
+    for (size_t i = 0; i < heads; i++) {
+        int32_t *row = r->slots + i * b->slot_pos_stride;
+        uint32_t P = r->seqs[i / ((size_t)b->n_layers * b->n_heads)].prompt_len;
+        if (same_rows && i % ((size_t)b->n_layers * b->n_heads)) { /* heads of a sequence alike */
+            memcpy(row, row - b->slot_pos_stride, (size_t)n * 4);
+            continue;
+        }
+        uint32_t valid = kt_below(rng, 4) ? n - kt_below(rng, n < 8 ? n + 1 : n / 8) : kt_below(rng, n + 1);
+        if (decode)
+            decode_table(rng, row, n, valid, P);
+        else
+            random_table(rng, row, n, valid, valid + kt_below(rng, 3 * (valid + 1)));
+    }
+    b->slot_pos = r->slots;
+}
+
+/* Prompt and window chosen so that a head has exactly `cand` candidates. */
+static void batch_with_candidates(uint64_t *rng, batch *r, uint32_t cand)
+{
+    batch_make(rng, r, 0);
+    kve_batch *b = &r->b;
+    uint32_t n = b->n_slots, W = kt_below(rng, 4);
+    for (uint32_t s = 0; s < b->n_seqs; s++) {
+        uint32_t P = n > cand + W ? n - cand - W : 0;
+        r->seqs[s].prompt_len = P;
+    }
+    b->window = W;
+    b->budget = kt_below(rng, n + 1);
+    size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
+    for (size_t i = 0; i < heads; i++)
+        decode_table(rng, r->slots + i * b->slot_pos_stride, n, n, r->seqs[i / ((size_t)b->n_layers * b->n_heads)].prompt_len);
+}
+
+static void expect_same(const char *who, int iter, const kt_out *a, const kt_out *b, int with_kept)
+{
+    for (size_t i = 0; i < a->heads; i++) {
+        ck_assert_msg(a->n_evicted[i] == b->n_evicted[i] && a->n_kept[i] == b->n_kept[i] &&
+                          a->flags[i] == b->flags[i],
+                      "%s, batch %d, head %zu: evicted %u kept %u flags %u, scalar %u %u %u", who,
+                      iter, i, b->n_evicted[i], b->n_kept[i], b->flags[i], a->n_evicted[i],
+                      a->n_kept[i], a->flags[i]);
+        ck_assert_msg(!memcmp(kt_ev(a, i), kt_ev(b, i), a->n_evicted[i] * 4),
+                      "%s, batch %d, head %zu: evicted slots differ", who, iter, i);
+        ck_assert_msg(!with_kept || !memcmp(kt_kept(a, i), kt_kept(b, i), a->n_kept[i] * 4),
+                      "%s, batch %d, head %zu: kept slots differ", who, iter, i);
+    }
+}
+
+/* Evicts with ctx; kept rows only when with_kept; a caller workspace when asked. */
+static void run_evict(kve_context *ctx, const kve_batch *b, kt_out *o, int with_kept, int own_ws)
+{
+    kt_out_init(o, b);
+    kve_evict_out v = kt_out_view(o);
+    if (!with_kept) {
+        v.kept = NULL;
+        v.kept_stride = 0;
+    }
+    void *ws = NULL;
+    size_t bytes = 0;
+    if (own_ws) {
+        KT_OK(kve_evict_workspace_size(ctx, b, &bytes));
+        ws = bytes ? malloc(bytes) : NULL;
+        memset(ws, 0xA5, bytes); /* stale bytes: kernels must not depend on them */
+    }
+    KT_OK(kve_evict(ctx, b, &v, ws, bytes));
+    free(ws);
+}
+
+static void check_batch(isa_set *s, batch *r, int iter, uint64_t *rng)
+{
+    int with_kept = kt_below(rng, 4) != 0, own_ws = kt_below(rng, 2);
+    kt_out ref;
+    run_evict(s->ctx[0], &r->b, &ref, with_kept, 0);
+    for (int k = 1; k < s->n; k++) {
+        kt_out o;
+        run_evict(s->ctx[k], &r->b, &o, with_kept, own_ws);
+        expect_same(s->name[k], iter, &ref, &o, with_kept);
+        kt_out_free(&o);
+    }
+    kt_out_free(&ref);
+}
+
+START_TEST(evict_random_batches)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 3430;
+    for (int iter = 0; iter < 2400; iter++) {
+        batch r;
+        if (iter % 6 == 5)
+            batch_with_candidates(&rng, &r, kt_below(&rng, 3)); /* 0, 1 or 2 candidates */
+        else
+            batch_make(&rng, &r, iter % 40 == 0);
+        check_batch(&s, &r, iter, &rng);
+        free(r.slots);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
+/* The G1 shape at a small scale: a decode under the paper's schedule with
+ * slot reuse, every head evicting a little; then a small budget (the kept
+ * side is the smaller one) and an over-budget prompt. */
+START_TEST(evict_decode_rounds)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 4096;
+    const uint32_t L = 3, H = 4, P = 200, B = 400, W = 64, R = 64, n = B + R;
+    int32_t *slots = (int32_t *)malloc((size_t)L * H * n * 4);
+    for (uint32_t i = 0; i < L * H * n; i++)
+        slots[i] = (int32_t)(i % n);
+    kve_seq seq = {77, P, 0};
+    uint32_t next = n;
+    for (uint32_t round = 0; round < 40; round++) {
+        seq.round = round;
+        kve_batch b = {kt_next(&rng), round % 8 == 7 ? KVE_PERSISTENT : 0, 1, &seq, L, H, 0, 0, n,
+                       round % 10 == 9 ? 40 : round % 10 == 8 ? 150 : B, W, slots, n};
+        batch r = {{seq}, b, slots};
+        check_batch(&s, &r, (int)round, &rng);
+        kt_out o;
+        run_evict(s.ctx[0], &b, &o, 0, 0);
+        for (uint32_t h = 0; h < L * H; h++) /* refill the freed slots in slot order */
+            for (uint32_t e = 0; e < o.n_evicted[h]; e++)
+                slots[(size_t)h * n + kt_ev(&o, h)[e]] = (int32_t)(next + e);
+        next += o.n_evicted[0];
+        kt_out_free(&o);
+    }
+    free(slots);
+    isa_set_close(&s);
+}
+END_TEST
+
+/* ---- compaction ------------------------------------------------------------- */
+
+START_TEST(compact_matches_scalar)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 515;
+    for (int iter = 0; iter < 120; iter++) {
+        batch r;
+        batch_make(&rng, &r, 0);
+        kve_batch *b = &r.b;
+        b->flags &= ~(uint32_t)KVE_TRUSTED_SLOTS;
+        kt_out o;
+        run_evict(s.ctx[0], b, &o, 0, 0);
+        uint32_t S = b->n_seqs, L = b->n_layers, H = b->n_heads, T = b->n_slots;
+        size_t e = 1 + kt_below(&rng, iter % 4 ? 300 : 2000), heads = (size_t)S * L * H;
+        int token_rows = iter % 2, out_of_place = (iter / 2) % 2;
+        size_t bytes = heads * T * e, ncache = 1 + kt_below(&rng, 3);
+        char *src0 = malloc(bytes * ncache);
+        for (size_t i = 0; i < bytes * ncache; i++)
+            src0[i] = (char)kt_next(&rng);
+        char *ref_buf = NULL;
+        int32_t *ref_slots = NULL;
+        for (int k = 0; k < s.n; k++) {
+            char *src = malloc(bytes * ncache), *dst = malloc(bytes * ncache);
+            memcpy(src, src0, bytes * ncache);
+            memset(dst, 0x5a, bytes * ncache);
+            int32_t *slots = malloc(heads * b->slot_pos_stride * 4);
+            memcpy(slots, b->slot_pos, heads * b->slot_pos_stride * 4);
+            kve_compact_desc d;
+            memset(&d, 0, sizeof d);
+            d.n_seqs = S, d.n_layers = L, d.n_heads = H, d.n_slots = T;
+            d.slot_pos = slots, d.slot_pos_stride = b->slot_pos_stride;
+            d.evicted = o.evicted, d.evicted_stride = o.ev_stride, d.n_evicted = o.n_evicted;
+            d.entry_bytes = e, d.n_caches = (uint32_t)ncache;
+            for (size_t c = 0; c < ncache; c++) {
+                kve_cache_view v = token_rows /* [S][T][L][H][e] or [S][L][H][T][e] */
+                    ? (kve_cache_view){src + c * bytes, T * L * H * e, H * e, e, L * H * e}
+                    : (kve_cache_view){src + c * bytes, L * H * T * e, H * T * e, T * e, e};
+                d.src[c] = v;
+                if (out_of_place) {
+                    v.base = dst + c * bytes;
+                    d.dst[c] = v;
+                }
+            }
+            KT_OK(kve_compact(s.ctx[k], &d));
+            char *result = out_of_place ? dst : src;
+            if (k == 0) {
+                ref_buf = result;
+                ref_slots = slots;
+                free(out_of_place ? src : dst);
+                continue;
+            }
+            ck_assert_msg(!memcmp(ref_buf, result, bytes * ncache), "%s, batch %d: cache bytes differ",
+                          s.name[k], iter);
+            ck_assert_msg(!memcmp(ref_slots, slots, heads * b->slot_pos_stride * 4),
+                          "%s, batch %d: slot_pos differs", s.name[k], iter);
+            free(src);
+            free(dst);
+            free(slots);
+        }
+        free(ref_buf);
+        free(ref_slots);
+        free(src0);
+        kt_out_free(&o);
+        free(r.slots);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
+/* ---- input checks -------------------------------------------------------- */
+
+/* The report kve_evict must give for a batch (common/validate.c's rule): the
+ * first bad head; in it, the first slot below -1; else, positions within
+ * 64 x n_slots of each other, the first slot repeating an earlier one; else
+ * the second slot of the smallest repeated position. 0 when valid. */
+static kve_status expected_report(const kve_batch *b, size_t heads, char *msg, size_t len)
+{
+    uint32_t n = b->n_slots;
+    for (size_t i = 0; i < heads; i++) {
+        const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
+        int32_t lo = INT32_MAX, hi = -1;
+        for (uint32_t t = 0; t < n; t++) {
+            if (row[t] < -1) {
+                snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, t, row[t]);
+                return KVE_ERR_RANGE;
+            }
+            if (row[t] >= 0) {
+                lo = row[t] < lo ? row[t] : lo;
+                hi = row[t] > hi ? row[t] : hi;
+            }
+        }
+        if (b->flags & KVE_TRUSTED_SLOTS || hi < 0)
+            continue;
+        int dense = (uint64_t)(hi - lo) + 1 <= 64ull * n;
+        int64_t best_value = -1;
+        uint32_t best_slot = 0;
+        for (uint32_t t = 0; t < n; t++) /* O(n^2): plain on purpose */
+            for (uint32_t u = 0; u < t && row[t] >= 0; u++)
+                if (row[u] == row[t]) {
+                    if (dense) {
+                        snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, t, row[t]);
+                        return KVE_ERR_DUPLICATE;
+                    }
+                    if (best_value < 0 || row[t] < best_value) {
+                        best_value = row[t];
+                        best_slot = t;
+                    }
+                    break;
+                }
+        if (best_value >= 0) {
+            uint32_t second = 0;
+            for (uint32_t t = 0, seen = 0; t < n; t++)
+                if (row[t] == best_value && seen++) {
+                    second = t;
+                    break;
+                }
+            (void)best_slot;
+            snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, second, (int)best_value);
+            return KVE_ERR_DUPLICATE;
+        }
+    }
+    return KVE_OK;
+}
+
+START_TEST(input_checks_exact)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    uint64_t rng = 808;
+    for (int iter = 0; iter < 1500; iter++) {
+        batch r;
+        batch_make(&rng, &r, iter % 50 == 0);
+        kve_batch *b = &r.b;
+        size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
+        /* Damage a few heads: a repeat (near or far), a value below -1, or a
+         * far position that makes the table sparse. */
+        for (int k = kt_below(&rng, 4); k > 0; k--) {
+            int32_t *row = r.slots + kt_below(&rng, (uint32_t)heads) * b->slot_pos_stride;
+            uint32_t n = b->n_slots, a = kt_below(&rng, n), c = kt_below(&rng, n);
+            switch (kt_below(&rng, 5)) {
+            case 0: row[a] = row[c]; break;
+            case 1: row[a] = row[c] >= 0 ? row[c] : row[a]; break;
+            case 2: row[a] = -2 - (int32_t)kt_below(&rng, 3); break;
+            case 3: row[a] = 0x7FFFFFF0 - (int32_t)kt_below(&rng, 5); break;
+            default: row[a] = (int32_t)kt_below(&rng, 2 * n + 2) - 1;
+            }
+        }
+        char want[160], got[160];
+        kve_status expect = expected_report(b, heads, want, sizeof want);
+        kt_out o;
+        kt_out_init(&o, b);
+        kve_evict_out v = kt_out_view(&o);
+        kve_status st = kve_evict(ctx, b, &v, NULL, 0);
+        snprintf(got, sizeof got, "%s", kve_last_error());
+        ck_assert_msg(st == expect, "batch %d: %s, expected %s (%s)", iter, kve_status_string(st),
+                      kve_status_string(expect), got);
+        ck_assert_msg(st == KVE_OK || !strncmp(got, want, strlen(want)),
+                      "batch %d: message \"%s\", expected it to start \"%s\"", iter, got, want);
+        kt_out_free(&o);
+        free(r.slots);
+    }
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* ---- ISA selection -------------------------------------------------------------- */
+
+START_TEST(isa_selection)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    kve_cpu_isa best = KVE_CPU_ISA_SCALAR, got;
+    for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
+        int avail = 0;
+        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
+        if (avail) {
+            best = (kve_cpu_isa)isa;
+            KT_OK(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa));
+            KT_OK(kve_context_get_cpu_isa(ctx, &got));
+            ck_assert_int_eq(got, isa);
+            continue;
+        }
+        /* An ISA this CPU lacks: an error, never a silent fallback. */
+        ck_assert_int_eq(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa), KVE_ERR_UNAVAILABLE);
+        kve_context *other = NULL;
+        setenv("KVE_CPU_ISA", kve_cpu_isa_name((kve_cpu_isa)isa), 1);
+        ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &other), KVE_ERR_ENV);
+        ck_assert_ptr_null(other);
+        unsetenv("KVE_CPU_ISA");
+    }
+    /* AUTO resolves to the best this CPU runs; the context reports it. */
+    KT_OK(kve_context_set_cpu_isa(ctx, KVE_CPU_ISA_AUTO));
+    KT_OK(kve_context_get_cpu_isa(ctx, &got));
+    ck_assert_int_eq(got, best);
+    ck_assert_int_eq(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)9), KVE_ERR_INVALID);
+    kve_context_destroy(ctx);
+
+    static const char *const names[] = {"scalar", "AVX2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        int avail = 0;
+        KT_OK(kve_cpu_isa_available((kve_cpu_isa)(KVE_CPU_ISA_SCALAR + i), &avail));
+        if (!avail)
+            continue;
+        setenv("KVE_CPU_ISA", names[i], 1);
+        KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+        KT_OK(kve_context_get_cpu_isa(ctx, &got));
+        ck_assert_int_eq(got, KVE_CPU_ISA_SCALAR + i);
+        kve_context_destroy(ctx);
+    }
+    setenv("KVE_CPU_ISA", "bogus", 1);
+    ctx = NULL;
+    ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &ctx), KVE_ERR_ENV);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(kve_last_error(), "bogus"));
+    unsetenv("KVE_CPU_ISA");
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *const tests[] = {keys_match_libxxhash, evict_random_batches,
+                                         evict_decode_rounds, compact_matches_scalar,
+                                         input_checks_exact, isa_selection};
+    return kt_run("cpu_isa", tests, sizeof tests / sizeof tests[0], 600, 1);
+}
