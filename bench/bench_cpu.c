@@ -232,7 +232,7 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
 }
 
 typedef struct {
-    double ms, moved_mb, gbs, memcpy_gbs;
+    double ms, moved_mb, gbs, memcpy_gbs, memmove_gbs;
 } compact_result;
 
 typedef struct {
@@ -260,6 +260,12 @@ static void compact_once(void *arg)
         die("kve_compact", st);
 }
 
+static void memmove_once(void *arg) /* the same bytes moved in place, one 64-byte line down */
+{
+    compact_run *r = (compact_run *)arg;
+    memmove(r->a, r->a + 64, r->bytes - 64);
+}
+
 static void memcpy_once(void *arg)
 {
     compact_run *r = (compact_run *)arg;
@@ -272,9 +278,10 @@ static void memcpy_once(void *arg)
     }
 }
 
-/* G1 after one eviction: K and V moved in place, in token-row layout
- * [T][L][H][E] (or per-head rows [L][H][T][E]). */
-static compact_result bench_compact(int isa, int threads, int token_rows, double min_time)
+/* G1 after one eviction: K and V compacted in place (or into new buffers),
+ * in token-row layout [T][L][H][E] or per-head rows [L][H][T][E]. */
+static compact_result bench_compact(int isa, int threads, int token_rows, int out_of_place,
+                                    double min_time)
 {
     size_t heads = (size_t)G_LAYERS * G_HEADS, cache = heads * G_SLOTS * ENTRY_BYTES;
     int32_t *slots = (int32_t *)malloc(heads * G_SLOTS * 4), *work = (int32_t *)malloc(heads * G_SLOTS * 4);
@@ -290,17 +297,19 @@ static compact_result bench_compact(int isa, int threads, int token_rows, double
     kve_status st = kve_evict(ctx, &b, &out, NULL, 0);
     if (st != KVE_OK)
         die("kve_evict", st);
-    size_t moved = 0; /* entries whose slot changes */
+    size_t moved = 0; /* entries whose slot changes (out of place: every kept one) */
     for (size_t i = 0; i < heads; i++)
         for (uint32_t t = 0, j = 0, e = 0; t < G_SLOTS; t++) {
             if (e < n_ev[i] && evicted[i * ev_stride + e] == (int32_t)t) {
                 e++;
                 continue;
             }
-            moved += j++ != t;
+            moved += j++ != t || out_of_place;
         }
-    char *kv = (char *)malloc(2 * cache);
+    char *kv = (char *)malloc(2 * cache), *kv_dst = out_of_place ? (char *)malloc(2 * cache) : NULL;
     memset(kv, 1, 2 * cache);
+    if (kv_dst)
+        memset(kv_dst, 0, 2 * cache);
     kve_compact_desc d;
     memset(&d, 0, sizeof d);
     d.n_seqs = 1, d.n_layers = G_LAYERS, d.n_heads = G_HEADS, d.n_slots = G_SLOTS;
@@ -313,6 +322,10 @@ static compact_result bench_compact(int isa, int threads, int token_rows, double
             : (kve_cache_view){kv + c * cache, 0, G_HEADS * G_SLOTS * ENTRY_BYTES, G_SLOTS * ENTRY_BYTES,
                                ENTRY_BYTES};
         d.src[c] = v;
+        if (kv_dst) {
+            v.base = kv_dst + c * cache;
+            d.dst[c] = v;
+        }
     }
     compact_result r;
     compact_run run = {ctx, &d, work, slots, heads * G_SLOTS * 4, NULL, NULL, 0, threads};
@@ -329,9 +342,11 @@ static compact_result bench_compact(int isa, int threads, int token_rows, double
     memset(run.z, 3, run.bytes);
     t = time_median(min_time, NULL, memcpy_once, &run);
     r.memcpy_gbs = bytes / t / 1e9;
+    r.memmove_gbs = bytes / time_median(min_time, NULL, memmove_once, &run) / 1e9;
     free(run.a);
     free(run.z);
     free(kv);
+    free(kv_dst);
     kve_context_destroy(ctx);
     free(slots);
     free(work);
@@ -502,16 +517,20 @@ int main(int argc, char **argv)
                 printf("peers, 1 thread, %s: numpy %.3f ms, PyTorch %.3f ms per round\n",
                        kWorkloads[w].name, peers.numpy[w], peers.torch[w]);
     if (o.run[3]) {
-        printf("\ncompaction of G1 after a round: K and V, 256-byte entries, in place\n");
-        printf("%-16s %-7s %3s | %9s %9s %8s | %11s %8s\n", "layout", "isa", "thr", "ms/round",
-               "moved MB", "GB/s", "memcpy GB/s", "x memcpy");
-        for (int layout = 1; layout >= 0; layout--)
+        printf("\ncompaction of G1 after a round: K and V, 256-byte entries; GB/s of entries moved\n");
+        printf("%-22s %-7s %3s | %9s %9s %8s | %11s %8s | %12s\n", "layout", "isa", "thr",
+               "ms/round", "moved MB", "GB/s", "memcpy GB/s", "x memcpy", "memmove GB/s");
+        for (int mode = 0; mode < 4; mode++) /* token rows, head rows; in place, out of place */
             for (int i = 0; i < o.n_isas; i++)
                 for (int t = 0; t < o.n_threads; t++) {
-                    compact_result r = bench_compact(o.isas[i], o.threads[t], layout, o.min_time);
-                    printf("%-16s %-7s %3d | %9.3f %9.1f %8.2f | %11.2f %8.2f\n",
-                           layout ? "token rows TLHE" : "head rows LHTE", isa_names[o.isas[i]],
-                           o.threads[t], r.ms, r.moved_mb, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs);
+                    int token_rows = !(mode & 1), oop = mode >> 1;
+                    compact_result r = bench_compact(o.isas[i], o.threads[t], token_rows, oop, o.min_time);
+                    char name[32];
+                    snprintf(name, sizeof name, "%s, %s", token_rows ? "TLHE rows" : "LHTE rows",
+                             oop ? "to new" : "in place");
+                    printf("%-22s %-7s %3d | %9.3f %9.1f %8.2f | %11.2f %8.2f | %12.2f\n", name,
+                           isa_names[o.isas[i]], o.threads[t], r.ms, r.moved_mb, r.gbs, r.memcpy_gbs,
+                           r.gbs / r.memcpy_gbs, r.memmove_gbs);
                     fflush(stdout);
                 }
     }

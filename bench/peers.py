@@ -4,8 +4,8 @@ CPU, single-threaded: numpy (random scores, argpartition, sort) and PyTorch
 (rand, topk, sort: the Random Attention paper's selector).
 
 One round = every head of the workload picks, among its candidates, the
-n_keep to keep (or equivalently the rest to evict) and returns them in
-ascending order, as kvevict does. Prints one line per peer:
+n_keep to keep and returns them in ascending order (kvevict returns the
+evicted slots, and the kept ones on request). Prints one line per peer:
     PEER <name> <workload> median_ms=<m> min_ms=<m> rounds=<r>
 Run by bench/kvevict-bench so that the figures sit next to kvevict's own.
 """
@@ -47,8 +47,7 @@ def numpy_peer(heads, cand, keep):
     def one_round():
         scores = rng.random((heads, cand))
         part = np.argpartition(scores, keep - 1, axis=1)
-        evicted = np.sort(part[:, keep:], axis=1)  # the rest, ascending
-        return evicted
+        return np.sort(part[:, :keep], axis=1)  # the kept, ascending, as the paper's selector
 
     return one_round
 

@@ -166,12 +166,13 @@ static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d
     const int32_t *row = d->slot_pos + i * d->slot_pos_stride;
     const int32_t *ev = d->evicted + i * d->evicted_stride;
     uint32_t ne = d->n_evicted[i];
+    char *to[KVE_COMPACT_CHUNK];
+    const char *from[KVE_COMPACT_CHUNK];
     for (uint32_t c = 0; c < d->n_caches; c++) {
         const kve_cache_view *src = &d->src[c], *dst = out_of_place ? &d->dst[c] : src;
         const char *sb = kve_entry_base(src, s, l, h);
         char *db = kve_entry_base(dst, s, l, h);
-        int32_t chunk[KVE_COMPACT_CHUNK];
-        uint32_t filled = 0, done = 0, e = 0;
+        uint32_t filled = 0, j = 0, e = 0;
         for (uint32_t t = 0; t < d->n_slots; t++) {
             if (e < ne && ev[e] == (int32_t)t) {
                 e++;
@@ -179,17 +180,18 @@ static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d
             }
             if (row[t] < 0)
                 continue;
-            chunk[filled++] = (int32_t)t;
+            if (j != t || out_of_place) {
+                to[filled] = db + (size_t)j * dst->stride_slot;
+                from[filled++] = sb + (size_t)t * src->stride_slot;
+            }
+            j++;
             if (filled == KVE_COMPACT_CHUNK) {
-                k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
-                                src->stride_slot, chunk, filled, d->entry_bytes);
-                done += filled;
+                k->copy_pairs(to, from, filled, d->entry_bytes);
                 filled = 0;
             }
         }
         if (filled)
-            k->move_entries(db + (size_t)done * dst->stride_slot, dst->stride_slot, sb,
-                            src->stride_slot, chunk, filled, d->entry_bytes);
+            k->copy_pairs(to, from, filled, d->entry_bytes);
     }
 }
 
@@ -239,7 +241,14 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
             c->dst[m] = kve_entry_base(out_of_place ? &d->dst[m] : &d->src[m], s, l, h);
         }
     }
-    for (uint32_t t = t_min; t < d->n_slots; t++)
+    size_t dst_stride[KVE_MAX_CACHES];
+    for (uint32_t m = 0; m < d->n_caches; m++)
+        dst_stride[m] = (out_of_place ? &d->dst[m] : &d->src[m])->stride_slot;
+    /* Per slot, the moves of the whole group in one kernel call. */
+    char *to[KVE_COMPACT_GROUP * KVE_MAX_CACHES];
+    const char *from[KVE_COMPACT_GROUP * KVE_MAX_CACHES];
+    for (uint32_t t = t_min; t < d->n_slots; t++) {
+        uint32_t moves = 0;
         for (size_t g = 0; g < count; g++) {
             kve_head_cursor *c = &hc[g];
             if (t < c->t0)
@@ -250,14 +259,16 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
             }
             if (c->row[t] < 0)
                 continue;
-            const int32_t slot = (int32_t)t;
-            for (uint32_t m = 0; m < d->n_caches; m++) {
-                size_t ds = (out_of_place ? &d->dst[m] : &d->src[m])->stride_slot;
-                k->move_entries(c->dst[m] + (size_t)c->j * ds, ds, c->src[m], d->src[m].stride_slot,
-                                &slot, 1, d->entry_bytes);
-            }
+            if (c->j != t || out_of_place)
+                for (uint32_t m = 0; m < d->n_caches; m++) {
+                    to[moves] = c->dst[m] + (size_t)c->j * dst_stride[m];
+                    from[moves++] = c->src[m] + (size_t)t * d->src[m].stride_slot;
+                }
             c->j++;
         }
+        if (moves)
+            k->copy_pairs(to, from, moves, d->entry_bytes);
+    }
 }
 
 static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)

@@ -364,16 +364,23 @@ static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t
     return cnt;
 }
 
-static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t)
+static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[3], uint32_t c[3])
 {
-    const __m256i tb = _mm256_set1_epi32((int)(t ^ 0x80000000u));
-    uint32_t c = 0, i = 0;
-    for (; i + 8 <= m; i += 8)
-        c += (uint32_t)_mm_popcnt_u32(
-            kve2_side32(_mm256_loadu_si256((const __m256i *)(const void *)(k + i)), tb, 1));
+    __m256i tb[3];
+    for (int j = 0; j < 3; j++)
+        tb[j] = _mm256_set1_epi32((int)(t[j] ^ 0x80000000u));
+    uint32_t n[3] = {0, 0, 0}, i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(k + i));
+        for (int j = 0; j < 3; j++)
+            n[j] += (uint32_t)_mm_popcnt_u32(kve2_side32(v, tb[j], 1));
+    }
     for (; i < m; i++)
-        c += k[i] >= t;
-    return c;
+        for (int j = 0; j < 3; j++)
+            n[j] += k[i] >= t[j];
+    c[0] = n[0];
+    c[1] = n[1];
+    c[2] = n[2];
 }
 
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
@@ -395,33 +402,32 @@ static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uin
 
 /* ---- compaction --------------------------------------------------------------- */
 
-static void kve2_move_entries(char *dst, size_t dst_stride, const char *src, size_t src_stride,
-                              const int32_t *src_slots, uint32_t count, size_t entry_bytes)
+/* One entry; distinct entries never overlap (strides are checked). */
+KVE_INLINE void kve2_copy(char *d, const char *s, size_t bytes)
 {
-    const size_t whole = entry_bytes & ~(size_t)127, wide = entry_bytes & ~(size_t)31;
-    for (uint32_t k = 0; k < count; k++) {
-        char *d = dst + (size_t)k * dst_stride;
-        const char *s = src + (size_t)src_slots[k] * src_stride;
-        if (d == s)
-            continue;
-        /* Distinct entries never overlap (strides are checked), so plain copies. */
-        size_t o = 0;
-        for (; o < whole; o += 128) {
-            const __m256i *p = (const __m256i *)(const void *)(s + o);
-            __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
-            __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
-            __m256i *q = (__m256i *)(void *)(d + o);
-            _mm256_storeu_si256(q, a);
-            _mm256_storeu_si256(q + 1, b);
-            _mm256_storeu_si256(q + 2, c);
-            _mm256_storeu_si256(q + 3, e);
-        }
-        for (; o < wide; o += 32)
-            _mm256_storeu_si256((__m256i *)(void *)(d + o),
-                                _mm256_loadu_si256((const __m256i *)(const void *)(s + o)));
-        if (o < entry_bytes)
-            memcpy(d + o, s + o, entry_bytes - o);
+    size_t o = 0;
+    for (; o + 128 <= bytes; o += 128) {
+        const __m256i *p = (const __m256i *)(const void *)(s + o);
+        __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
+        __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
+        __m256i *q = (__m256i *)(void *)(d + o);
+        _mm256_storeu_si256(q, a);
+        _mm256_storeu_si256(q + 1, b);
+        _mm256_storeu_si256(q + 2, c);
+        _mm256_storeu_si256(q + 3, e);
     }
+    for (; o + 32 <= bytes; o += 32)
+        _mm256_storeu_si256((__m256i *)(void *)(d + o),
+                            _mm256_loadu_si256((const __m256i *)(const void *)(s + o)));
+    if (o < bytes)
+        memcpy(d + o, s + o, bytes - o);
+}
+
+static void kve2_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
+                            size_t entry_bytes)
+{
+    for (uint32_t i = 0; i < count; i++)
+        kve2_copy(dst[i], src[i], entry_bytes);
 }
 
 /* ---- the table ------------------------------------------------------------------- */
@@ -430,5 +436,5 @@ static void kve2_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_hea
 
 const kve_cpu_kernels kve_cpu_kernels_avx2 = {
     KVE_CPU_ISA_AVX2, kve_simd_scratch_bytes, kve2_evict_head, kve2_keys, kve2_floor_keys,
-    kve2_move_entries,
+    kve2_copy_pairs,
 };

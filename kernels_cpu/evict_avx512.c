@@ -336,20 +336,21 @@ static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t
     return cnt;
 }
 
-static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t)
+static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[3], uint32_t c[3])
 {
-    const __m512i vt = _mm512_set1_epi32((int)t);
-    uint32_t c0 = 0, c1 = 0, i = 0;
-    for (; i + 32 <= m; i += 32) {
-        c0 += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epu32_mask(_mm512_loadu_si512(k + i), vt));
-        c1 += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epu32_mask(_mm512_loadu_si512(k + i + 16), vt));
-    }
-    for (; i < m; i += 16) {
+    const __m512i t0 = _mm512_set1_epi32((int)t[0]), t1 = _mm512_set1_epi32((int)t[1]);
+    const __m512i t2 = _mm512_set1_epi32((int)t[2]);
+    uint32_t c0 = 0, c1 = 0, c2 = 0;
+    for (uint32_t i = 0; i < m; i += 16) {
         __mmask16 tm = kve512_tail16(m - i);
-        c0 += (uint32_t)_mm_popcnt_u32(
-            _mm512_mask_cmpge_epu32_mask(tm, _mm512_maskz_loadu_epi32(tm, k + i), vt));
+        __m512i v = _mm512_maskz_loadu_epi32(tm, k + i);
+        c0 += (uint32_t)_mm_popcnt_u32(_mm512_mask_cmpge_epu32_mask(tm, v, t0));
+        c1 += (uint32_t)_mm_popcnt_u32(_mm512_mask_cmpge_epu32_mask(tm, v, t1));
+        c2 += (uint32_t)_mm_popcnt_u32(_mm512_mask_cmpge_epu32_mask(tm, v, t2));
     }
-    return c0 + c1;
+    c[0] = c0;
+    c[1] = c1;
+    c[2] = c2;
 }
 
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
@@ -367,32 +368,31 @@ static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uin
 
 /* ---- compaction --------------------------------------------------------------- */
 
-static void kve512_move_entries(char *dst, size_t dst_stride, const char *src, size_t src_stride,
-                                const int32_t *src_slots, uint32_t count, size_t entry_bytes)
+/* One entry; distinct entries never overlap (strides are checked). */
+KVE_INLINE void kve512_copy(char *d, const char *s, size_t bytes)
 {
-    const size_t whole = entry_bytes & ~(size_t)255, part = entry_bytes & 63;
-    const size_t wide = entry_bytes & ~(size_t)63;
-    const __mmask64 tail = part ? (__mmask64)((1ull << part) - 1) : 0;
-    for (uint32_t k = 0; k < count; k++) {
-        char *d = dst + (size_t)k * dst_stride;
-        const char *s = src + (size_t)src_slots[k] * src_stride;
-        if (d == s)
-            continue;
-        /* Distinct entries never overlap (strides are checked), so plain copies. */
-        size_t o = 0;
-        for (; o < whole; o += 256) {
-            __m512i a = _mm512_loadu_si512(s + o), b = _mm512_loadu_si512(s + o + 64);
-            __m512i c = _mm512_loadu_si512(s + o + 128), e = _mm512_loadu_si512(s + o + 192);
-            _mm512_storeu_si512(d + o, a);
-            _mm512_storeu_si512(d + o + 64, b);
-            _mm512_storeu_si512(d + o + 128, c);
-            _mm512_storeu_si512(d + o + 192, e);
-        }
-        for (; o < wide; o += 64)
-            _mm512_storeu_si512(d + o, _mm512_loadu_si512(s + o));
-        if (part)
-            _mm512_mask_storeu_epi8(d + o, tail, _mm512_maskz_loadu_epi8(tail, s + o));
+    size_t o = 0;
+    for (; o + 256 <= bytes; o += 256) {
+        __m512i a = _mm512_loadu_si512(s + o), b = _mm512_loadu_si512(s + o + 64);
+        __m512i c = _mm512_loadu_si512(s + o + 128), e = _mm512_loadu_si512(s + o + 192);
+        _mm512_storeu_si512(d + o, a);
+        _mm512_storeu_si512(d + o + 64, b);
+        _mm512_storeu_si512(d + o + 128, c);
+        _mm512_storeu_si512(d + o + 192, e);
     }
+    for (; o + 64 <= bytes; o += 64)
+        _mm512_storeu_si512(d + o, _mm512_loadu_si512(s + o));
+    if (o < bytes) {
+        __mmask64 tail = (__mmask64)((1ull << (bytes - o)) - 1);
+        _mm512_mask_storeu_epi8(d + o, tail, _mm512_maskz_loadu_epi8(tail, s + o));
+    }
+}
+
+static void kve512_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
+                              size_t entry_bytes)
+{
+    for (uint32_t i = 0; i < count; i++)
+        kve512_copy(dst[i], src[i], entry_bytes);
 }
 
 /* ---- the table ------------------------------------------------------------------- */
@@ -401,5 +401,5 @@ static void kve512_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_h
 
 const kve_cpu_kernels kve_cpu_kernels_avx512 = {
     KVE_CPU_ISA_AVX512, kve_simd_scratch_bytes, kve512_evict_head, kve512_keys,
-    kve512_floor_keys,  kve512_move_entries,
+    kve512_floor_keys,  kve512_copy_pairs,
 };

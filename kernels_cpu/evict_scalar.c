@@ -155,19 +155,14 @@ static void kve_scalar_head_keys(const kve_head_job *j, const int32_t *pos, uint
         keys[i] = kve_ref_key(seq_seed, j->key_flags, j->layer, j->head, (uint32_t)pos[i], j->round);
 }
 
-static void kve_scalar_move_entries(char *dst, size_t dst_stride, const char *src,
-                                    size_t src_stride, const int32_t *src_slots, uint32_t count,
-                                    size_t entry_bytes)
+static void kve_scalar_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
+                                  size_t entry_bytes)
 {
-    for (uint32_t k = 0; k < count; k++) {
-        char *d = dst + (size_t)k * dst_stride;
-        const char *s = src + (size_t)src_slots[k] * src_stride;
-        if (d != s)
-            memmove(d, s, entry_bytes);
-    }
+    for (uint32_t i = 0; i < count; i++)
+        memcpy(dst[i], src[i], entry_bytes);
 }
 
 const kve_cpu_kernels kve_cpu_kernels_scalar = {
     KVE_CPU_ISA_SCALAR, kve_scalar_scratch_bytes, kve_scalar_evict_head, kve_scalar_keys,
-    kve_scalar_head_keys, kve_scalar_move_entries,
+    kve_scalar_head_keys, kve_scalar_copy_pairs,
 };

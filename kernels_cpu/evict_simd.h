@@ -79,8 +79,8 @@ static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt
 /* Valid slots whose bit in ev_bits (NULL: none) is clear, ascending, at most cap. */
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
                                    int32_t *out, uint32_t cap);
-/* Number of k[0..m) >= t. */
-static uint32_t kve_isa_count_ge32(const uint32_t *k, uint32_t m, uint32_t t);
+/* c[j] = the number of k[0..m) >= t[j], j < 3, in one pass. */
+static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[3], uint32_t c[3]);
 /* slots[i] for the i with k[i] >= t, in order, at most cap; returns how many. */
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
                                     int32_t *out, uint32_t cap);
@@ -216,25 +216,30 @@ static void kve_simd_pick(const kve_plan *p, int *top, uint64_t *T)
     *T = *top ? ~q & ~0xffffffffull : q | 0xffffffffull;
 }
 
-static uint32_t kve_count_ge32(const void *k, uint32_t m, uint64_t t)
+typedef void (*kve_count3_fn)(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3]);
+
+static void kve_count3_32(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3])
 {
-    return kve_isa_count_ge32((const uint32_t *)k, m, (uint32_t)t);
+    const uint32_t t32[3] = {(uint32_t)t[0], (uint32_t)t[1], (uint32_t)t[2]};
+    kve_isa_count3_ge32((const uint32_t *)k, m, t32, c);
 }
 
-static uint32_t kve_count_ge64(const void *k, uint32_t m, uint64_t t)
+static void kve_count3_64(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3])
 {
     const uint64_t *v = (const uint64_t *)k;
-    uint32_t c = 0;
+    c[0] = c[1] = c[2] = 0;
     for (uint32_t i = 0; i < m; i++)
-        c += v[i] >= t;
-    return c;
+        for (int j = 0; j < 3; j++)
+            c[j] += v[i] >= t[j];
 }
 
 /* A t with count(k >= t) == want, given count(k >= lo) == m and no k above
- * top; 0 when equal keys straddle the boundary (no such t). Interpolates
- * (keys are uniform) while it makes progress, then bisects, so it ends. */
-static int kve_simd_search(uint32_t (*count_ge)(const void *, uint32_t, uint64_t), const void *k,
-                           uint32_t m, uint32_t want, uint64_t lo, uint64_t top, uint64_t *out)
+ * top; 0 when equal keys straddle the boundary (no such t). Each pass counts
+ * at three thresholds: the interpolated one (keys are uniform) and one key
+ * spacing either side, so the bracket usually closes in one or two passes;
+ * later passes bisect, so it always ends. */
+static int kve_simd_search(kve_count3_fn count3, const void *k, uint32_t m, uint32_t want,
+                           uint64_t lo, uint64_t top, uint64_t *out)
 {
     uint32_t c_lo = m, c_hi = 0; /* counts at lo and above hi */
     uint64_t hi = top;           /* the answer lies in (lo, hi] */
@@ -246,29 +251,33 @@ static int kve_simd_search(uint32_t (*count_ge)(const void *, uint32_t, uint64_t
         *out = top + 1;
         return top != UINT64_MAX;
     }
-    for (int it = 0; it < 200 && lo < hi; it++) {
-        uint64_t span = hi - lo, step;
-        if (it < 12) {
-            double f = (c_lo - want + 0.5) / (double)(c_lo - c_hi + 1);
-            double x = f * (double)span;
-            step = x >= 18446744073709549568.0 ? span : (uint64_t)x;
-        } else {
-            step = span / 2;
+    for (int it = 0; it < 100 && lo < hi; it++) {
+        uint64_t span = hi - lo, t[3];
+        double keys = (double)(c_lo - c_hi + 1), x = (double)span;
+        double mid = it < 6 ? x * ((c_lo - want + 0.5) / keys) : x / 2;
+        double gap = it < 6 ? x / keys : 0;
+        for (int j = 0; j < 3; j++) {
+            double d = mid + (j - 1) * gap;
+            uint64_t step = d >= x ? span : d < 1 ? 1 : (uint64_t)d;
+            t[j] = lo + (step < 1 ? 1 : step);
         }
-        step = step < 1 ? 1 : step > span ? span : step;
-        uint64_t t = lo + step;
-        uint32_t c = count_ge(k, m, t);
-        if (c == want) {
-            *out = t;
-            return 1;
+        uint32_t c[3];
+        count3(k, m, t, c);
+        for (int j = 0; j < 3; j++) { /* t[] ascending, c[] descending */
+            if (c[j] == want) {
+                *out = t[j];
+                return 1;
+            }
+            if (c[j] > want && t[j] > lo) {
+                lo = t[j];
+                c_lo = c[j];
+            }
         }
-        if (c > want) {
-            lo = t;
-            c_lo = c;
-        } else {
-            hi = t - 1;
-            c_hi = c;
-        }
+        for (int j = 2; j >= 0; j--)
+            if (c[j] < want && t[j] - 1 < hi) {
+                hi = t[j] - 1;
+                c_hi = c[j];
+            }
     }
     return 0;
 }
@@ -298,7 +307,7 @@ static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws
     }
     uint32_t want = top ? p->e : ns - p->nk;
     uint64_t t;
-    if (kve_simd_search(kve_count_ge32, w->shi, ns, want, top ? T >> 32 : 0,
+    if (kve_simd_search(kve_count3_32, w->shi, ns, want, top ? T >> 32 : 0,
                         top ? UINT32_MAX : T >> 32, &t)) {
         if (top) {
             j->n_evicted = kve_isa_filter_ge32(w->shi, w->surv, ns, (uint32_t)t, j->evicted, p->e);
@@ -308,7 +317,7 @@ static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws
     } else {
         for (uint32_t i = 0; i < ns; i++)
             w->skeys[i] = w->keys[w->surv[i]];
-        if (!kve_simd_search(kve_count_ge64, w->skeys, ns, want, top ? T : 0, top ? UINT64_MAX : T, &t))
+        if (!kve_simd_search(kve_count3_64, w->skeys, ns, want, top ? T : 0, top ? UINT64_MAX : T, &t))
             return 0;
         if (top) {
             uint32_t cnt = 0;

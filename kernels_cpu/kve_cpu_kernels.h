@@ -43,10 +43,9 @@ typedef struct kve_cpu_kernels {
     /* Keys of n positions of one head, nothing else: the hash-only floor the
      * benchmarks hold eviction against (job: coordinates only). */
     void (*head_keys)(const kve_head_job *job, const int32_t *pos, uint32_t n, uint64_t *keys);
-    /* dst entry j = src entry src_slots[j], j < count; in place when dst == src
-     * and dst_stride == src_stride (then src_slots[j] >= j, ascending). */
-    void (*move_entries)(char *dst, size_t dst_stride, const char *src, size_t src_stride,
-                         const int32_t *src_slots, uint32_t count, size_t entry_bytes);
+    /* dst[i] = src[i] for count entries of entry_bytes, in order; no source
+     * overlaps its destination (compaction passes only entries that move). */
+    void (*copy_pairs)(char *const *dst, const char *const *src, uint32_t count, size_t entry_bytes);
 } kve_cpu_kernels;
 
 extern const kve_cpu_kernels kve_cpu_kernels_scalar;

@@ -193,6 +193,7 @@ static void batch_make(uint64_t *rng, batch *r, int big)
     b->seqs = r->seqs;
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
     r->slots = (int32_t *)malloc((heads * b->slot_pos_stride + 1) * 4);
+    memset(r->slots, 0xff, (heads * b->slot_pos_stride + 1) * 4); /* padding between rows: -1 */
     for (size_t i = 0; i < heads; i++) {
         int32_t *row = r->slots + i * b->slot_pos_stride;
         uint32_t P = r->seqs[i / ((size_t)b->n_layers * b->n_heads)].prompt_len;
