@@ -148,7 +148,7 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
     if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
         limit = (int64_t)d->blocks_per_row * d->page_size;
         rule = "blocks_per_row * page_size";
-        if (slot < limit)
+        if (slot >= 0 && slot < limit)
             page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)blk];
     } else if (d->page_table == KVE_PAGES_INDPTR) {
         int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
@@ -160,7 +160,7 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
                             d->page_size);
         limit = hi > lo ? (int64_t)(hi - lo - 1) * d->page_size + last : 0;
         rule = "the row's length by indptr and last_page_len";
-        if (slot < limit)
+        if (slot >= 0 && slot < limit)
             page = d->indices[lo + blk];
     }
     KVE_RETURN_ERROR_IF(slot < -1 || slot >= limit, KVE_ERR_RANGE,
