@@ -13,9 +13,11 @@
  *
  * GPU work is ordered on the context's stream and allocates nothing: the
  * eviction scratch lives in shared memory, or in the caller's workspace when
- * a head is too large for it. Argument checks the host cannot do (slot_pos
- * contents, evicted lists) run in the kernels, which raise records in a
- * small buffer of the context; kve_context_synchronize() reports them.
+ * a head is too large for it; a cache state's jobs travel in kernel
+ * parameters. Argument checks the host cannot do (slot_pos contents,
+ * evicted lists, a state's freed slots, the cache write's rows, slots and
+ * pages) run in the kernels, which raise records in a small buffer of the
+ * context; kve_context_synchronize() reports them.
  */
 #if defined(KVE_GPU_HIP)
 #include "kve_hip_vendor.h"
@@ -36,7 +38,12 @@
 #define KVE_GPU_EXPORT extern "C" __attribute__((visibility("default")))
 #define KVE_KEYS_THREADS 256u
 #define KVE_EVICT_MAX_THREADS 512u
+#define KVE_STATE_THREADS 256u
 #define KVE_BLOCKS_PER_SM 32u /* grid cap for grid-stride kernels */
+
+/* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
+static_assert(sizeof(kve_state_args) <= 4096, "state jobs must fit a launch's parameters");
+static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit the parameters");
 
 static const kve_host_services *kve_host;
 
@@ -78,6 +85,22 @@ __global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_slots_kernel(
     kve_tc tc;
     KVE_TC_INIT(tc);
     kve_compact_slots_grid(&tc, &sm, &a);
+}
+
+/* The jobs travel by value: the host's job array is free once this returns. */
+__global__ void __launch_bounds__(KVE_STATE_THREADS) kve_state_kernel(kve_state_args a)
+{
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_state_grid(&tc, &a);
+}
+
+__global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
+    kve_cache_write_kernel(kve_cache_write_args a)
+{
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_cache_write_grid(&tc, &a);
 }
 
 /* ---- errors and context state --------------------------------------------- */
@@ -263,18 +286,13 @@ static kve_status kve_launched(const char *kernel)
     return e == cudaSuccess ? KVE_OK : kve_gpu_fail(e, kernel);
 }
 
-static uint32_t kve_grid(uint64_t work, uint32_t per_block, uint32_t cap)
-{
-    uint64_t blocks = (work + per_block - 1) / per_block;
-    return blocks < cap ? (uint32_t)(blocks ? blocks : 1) : cap;
-}
-
 static kve_status gpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
                            size_t n, uint64_t *keys)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_keys_args a = {seed, flags, coords, n, keys};
-    uint32_t grid = kve_grid(n, KVE_KEYS_THREADS, kve_gpu_of(ctx)->sm_count * KVE_BLOCKS_PER_SM);
+    uint32_t grid =
+        kve_launch_grid(n, KVE_KEYS_THREADS, kve_gpu_of(ctx)->sm_count * KVE_BLOCKS_PER_SM);
     kve_keys_kernel<<<grid, KVE_KEYS_THREADS, 0, kve_stream(ctx)>>>(a);
     return kve_launched("kve_keys_kernel launch");
 }
@@ -295,11 +313,11 @@ static kve_evict_plan kve_plan_evict(const kve_gpu *g, const kve_batch *b)
     size_t scratch = (kve_evict_scratch_bytes(b->n_slots) + 255) & ~(size_t)255;
     p.threads = kve_evict_threads(b->n_slots);
     if (scratch <= g->smem_dyn_max) {
-        p.grid = kve_grid(heads, 1, g->sm_count * KVE_BLOCKS_PER_SM);
+        p.grid = kve_launch_grid(heads, 1, g->sm_count * KVE_BLOCKS_PER_SM);
         p.dyn_smem = scratch;
         p.per_block = p.workspace = 0;
     } else {
-        p.grid = kve_grid(heads, 1, g->sm_count * 2);
+        p.grid = kve_launch_grid(heads, 1, g->sm_count * 2);
         p.dyn_smem = 0;
         p.per_block = scratch;
         p.workspace = (size_t)p.grid * scratch + 256; /* + room to align the caller's pointer */
@@ -337,19 +355,51 @@ static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
     kve_compact_args a;
     KVE_TRY(kve_compact_args_make(d, g->errors, kve_host->set_error, &a));
     uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
-    kve_compact_move_kernel<<<kve_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS, 0,
-                              kve_stream(ctx)>>>(a);
+    kve_compact_move_kernel<<<kve_launch_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS,
+                              0, kve_stream(ctx)>>>(a);
     KVE_TRY(kve_launched("kve_compact_move_kernel launch"));
-    kve_compact_slots_kernel<<<kve_grid(a.heads, 1, cap), KVE_COMPACT_THREADS, 0,
+    kve_compact_slots_kernel<<<kve_launch_grid(a.heads, 1, cap), KVE_COMPACT_THREADS, 0,
                                kve_stream(ctx)>>>(a);
     return kve_launched("kve_compact_slots_kernel launch");
+}
+
+/* Jobs are copied into each launch's parameters: nothing to allocate, and
+ * the host's job array may change as soon as this returns. */
+static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
+    for (uint32_t k = 0; k < kve_state_launches(u); k++) {
+        kve_state_args a;
+        uint64_t items = kve_state_args_make(u, k, g->errors, &a);
+        if (!items)
+            continue;
+        kve_state_kernel<<<kve_launch_grid(items, KVE_STATE_THREADS, cap), KVE_STATE_THREADS, 0,
+                           kve_stream(ctx)>>>(a);
+        KVE_TRY(kve_launched("kve_state_kernel launch"));
+    }
+    return KVE_OK;
+}
+
+static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    kve_cache_write_args a;
+    KVE_TRY(kve_cache_write_args_make(d, KVE_CACHE_WRITE_THREADS, g->errors, kve_host->set_error,
+                                      &a));
+    uint32_t grid = kve_launch_grid(a.entries, KVE_CACHE_WRITE_THREADS / a.group,
+                                    g->sm_count * KVE_BLOCKS_PER_SM);
+    kve_cache_write_kernel<<<grid, KVE_CACHE_WRITE_THREADS, 0, kve_stream(ctx)>>>(a);
+    return kve_launched("kve_cache_write_kernel launch");
 }
 
 /* ---- the entry point the core looks up ------------------------------------- */
 
 KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)
 {
-    static kve_backend_ops ops; /* operations this backend lacks stay NULL */
+    static kve_backend_ops ops;
     if (!host || host->abi_version != KVE_BACKEND_ABI_VERSION || !host->set_error)
         return NULL;
     kve_host = host;
@@ -369,5 +419,7 @@ KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_servic
     ops.evict_workspace_size = gpu_evict_workspace_size;
     ops.evict = gpu_evict;
     ops.compact = gpu_compact;
+    ops.state_update = gpu_state_update;
+    ops.cache_write = gpu_cache_write;
     return &ops;
 }

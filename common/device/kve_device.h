@@ -1,6 +1,7 @@
 /*
  * kve_device.h — the vendor shim every kernel body is written against. A
- * body (evict_body.h, compact_body.h, keys_body.h) compiles three ways:
+ * body (evict_body.h, compact_body.h, keys_body.h, state_body.h,
+ * cache_write_body.h) compiles three ways:
  *
  *   CUDA (nvcc)   threadIdx/blockDim, __syncthreads, __shfl_up_sync
  *   HIP (hipcc)   the same names, __shfl_up; warpSize is 32 or 64 per target
@@ -171,6 +172,10 @@ enum {
     KVE_DEV_ERR_NEVICTED,       /* kve_compact: n_evicted too large; detail = value */
     KVE_DEV_ERR_EV_RANGE,       /* kve_compact: evicted[k] not a slot; detail = k */
     KVE_DEV_ERR_EV_ORDER,       /* kve_compact: evicted[k] not ascending or empty; detail = k */
+    KVE_DEV_ERR_STATE_SLOT,     /* state_update: slot outside a table; head = row, detail = table */
+    KVE_DEV_ERR_CW_ROW,         /* kve_cache_write: token_row[t] not a row; head = t */
+    KVE_DEV_ERR_CW_SLOT,        /* kve_cache_write: slot outside its row; head = t, detail = head */
+    KVE_DEV_ERR_CW_PAGE,        /* kve_cache_write: page id not a page; head = t, detail = head */
     KVE_DEV_ERR_KINDS
 };
 #define KVE_DEV_ERR_NONE 0xffffffffffffffffull

@@ -1,8 +1,9 @@
 /*
  * kve_launch.h — host-side planning shared by the CUDA and HIP glue and by
  * the host emulator, so all three launch the bodies with the same
- * arguments: kernel arguments from the public structs, block sizes, the
- * copy unit of compaction, and the device's error records as a kve_status.
+ * arguments: kernel arguments from the public structs, block and grid
+ * sizes, the copy units of compaction and the cache write, the state's
+ * jobs split into launches, and the device's error records as a kve_status.
  */
 #ifndef KVE_LAUNCH_H
 #define KVE_LAUNCH_H
@@ -10,13 +11,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cache_write_body.h"
 #include "compact_body.h"
 #include "evict_body.h"
 #include "keys_body.h"
+#include "state_body.h"
 
 #define KVE_HOST_FN static inline
 
 typedef kve_status (*kve_set_error_fn)(kve_status status, const char *fmt, ...);
+
+/* Blocks for @p work items, @p per_block each: at least 1, at most @p cap
+ * (grid-stride kernels do the rest). */
+KVE_HOST_FN uint32_t kve_launch_grid(uint64_t work, uint32_t per_block, uint32_t cap)
+{
+    uint64_t blocks = (work + per_block - 1) / per_block;
+    return blocks < cap ? (uint32_t)(blocks ? blocks : 1) : cap;
+}
 
 /* Threads per block for eviction: about 8 slots per thread, a multiple of
  * 64 (so of every warp width), at most 512. */
@@ -76,36 +87,102 @@ KVE_HOST_FN kve_status kve_compact_args_make(const kve_compact_desc *d, uint64_t
     return KVE_OK;
 }
 
+/* Launches state_update needs for @p u's jobs (0 when it has none). */
+KVE_HOST_FN uint32_t kve_state_launches(const kve_state_update *u)
+{
+    return (u->n_jobs + KVE_STATE_JOBS_PER_LAUNCH - 1) / KVE_STATE_JOBS_PER_LAUNCH;
+}
+
+/* Arguments of launch @p k of state_update; returns its items (the
+ * threads it can keep busy). */
+KVE_HOST_FN uint64_t kve_state_args_make(const kve_state_update *u, uint32_t k, uint64_t *errors,
+                                         kve_state_args *a)
+{
+    uint32_t first = k * KVE_STATE_JOBS_PER_LAUNCH, n = u->n_jobs - first;
+    n = n < KVE_STATE_JOBS_PER_LAUNCH ? n : KVE_STATE_JOBS_PER_LAUNCH;
+    a->u = *u;
+    a->u.jobs = NULL;
+    a->u.n_jobs = n;
+    a->errors = errors;
+    uint64_t items = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        a->job[j] = u->jobs[first + j];
+        items += kve_state_job_items(u, &a->job[j]);
+        a->end[j] = items;
+    }
+    return items;
+}
+
+#define KVE_CACHE_WRITE_THREADS 256u
+
+/* Arguments of the cache write for a validated desc @p d with resolved
+ * strides, on blocks of @p threads; KVE_ERR_RANGE when an entry has more
+ * than 2^32-1 units. */
+KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, uint32_t threads,
+                                                 uint64_t *errors, kve_set_error_fn set_error,
+                                                 kve_cache_write_args *a)
+{
+    /* The widest power of two dividing the entry size, bases and strides. */
+    uintptr_t all = d->entry_bytes | d->src_stride_token | d->src_stride_head |
+                    d->dst_stride_page | d->dst_stride_slot | d->dst_stride_head | 16;
+    for (uint32_t c = 0; c < d->n_caches; c++)
+        all |= (uintptr_t)d->src[c] | (uintptr_t)d->dst[c];
+    a->d = *d;
+    a->unit = (uint32_t)(all & (~all + 1));
+    if (d->entry_bytes / a->unit > 0xffffffffu)
+        return set_error(KVE_ERR_RANGE, "desc.entry_bytes = %zu: too large for the device kernels",
+                         d->entry_bytes);
+    a->units = (uint32_t)(d->entry_bytes / a->unit);
+    a->group = 1;
+    while (a->group < a->units && threads % (a->group * 2) == 0)
+        a->group *= 2; /* a power of two dividing the block */
+    a->entries = (uint64_t)d->n_caches * d->n_tokens * d->n_heads;
+    a->errors = errors;
+    return KVE_OK;
+}
+
+/* How the host ranks error records: kinds in the order of the host checks
+ * (common/validate.c, backends/cache_write.c), each in the group of the
+ * call that raises it; a rank below which the detail orders too. */
+typedef struct kve_dev_err_rank {
+    int kind, call, by_detail;
+} kve_dev_err_rank;
+
 /*
  * The device's error records as a status and message (KVE_OK when none):
- * eviction's first, then compaction's; the lowest head; within a head the
- * order of the host checks (common/validate.c).
+ * eviction's first, then compaction's, the state's, the cache write's;
+ * within a call the lowest head (token, for the cache write), then the
+ * order of the host checks.
  */
 KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_fn set_error)
 {
-    static const int order[] = {KVE_DEV_ERR_SLOT_RANGE, KVE_DEV_ERR_DUPLICATE,
-                                KVE_DEV_ERR_NEVICTED,   KVE_DEV_ERR_EV_RANGE,
-                                KVE_DEV_ERR_EV_ORDER,   KVE_DEV_ERR_CSLOT_RANGE};
+    static const kve_dev_err_rank order[KVE_DEV_ERR_KINDS] = {
+        {KVE_DEV_ERR_SLOT_RANGE, 0, 0}, {KVE_DEV_ERR_DUPLICATE, 0, 0},
+        {KVE_DEV_ERR_NEVICTED, 1, 0},   {KVE_DEV_ERR_EV_RANGE, 1, 1},
+        {KVE_DEV_ERR_EV_ORDER, 1, 1},   {KVE_DEV_ERR_CSLOT_RANGE, 1, 0},
+        {KVE_DEV_ERR_STATE_SLOT, 2, 0}, {KVE_DEV_ERR_CW_ROW, 3, 1},
+        {KVE_DEV_ERR_CW_SLOT, 3, 1},    {KVE_DEV_ERR_CW_PAGE, 3, 1}};
     int best = -1;
     for (int i = 0; i < KVE_DEV_ERR_KINDS; i++) {
-        int k = order[i];
+        int k = order[i].kind;
         if (rec[k] == KVE_DEV_ERR_NONE)
             continue;
         if (best < 0) {
-            best = k;
+            best = i;
             continue;
         }
-        int same_call = (k <= KVE_DEV_ERR_DUPLICATE) == (best <= KVE_DEV_ERR_DUPLICATE);
-        int both_ev = (k == KVE_DEV_ERR_EV_ORDER && best == KVE_DEV_ERR_EV_RANGE);
-        /* a lower head wins; so does a lower k among evicted[] problems */
-        if (same_call && ((rec[k] >> 32) < (rec[best] >> 32) || (both_ev && rec[k] < rec[best])))
-            best = k;
+        const kve_dev_err_rank *b = &order[best];
+        int by_detail = order[i].by_detail && b->by_detail;
+        /* a lower head wins within a call; so does a lower detail where it orders */
+        if (order[i].call == b->call &&
+            ((rec[k] >> 32) < (rec[b->kind] >> 32) || (by_detail && rec[k] < rec[b->kind])))
+            best = i;
     }
     if (best < 0)
         return KVE_OK;
-    unsigned long long head = rec[best] >> 32;
-    unsigned detail = (unsigned)rec[best];
-    switch (best) {
+    unsigned long long head = rec[order[best].kind] >> 32;
+    unsigned detail = (unsigned)rec[order[best].kind];
+    switch (order[best].kind) {
     case KVE_DEV_ERR_SLOT_RANGE:
         return set_error(KVE_ERR_RANGE,
                          "batch.slot_pos[head %llu][slot %u] < -1: positions must be >= 0, or -1 "
@@ -131,10 +208,32 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
                          "desc.evicted[head %llu][%u]: evicted slots must be strictly ascending "
                          "and hold a position (checked on the device)",
                          head, detail);
-    default:
+    case KVE_DEV_ERR_CSLOT_RANGE:
         return set_error(KVE_ERR_RANGE,
                          "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the "
                          "device)",
+                         head, detail);
+    case KVE_DEV_ERR_STATE_SLOT:
+        return set_error(KVE_ERR_INTERNAL,
+                         "cache state row %llu, table %u: a freed slot or a slot_mapping entry "
+                         "lies outside the table, skipped (checked on the device); rebuild the "
+                         "row with kve_state_rebuild",
+                         head, detail);
+    case KVE_DEV_ERR_CW_ROW:
+        return set_error(KVE_ERR_RANGE,
+                         "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)",
+                         head);
+    case KVE_DEV_ERR_CW_SLOT:
+        return set_error(KVE_ERR_RANGE,
+                         "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's "
+                         "row (below page_size, blocks_per_row * page_size, or the length given "
+                         "by indptr and last_page_len, which must be ascending and "
+                         "1..page_size) (checked on the device)",
+                         head, detail);
+    default:
+        return set_error(KVE_ERR_RANGE,
+                         "desc.slots[token %llu][head %u]: its page (desc.block_table or "
+                         "desc.indices) must be 0..n_pages-1 (checked on the device)",
                          head, detail);
     }
 }

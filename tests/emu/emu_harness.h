@@ -4,6 +4,11 @@
  * shuffle goes through a shared buffer, for any block size and any warp
  * width (32 or 64) that divides it. Blocks of a grid run one after another
  * on the same threads, each with fresh (garbage-filled) shared memory.
+ *
+ * A serial pool runs bodies that never synchronize (no kve_sync, no
+ * shuffle) on the calling thread instead: blocks in a random order, and in
+ * each block the threads one after another, in a random order, each to its
+ * end. Any order is a schedule a GPU may pick, and it is cheap.
  */
 #ifndef KVE_EMU_HARNESS_H
 #define KVE_EMU_HARNESS_H
@@ -19,6 +24,10 @@ typedef void (*kve_emu_body)(kve_tc *tc, unsigned char *smem, void *arg);
 
 /* @p nt threads per block, warp width @p ws (nt % ws == 0); NULL on failure. */
 kve_emu_pool *kve_emu_pool_create(uint32_t nt, uint32_t ws);
+/* A serial pool of the same shape whose orders come from @p seed. */
+kve_emu_pool *kve_emu_pool_create_serial(uint32_t nt, uint32_t ws, uint64_t seed);
+/* Threads per block and warp width of @p pool. */
+void kve_emu_pool_shape(const kve_emu_pool *pool, uint32_t *nt, uint32_t *ws);
 void kve_emu_pool_destroy(kve_emu_pool *pool);
 
 /* Run blocks 0..grid-1 of @p body with @p smem_bytes of shared memory each. */

@@ -9,8 +9,6 @@
 
 #define KVE_EMU_ALIGN16(x) (((x) + 15) & ~(size_t)15)
 
-_Static_assert(KVE_DEV_ERR_KINDS <= 8, "kve_emu_errors holds 8 records");
-
 static _Thread_local char kve_emu_message[512];
 
 static kve_status kve_emu_set_error(kve_status status, const char *fmt, ...)
@@ -94,6 +92,48 @@ int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d
     if (kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_move_body, &a))
         return -1;
     return kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_slots_body, &a);
+}
+
+static void kve_emu_state_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    (void)smem;
+    kve_state_grid(tc, (const kve_state_args *)arg);
+}
+
+int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
+                         kve_emu_errors *e)
+{
+    uint32_t nt, ws;
+    kve_emu_pool_shape(pool, &nt, &ws);
+    for (uint32_t k = 0; k < kve_state_launches(u); k++) {
+        kve_state_args a;
+        uint64_t items = kve_state_args_make(u, k, e->rec, &a);
+        if (items &&
+            kve_emu_launch(pool, kve_launch_grid(items, nt, max_grid), 0, kve_emu_state_body, &a))
+            return -1;
+    }
+    return 0;
+}
+
+static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    (void)smem;
+    kve_cache_write_grid(tc, (const kve_cache_write_args *)arg);
+}
+
+kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
+                               const kve_cache_write_desc *d, kve_emu_errors *e,
+                               uint32_t *unit_used)
+{
+    uint32_t nt, ws;
+    kve_emu_pool_shape(pool, &nt, &ws);
+    kve_cache_write_args a;
+    kve_status st = kve_cache_write_args_make(d, nt, e->rec, kve_emu_set_error, &a);
+    if (st != KVE_OK)
+        return st;
+    *unit_used = a.unit;
+    uint32_t grid = kve_launch_grid(a.entries, nt / a.group, max_grid);
+    return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_NOMEM : KVE_OK;
 }
 
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,

@@ -8,11 +8,12 @@
 
 #include "emu_harness.h"
 #include "kve_cases.h"
+#include "kve_state.h"
 #include "kvevict.h"
 
-/* The device's error records after a launch (KVE_DEV_ERR_KINDS words). */
+/* The device's error records after a launch. */
 typedef struct kve_emu_errors {
-    uint64_t rec[8];
+    uint64_t rec[KVE_DEV_ERR_KINDS];
 } kve_emu_errors;
 
 void kve_emu_errors_reset(kve_emu_errors *e);
@@ -31,6 +32,18 @@ int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const k
 /* kve_compact: the move kernel on @p grid blocks, then the slots kernel. */
 int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d,
                     kve_emu_errors *e, uint32_t *unit_used);
+
+/* The backend op state_update: the GPU glue's launches (at most
+ * @p max_grid blocks each), one after another. */
+int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
+                         kve_emu_errors *e);
+
+/* The backend op cache_write for a desc with resolved strides (at most
+ * @p max_grid blocks); KVE_OK, or the status of a desc the device cannot
+ * take. *unit_used gets the copy unit. */
+kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
+                               const kve_cache_write_desc *d, kve_emu_errors *e,
+                               uint32_t *unit_used);
 
 /* A case of kve_cases.h over @p bufs: eviction or compaction. */
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kve_cases.h"
+#include "kve_engine_cases.h"
 
 enum { B_SEQS, B_SLOTS, B_EVICTED, B_NEVICTED, B_NKEPT, B_FLAGS, B_KEPT };
 enum { C_SLOTS, C_EVICTED, C_NEVICTED, C_CACHES };
@@ -21,10 +22,18 @@ uint32_t kve_rand_below(uint64_t *s, uint32_t bound)
     return bound ? (uint32_t)(kve_rand(s) % bound) : 0;
 }
 
-/* Percent chance. */
-static int kve_chance(uint64_t *s, uint32_t percent) { return kve_rand_below(s, 100) < percent; }
+int kve_chance(uint64_t *s, uint32_t percent) { return kve_rand_below(s, 100) < percent; }
 
-static int kve_case_add(kve_case *c, size_t bytes)
+void kve_rand_perm(uint64_t *s, uint32_t *a, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) { /* inside-out Fisher-Yates */
+        uint32_t j = kve_rand_below(s, i + 1);
+        a[i] = a[j];
+        a[j] = i;
+    }
+}
+
+int kve_case_add(kve_case *c, size_t bytes)
 {
     int i = c->n_bufs++;
     c->bytes[i] = bytes;
@@ -343,7 +352,7 @@ void kve_case_bind_compact(const kve_case *c, const kve_case_bufs *bufs, kve_com
 int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_bufs *y, char *why,
                      size_t why_bytes)
 {
-    if (!c->is_compact) {
+    if (!c->is_compact && !c->is_cache_write) {
         const uint32_t *ne_x = (const uint32_t *)x->p[B_NEVICTED],
                        *ne_y = (const uint32_t *)y->p[B_NEVICTED];
         const uint32_t *nk_x = (const uint32_t *)x->p[B_NKEPT],
@@ -364,17 +373,22 @@ int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_b
         while (x->p[i][at] == y->p[i][at])
             at++;
         snprintf(why, why_bytes, "buffer %s differs at byte %zu (0x%02x vs 0x%02x)",
-                 c->is_compact ? (i == C_SLOTS ? "slot_pos" : i < C_CACHES ? "evicted" : "cache")
-                               : evict_names[i],
+                 c->is_cache_write ? "cache"
+                 : c->is_compact
+                     ? (i == C_SLOTS ? "slot_pos" : i < C_CACHES ? "evicted" : "cache")
+                     : evict_names[i],
                  at, x->p[i][at], y->p[i][at]);
         return 1;
     }
     return 0;
 }
 
-/* The "head N" a kve_last_error()-style message names, or -1. */
-static long long kve_message_head(const char *msg)
+/* The "head N" a kve_last_error()-style message names, or -1; "token N"
+ * for a cache write. */
+static long long kve_message_head(const kve_case *c, const char *msg)
 {
+    if (c->is_cache_write)
+        return kve_message_token(msg);
     const char *p = strstr(msg, "[head ");
     if (p)
         return strtoll(p + 6, NULL, 10);
@@ -389,6 +403,11 @@ kve_status kve_case_run(kve_context *ctx, const kve_case *c, const kve_case_bufs
         kve_compact_desc d;
         kve_case_bind_compact(c, bufs, &d);
         return kve_compact(ctx, &d);
+    }
+    if (c->is_cache_write) {
+        kve_cache_write_desc d;
+        kve_case_bind_cache_write(c, bufs, &d);
+        return kve_cache_write(ctx, &d);
     }
     kve_batch b;
     kve_evict_out o;
@@ -406,7 +425,8 @@ int kve_case_verdict(const kve_case *c, kve_status st_a, const char *msg_a,
         return 1;
     }
     if (st_a != KVE_OK) {
-        if (kve_message_head(msg_a) == kve_message_head(msg_b))
+        long long ha = kve_message_head(c, msg_a), hb = kve_message_head(c, msg_b);
+        if (ha == hb || (c->is_cache_write && (ha < 0 || hb < 0)))
             return 0;
         snprintf(why, why_bytes, "\"%s\" vs \"%s\": not the same head", msg_a, msg_b);
         return 1;

@@ -1,6 +1,7 @@
 /*
- * kve_cases.h — random eviction and compaction problems, shared by the
- * emulated-kernel tests (tests/emu) and the device tests (tests/gpu).
+ * kve_cases.h — random eviction, compaction and cache-write problems,
+ * shared by the emulated-kernel tests (tests/emu) and the device tests
+ * (tests/gpu). Cache-write cases are made in kve_engine_cases.c.
  *
  * A case owns host "master" buffers. bind() builds the public structs over
  * any copy of those buffers (host copies for the CPU and the emulator,
@@ -33,6 +34,10 @@ typedef struct kve_case {
     /* compaction: slot_pos, evicted, n_evicted, src caches, dst caches */
     kve_compact_desc desc;
     int is_compact;
+    /* cache write: src caches, dst caches, slots, token_row, then the page
+     * table's arrays; pointers are offsets from 0 until bound */
+    kve_cache_write_desc cw;
+    int is_cache_write;
     char label[160]; /* the parameters, for failure messages */
 } kve_case;
 
@@ -44,6 +49,13 @@ typedef struct kve_case_limits {
 
 uint64_t kve_rand(uint64_t *state);
 uint32_t kve_rand_below(uint64_t *state, uint32_t bound);
+/* Percent chance. */
+int kve_chance(uint64_t *state, uint32_t percent);
+/* a[0..n) = a random permutation of 0..n-1. */
+void kve_rand_perm(uint64_t *state, uint32_t *a, uint32_t n);
+
+/* Append a master buffer of @p bytes (filled with 0xee); 0, or -1. */
+int kve_case_add(kve_case *c, size_t bytes);
 
 /* A random eviction problem; 0, or -1 when out of memory. */
 int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim);
@@ -72,13 +84,14 @@ void kve_case_bind_compact(const kve_case *c, const kve_case_bufs *bufs, kve_com
 int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_bufs *y, char *why,
                      size_t why_bytes);
 
-/* Run the case (kve_evict or kve_compact) on @p ctx over @p bufs; the
+/* Run the case (kve_evict, kve_compact or kve_cache_write) on @p ctx over @p bufs; the
  * eviction gets @p workspace (NULL: the library allocates). */
 kve_status kve_case_run(kve_context *ctx, const kve_case *c, const kve_case_bufs *bufs,
                         void *workspace, size_t workspace_bytes);
 
 /* Whether two runs of a case agree: the same status; for an error the same
- * head in the message (kve_last_error() style), else the same outputs.
+ * head (cache write: token, when both name one) in the message
+ * (kve_last_error() style), else the same outputs.
  * 0 when they do; else 1 with the difference in @p why. */
 int kve_case_verdict(const kve_case *c, kve_status st_a, const char *msg_a,
                      const kve_case_bufs *a, kve_status st_b, const char *msg_b,

@@ -14,52 +14,9 @@
 #include <string.h>
 
 #include "emu_kernels.h"
+#include "emu_suite.h"
 #include "golden_vectors.h"
 #include "kve_cases.h"
-
-/* (threads per block, warp width) shapes the emulator runs. */
-static const uint32_t kve_shapes[][2] = {{32, 32},  {64, 32},  {64, 64},
-                                         {128, 64}, {128, 32}, {256, 64}};
-#define KVE_N_SHAPES (sizeof kve_shapes / sizeof kve_shapes[0])
-
-static kve_emu_pool *kve_pools[KVE_N_SHAPES];
-
-static void kve_pools_setup(void)
-{
-    for (size_t i = 0; i < KVE_N_SHAPES; i++) {
-        kve_pools[i] = kve_emu_pool_create(kve_shapes[i][0], kve_shapes[i][1]);
-        ck_assert_ptr_nonnull(kve_pools[i]);
-    }
-}
-
-static void kve_pools_teardown(void)
-{
-    for (size_t i = 0; i < KVE_N_SHAPES; i++)
-        kve_emu_pool_destroy(kve_pools[i]);
-}
-
-/* A random shape, weighted to the small blocks (each barrier costs every
- * thread a context switch on the host). */
-static size_t kve_pick_shape(uint64_t *rng)
-{
-    static const size_t weighted[] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 5};
-    return weighted[kve_rand_below(rng, sizeof weighted / sizeof weighted[0])];
-}
-
-static kve_context *kve_reference(void)
-{
-    kve_context *ctx = NULL;
-    ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &ctx), KVE_OK);
-    ck_assert_int_eq(kve_context_set_cpu_isa(ctx, KVE_CPU_ISA_SCALAR), KVE_OK);
-    ck_assert_int_eq(kve_context_set_threads(ctx, 1), KVE_OK);
-    return ctx;
-}
-
-static unsigned kve_env_count(const char *name, unsigned dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
-}
 
 START_TEST(test_keys_golden)
 {
@@ -277,17 +234,6 @@ START_TEST(test_compact_unit)
 }
 END_TEST
 
-/* One TCase per area, so ctest can run them side by side (CK_RUN_CASE). */
-static void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n)
-{
-    TCase *tc = tcase_create(name);
-    tcase_add_unchecked_fixture(tc, kve_pools_setup, kve_pools_teardown);
-    tcase_set_timeout(tc, 1200);
-    for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
-    suite_add_tcase(s, tc);
-}
-
 static Suite *kve_emu_suite(void)
 {
     Suite *s = suite_create("emu");
@@ -296,19 +242,11 @@ static Suite *kve_emu_suite(void)
     const TTest *errors[] = {test_evict_errors, test_compact_errors,
                              test_evict_trusted_duplicates};
     const TTest *compact[] = {test_compact_random, test_compact_unit};
-    kve_add_case(s, "keys", keys, 3);
-    kve_add_case(s, "evict", evict, 1);
-    kve_add_case(s, "errors", errors, 3);
-    kve_add_case(s, "compact", compact, 2);
+    kve_add_case(s, "keys", keys, 3, kve_pools_setup, kve_pools_teardown);
+    kve_add_case(s, "evict", evict, 1, kve_pools_setup, kve_pools_teardown);
+    kve_add_case(s, "errors", errors, 3, kve_pools_setup, kve_pools_teardown);
+    kve_add_case(s, "compact", compact, 2, kve_pools_setup, kve_pools_teardown);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(kve_emu_suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return kve_run_suite(kve_emu_suite()); }

@@ -1,8 +1,9 @@
 /*
  * test_gpu.c — a GPU backend (argv[1]: cuda or hip) against the CPU
  * backend on the same problems: keys, 10,000+ random evictions, compaction
- * in and out of place, errors the device must find, workspace and digest.
- * Exits 77 (ctest: skipped) when the backend is not available here.
+ * in and out of place, errors the device must find, workspace and digest;
+ * the cache state and cache write in test_gpu_engine.c. Exits 77 (ctest:
+ * skipped) when the backend is not available here.
  *
  * $KVE_GPU_CASES scales the random eviction cases (default 10000).
  */
@@ -12,10 +13,11 @@
 #include <string.h>
 
 #include "golden_vectors.h"
-#include "kve_cases.h"
+#include "kve_engine_cases.h"
+#include "test_gpu.h"
 
 static kve_backend kve_gpu_backend;
-static kve_context *kve_gpu, *kve_cpu;
+kve_context *kve_gpu, *kve_cpu;
 
 /* One device arena for every case: buffers at 256-byte aligned offsets, so
  * each lies at the same alignment as its host master. */
@@ -38,7 +40,7 @@ static void kve_teardown(void)
     kve_context_destroy(kve_cpu);
 }
 
-static unsigned kve_env_count(const char *name, unsigned dflt)
+unsigned kve_env_count(const char *name, unsigned dflt)
 {
     const char *v = getenv(name);
     return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
@@ -115,9 +117,10 @@ START_TEST(test_keys)
 }
 END_TEST
 
-/* One case on the CPU and the GPU: same status and outputs. The eviction
- * takes a workspace of its own when @p use_workspace, else the library's. */
-static void kve_check_case(const kve_case *c, int use_workspace)
+/* One case on the CPU and the GPU: same status and outputs (for a cache
+ * write's error, the entry the host checks name first). The eviction takes
+ * a workspace of its own when @p use_workspace, else the library's. */
+void kve_check_case(const kve_case *c, int use_workspace)
 {
     kve_case_bufs want, got, dev;
     ck_assert_int_eq(kve_case_host_copy(c, &want), 0);
@@ -128,7 +131,7 @@ static void kve_check_case(const kve_case *c, int use_workspace)
     kve_device_copy(c, &dev);
     void *ws = NULL;
     size_t ws_bytes = 0;
-    if (use_workspace && !c->is_compact) {
+    if (use_workspace && !c->is_compact && !c->is_cache_write) {
         kve_batch b;
         kve_evict_out o;
         kve_case_bind_evict(c, &dev, &b, &o);
@@ -142,6 +145,9 @@ static void kve_check_case(const kve_case *c, int use_workspace)
     kve_device_fetch(c, &dev, &got);
     ck_assert_msg(!kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
                   "%s: device vs CPU: %s", c->label, why);
+    ck_assert_msg(!c->is_cache_write || st == KVE_OK ||
+                      !kve_cw_check_blame(kve_cpu, c, msg, why, sizeof why),
+                  "%s: %s (CPU: %s)", c->label, why, ref_msg);
     kve_case_host_free(c, &want);
     kve_case_host_free(c, &got);
 }
@@ -314,6 +320,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_compact_random);
     tcase_add_test(tc, test_compact_errors);
     tcase_add_test(tc, test_digest_batch);
+    kve_add_engine_tests(tc);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a GPU runtime does not survive fork() */

@@ -69,7 +69,8 @@ int main(int argc, char **argv)
     KVE_EXPECT(ops->host_memory == 0, "a GPU backend's memory is not host memory");
     KVE_EXPECT(ops->probe && ops->context_init && ops->context_fini && ops->set_device &&
                    ops->alloc && ops->free && ops->copy && ops->synchronize && ops->keys &&
-                   ops->evict_workspace_size && ops->evict && ops->compact,
+                   ops->evict_workspace_size && ops->evict && ops->compact &&
+                   ops->state_update && ops->cache_write,
                "the table lacks an operation");
     int available = -1, core_says = -1;
     KVE_EXPECT(ops->probe(&available) == KVE_OK, "probe failed");

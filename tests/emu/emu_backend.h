@@ -1,0 +1,32 @@
+/*
+ * emu_backend.h — a context that behaves like a GPU context with the
+ * emulator as its device: a CPU context whose table of operations runs
+ * state_update and cache_write (and, when asked, kve_evict) through
+ * common/device/'s bodies on an emulator pool, with the GPU glue's launch
+ * plan (kve_launch.h). It says its memory is not host memory, so the core
+ * skips the content checks it skips for a GPU, and kve_context_synchronize()
+ * reports (and clears) the emulated device's error records as the GPU glue
+ * does. The whole public API then runs against the bodies, as on a device.
+ */
+#ifndef KVE_EMU_BACKEND_H
+#define KVE_EMU_BACKEND_H
+
+#include "emu_kernels.h"
+
+/* A new emulated context (destroy it with kve_context_destroy); NULL on
+ * failure. One at a time: the settings below are global. */
+kve_context *kve_emu_context_create(void);
+
+/* Where the next calls run: @p pool (serial or threaded) with grids of at
+ * most @p max_grid blocks; kve_evict on @p evict_pool (threaded), or on the
+ * CPU when NULL. */
+void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool);
+
+/* The copy unit of the last cache write (16, 8, 4, 2 or 1 bytes). */
+uint32_t kve_emu_context_last_unit(void);
+
+/* The message of the last error kve_context_synchronize() reported (the
+ * core's kve_last_error() does not see the emulator's). */
+const char *kve_emu_context_message(void);
+
+#endif

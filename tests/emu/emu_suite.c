@@ -1,0 +1,70 @@
+/* emu_suite.c — pools, shapes and the reference of the emulator suites. */
+#include <stdlib.h>
+
+#include "emu_suite.h"
+#include "kve_cases.h"
+
+const uint32_t kve_shapes[KVE_N_SHAPES][2] = {{32, 32},  {64, 32},  {64, 64},
+                                              {128, 64}, {128, 32}, {256, 64}};
+kve_emu_pool *kve_pools[KVE_N_SHAPES];
+kve_emu_pool *kve_serial_pools[KVE_N_SHAPES];
+
+void kve_pools_setup(void)
+{
+    for (size_t i = 0; i < KVE_N_SHAPES; i++) {
+        kve_pools[i] = kve_emu_pool_create(kve_shapes[i][0], kve_shapes[i][1]);
+        kve_serial_pools[i] = kve_emu_pool_create_serial(kve_shapes[i][0], kve_shapes[i][1], i + 1);
+        ck_assert_ptr_nonnull(kve_pools[i]);
+        ck_assert_ptr_nonnull(kve_serial_pools[i]);
+    }
+}
+
+void kve_pools_teardown(void)
+{
+    for (size_t i = 0; i < KVE_N_SHAPES; i++) {
+        kve_emu_pool_destroy(kve_pools[i]);
+        kve_emu_pool_destroy(kve_serial_pools[i]);
+    }
+}
+
+size_t kve_pick_shape(uint64_t *rng)
+{
+    static const size_t weighted[] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 5};
+    return weighted[kve_rand_below(rng, sizeof weighted / sizeof weighted[0])];
+}
+
+kve_context *kve_reference(void)
+{
+    kve_context *ctx = NULL;
+    ck_assert_int_eq(kve_context_create(KVE_BACKEND_CPU, &ctx), KVE_OK);
+    ck_assert_int_eq(kve_context_set_cpu_isa(ctx, KVE_CPU_ISA_SCALAR), KVE_OK);
+    ck_assert_int_eq(kve_context_set_threads(ctx, 1), KVE_OK);
+    return ctx;
+}
+
+unsigned kve_env_count(const char *name, unsigned dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n, SFun setup,
+                  SFun teardown)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 1200);
+    for (size_t i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+}
+
+int kve_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,41 @@
+/*
+ * emu_suite.h — what the emulator suites share: the block shapes they run
+ * (threads per block, warp width 32 or 64), a threaded and a serial pool
+ * of each, the scalar CPU reference, and case counts from the environment.
+ */
+#ifndef KVE_EMU_SUITE_H
+#define KVE_EMU_SUITE_H
+
+#include <check.h>
+
+#include "emu_harness.h"
+#include "kvevict.h"
+
+#define KVE_N_SHAPES 6
+extern const uint32_t kve_shapes[KVE_N_SHAPES][2];
+extern kve_emu_pool *kve_pools[KVE_N_SHAPES];        /* threaded */
+extern kve_emu_pool *kve_serial_pools[KVE_N_SHAPES]; /* serial, random orders */
+
+/* Check fixtures: create and destroy every pool. */
+void kve_pools_setup(void);
+void kve_pools_teardown(void);
+
+/* A random shape, weighted to the small blocks (each barrier costs every
+ * thread a context switch on the host). */
+size_t kve_pick_shape(uint64_t *rng);
+
+/* The reference: a CPU context, scalar ISA, one thread. */
+kve_context *kve_reference(void);
+
+/* $name as a count, or @p dflt when unset. */
+unsigned kve_env_count(const char *name, unsigned dflt);
+
+/* A TCase @p name of @p tests with an unchecked fixture: one per area, so
+ * ctest runs areas side by side (CK_RUN_CASE). */
+void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n, SFun setup,
+                  SFun teardown);
+
+/* Run @p s without forking; the process's exit status. */
+int kve_run_suite(Suite *s);
+
+#endif

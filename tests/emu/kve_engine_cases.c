@@ -1,0 +1,322 @@
+/* kve_engine_cases.c — random kve_cache_write problems. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kve_engine_cases.h"
+
+#define CW_ROWS 4
+#define CW_HEADS 8
+#define CW_LEN 64 /* slots a row may hold: 4 blocks of 16 */
+
+/* Buffers after the caches: slots, token_row, then pages (block table or
+ * indices), indptr, last_page_len. */
+enum { CW_SLOTS, CW_TOKEN_ROW, CW_PAGES, CW_INDPTR, CW_LAST };
+
+static size_t kve_cw_buf(const kve_cache_write_desc *d, int which)
+{
+    return 2 * (size_t)d->n_caches + (size_t)which;
+}
+
+/* A random base offset: mostly aligned, sometimes not. */
+static size_t kve_cw_offset(uint64_t *rng)
+{
+    static const size_t offsets[] = {0, 0, 0, 16, 8, 4, 2, 1};
+    return offsets[kve_rand_below(rng, 8)];
+}
+
+static size_t kve_cw_pad(uint64_t *rng)
+{
+    return kve_chance(rng, 50) ? 16 * kve_rand_below(rng, 3) : kve_rand_below(rng, 5);
+}
+
+/* Page tables: fills pages/indptr/last and each row's length. */
+typedef struct {
+    int32_t pages[CW_ROWS * 4 + 4], indptr[CW_ROWS + 1], last[CW_ROWS];
+    uint32_t n_pt, len[CW_ROWS];
+} kve_cw_pages;
+
+static void kve_cw_page_table(uint64_t *rng, kve_cache_write_desc *d, kve_cw_pages *p)
+{
+    uint32_t ps = d->page_size, R = d->n_rows;
+    uint32_t perm[CW_ROWS * 4 + 4];
+    memset(p, 0, sizeof *p);
+    if (d->page_table == KVE_PAGES_NONE) {
+        d->n_pages = R + kve_rand_below(rng, 3);
+        for (uint32_t r = 0; r < R; r++)
+            p->len[r] = ps;
+        return;
+    }
+    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+        d->blocks_per_row = 1 + kve_rand_below(rng, 4);
+        p->n_pt = R * d->blocks_per_row;
+    } else {
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t k = kve_rand_below(rng, 4);
+            p->indptr[r + 1] = p->indptr[r] + (int32_t)k;
+            p->last[r] = k ? 1 + (int32_t)kve_rand_below(rng, ps) : (int32_t)kve_rand_below(rng, 3);
+            p->len[r] = k ? (k - 1) * ps + (uint32_t)p->last[r] : 0;
+        }
+        p->n_pt = (uint32_t)p->indptr[R];
+    }
+    d->n_pages = p->n_pt + kve_rand_below(rng, 3) + (p->n_pt == 0);
+    kve_rand_perm(rng, perm, d->n_pages); /* distinct pages: no two rows share one */
+    memcpy(p->pages, perm, p->n_pt * sizeof *perm);
+    for (uint32_t r = 0; r < R && d->page_table == KVE_PAGES_BLOCK_TABLE; r++) {
+        /* some rows use fewer blocks; the rest of their table is padding */
+        uint32_t used =
+            kve_chance(rng, 30) ? kve_rand_below(rng, d->blocks_per_row + 1) : d->blocks_per_row;
+        for (uint32_t b = used; b < d->blocks_per_row; b++)
+            p->pages[r * d->blocks_per_row + b] = -1;
+        p->len[r] = used * ps;
+    }
+}
+
+/* Slots: each (row, head) takes distinct slots below its row's length;
+ * shared heads (stride 0) take one per (row); some -1. */
+static void kve_cw_slots(uint64_t *rng, const kve_cache_write_desc *d, const kve_cw_pages *p,
+                         int64_t *slots, int32_t *token_row)
+{
+    uint32_t heads = d->slots_stride_head ? d->n_heads : 1;
+    static uint32_t perm[CW_ROWS][CW_HEADS][CW_LEN];
+    uint32_t used[CW_ROWS][CW_HEADS];
+    memset(used, 0, sizeof used);
+    for (uint32_t r = 0; r < d->n_rows; r++)
+        for (uint32_t h = 0; h < heads; h++)
+            kve_rand_perm(rng, perm[r][h], p->len[r]);
+    for (uint32_t t = 0; t < d->n_tokens; t++) {
+        uint32_t r = kve_rand_below(rng, d->n_rows);
+        token_row[t] = (int32_t)r;
+        for (uint32_t h = 0; h < heads; h++) {
+            uint32_t i = used[r][h]++;
+            int64_t s = i < p->len[r] ? (int64_t)perm[r][h][i] : -1;
+            slots[t * d->slots_stride_token + h * d->slots_stride_head] =
+                kve_chance(rng, 10) ? -1 : s;
+        }
+    }
+}
+
+/* Source strides: dense (0), padded token-major, or head-major. */
+static size_t kve_cw_src_span(uint64_t *rng, kve_cache_write_desc *d)
+{
+    size_t e = d->entry_bytes, T = d->n_tokens, H = d->n_heads;
+    uint32_t mode = kve_rand_below(rng, 3);
+    d->src_stride_head = mode == 1 ? e + kve_cw_pad(rng) : 0;
+    d->src_stride_token = mode == 1 ? H * d->src_stride_head + kve_cw_pad(rng) : 0;
+    if (mode == 2) {
+        d->src_stride_token = e + kve_cw_pad(rng);
+        d->src_stride_head = T * d->src_stride_token + kve_cw_pad(rng);
+    }
+    size_t st = mode ? d->src_stride_token : H * e, sh = mode ? d->src_stride_head : e;
+    return (T - 1) * st + (H - 1) * sh + e;
+}
+
+/* Destination strides: dense (0) or padded, in the layout's order. */
+static size_t kve_cw_dst_span(uint64_t *rng, kve_cache_write_desc *d)
+{
+    size_t e = d->entry_bytes, H = d->n_heads, ps = d->page_size;
+    int nhd = d->layout == KVE_LAYOUT_NHD;
+    if (kve_chance(rng, 50)) {
+        d->dst_stride_page = d->dst_stride_slot = d->dst_stride_head = 0;
+        return d->n_pages * ps * H * e;
+    }
+    if (nhd) {
+        d->dst_stride_head = e + kve_cw_pad(rng);
+        d->dst_stride_slot = H * d->dst_stride_head + kve_cw_pad(rng);
+        d->dst_stride_page = ps * d->dst_stride_slot + kve_cw_pad(rng);
+    } else {
+        d->dst_stride_slot = e + kve_cw_pad(rng);
+        d->dst_stride_head = ps * d->dst_stride_slot + kve_cw_pad(rng);
+        d->dst_stride_page = H * d->dst_stride_head + kve_cw_pad(rng);
+    }
+    return (d->n_pages - 1) * d->dst_stride_page + (ps - 1) * d->dst_stride_slot +
+           (H - 1) * d->dst_stride_head + e;
+}
+
+/* Break one thing the host checks: a row, a slot, a page id, indptr or
+ * last_page_len (never so that a read leaves its array). */
+static void kve_cw_break(uint64_t *rng, const kve_cache_write_desc *d, const kve_cw_pages *p,
+                         kve_case *c)
+{
+    int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
+    int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
+    int32_t *pages = (int32_t *)c->master[kve_cw_buf(d, CW_PAGES)];
+    uint32_t t = kve_rand_below(rng, d->n_tokens), R = d->n_rows, what = kve_rand_below(rng, 4);
+    if (what == 0) {
+        token_row[t] = kve_chance(rng, 50) ? -1 - (int32_t)kve_rand_below(rng, 3)
+                                           : (int32_t)(R + kve_rand_below(rng, 3));
+    } else if (what == 1 || d->page_table == KVE_PAGES_NONE) {
+        static const int64_t low[] = {-2, -3, -17, -1000, INT64_MIN / 2};
+        uint32_t h = d->slots_stride_head ? kve_rand_below(rng, d->n_heads) : 0;
+        int64_t *s = &slots[t * d->slots_stride_token + h * d->slots_stride_head];
+        *s = kve_chance(rng, 50) ? low[kve_rand_below(rng, 5)]
+                                 : (int64_t)p->len[token_row[t]] + kve_rand_below(rng, 3);
+    } else if (what == 2 && p->n_pt) {
+        pages[kve_rand_below(rng, p->n_pt)] = kve_chance(rng, 50)
+                                                  ? -1 - (int32_t)kve_rand_below(rng, 3)
+                                                  : (int32_t)(d->n_pages + kve_rand_below(rng, 3));
+    } else if (d->page_table == KVE_PAGES_INDPTR) {
+        int32_t *indptr = (int32_t *)c->master[kve_cw_buf(d, CW_INDPTR)];
+        int32_t *last = (int32_t *)c->master[kve_cw_buf(d, CW_LAST)];
+        uint32_t r = kve_rand_below(rng, R);
+        if (kve_chance(rng, 50))
+            last[r] = kve_chance(rng, 50) ? 0 : (int32_t)(d->page_size + 1);
+        else
+            indptr[r + 1] = indptr[r] - 1; /* descending; every read stays in indices */
+    }
+}
+
+int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
+{
+    static const size_t entry_sizes[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 130, 256};
+    memset(c, 0, sizeof *c);
+    c->is_cache_write = 1;
+    kve_cache_write_desc *d = &c->cw;
+    uint32_t max_heads = lim->max_heads < CW_HEADS ? lim->max_heads : CW_HEADS;
+    d->n_tokens = 1 + kve_rand_below(rng, lim->max_tokens);
+    d->n_heads = 1 + kve_rand_below(rng, max_heads);
+    d->entry_bytes = entry_sizes[kve_rand_below(rng, sizeof entry_sizes / sizeof *entry_sizes)];
+    d->n_caches = 1 + kve_rand_below(rng, 3);
+    d->layout = kve_chance(rng, 50) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
+    d->page_table = (kve_page_table)kve_rand_below(rng, 3);
+    d->page_size = kve_chance(rng, 20) ? 16 : 1 + kve_rand_below(rng, 6);
+    d->n_rows = 1 + kve_rand_below(rng, CW_ROWS);
+    kve_cw_pages p;
+    kve_cw_page_table(rng, d, &p);
+    /* slots: [token][head] padded, [head][token], or one per token (shared heads) */
+    int shared = kve_chance(rng, 25), by_head = !shared && kve_chance(rng, 20);
+    d->slots_stride_head = shared ? 0 : by_head ? d->n_tokens + kve_rand_below(rng, 3) : 1;
+    d->slots_stride_token = by_head ? 1 : (shared ? 1 : d->n_heads) + kve_rand_below(rng, 3);
+    size_t n_slots = (d->n_tokens - 1) * d->slots_stride_token +
+                     (shared ? 0 : d->n_heads - 1) * d->slots_stride_head + 1;
+    size_t src_off[KVE_MAX_CACHES], dst_off[KVE_MAX_CACHES];
+    size_t src_span = kve_cw_src_span(rng, d), dst_span = kve_cw_dst_span(rng, d);
+    for (uint32_t k = 0; k < 2 * d->n_caches; k++) {
+        size_t off = kve_cw_offset(rng);
+        *(k < d->n_caches ? &src_off[k] : &dst_off[k - d->n_caches]) = off;
+        if (kve_case_add(c, off + (k < d->n_caches ? src_span : dst_span)))
+            return -1;
+        for (size_t i = 0; i < c->bytes[k] && k < d->n_caches; i++)
+            c->master[k][i] = (unsigned char)kve_rand(rng);
+    }
+    if (kve_case_add(c, n_slots * 8) || kve_case_add(c, d->n_tokens * 4) ||
+        kve_case_add(c, (p.n_pt + 1) * 4) || kve_case_add(c, (d->n_rows + 1) * 4) ||
+        kve_case_add(c, d->n_rows * 4))
+        return -1;
+    memset(c->master[kve_cw_buf(d, CW_SLOTS)], 0xff, n_slots * 8);
+    kve_cw_slots(rng, d, &p, (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)],
+                 (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)]);
+    memcpy(c->master[kve_cw_buf(d, CW_PAGES)], p.pages, p.n_pt * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->n_rows + 1) * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->n_rows * 4);
+    for (uint32_t k = 0; k < d->n_caches; k++) { /* offsets until bound */
+        d->src[k] = (const void *)(uintptr_t)src_off[k];
+        d->dst[k] = (void *)(uintptr_t)dst_off[k];
+    }
+    uint32_t breaks = lim->errors ? 1 + kve_rand_below(rng, 2) : 0;
+    for (uint32_t i = 0; i < breaks; i++)
+        kve_cw_break(rng, d, &p, c);
+    static const char *const tables[] = {"none", "block_table", "indptr"};
+    snprintf(c->label, sizeof c->label,
+             "cache_write: %u tokens x %u heads, entry %zu, %u caches, %s, pages %s (size %u, "
+             "%u rows, %u pages), slots strides %zu/%zu, src strides %zu/%zu, dst strides "
+             "%zu/%zu/%zu",
+             d->n_tokens, d->n_heads, d->entry_bytes, d->n_caches,
+             d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->page_table], d->page_size,
+             d->n_rows, d->n_pages, d->slots_stride_token, d->slots_stride_head,
+             d->src_stride_token, d->src_stride_head, d->dst_stride_page, d->dst_stride_slot,
+             d->dst_stride_head);
+    return 0;
+}
+
+void kve_case_bind_cache_write(const kve_case *c, const kve_case_bufs *bufs,
+                               kve_cache_write_desc *d)
+{
+    *d = c->cw;
+    for (uint32_t k = 0; k < d->n_caches; k++) {
+        d->src[k] = bufs->p[k] + (uintptr_t)c->cw.src[k];
+        d->dst[k] = bufs->p[d->n_caches + k] + (uintptr_t)c->cw.dst[k];
+    }
+    d->slots = (const int64_t *)bufs->p[kve_cw_buf(d, CW_SLOTS)];
+    d->token_row = (const int32_t *)bufs->p[kve_cw_buf(d, CW_TOKEN_ROW)];
+    const int32_t *pages = (const int32_t *)bufs->p[kve_cw_buf(d, CW_PAGES)];
+    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
+        d->block_table = pages;
+    if (d->page_table == KVE_PAGES_INDPTR) {
+        d->indices = pages;
+        d->indptr = (const int32_t *)bufs->p[kve_cw_buf(d, CW_INDPTR)];
+        d->last_page_len = (const int32_t *)bufs->p[kve_cw_buf(d, CW_LAST)];
+    }
+}
+
+long long kve_message_token(const char *msg)
+{
+    const char *p = strstr(msg, "[token ");
+    if (p)
+        return strtoll(p + 7, NULL, 10);
+    p = strstr(msg, "token_row[");
+    return p ? strtoll(p + 10, NULL, 10) : -1;
+}
+
+/* kve_cache_write on the CPU, over fresh host copies, of tokens [0, n)
+ * when @p n > 0; else of token @p t alone, with the slots of its heads in
+ * [h0, h1) and -1 for the others (its row is checked in any case). */
+static kve_status kve_cw_probe(kve_context *cpu, const kve_case *c, uint32_t n, uint32_t t,
+                               uint32_t h0, uint32_t h1)
+{
+    kve_case_bufs bufs;
+    if (kve_case_host_copy(c, &bufs))
+        return KVE_ERR_NOMEM;
+    kve_cache_write_desc d;
+    kve_case_bind_cache_write(c, &bufs, &d);
+    int64_t one[CW_HEADS];
+    if (n) {
+        d.n_tokens = n;
+    } else {
+        size_t st = d.src_stride_token ? d.src_stride_token : d.n_heads * d.entry_bytes;
+        for (uint32_t k = 0; k < d.n_caches; k++)
+            d.src[k] = (const unsigned char *)d.src[k] + t * st;
+        for (uint32_t h = 0; h < CW_HEADS; h++)
+            one[h] = h >= h0 && h < h1 && h < d.n_heads
+                         ? d.slots[t * d.slots_stride_token + h * d.slots_stride_head]
+                         : -1;
+        d.token_row += t;
+        d.slots = one;
+        d.n_tokens = 1;
+        d.slots_stride_token = CW_HEADS;
+        d.slots_stride_head = d.slots_stride_head ? 1 : 0;
+    }
+    kve_status st = kve_cache_write(cpu, &d);
+    kve_case_host_free(c, &bufs);
+    return st;
+}
+
+int kve_cw_check_blame(kve_context *cpu, const kve_case *c, const char *msg, char *why,
+                       size_t why_bytes)
+{
+    long long t = kve_message_token(msg);
+    const char *h_at = strstr(msg, "[head ");
+    long long h = h_at ? strtoll(h_at + 6, NULL, 10) : -1;
+    const kve_cache_write_desc *d = &c->cw;
+    if (t < 0 || t >= d->n_tokens || h >= (long long)d->n_heads ||
+        (h > 0 && !d->slots_stride_head)) {
+        snprintf(why, why_bytes, "\"%s\": names no entry of the call", msg);
+        return 1;
+    }
+    uint32_t tt = (uint32_t)t, hh = h < 0 ? 0 : (uint32_t)h;
+    if (t > 0 && kve_cw_probe(cpu, c, tt, 0, 0, 0) != KVE_OK) {
+        snprintf(why, why_bytes, "\"%s\": the CPU rejects an earlier token (%s)", msg,
+                 kve_last_error());
+        return 1;
+    }
+    if (kve_cw_probe(cpu, c, 0, tt, hh, h < 0 ? hh : hh + 1) == KVE_OK) {
+        snprintf(why, why_bytes, "\"%s\": the CPU accepts that entry", msg);
+        return 1;
+    }
+    if (hh > 0 && kve_cw_probe(cpu, c, 0, tt, 0, hh) != KVE_OK) {
+        snprintf(why, why_bytes, "\"%s\": the CPU rejects an earlier head of the token (%s)", msg,
+                 kve_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * test_gpu_engine.c — the engine integration on the device against the
+ * CPU: kve_cache_write on every layout (the drop-in for vLLM's
+ * reshape_and_cache_flash), device-found errors in rows, slots and page
+ * tables, and cache-state programs (every sharing mode, admit / append /
+ * retire / rebuild, the cache writes their mappings drive) whose tables,
+ * mappings and caches must equal the CPU's bit for bit.
+ *
+ * $KVE_GPU_CASES scales the random cache writes (default 10000: 3000).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kve_engine_cases.h"
+#include "kve_scenario.h"
+#include "test_gpu.h"
+
+START_TEST(test_cache_write_random)
+{
+    uint64_t rng = 0x6e0101;
+    kve_cw_limits lim = {200, 8, 0};
+    unsigned n = kve_env_count("KVE_GPU_CASES", 10000) * 3 / 10;
+    for (unsigned i = 0; i < n; i++) {
+        kve_case c;
+        lim.max_tokens = i % 10 == 9 ? 2000 : 200; /* a few prefill-sized calls */
+        ck_assert_int_eq(kve_case_cache_write(&c, &rng, &lim), 0);
+        kve_check_case(&c, 0);
+        kve_case_free(&c);
+    }
+}
+END_TEST
+
+START_TEST(test_cache_write_errors)
+{
+    uint64_t rng = 0x6e0102;
+    kve_cw_limits lim = {64, 6, 1};
+    for (unsigned i = 0; i < 400; i++) {
+        kve_case c;
+        ck_assert_int_eq(kve_case_cache_write(&c, &rng, &lim), 0);
+        kve_check_case(&c, 0);
+        kve_case_free(&c);
+    }
+    /* the records were cleared: a good call is clean again */
+    kve_cw_limits ok = {16, 2, 0};
+    kve_case c;
+    ck_assert_int_eq(kve_case_cache_write(&c, &rng, &ok), 0);
+    kve_check_case(&c, 0);
+    kve_case_free(&c);
+}
+END_TEST
+
+static void kve_scenarios(uint64_t seed, unsigned n, kve_scenario_kind kind)
+{
+    char why[2048];
+    ck_assert_msg(!kve_scenarios_run(seed, n, kind, kve_cpu, kve_gpu, NULL, NULL, why, sizeof why),
+                  "%s", why);
+}
+
+START_TEST(test_state_random) { kve_scenarios(0x6e0103, 300, KVE_SCENARIO_SMALL); }
+END_TEST
+
+START_TEST(test_state_many_rows) { kve_scenarios(0x6e0104, 4, KVE_SCENARIO_MANY_ROWS); }
+END_TEST
+
+START_TEST(test_state_large) { kve_scenarios(0x6e0105, 2, KVE_SCENARIO_LARGE); }
+END_TEST
+
+/* A state in the caller's device memory, and the tables' layout. */
+START_TEST(test_state_caller_memory)
+{
+    kve_state_desc d = {{7, 0, 32, 4, 8}, 3, 2, 4, 0, 0, 64};
+    size_t bytes = 0;
+    void *mem = NULL;
+    kve_state *st = NULL;
+    ck_assert_int_eq(kve_state_memory_size(kve_gpu, &d, &bytes), KVE_OK);
+    ck_assert_int_eq(kve_alloc(kve_gpu, bytes, &mem), KVE_OK);
+    ck_assert_int_eq(kve_state_create(kve_gpu, &d, mem, bytes - 1, &st), KVE_ERR_WORKSPACE);
+    ck_assert_int_eq(kve_state_create(kve_gpu, &d, mem, bytes, &st), KVE_OK);
+    ck_assert_int_eq(kve_state_admit(st, 1, 99, 10), KVE_OK);
+    uint32_t row = 1, n = 100;
+    ck_assert_int_eq(kve_state_append(st, 1, &row, &n, NULL, 0), KVE_OK);
+    kve_state_layout lay;
+    ck_assert_int_eq(kve_state_get_layout(st, &lay), KVE_OK);
+    int32_t tab[8 * 64];
+    ck_assert_int_eq(kve_state_read_slots(st, 1, tab, 8 * 64), KVE_OK);
+    ck_assert_int_eq(kve_context_synchronize(kve_gpu), KVE_OK);
+    for (int i = 0; i < 10; i++) /* the prompt is never evicted */
+        ck_assert_int_eq(tab[i], i);
+    kve_state_destroy(st);
+    ck_assert_int_eq(kve_free(kve_gpu, mem), KVE_OK);
+}
+END_TEST
+
+void kve_add_engine_tests(TCase *tc)
+{
+    tcase_add_test(tc, test_state_caller_memory);
+    tcase_add_test(tc, test_cache_write_random);
+    tcase_add_test(tc, test_cache_write_errors);
+    tcase_add_test(tc, test_state_random);
+    tcase_add_test(tc, test_state_many_rows);
+    tcase_add_test(tc, test_state_large);
+}
