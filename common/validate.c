@@ -300,7 +300,7 @@ __attribute__((target("avx2,popcnt"))) static void kve_facts_avx2(const int32_t 
 /* Slots at the start holding row[0], row[0] + 1, ...: a prompt in order. */
 static uint32_t kve_run_tail(const int32_t *row, uint32_t t, uint32_t n)
 {
-    while (t < n && row[t] == row[0] + (int32_t)t)
+    while (t < n && (int64_t)row[t] == (int64_t)row[0] + t)
         t++;
     return t;
 }
