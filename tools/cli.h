@@ -50,6 +50,10 @@ int kve_cli_context(const char *backend, const char *isa, int threads, kve_conte
 kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_result *res);
 void kve_cli_result_free(kve_cli_result *res);
 
+/* kve_keys on ctx with host coordinates and keys, through backend memory. */
+kve_status kve_cli_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
+                        size_t n, uint64_t *keys);
+
 /* The batch a config describes, over host (or given) slot tables and seqs. */
 kve_batch kve_cli_batch(const kve_cli_config *cfg, const kve_seq *seq, const int32_t *slot_pos);
 

@@ -367,3 +367,21 @@ kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_re
         kve_cli_result_free(r);
     return st;
 }
+
+kve_status kve_cli_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
+                        size_t n, uint64_t *keys)
+{
+    void *dc = NULL, *dk = NULL;
+    kve_status st = kve_alloc(ctx, n * sizeof *coords, &dc);
+    if (st == KVE_OK)
+        st = kve_alloc(ctx, n * sizeof *keys, &dk);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, dc, coords, n * sizeof *coords, KVE_COPY_HOST_TO_BACKEND);
+    if (st == KVE_OK)
+        st = kve_keys(ctx, seed, flags, (const kve_coord *)dc, n, (uint64_t *)dk);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, keys, dk, n * sizeof *keys, KVE_COPY_BACKEND_TO_HOST);
+    kve_free(ctx, dc);
+    kve_free(ctx, dk);
+    return st;
+}

@@ -137,29 +137,18 @@ int kve_cmd_key(int argc, char **argv)
         rc = kve_cli_context(backend, NULL, 0, &ctx);
     kve_coord *coords = rc ? NULL : (kve_coord *)malloc(n * sizeof *coords);
     uint64_t *keys = rc ? NULL : (uint64_t *)malloc(n * sizeof *keys);
-    void *dc = NULL, *dk = NULL;
     if (!rc && (!coords || !keys))
         rc = kve_cli_usage_error("key: out of memory");
     if (!rc) {
         for (size_t i = 0; i < n; i++)
             coords[i] = (kve_coord){seq, layer, head, pos[i], round};
-        kve_status st = kve_alloc(ctx, n * sizeof *coords, &dc);
-        if (st == KVE_OK)
-            st = kve_alloc(ctx, n * sizeof *keys, &dk);
-        if (st == KVE_OK)
-            st = kve_copy(ctx, dc, coords, n * sizeof *coords, KVE_COPY_HOST_TO_BACKEND);
-        if (st == KVE_OK)
-            st = kve_keys(ctx, seed, flags, (const kve_coord *)dc, n, (uint64_t *)dk);
-        if (st == KVE_OK)
-            st = kve_copy(ctx, keys, dk, n * sizeof *keys, KVE_COPY_BACKEND_TO_HOST);
+        kve_status st = kve_cli_keys(ctx, seed, flags, coords, n, keys);
         if (st != KVE_OK)
             rc = kve_cli_fail("key", st);
         for (size_t i = 0; !rc && i < n; i++)
             printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"pos\":%u,\"round\":%u,\"key\":%llu}\n",
                    (unsigned long long)seq, layer, head, pos[i], round,
                    (unsigned long long)keys[i]);
-        kve_free(ctx, dc);
-        kve_free(ctx, dk);
     }
     free(coords);
     free(keys);

@@ -38,22 +38,9 @@ int kve_cmd_vectors(int argc, char **argv)
     printf("keys (seed, seq_id, layer, head, pos, round, flags -> key)\n");
     for (size_t i = 0; i < KVE_GOLDEN_N_KEYS; i++) {
         const kve_golden_key *g = &kve_golden_keys[i];
-        kve_cli_config cfg;
-        memset(&cfg, 0, sizeof cfg);
         kve_coord c = {g->seq_id, g->layer, g->head, g->pos, g->round};
         uint64_t key = 0;
-        void *dc = NULL, *dk = NULL;
-        kve_status st = kve_alloc(ctx, sizeof c, &dc);
-        if (st == KVE_OK)
-            st = kve_alloc(ctx, sizeof key, &dk);
-        if (st == KVE_OK)
-            st = kve_copy(ctx, dc, &c, sizeof c, KVE_COPY_HOST_TO_BACKEND);
-        if (st == KVE_OK)
-            st = kve_keys(ctx, g->seed, g->flags, (const kve_coord *)dc, 1, (uint64_t *)dk);
-        if (st == KVE_OK)
-            st = kve_copy(ctx, &key, dk, sizeof key, KVE_COPY_BACKEND_TO_HOST);
-        kve_free(ctx, dc);
-        kve_free(ctx, dk);
+        kve_status st = kve_cli_keys(ctx, g->seed, g->flags, &c, 1, &key);
         if (st != KVE_OK) {
             kve_context_destroy(ctx);
             return kve_cli_fail("vectors", st);
