@@ -231,6 +231,53 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
     return r;
 }
 
+/* Thread scaling by pairs: a round on `threads` threads, then one on 1
+ * thread, alternately; the median of the per-pair ratios. Pairing keeps the
+ * ratio meaningful when other load on the machine comes and goes. */
+static double bench_scaling(const workload *w, int isa, int threads, int pairs)
+{
+    size_t heads = (size_t)w->seqs * w->layers * G_HEADS, ev_stride = G_SLOTS - G_BUDGET;
+    int32_t *slots = (int32_t *)malloc(heads * G_SLOTS * 4), *evicted = (int32_t *)malloc(heads * ev_stride * 4);
+    kve_seq *seqs = (kve_seq *)malloc(w->seqs * sizeof *seqs);
+    uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
+    fill_tables(slots, heads, 42);
+    for (uint32_t s = 0; s < w->seqs; s++)
+        seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
+    kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
+                   G_WINDOW, slots, G_SLOTS};
+    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_context *one = cpu_context(isa, 1), *many = cpu_context(isa, threads);
+    size_t bytes = 0;
+    kve_status st = kve_evict_workspace_size(many, &b, &bytes);
+    void *ws = malloc(bytes);
+    double ratio[64];
+    pairs = pairs > 64 ? 64 : pairs;
+    for (int p = -1; p < pairs && st == KVE_OK; p++) { /* p = -1: warm-up */
+        double t[2] = {1, 1};
+        for (int k = 0; k < 2 && st == KVE_OK; k++) {
+            for (uint32_t s = 0; s < w->seqs; s++)
+                seqs[s].round++;
+            double t0 = now();
+            st = kve_evict(k ? one : many, &b, &out, ws, bytes);
+            t[k] = now() - t0;
+        }
+        if (p >= 0)
+            ratio[p] = t[1] / t[0];
+    }
+    if (st != KVE_OK)
+        die("kve_evict", st);
+    qsort(ratio, (size_t)pairs, sizeof(double), cmp_double);
+    kve_context_destroy(one);
+    kve_context_destroy(many);
+    free(ws);
+    free(slots);
+    free(evicted);
+    free(seqs);
+    free(n_ev);
+    free(n_kept);
+    return ratio[pairs / 2];
+}
+
 typedef struct {
     double ms, moved_mb, gbs, memcpy_gbs, memmove_gbs;
 } compact_result;
@@ -516,6 +563,17 @@ int main(int argc, char **argv)
             if (o.run[w])
                 printf("peers, 1 thread, %s: numpy %.3f ms, PyTorch %.3f ms per round\n",
                        kWorkloads[w].name, peers.numpy[w], peers.torch[w]);
+    for (int t = 0; t < o.n_threads; t++) {
+        if (o.threads[t] < 2)
+            continue;
+        printf("\nthread scaling, checked, median of 15 paired rounds (%d threads vs 1):", o.threads[t]);
+        for (int w = 0; w < 3; w++)
+            for (int i = 0; o.run[w] && i < o.n_isas; i++)
+                if (o.isas[i] != KVE_CPU_ISA_SCALAR)
+                    printf(" %s/%s %.2fx", kWorkloads[w].name, isa_names[o.isas[i]],
+                           bench_scaling(&kWorkloads[w], o.isas[i], o.threads[t], 15));
+        printf("\n");
+    }
     if (o.run[3]) {
         printf("\ncompaction of G1 after a round: K and V, 256-byte entries; GB/s of entries moved\n");
         printf("%-22s %-7s %3s | %9s %9s %8s | %11s %8s | %12s\n", "layout", "isa", "thr",

@@ -459,8 +459,16 @@ kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int thre
     {
         uint64_t map[KVE_MAP_BYTES / 8 + 2]; /* + one spare word for empty slots */
         uint64_t *scratch = NULL; /* for the exact algorithm, on demand */
-#pragma omp for schedule(static)
-        for (size_t i = 0; i < heads; i++) {
+        /* The heads the backend's static schedule gives this thread next, walked
+         * backwards: the rows it evicts first are then still in its cache. */
+        size_t nt = 1, me = 0;
+#ifdef _OPENMP
+        nt = (size_t)omp_get_num_threads();
+        me = (size_t)omp_get_thread_num();
+#endif
+        size_t q = heads / nt, extra = heads % nt;
+        size_t lo = me * q + (me < extra ? me : extra), hi = lo + q + (me < extra);
+        for (size_t i = hi; i-- > lo;) {
             const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
             if (!kve_head_suspect(row, b->n_slots, check_dups, &ops, map))
                 continue;
