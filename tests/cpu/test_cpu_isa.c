@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <xxhash.h>
 
+#include "kve_suite.h"
 #include "kve_test_util.h"
 
 static const int kThreads[] = {1, 2, 3};
@@ -549,8 +550,14 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {keys_match_libxxhash, evict_random_batches,
-                                         evict_decode_rounds, compact_matches_scalar,
-                                         input_checks_exact, isa_selection};
-    return kt_run("cpu_isa", tests, sizeof tests / sizeof tests[0], 600, 1);
+    const kve_suite_test tests[] = {
+        KVE_TEST(isa, keys_match_libxxhash),
+        KVE_TEST(isa, evict_random_batches),
+        KVE_TEST(isa, evict_decode_rounds),
+        KVE_TEST(isa, compact_matches_scalar),
+        KVE_TEST(isa, input_checks_exact),
+        KVE_TEST(isa, isa_selection),
+    };
+    const kve_suite_spec spec = {"cpu_isa", 600, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
