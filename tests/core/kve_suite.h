@@ -11,13 +11,15 @@
  *     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
  *
  * tests/CMakeLists.txt's kve_add_check_suite() reads the same lines from the
- * source and registers one ctest test per group, telling the runner how
- * many runs it read for that group (KVE_SUITE_GROUP, KVE_SUITE_EXPECT). The
- * runner fails when a group lists no test, when what it compiled differs
- * from what CMake read, when Check ran fewer tests than listed (a filter
- * such as CK_RUN_CASE or CK_EXCLUDE_CASE, a missed registration), or when a
- * test exits the process early. A START_TEST missing from the list does not
- * build (-Werror: its TTest pointer is unused).
+ * sources and registers one ctest test per group, telling the runner its
+ * group, how many entries it read there and every group it registered
+ * (KVE_SUITE_GROUP, KVE_SUITE_ENTRIES, KVE_SUITE_GROUPS). The runner fails
+ * when a group lists no test, when what it compiled differs from what CMake
+ * read (a group no ctest runs, another entry count), when Check ran another
+ * number of runs than listed (a filter such as CK_RUN_CASE or
+ * CK_EXCLUDE_CASE, a lost registration), or when a test exits the process
+ * early. A START_TEST missing from the list does not build (-Werror: its
+ * TTest pointer is unused).
  */
 #ifndef KVE_SUITE_H
 #define KVE_SUITE_H
@@ -46,46 +48,68 @@ typedef struct {
     SFun setup, teardown; /* unchecked fixture of every group, or NULL */
 } kve_suite_spec;
 
-/* Set while the listed tests run: a test that calls exit() (in a process
- * without fork) would otherwise end the run with status 0. */
-static int kve_suite_running;
-static pid_t kve_suite_pid; /* Check's forked children exit normally after each test */
-
-static void kve_suite_at_exit(void)
+/* The process running the listed tests, or 0 when none runs: a test that
+ * calls exit() in a process without fork would otherwise end the run with
+ * status 0. Check's forked children exit normally after each test. (A
+ * function's static: this header has no file-scope variables to go unused.) */
+static inline pid_t *kve_suite_runner_pid(void)
 {
-    if (kve_suite_running && getpid() == kve_suite_pid) {
+    static pid_t pid;
+    return &pid;
+}
+
+static inline void kve_suite_at_exit(void)
+{
+    if (*kve_suite_runner_pid() == getpid()) {
         fprintf(stderr, "kve_suite: a test exited the process before the suite finished\n");
         _exit(1);
     }
 }
 
-static int kve_suite_fail(const char *name, const char *why, const char *group, long a, long b)
+static inline int kve_suite_fail(const char *name, const char *why, const char *group, long a,
+                                 long b)
 {
     fprintf(stderr, "kve_suite %s: %s (group \"%s\": %ld vs %ld)\n", name, why, group, a, b);
     return EXIT_FAILURE;
 }
 
+/* Whether @p g is one of the comma-separated @p groups. */
+static inline int kve_suite_in(const char *groups, const char *g)
+{
+    size_t len = strlen(g);
+    for (const char *p = groups; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, g, len) && (p[len] == ',' || p[len] == '\0'))
+            return 1;
+    return 0;
+}
+
 /* Runs the group $KVE_SUITE_GROUP of @p tests (every group when unset) and
- * checks the counts; the process's exit status. */
+ * checks the list against what CMake read ($KVE_SUITE_ENTRIES entries in
+ * the group, $KVE_SUITE_GROUPS) and what ran; the exit status. */
 static inline int kve_suite_main(const kve_suite_spec *spec, const kve_suite_test *tests, size_t n)
 {
     const char *group = getenv("KVE_SUITE_GROUP");
-    const char *expect = getenv("KVE_SUITE_EXPECT");
+    const char *entries = getenv("KVE_SUITE_ENTRIES");
+    const char *groups = getenv("KVE_SUITE_GROUPS");
     if (group && !*group)
         group = NULL;
-    long listed = 0;
+    long listed = 0, in_group = 0;
     for (size_t k = 0; k < n; k++) {
         if (tests[k].hi <= tests[k].lo)
             return kve_suite_fail(spec->name, "an empty loop range", tests[k].group, tests[k].lo,
                                   tests[k].hi);
-        if (!group || !strcmp(group, tests[k].group))
+        if (groups && !kve_suite_in(groups, tests[k].group))
+            return kve_suite_fail(spec->name, "a group ctest does not run", tests[k].group, 0, 0);
+        if (!group || !strcmp(group, tests[k].group)) {
             listed += tests[k].hi - tests[k].lo;
+            in_group++;
+        }
     }
     if (listed == 0)
         return kve_suite_fail(spec->name, "no test listed", group ? group : "*", 0, 0);
-    if (group && expect && strtol(expect, NULL, 10) != listed)
+    if (group && entries && strtol(entries, NULL, 10) != in_group)
         return kve_suite_fail(spec->name, "CMake read a different list than was compiled", group,
-                              strtol(expect, NULL, 10), listed);
+                              strtol(entries, NULL, 10), in_group);
     /* One TCase per group, in the order the groups first appear. */
     Suite *s = suite_create(spec->name);
     for (size_t i = 0; i < n; i++) {
@@ -106,11 +130,10 @@ static inline int kve_suite_main(const kve_suite_spec *spec, const kve_suite_tes
     SRunner *sr = srunner_create(s);
     if (!spec->fork)
         srunner_set_fork_status(sr, CK_NOFORK);
-    kve_suite_pid = getpid();
     atexit(kve_suite_at_exit);
-    kve_suite_running = 1;
+    *kve_suite_runner_pid() = getpid();
     srunner_run(sr, NULL, group, CK_NORMAL);
-    kve_suite_running = 0;
+    *kve_suite_runner_pid() = 0;
     long ran = srunner_ntests_run(sr);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
