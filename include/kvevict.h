@@ -137,7 +137,9 @@ KVE_API kve_status kve_context_set_threads(kve_context *ctx, int threads);
 KVE_API kve_status kve_context_get_threads(const kve_context *ctx, int *out);
 
 /**
- * Select the CPU ISA. AUTO re-resolves ($KVE_CPU_ISA, then the best).
+ * Select the CPU ISA. AUTO re-resolves ($KVE_CPU_ISA, then the best). The
+ * ISA runs the CPU kernels and kve_evict's checks of slot_pos alike (every
+ * ISA's checks report the same first problem).
  * @return KVE_ERR_UNAVAILABLE when this CPU cannot run @p isa.
  */
 KVE_API kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa);

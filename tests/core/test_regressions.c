@@ -17,18 +17,27 @@ static kve_batch one_head(const kve_seq *seq, const int32_t *slots, uint32_t n, 
     return b;
 }
 
+/* A CPU context running @p isa, or NULL when this CPU cannot. */
+static kve_context *isa_context(int isa)
+{
+    int avail = 0;
+    KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
+    if (!avail)
+        return NULL;
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    KT_OK(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa));
+    return ctx;
+}
+
 /* kve_evict on every ISA this CPU runs: @p st and a message starting with
  * @p want (or KVE_OK). */
 static void expect_every_isa(const kve_batch *b, kve_status st, const char *want)
 {
     for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
-        int avail = 0;
-        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
-        if (!avail)
+        kve_context *ctx = isa_context(isa);
+        if (!ctx)
             continue;
-        kve_context *ctx = NULL;
-        KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-        KT_OK(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa));
         kt_out o;
         kve_status got = kt_evict(ctx, b, &o);
         ck_assert_msg(got == st, "%s: %s (%s), expected %s", kve_cpu_isa_name((kve_cpu_isa)isa),
@@ -146,13 +155,9 @@ START_TEST(empty_rows_without_memory)
 {
     kve_seq seqs[2] = {{1, 0, 0}, {2, 5, 1}};
     for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
-        int avail = 0;
-        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
-        if (!avail)
+        kve_context *ctx = isa_context(isa);
+        if (!ctx)
             continue;
-        kve_context *ctx = NULL;
-        KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-        KT_OK(kve_context_set_cpu_isa(ctx, (kve_cpu_isa)isa));
         kve_batch b = {9, 0, 2, seqs, 2, 3, 0, 0, 0, 4, 2, NULL, SIZE_MAX / 2};
         int32_t evicted[1], kept[1];
         uint32_t n_ev[12], n_kept[12];
