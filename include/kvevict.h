@@ -581,8 +581,9 @@ typedef struct kve_cache_write_desc {
  * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
  * destination entries overlap, no source overlaps a destination) and, on
  * backends with host memory, every token_row, slot and page id, and with
- * KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so indices
- * is read only within its indptr[n_rows] entries).
+ * KVE_PAGES_INDPTR, for each row a token uses, that indptr[0] = 0 and
+ * 0 <= indptr[row] <= indptr[row+1] <= indptr[n_rows] (so indices is read
+ * only within its indptr[n_rows] entries; the GPU kernels check the same).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

@@ -134,14 +134,18 @@ START_TEST(cache_write_indptr_checked)
                               .indptr = indptr,
                               .indices = indices,
                               .last_page_len = last};
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 5, indptr[2] = 3");
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "desc.indptr[1] = 5, indptr[2] = 3: row 0 ends past indptr[n_rows]");
+    token_row[0] = 1; /* row 1 = indptr[1..2]: ends before it starts */
+    slots[0] = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "desc.indptr[1] = 5, indptr[2] = 3: row 1 ends before it starts");
+    token_row[0] = 0;
     indptr[0] = 1; /* rows must start at indices[0] */
     indptr[1] = 2;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[0] = 1");
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[0] = 1: must be 0");
     indptr[0] = 0;
-    indptr[1] = 5; /* a descending pair in a row no token uses is still refused */
-    slots[0] = -1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 5, indptr[2] = 3");
+    indptr[1] = 5;
     indptr[2] = 5;
     slots[0] = 4;
     KT_OK(kve_cache_write(ctx, &d));

@@ -264,6 +264,39 @@ START_TEST(fault_cache_write_bad_page)
 }
 END_TEST
 
+/* The issue's indptr = {0, 5, 3} on the device: row 0 claims pages past the
+ * 3 entries of indices (an exact-size heap block: ASan watches), so the
+ * kernel must refuse the token instead of reading indices[4]. */
+START_TEST(device_indptr_within_indices)
+{
+    kve_emu_context_use(kve_serial_pools[0], 1, NULL);
+    unsigned char src[4] = {1, 2, 3, 4}, k[8 * 4] = {0};
+    int64_t slots[1] = {4};
+    int32_t token_row[1] = {0}, indptr[3] = {0, 5, 3}, last[2] = {1, 1};
+    int32_t *indices = (int32_t *)malloc(3 * sizeof *indices);
+    for (int i = 0; i < 3; i++)
+        indices[i] = i;
+    kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 1, .entry_bytes = 4, .n_caches = 1,
+                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 1,
+                              .n_pages = 8, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .n_rows = 2,
+                              .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
+                              .indices = indices, .last_page_len = last};
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.slots[token 0][head 0]: must be -1 or a slot");
+    indptr[2] = 5; /* now indices needs 5 entries */
+    free(indices);
+    indices = (int32_t *)malloc(5 * sizeof *indices);
+    for (int i = 0; i < 5; i++)
+        indices[i] = 7 - i;
+    d.indices = indices;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_OK, "");
+    ck_assert(!memcmp(k + 3 * 4, src, 4)); /* slot 4 is page indices[4] = 3 */
+    free(indices);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -271,6 +304,7 @@ int main(void)
         KVE_TEST(faults, fault_evict_trusted_bad_slot),
         KVE_TEST(faults, fault_cache_write_launch),
         KVE_TEST(faults, fault_cache_write_bad_page),
+        KVE_TEST(faults, device_indptr_within_indices),
     };
     const kve_suite_spec spec = {"emu_faults", 600, 0, kve_faults_setup, kve_faults_teardown};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
