@@ -29,7 +29,8 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
                         "backend = %s: not available here (no library, no runtime or no device)",
                         kve_backend_name(resolved));
     kve_context *ctx = (kve_context *)calloc(1, sizeof *ctx);
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NOMEM, "cannot allocate a context (%zu bytes)", sizeof *ctx);
+    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NOMEM, "cannot allocate a context (%zu bytes)",
+                        sizeof *ctx);
     ctx->backend = resolved;
     ctx->ops = ops;
     ctx->threads = kve_cpu_default_threads();
@@ -249,7 +250,8 @@ static kve_status kve_host_view(kve_context *ctx, const void *src, size_t bytes,
         return KVE_OK;
     }
     *owned = malloc(bytes);
-    KVE_RETURN_ERROR_IF(!*owned, KVE_ERR_NOMEM, "cannot allocate %zu bytes of host memory to read backend memory", bytes);
+    KVE_RETURN_ERROR_IF(!*owned, KVE_ERR_NOMEM,
+                        "cannot allocate %zu bytes of host memory to read backend memory", bytes);
     kve_status st = ctx->ops->copy(ctx, *owned, src, bytes, KVE_COPY_BACKEND_TO_HOST);
     *view = *owned;
     return st;

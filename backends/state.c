@@ -145,7 +145,11 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     if (!s || !host) {
         free(s);
         free(host);
-        return kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows", desc->max_seqs);
+        return kve_error_set(KVE_ERR_NOMEM,
+                             "cannot allocate a state for %u rows (%zu + %zu bytes)",
+                             desc->max_seqs, sizeof *s,
+                             n * (sizeof(kve_state_row) + sizeof(kve_state_work) +
+                                  sizeof(kve_state_job)));
     }
     *s = plan;
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */

@@ -127,7 +127,12 @@ static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, int
     b.map = map_n ? (int64_t *)malloc(map_n * 8) : NULL;
     kve_status st = KVE_OK;
     if (!b.tab || !b.freed || !b.heap || !b.ring || (map_n && !b.map))
-        st = kve_error_set(KVE_ERR_NOMEM, "cannot allocate host buffers to rebuild row %u", row);
+        st = kve_error_set(KVE_ERR_NOMEM,
+                           "cannot allocate host buffers to rebuild row %u (%zu bytes)", row,
+                           (s->row_stride + s->freed_row_stride) * 4 +
+                               (size_t)r->capacity * sizeof(kve_cand) +
+                               ((size_t)s->d.schedule.window + s->d.schedule.interval) * 4 +
+                               map_n * 8);
     for (size_t i = 0; i < map_n && st == KVE_OK; i++)
         b.map[i] = -1;
     if (st == KVE_OK)

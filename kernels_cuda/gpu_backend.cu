@@ -207,7 +207,8 @@ static kve_status gpu_probe(int *out_available)
 static kve_status gpu_context_init(kve_context *ctx)
 {
     kve_gpu *g = (kve_gpu *)calloc(1, sizeof *g);
-    KVE_GPU_CHECK(!g, KVE_ERR_NOMEM, "cannot allocate a %s context", KVE_GPU_VENDOR);
+    KVE_GPU_CHECK(!g, KVE_ERR_NOMEM, "cannot allocate a %s context (%zu bytes of host memory)",
+                  KVE_GPU_VENDOR, sizeof *g);
     kve_status st = kve_gpu_open(g, ctx->device);
     if (st != KVE_OK) {
         free(g);
