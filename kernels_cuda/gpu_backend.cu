@@ -158,10 +158,11 @@ static kve_status kve_gpu_fail(cudaError_t e, const char *what)
 static kve_gpu *kve_gpu_of(kve_context *ctx) { return (kve_gpu *)ctx->impl; }
 
 /* Whether @p s is a stream of @p device (an error reads as "no"). ROCm 5
- * cannot say (no hipStreamGetDevice): there, only the current device's. */
+ * and CUDA before 12.8 cannot say (no stream-to-device query): there, only
+ * a stream of the context's current device is taken for one. */
 static int kve_stream_on_device(kve_context *ctx, cudaStream_t s, int device)
 {
-#if defined(KVE_GPU_HIP)
+#if defined(KVE_GPU_HIP) || CUDART_VERSION < 12080
     (void)s;
     return device == kve_gpu_of(ctx)->device;
 #else
