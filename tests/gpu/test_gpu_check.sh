@@ -8,6 +8,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$1
 nvcc=$2
+if [ -n "${KVE_GPU_CHECK_NESTED:-}" ]; then
+    echo "SKIP: run by the gpu_check.sh this test runs"
+    exit 77
+fi
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP: a real NVIDIA GPU is here: run bench/gpu_check.sh itself"
     exit 77
@@ -57,6 +61,15 @@ expect no_xxhash 5 "libxxhash's headers (xxhash.h) are not on this machine" "$fa
 # backend's own reason
 expect not_available 7 "the cuda backend was built but is not available" "$fake" \
     KVE_NVCC=$nvcc -- --prebuilt "$build"
+# ... and, made to go on, a table whose every row that did not run says why
+expect table 1 "n/a (bench: failed: exit" "$fake" KVE_NVCC=$nvcc KVE_GPU_CHECK_ASSUME_AVAILABLE=1 \
+    KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent -- --prebuilt "$build"
+for text in "| cuda | kvevict digest --backend all --require cuda | NO (failed: exit 3 (see gpu_check.log); cuda skipped: backend = cuda: not available here" \
+    "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " \
+    "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3"; do
+    grep -qF "$text" "$tmp/table/gpu_check.md" || {
+        echo "FAIL table: no \"$text\" in the table"; failures=$((failures + 1)); }
+done
 [ -d "$tmp/b" ] && [ -n "$(ls "$tmp/b" | grep -v gpu-check)" ] && {
     echo "FAIL: a preflight failure left a build behind"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo "gpu_check.sh: every failure path gave its reason"
