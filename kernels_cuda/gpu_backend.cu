@@ -41,13 +41,16 @@
 #define KVE_EVICT_MAX_THREADS 512u
 #define KVE_STATE_THREADS 256u
 #define KVE_BLOCKS_PER_SM 32u /* grid cap for grid-stride kernels */
-/* Eviction holds 3 blocks of 512 threads per SM (75% occupancy on sm_90): a
- * 40-register cap, which the body meets without spills (docs/GPU.md
- * "Registers"). HIP's second argument means waves per EU: left out. */
+/* Blocks per SM a kernel must fit (CUDA's second __launch_bounds__
+ * argument, a register cap): eviction 3 blocks of 512 threads (75%
+ * occupancy on sm_90, 40 registers), compaction's "slots" kernel 8 of 256
+ * (100%, 32 registers); the bodies meet both without spills (docs/GPU.md
+ * "Registers and scratch"). HIP's second argument means waves per EU:
+ * left out there. */
 #if defined(KVE_GPU_HIP)
-#define KVE_EVICT_MIN_BLOCKS
+#define KVE_MIN_BLOCKS(n)
 #else
-#define KVE_EVICT_MIN_BLOCKS , 3
+#define KVE_MIN_BLOCKS(n) , n
 #endif
 
 /* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
@@ -71,7 +74,7 @@ __global__ void __launch_bounds__(KVE_KEYS_THREADS) kve_keys_kernel(kve_keys_arg
     kve_keys_grid(&tc, &a);
 }
 
-__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_EVICT_MIN_BLOCKS)
+__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_MIN_BLOCKS(3))
     kve_evict_kernel(kve_evict_args a)
 {
     __shared__ kve_evict_smem sm;
@@ -89,7 +92,8 @@ __global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_move_kernel(k
     kve_compact_move_grid(&tc, &sm, &a);
 }
 
-__global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_slots_kernel(kve_compact_args a)
+__global__ void __launch_bounds__(KVE_COMPACT_THREADS KVE_MIN_BLOCKS(8))
+    kve_compact_slots_kernel(kve_compact_args a)
 {
     __shared__ kve_compact_smem sm;
     kve_tc tc;

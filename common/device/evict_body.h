@@ -240,25 +240,28 @@ typedef struct kve_load_acc {
     uint32_t valid, gen, gmin, gmax, bad, dup;
 } kve_load_acc;
 
-/* Phase A for slot t holding position v. */
-KVE_FN void kve_load_slot(kve_load_acc *acc, int32_t *KVE_RESTRICT pos, uint32_t *table,
-                          uint32_t cap, int check_dups, uint32_t prompt, uint32_t t, int32_t v)
+/* Phase A for slot t holding position v: @p acc updated, by value (through
+ * a pointer, hipcc keeps the accumulator in per-lane scratch memory). */
+KVE_FN kve_load_acc kve_load_slot(kve_load_acc acc, int32_t *KVE_RESTRICT pos, uint32_t *table,
+                                  uint32_t cap, int check_dups, uint32_t prompt, uint32_t t,
+                                  int32_t v)
 {
     pos[t] = v;
     if (v < -1) {
-        acc->bad = t < acc->bad ? t : acc->bad;
-        return;
+        acc.bad = t < acc.bad ? t : acc.bad;
+        return acc;
     }
     if (v < 0)
-        return;
-    acc->valid++;
+        return acc;
+    acc.valid++;
     if ((uint32_t)v >= prompt) {
-        acc->gen++;
-        acc->gmin = (uint32_t)v < acc->gmin ? (uint32_t)v : acc->gmin;
-        acc->gmax = (uint32_t)v > acc->gmax ? (uint32_t)v : acc->gmax;
+        acc.gen++;
+        acc.gmin = (uint32_t)v < acc.gmin ? (uint32_t)v : acc.gmin;
+        acc.gmax = (uint32_t)v > acc.gmax ? (uint32_t)v : acc.gmax;
     }
     if (check_dups && kve_table_insert(table, cap, (uint32_t)v))
-        acc->dup = (uint32_t)v < acc->dup ? (uint32_t)v : acc->dup;
+        acc.dup = (uint32_t)v < acc.dup ? (uint32_t)v : acc.dup;
+    return acc;
 }
 
 /* Phase A; returns 0 when the head's table is invalid (error raised).
@@ -290,13 +293,13 @@ KVE_FN int kve_evict_load(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *
         kve_load_i32x4(row + 4 * (size_t)g, v);
         /* Written out: a loop here (unrolled or not) costs nvcc spills under
          * the kernel's 40-register cap (docs/GPU.md "Registers"). */
-        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 0, v[0]);
-        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 1, v[1]);
-        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 2, v[2]);
-        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 3, v[3]);
+        acc = kve_load_slot(acc, pos, table, cap, check_dups, prompt, 4 * g + 0, v[0]);
+        acc = kve_load_slot(acc, pos, table, cap, check_dups, prompt, 4 * g + 1, v[1]);
+        acc = kve_load_slot(acc, pos, table, cap, check_dups, prompt, 4 * g + 2, v[2]);
+        acc = kve_load_slot(acc, pos, table, cap, check_dups, prompt, 4 * g + 3, v[3]);
     }
     for (uint32_t t = 4 * groups + tc->tid; t < n; t += tc->nt)
-        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, t, row[t]);
+        acc = kve_load_slot(acc, pos, table, cap, check_dups, prompt, t, row[t]);
     kve_atomic_add_u32(&sm->n_valid, acc.valid);
     kve_atomic_add_u32(&sm->n_gen, acc.gen);
     kve_atomic_min_u32(&sm->gen_min, acc.gmin);
