@@ -134,16 +134,17 @@ typedef struct kve_gpu {
 /*
  * A runtime error as KVE_ERR_DEVICE, naming the call and the error.
  *
- * The runtime keeps one "last error" per host thread, which the
- * application may be about to read. The call that failed was kvevict's and
- * its error is reported here, so it is taken off that slot (the slot then
- * holds the most recent error, which is this one). kvevict never reads the
- * slot to learn how its own calls went: every call's status is the value
- * it returned, and kernels are launched through cudaLaunchKernel, whose
- * return value is that launch's status. An error left by the application's
- * earlier work therefore is neither reported by kvevict nor cleared. A
- * sticky error (an earlier kernel's fault) makes every later call fail,
- * kvevict's included, and stays until the process resets the device.
+ * The runtime keeps a "last error" per host thread. In this CUDA library
+ * that slot is kvevict's own (the runtime is a static copy); in the HIP one
+ * it is shared with the application (libamdhip64). kvevict never reads it
+ * to learn how its own work went: every call's status is the value it
+ * returned, and kernels are launched through cudaLaunchKernel /
+ * hipLaunchKernel, whose return value is that launch's status. So an error
+ * the application left there is neither reported by kvevict nor cleared.
+ * The call that failed here was kvevict's, and its error, now the slot's
+ * most recent, is taken off after it is reported, so that nobody meets it
+ * again later. A sticky error (an earlier kernel's fault) makes every
+ * later call fail, kvevict's included, until the process ends.
  */
 static kve_status kve_gpu_fail(cudaError_t e, const char *what)
 {
