@@ -62,6 +62,11 @@ budget=${KVE_GPU_CHECK_BUDGET:-510}
 t_start=$(date +%s)
 jobs=$(nproc 2>/dev/null || echo 4)
 
+# The tree's commit: git's, else what gpu_prepare.sh recorded.
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null ||
+    sed -n 's/^# tree //p' "$carry/MANIFEST" 2>/dev/null || true)
+commit=${commit:-?}
+
 say() { printf '[%4ds] %s\n' "$(($(date +%s) - t_start))" "$*" | tee -a "$log"; }
 # stop CODE REASON: the plain reason, on stdout, in the log and the table.
 stop() {
@@ -107,7 +112,7 @@ value() {
 }
 
 # ---- 0. preflight: what this machine has ------------------------------------------
-say "gpu_check on $(hostname), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), budget ${budget} s"
+say "gpu_check on ${HOSTNAME:-?}, tree $commit, budget ${budget} s"
 vendors=()
 if command -v nvidia-smi >/dev/null 2>&1; then
     smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)
@@ -327,7 +332,7 @@ yesno() { case $1 in 1) echo yes ;; 0) echo NO ;; *) echo "$1" ;; esac; }
 row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
 failed=0
 {
-    echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $(($(date +%s) - t_start)) s of ${budget}"
+    echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), tree $commit, $(($(date +%s) - t_start)) s of ${budget}"
     echo
     row "GPU" "metric" "kvevict" "target" "PyTorch peer / floor" "met"
     echo "|---|---|---:|---|---:|---|"

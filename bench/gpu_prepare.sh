@@ -31,6 +31,8 @@ if ! (cd "$carry/debs" && apt-get download "${packages[@]}"); then
 fi
 {
     echo "# packages for bench/gpu_check.sh, fetched $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
+    # the tree's commit, for a machine the tree reaches without its .git
+    echo "# tree $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo '+changes')"
     for deb in "$carry"/debs/*.deb; do
         printf '%s %s %s\n' "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" \
             "$(sha256sum "$deb" | cut -d' ' -f1)"
