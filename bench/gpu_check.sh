@@ -122,6 +122,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
         stop 3 "nvidia-smi is here but cannot reach the NVIDIA driver or a device (exit $rc): is the driver loaded (lsmod | grep nvidia) and the GPU visible (nvidia-smi -L)?"
     fi
     say "NVIDIA: $smi"
+    say "NVIDIA driver: $(timeout 20 nvidia-smi 2>/dev/null | grep -o 'Driver Version.*CUDA Version: *[0-9.]*' | head -1)"
     vendors+=(cuda)
 fi
 amd_arch=""
