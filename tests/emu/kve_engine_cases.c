@@ -260,7 +260,7 @@ long long kve_message_token(const char *msg)
 
 /* kve_cache_write on the CPU, over fresh host copies, of tokens [0, n)
  * when @p n > 0; else of token @p t alone, with the slots of its heads in
- * [h0, h1) and -1 for the others (its row is checked in any case). */
+ * [h0, h1) and -1 for the others (its row is checked when a slot is kept). */
 static kve_status kve_cw_probe(kve_context *cpu, const kve_case *c, uint32_t n, uint32_t t,
                                uint32_t h0, uint32_t h1)
 {
@@ -309,7 +309,8 @@ int kve_cw_check_blame(kve_context *cpu, const kve_case *c, const char *msg, cha
                  kve_last_error());
         return 1;
     }
-    if (kve_cw_probe(cpu, c, 0, tt, hh, h < 0 ? hh : hh + 1) == KVE_OK) {
+    /* a row error needs a slot (padding reads no row): all of the token's */
+    if (kve_cw_probe(cpu, c, 0, tt, h < 0 ? 0 : hh, h < 0 ? CW_HEADS : hh + 1) == KVE_OK) {
         snprintf(why, why_bytes, "\"%s\": the CPU accepts that entry", msg);
         return 1;
     }
