@@ -126,11 +126,12 @@ static int kve_dst_meet(const kve_cache_write_desc *r, uint32_t c, uint32_t k, s
     const kve_cache_part *a = &r->part[c], *b = &r->part[k];
     if (!kve_overlap(r->dst[c], span_c, r->dst[k], span_k))
         return 0;
-    if (a->dst_stride_page != b->dst_stride_page || a->dst_stride_slot != b->dst_stride_slot ||
-        a->dst_stride_head != b->dst_stride_head)
-        return 1;
     size_t ext[3] = {r->n_pages, r->page_size, r->n_heads},
-           st[3] = {a->dst_stride_page, a->dst_stride_slot, a->dst_stride_head};
+           st[3] = {a->dst_stride_page, a->dst_stride_slot, a->dst_stride_head},
+           st_b[3] = {b->dst_stride_page, b->dst_stride_slot, b->dst_stride_head};
+    for (int i = 0; i < 3; i++) /* a dim of one entry has no stride to compare */
+        if (ext[i] > 1 && st[i] != st_b[i])
+            return 1;
     for (int i = 1; i < 3; i++) /* descending strides */
         for (int j = i; j > 0 && st[j] > st[j - 1]; j--) {
             size_t t = st[j];
