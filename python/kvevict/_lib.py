@@ -155,6 +155,8 @@ _PROTOS = {
     "kve_context_get_backend": (ctypes.c_int, [vp, P(ctypes.c_int)]),
     "kve_context_set_threads": (ctypes.c_int, [vp, ctypes.c_int]),
     "kve_context_set_stream": (ctypes.c_int, [vp, vp]),
+    "kve_context_set_device": (ctypes.c_int, [vp, ctypes.c_int]),
+    "kve_context_get_device": (ctypes.c_int, [vp, P(ctypes.c_int)]),
     "kve_context_synchronize": (ctypes.c_int, [vp]),
     "kve_schedule_capacity": (ctypes.c_int, [P(Schedule), u32, P(u32)]),
     "kve_state_create": (ctypes.c_int, [vp, P(StateDesc), vp, sz, P(vp)]),

@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+"""Per-call overhead of the Python binding on the CPU backend: tiny decode-step
+calls (8 tokens, 8 heads, head_dim 128, f16), so the time is the binding's,
+not the copy's. Prints microseconds per call and each call's ratio to one
+bare ctypes call into the library (kve_version), measured in the same run.
+
+    PYTHONPATH=python KVEVICT_LIBRARY=build/libkvevict.so bench/py_overhead.py
+
+Runs against any version of the package that has cache_write(ctx, srcs,
+dsts, slots, token_row, block_table=) and State.append (to compare before
+and after a change, point PYTHONPATH and KVEVICT_LIBRARY at the old tree).
+"""
+
+import ctypes
+import time
+
+import numpy as np
+import torch
+
+import kvevict
+from kvevict import _lib
+
+T, H, D, PS, BLOCKS = 8, 8, 128, 16, 64
+
+
+def per_call(fn, n=20000):
+    """Best of 5 runs of n calls, in microseconds per call."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+def main():
+    ctx = kvevict.Context("cpu", threads=1)
+    v = ctypes.c_uint32()
+    floor = per_call(lambda: _lib.lib.kve_version(ctypes.byref(v)))
+    rows = {}
+    for kind in ("numpy", "torch"):
+        conv = (lambda a: a) if kind == "numpy" else torch.from_numpy
+        k = conv(np.ones((T, H, D), np.float16))
+        cache = conv(np.zeros((BLOCKS, PS, H, D), np.float16))
+        slots = conv(np.arange(T * H, dtype=np.int64).reshape(T, H) % PS)
+        token_row = conv(np.arange(T, dtype=np.int32))
+        bt = conv(np.arange(T * 4, dtype=np.int32).reshape(T, 4))
+        rows["cache_write (%s, 1 cache)" % kind] = per_call(
+            lambda: kvevict.cache_write(ctx, [k], [cache], slots, token_row, block_table=bt))
+    # room for every appended token: no eviction round in the timing
+    st = kvevict.State(ctx, max_seqs=T, n_layers=1, n_heads=H, budget=1 << 15, window=0,
+                       interval=1, max_slots=(1 << 15) + 1)
+    for r in range(T):
+        st.admit(r, r, 0)
+    rows_list, ones = list(range(T)), [1] * T
+    rows["State.append (8 rows, 1 token)"] = per_call(lambda: st.append(rows_list, ones), 5000)
+    print("bare ctypes call (kve_version): %.2f us" % floor)
+    for name, us in rows.items():
+        print("%-34s %7.2f us  %5.1fx the bare call" % (name, us, us / floor))
+
+
+if __name__ == "__main__":
+    main()
