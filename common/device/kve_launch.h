@@ -240,9 +240,10 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
     case KVE_DEV_ERR_CW_SLOT:
         return set_error(KVE_ERR_RANGE,
                          "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's "
-                         "row (below page_size, blocks_per_row * page_size, or the length given "
+                         "row (below page_size, blocks_per_row * page_size, the length given "
                          "by indptr and last_page_len, which must be ascending and "
-                         "1..page_size) (checked on the device)",
+                         "1..page_size, or n_pages * page_size for flat slots) (checked on the "
+                         "device)",
                          head, detail);
     default:
         return set_error(KVE_ERR_RANGE,
