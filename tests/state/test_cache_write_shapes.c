@@ -259,12 +259,70 @@ START_TEST(type_errors)
 }
 END_TEST
 
+/* Two caches on one lattice (equal strides), at random offsets and entry
+ * sizes: refused exactly when some entry of one shares a byte with some
+ * entry of the other, by brute force over every pair of entries. */
+START_TEST(overlap_entry_by_entry)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 34;
+    static unsigned char buf[1 << 16], src[64];
+    unsigned refused = 0, accepted = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        uint32_t ext[3] = {1 + kt_below(&rng, 3), 1 + kt_below(&rng, 3), 1 + kt_below(&rng, 3)};
+        size_t e[2] = {1 + kt_below(&rng, 6), 1 + kt_below(&rng, 6)}, st[3];
+        int order[3] = {0, 1, 2}; /* nest the dims in a random order */
+        for (int i = 2; i > 0; i--) {
+            int j = (int)kt_below(&rng, (uint32_t)i + 1), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        size_t span = e[0] > e[1] ? e[0] : e[1];
+        for (int i = 0; i < 3; i++) {
+            st[order[i]] = span + kt_below(&rng, 4);
+            span = st[order[i]] * ext[order[i]];
+        }
+        size_t delta = kt_below(&rng, (uint32_t)span + 2);
+        int meet = 0; /* brute force: offsets of every entry of each */
+        for (uint32_t a = 0; a < ext[0] * ext[1] * ext[2] && !meet; a++)
+            for (uint32_t b = 0; b < ext[0] * ext[1] * ext[2] && !meet; b++) {
+                size_t oa = (a % ext[0]) * st[0] + (a / ext[0] % ext[1]) * st[1] +
+                            (a / ext[0] / ext[1]) * st[2];
+                size_t ob = delta + (b % ext[0]) * st[0] + (b / ext[0] % ext[1]) * st[1] +
+                            (b / ext[0] / ext[1]) * st[2];
+                meet = oa < ob + e[1] && ob < oa + e[0];
+            }
+        int64_t slot = -1; /* nothing written: the checks alone */
+        int32_t row = 0;
+        kve_cache_write_desc d = {.n_tokens = 1, .n_heads = ext[2], .n_caches = 2,
+                                  .src = {src, src}, .dst = {buf, buf + delta},
+                                  .layout = KVE_LAYOUT_NHD, .page_size = ext[1],
+                                  .n_pages = ext[0], .slots = &slot, .slots_stride_token = 1,
+                                  .token_row = &row, .n_rows = 1,
+                                  .page_table = KVE_PAGES_NONE};
+        for (int c = 0; c < 2; c++)
+            d.part[c] = (kve_cache_part){.dim = (uint32_t)e[c], .dst_stride_page = st[0],
+                                         .dst_stride_slot = st[1], .dst_stride_head = st[2]};
+        kve_status got = kve_cache_write(ctx, &d);
+        ck_assert_msg(got == (meet ? KVE_ERR_ALIAS : KVE_OK),
+                      "extents %u/%u/%u strides %zu/%zu/%zu entries %zu/%zu delta %zu: %s (%s)",
+                      ext[0], ext[1], ext[2], st[0], st[1], st[2], e[0], e[1], delta,
+                      kve_status_string(got), kve_last_error());
+        refused += meet;
+        accepted += !meet;
+    }
+    ck_assert(refused > 300 && accepted > 300);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
     tcase_add_loop_test(tc, kv_one_tensor, 0, 2);
     tcase_add_test(tc, mla_and_head_dims);
     tcase_add_test(tc, flat_slots_and_padding);
     tcase_add_test(tc, type_errors);
+    tcase_add_test(tc, overlap_entry_by_entry);
 }
 
 int main(void) { return ks_run("cache_write_shapes", 60, add_tests); }
