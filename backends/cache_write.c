@@ -158,15 +158,16 @@ static kve_status kve_check_part(const kve_cache_write_desc *d, uint32_t c)
                         "desc.part[%u].dst_dtype = %d: not a kve_dtype value", c,
                         (int)p->dst_dtype);
     const char *sn = kve_dtype_names[p->src_dtype], *dn = kve_dtype_names[p->dst_dtype];
-    KVE_RETURN_ERROR_IF(p->convert > 1, KVE_ERR_INVALID, "desc.part[%u].convert = %u: must be 0 or 1",
-                        c, p->convert);
+    KVE_RETURN_ERROR_IF(p->convert > 1, KVE_ERR_INVALID,
+                        "desc.part[%u].convert = %u: must be 0 or 1", c, p->convert);
     KVE_RETURN_ERROR_IF(!p->convert && p->src_dtype != p->dst_dtype, KVE_ERR_INVALID,
                         "desc.part[%u]: source type %s and cache type %s differ, and convert is 0 "
                         "(set convert = 1 to convert)",
                         c, sn, dn);
-    KVE_RETURN_ERROR_IF(p->convert && (p->src_dtype == KVE_DTYPE_RAW || p->dst_dtype == KVE_DTYPE_RAW),
-                        KVE_ERR_INVALID,
-                        "desc.part[%u]: convert = 1 from %s to %s: raw bytes have no type to convert",
+    int raw = p->src_dtype == KVE_DTYPE_RAW || p->dst_dtype == KVE_DTYPE_RAW;
+    KVE_RETURN_ERROR_IF(p->convert && raw, KVE_ERR_INVALID,
+                        "desc.part[%u]: convert = 1 from %s to %s: raw bytes have no type to "
+                        "convert",
                         c, sn, dn);
     KVE_RETURN_ERROR_IF(
         p->scale && (!p->convert || (p->dst_dtype != KVE_DTYPE_FP8_E4M3 &&

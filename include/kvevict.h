@@ -606,7 +606,8 @@ typedef struct kve_cache_part {
 typedef struct kve_cache_write_desc {
     uint32_t n_tokens;
     uint32_t n_heads;           /**< KV heads in the caches (a tensor shard's) */
-    size_t entry_bytes;         /**< bytes per (token, head) cache entry, >= 1 (unless every part sets dim) */
+    /** bytes per (token, head) cache entry, >= 1 (unless every part sets dim) */
+    size_t entry_bytes;
     uint32_t n_caches;          /**< 1..KVE_MAX_CACHES: K and V = 2 */
     const void *src[KVE_MAX_CACHES];
     size_t src_stride_token, src_stride_head;

@@ -19,7 +19,8 @@ def _page_view(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, i
     return d.shape[0], d.shape[2], d.shape[1], d.strides[0], d.strides[2], d.strides[1]
 
 
-def _types(s: _arrays.View, d: _arrays.View, cache_dtype: str, convert: bool) -> Tuple[int, int, int]:
+def _types(s: _arrays.View, d: _arrays.View, cache_dtype: str,
+           convert: bool) -> Tuple[int, int, int]:
     """(src kve_dtype, dst kve_dtype, convert) of one cache, or TypeError naming both."""
     st = _arrays.KVE_DTYPES.get(s.dtype, 0)
     dt = _arrays.KVE_DTYPES.get(d.dtype, 0)
@@ -68,8 +69,9 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     Types: a cache of the source's dtype is copied byte for byte. Different
     float types (float32, float16, bfloat16) need convert=True;
     kv_cache_dtype "fp8" / "fp8_e4m3" / "fp8_e5m2" stores uint8 caches as
-    fp8, saturating (a list gives each cache its own), with scales[c] (float32 [1] or [heads], or None) as
-    vLLM's k_scale / v_scale: stored = fp8(src / scale).
+    fp8, saturating (a list gives each cache its own), with scales[c]
+    (float32 [1] or [heads], or None) as vLLM's k_scale / v_scale:
+    stored = fp8(src / scale).
     """
     n = len(srcs)
     if not 1 <= n == len(dsts) <= MAX_CACHES:

@@ -334,7 +334,8 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
         return -1;
     float *scales = (float *)c->master[kve_cw_buf(d, CW_SCALES)];
     for (uint32_t i = 0; i < d->n_caches * CW_HEADS; i++) /* 2^-8 .. 2^7, odd mantissas */
-        scales[i] = (float)(1 + 2 * kve_rand_below(rng, 64)) / (float)(1u << kve_rand_below(rng, 15));
+        scales[i] =
+            (float)(1 + 2 * kve_rand_below(rng, 64)) / (float)(1u << kve_rand_below(rng, 15));
     int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
     int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
     memset(slots, 0xff, n_slots * 8);

@@ -27,7 +27,8 @@ START_TEST(kv_one_tensor)
     fill(&rng, k, sizeof k);
     fill(&rng, v, sizeof v);
     memcpy(want, cache, sizeof cache);
-    int32_t indptr[3] = {0, 2, 3}, indices[3] = {4, 1, 5}, last[2] = {3, 2}, row[T] = {0, 1, 0, 1, 0};
+    int32_t indptr[3] = {0, 2, 3}, indices[3] = {4, 1, 5}, last[2] = {3, 2};
+    int32_t row[T] = {0, 1, 0, 1, 0};
     int64_t slots[T] = {0, 0, 6, 1, 2}; /* one slot for every head (FlashInfer) */
     for (int t = 0; t < T; t++) {
         int32_t page = indices[indptr[row[t]] + slots[t] / PS];

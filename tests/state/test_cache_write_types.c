@@ -191,7 +191,8 @@ static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_tabl
         token_row[t] = pad ? -1000 - (int32_t)t : r;
         for (uint32_t h = 0; h < H; h++) {
             uint32_t i = used[r][h]++;
-            int64_t s = pad || i >= len[r] || kt_below(rng, 8) == 0 ? -1 : (int64_t)((i * 5 + h) % len[r]);
+            int skip = pad || i >= len[r] || kt_below(rng, 8) == 0;
+            int64_t s = skip ? -1 : (int64_t)((i * 5 + h) % len[r]);
             if (pt == KVE_PAGES_FLAT && s >= 0) /* global: page * PS + offset */
                 s = (int64_t)pages[r * BPR + s / PS] * PS + s % PS;
             slots[t * H + h] = s;
