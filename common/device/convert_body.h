@@ -193,20 +193,24 @@ KVE_CV_FN void kve_convert_run(unsigned char *dst, uint32_t dt, const unsigned c
                        kve_from_f32(kve_to_f32(kve_load_elem(src + (size_t)i * ss, ss), st), dt));
 }
 
+/* CALL(T) with the float type @p t as the constant T. */
+#define KVE_DTYPE_SWITCH(t, CALL)                                                                \
+    switch (t) {                                                                                 \
+    case KVE_DTYPE_F32: CALL(KVE_DTYPE_F32); break;                                              \
+    case KVE_DTYPE_F16: CALL(KVE_DTYPE_F16); break;                                              \
+    case KVE_DTYPE_BF16: CALL(KVE_DTYPE_BF16); break;                                            \
+    case KVE_DTYPE_FP8_E4M3: CALL(KVE_DTYPE_FP8_E4M3); break;                                    \
+    default: CALL(KVE_DTYPE_FP8_E5M2); break;                                                    \
+    }
+
 /* kve_convert_run with the source type made a constant. */
 KVE_CV_FN void kve_convert_from(unsigned char *dst, uint32_t dt, const unsigned char *src,
                                 uint32_t st, const float *scale, uint32_t n, uint32_t lane,
                                 uint32_t step)
 {
-    switch (st) {
-    case KVE_DTYPE_F32: kve_convert_run(dst, dt, src, KVE_DTYPE_F32, scale, n, lane, step); break;
-    case KVE_DTYPE_F16: kve_convert_run(dst, dt, src, KVE_DTYPE_F16, scale, n, lane, step); break;
-    case KVE_DTYPE_BF16: kve_convert_run(dst, dt, src, KVE_DTYPE_BF16, scale, n, lane, step); break;
-    case KVE_DTYPE_FP8_E4M3:
-        kve_convert_run(dst, dt, src, KVE_DTYPE_FP8_E4M3, scale, n, lane, step);
-        break;
-    default: kve_convert_run(dst, dt, src, KVE_DTYPE_FP8_E5M2, scale, n, lane, step); break;
-    }
+#define KVE_RUN_FROM(S) kve_convert_run(dst, dt, src, S, scale, n, lane, step)
+    KVE_DTYPE_SWITCH(st, KVE_RUN_FROM)
+#undef KVE_RUN_FROM
 }
 
 /* One entry's share (lane, lane + step, ...) converted: the types made
@@ -215,17 +219,9 @@ KVE_FN void kve_convert_entry(unsigned char *dst, uint32_t dt, const unsigned ch
                               uint32_t st, const float *scale, uint32_t n, uint32_t lane,
                               uint32_t step)
 {
-    switch (dt) {
-    case KVE_DTYPE_F32: kve_convert_from(dst, KVE_DTYPE_F32, src, st, scale, n, lane, step); break;
-    case KVE_DTYPE_F16: kve_convert_from(dst, KVE_DTYPE_F16, src, st, scale, n, lane, step); break;
-    case KVE_DTYPE_BF16:
-        kve_convert_from(dst, KVE_DTYPE_BF16, src, st, scale, n, lane, step);
-        break;
-    case KVE_DTYPE_FP8_E4M3:
-        kve_convert_from(dst, KVE_DTYPE_FP8_E4M3, src, st, scale, n, lane, step);
-        break;
-    default: kve_convert_from(dst, KVE_DTYPE_FP8_E5M2, src, st, scale, n, lane, step); break;
-    }
+#define KVE_RUN_TO(D) kve_convert_from(dst, D, src, st, scale, n, lane, step)
+    KVE_DTYPE_SWITCH(dt, KVE_RUN_TO)
+#undef KVE_RUN_TO
 }
 
 #endif /* KVE_CONVERT_BODY_H */
