@@ -9,6 +9,9 @@ bare ctypes call into the library (kve_version), measured in the same run.
 Runs against any version of the package that has cache_write(ctx, srcs,
 dsts, slots, token_row, block_table=) and State.append (to compare before
 and after a change, point PYTHONPATH and KVEVICT_LIBRARY at the old tree).
+``py_overhead.py convert`` times a prefill-sized write (512 tokens x 8 heads x
+128) copying bf16 and converting it (to f16, to fp8 with and without a
+per-head scale), as ratios to the copy in the same run.
 ``py_overhead.py N`` makes N torch cache_write calls and prints nothing, for
 whole-process timings: (time(N) - time(0)) / N is the per-call cost with
 the start-up (torch's import) taken out.
@@ -51,8 +54,33 @@ def calls_only(n):
         kvevict.cache_write(ctx, [k], [cache], slots, token_row, block_table=bt)
 
 
+def conversions():
+    ctx = kvevict.Context("cpu", threads=1)
+    n_tok, blocks = 512, 256
+    g = torch.Generator().manual_seed(1)
+    k = torch.randn(n_tok, H, D, generator=g).bfloat16()
+    slots = torch.randperm(blocks * PS, generator=g)[:n_tok]
+    scale = [torch.rand(H, generator=g) + 0.5]
+
+    def cache(dtype):
+        return torch.zeros(blocks, PS, H, D, dtype=dtype)
+    cases = [("bf16 copy", cache(torch.bfloat16), {}),
+             ("bf16 -> f16", cache(torch.float16), dict(convert=True)),
+             ("bf16 -> fp8 e4m3", cache(torch.uint8), dict(kv_cache_dtype="fp8")),
+             ("bf16 -> fp8 e4m3, scale per head", cache(torch.uint8),
+              dict(kv_cache_dtype="fp8", scales=scale))]
+    copy = None
+    for name, c, kw in cases:
+        us = per_call(lambda: kvevict.cache_write(ctx, [k], [c], slots, **kw), 20)
+        copy = copy or us
+        print("%-34s %9.1f us  %6.2f G elements/s  %6.1fx the copy"
+              % (name, us, n_tok * H * D / us / 1e3, us / copy))
+
+
 def main():
     if len(sys.argv) > 1:
+        if sys.argv[1] == "convert":
+            return conversions()
         return calls_only(int(sys.argv[1]))
     ctx = kvevict.Context("cpu", threads=1)
     v = ctypes.c_uint32()
