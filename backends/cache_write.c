@@ -1,30 +1,57 @@
 /*
- * cache_write.c — kve_cache_write: validate once (shape, strides, overlaps,
- * and on host-memory backends every row, slot and page id), resolve dense
- * strides, then call the backend's cache_write op.
+ * cache_write.c — kve_cache_write: validate once (shape, element types,
+ * strides, overlaps entry by entry, and on host-memory backends every row,
+ * slot and page id), resolve each cache's part (kve_cache_part), then call
+ * the backend's cache_write op.
  */
 #include <stdint.h>
 
+#include "device/convert_body.h"
 #include "kve_backend_impl.h"
 #include "kve_error.h"
 
 static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
 
+static const char *const kve_dtype_names[] = {"raw", "f32", "f16", "bf16", "fp8_e4m3",
+                                               "fp8_e5m2"};
+
+/* Bytes of cache c's source and destination entries (part resolved). */
+static size_t kve_src_entry(const kve_cache_part *p)
+{
+    return (size_t)p->dim * kve_dtype_size(p->src_dtype);
+}
+static size_t kve_dst_entry(const kve_cache_part *p)
+{
+    return (size_t)p->dim * kve_dtype_size(p->dst_dtype);
+}
+
+static size_t kve_or(size_t a, size_t b) { return a ? a : b; }
+
 void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out)
 {
     *out = *in;
-    size_t e = in->entry_bytes, h = in->n_heads, ps = in->page_size;
-    if (!out->src_stride_head)
-        out->src_stride_head = e;
-    if (!out->src_stride_token)
-        out->src_stride_token = h * e;
+    size_t h = in->n_heads, ps = in->page_size;
     int nhd = in->layout == KVE_LAYOUT_NHD;
-    if (!out->dst_stride_head)
-        out->dst_stride_head = nhd ? e : ps * e;
-    if (!out->dst_stride_slot)
-        out->dst_stride_slot = nhd ? h * e : e;
-    if (!out->dst_stride_page)
-        out->dst_stride_page = ps * h * e;
+    for (uint32_t c = 0; c < in->n_caches; c++) {
+        kve_cache_part *p = &out->part[c];
+        if (!p->dim)
+            p->dim = (uint32_t)(in->entry_bytes / kve_dtype_size(p->dst_dtype));
+        size_t se = kve_src_entry(p), e = kve_dst_entry(p);
+        p->src_stride_head = kve_or(p->src_stride_head, kve_or(in->src_stride_head, se));
+        p->src_stride_token = kve_or(p->src_stride_token, kve_or(in->src_stride_token, h * se));
+        p->dst_stride_head =
+            kve_or(p->dst_stride_head, kve_or(in->dst_stride_head, nhd ? e : ps * e));
+        p->dst_stride_slot =
+            kve_or(p->dst_stride_slot, kve_or(in->dst_stride_slot, nhd ? h * e : e));
+        p->dst_stride_page = kve_or(p->dst_stride_page, kve_or(in->dst_stride_page, ps * h * e));
+    }
+    /* The desc-wide fields mirror cache 0 for callers that read them. */
+    out->entry_bytes = kve_dst_entry(&out->part[0]);
+    out->src_stride_token = out->part[0].src_stride_token;
+    out->src_stride_head = out->part[0].src_stride_head;
+    out->dst_stride_page = out->part[0].dst_stride_page;
+    out->dst_stride_slot = out->part[0].dst_stride_slot;
+    out->dst_stride_head = out->part[0].dst_stride_head;
 }
 
 /* Bytes spanned by an n-d strided view of entries; KVE_ERR_ALIAS when two
@@ -63,36 +90,140 @@ static int kve_overlap(const void *a, size_t na, const void *b, size_t nb)
     return na && nb && x < y + nb && y < x + na;
 }
 
+/* Whether some entry of cache a (ea bytes) and some entry of cache b (eb
+ * bytes) share a byte, when both lie on one lattice: extent[i] entries
+ * stride[i] bytes apart in each of n dims, dims sorted by descending stride
+ * and nested (each stride past the span of the inner ones, kve_span), b's
+ * base delta bytes after a's. Entries meet when delta + sum q_i stride_i
+ * lies in (-eb, ea) for some |q_i| < extent_i; nesting leaves at most three
+ * q_i per dim to try. */
+static int kve_lattice_meet(__int128 delta, size_t ea, size_t eb, int n, const size_t *extent,
+                            const size_t *stride)
+{
+    if (n == 0)
+        return delta > -(__int128)eb && delta < (__int128)ea;
+    if (extent[0] <= 1)
+        return kve_lattice_meet(delta, ea, eb, n - 1, extent + 1, stride + 1);
+    __int128 reach = 0, s = (__int128)stride[0], top = (__int128)extent[0] - 1;
+    for (int i = 1; i < n; i++)
+        reach += ((__int128)(extent[i] ? extent[i] : 1) - 1) * (__int128)stride[i];
+    /* q * s in (-eb - reach - delta, ea + reach - delta) */
+    __int128 lo = -(__int128)eb - reach - delta, hi = (__int128)ea + reach - delta;
+    __int128 q0 = lo / s - (lo % s < 0) + 1, q1 = hi / s + (hi % s > 0) - 1; /* floor+1, ceil-1 */
+    q0 = q0 < -top ? -top : q0;
+    q1 = q1 > top ? top : q1;
+    for (__int128 q = q0; q <= q1; q++)
+        if (kve_lattice_meet(delta + q * s, ea, eb, n - 1, extent + 1, stride + 1))
+            return 1;
+    return 0;
+}
+
+/* Whether destinations c and k share a byte: entry by entry when their
+ * strides are equal (one tensor holding both), else by their spans. */
+static int kve_dst_meet(const kve_cache_write_desc *r, uint32_t c, uint32_t k, size_t span_c,
+                        size_t span_k)
+{
+    const kve_cache_part *a = &r->part[c], *b = &r->part[k];
+    if (!kve_overlap(r->dst[c], span_c, r->dst[k], span_k))
+        return 0;
+    size_t ext[3] = {r->n_pages, r->page_size, r->n_heads},
+           st[3] = {a->dst_stride_page, a->dst_stride_slot, a->dst_stride_head},
+           st_b[3] = {b->dst_stride_page, b->dst_stride_slot, b->dst_stride_head};
+    for (int i = 0; i < 3; i++) /* a dim of one entry has no stride to compare */
+        if (ext[i] > 1 && st[i] != st_b[i])
+            return 1;
+    for (int i = 1; i < 3; i++) /* descending strides */
+        for (int j = i; j > 0 && st[j] > st[j - 1]; j--) {
+            size_t t = st[j];
+            st[j] = st[j - 1];
+            st[j - 1] = t;
+            t = ext[j];
+            ext[j] = ext[j - 1];
+            ext[j - 1] = t;
+        }
+    __int128 delta = (__int128)(intptr_t)r->dst[k] - (__int128)(intptr_t)r->dst[c];
+    return kve_lattice_meet(delta, kve_dst_entry(a), kve_dst_entry(b), 3, ext, st);
+}
+
+static int kve_dtype_valid(kve_dtype t) { return t >= KVE_DTYPE_RAW && t <= KVE_DTYPE_FP8_E5M2; }
+
+/* Cache c's types, conversion, scale and entry size (before resolving). */
+static kve_status kve_check_part(const kve_cache_write_desc *d, uint32_t c)
+{
+    const kve_cache_part *p = &d->part[c];
+    KVE_RETURN_ERROR_IF(!kve_dtype_valid(p->src_dtype), KVE_ERR_INVALID,
+                        "desc.part[%u].src_dtype = %d: not a kve_dtype value", c,
+                        (int)p->src_dtype);
+    KVE_RETURN_ERROR_IF(!kve_dtype_valid(p->dst_dtype), KVE_ERR_INVALID,
+                        "desc.part[%u].dst_dtype = %d: not a kve_dtype value", c,
+                        (int)p->dst_dtype);
+    const char *sn = kve_dtype_names[p->src_dtype], *dn = kve_dtype_names[p->dst_dtype];
+    KVE_RETURN_ERROR_IF(p->convert > 1, KVE_ERR_INVALID,
+                        "desc.part[%u].convert = %u: must be 0 or 1", c, p->convert);
+    KVE_RETURN_ERROR_IF(!p->convert && p->src_dtype != p->dst_dtype, KVE_ERR_INVALID,
+                        "desc.part[%u]: source type %s and cache type %s differ, and convert is 0 "
+                        "(set convert = 1 to convert)",
+                        c, sn, dn);
+    int raw = p->src_dtype == KVE_DTYPE_RAW || p->dst_dtype == KVE_DTYPE_RAW;
+    KVE_RETURN_ERROR_IF(p->convert && raw, KVE_ERR_INVALID,
+                        "desc.part[%u]: convert = 1 from %s to %s: raw bytes have no type to "
+                        "convert",
+                        c, sn, dn);
+    KVE_RETURN_ERROR_IF(
+        p->scale && (!p->convert || (p->dst_dtype != KVE_DTYPE_FP8_E4M3 &&
+                                     p->dst_dtype != KVE_DTYPE_FP8_E5M2)),
+        KVE_ERR_INVALID,
+        "desc.part[%u].scale: a scale needs convert = 1 and an fp8 cache (convert = %u, cache %s)",
+        c, p->convert, dn);
+    KVE_RETURN_ERROR_IF(p->scale_per_head > 1, KVE_ERR_INVALID,
+                        "desc.part[%u].scale_per_head = %u: must be 0 or 1", c, p->scale_per_head);
+    if (!p->dim) {
+        size_t es = kve_dtype_size(p->dst_dtype), dim = d->entry_bytes / es;
+        KVE_RETURN_ERROR_IF(d->entry_bytes == 0, KVE_ERR_RANGE,
+                            "desc.entry_bytes = 0: must be >= 1 (or set desc.part[%u].dim)", c);
+        KVE_RETURN_ERROR_IF(d->entry_bytes % es, KVE_ERR_RANGE,
+                            "desc.entry_bytes = %zu: not a whole number of %s elements (cache %u)",
+                            d->entry_bytes, dn, c);
+        KVE_RETURN_ERROR_IF(dim > UINT32_MAX, KVE_ERR_RANGE,
+                            "desc.entry_bytes = %zu: more than 2^32-1 elements (cache %u)",
+                            d->entry_bytes, c);
+    }
+    return KVE_OK;
+}
+
 static kve_status kve_check_shape(const kve_cache_write_desc *d)
 {
     KVE_RETURN_ERROR_IF(d->n_heads == 0, KVE_ERR_RANGE, "desc.n_heads = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(d->entry_bytes == 0, KVE_ERR_RANGE, "desc.entry_bytes = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(d->n_caches < 1 || d->n_caches > KVE_MAX_CACHES, KVE_ERR_RANGE,
                         "desc.n_caches = %u: must be 1..%d", d->n_caches, KVE_MAX_CACHES);
     KVE_RETURN_ERROR_IF(d->layout != KVE_LAYOUT_NHD && d->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.layout = %d: not a kve_cache_layout value", (int)d->layout);
-    KVE_RETURN_ERROR_IF(d->page_table < KVE_PAGES_NONE || d->page_table > KVE_PAGES_INDPTR,
+    KVE_RETURN_ERROR_IF(d->page_table < KVE_PAGES_NONE || d->page_table > KVE_PAGES_FLAT,
                         KVE_ERR_INVALID, "desc.page_table = %d: not a kve_page_table value",
                         (int)d->page_table);
     KVE_RETURN_ERROR_IF(d->page_size == 0, KVE_ERR_RANGE, "desc.page_size = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(d->n_pages == 0, KVE_ERR_RANGE, "desc.n_pages = 0: must be >= 1");
-    size_t dense;
-    KVE_RETURN_ERROR_IF(kve_mul(d->entry_bytes, d->n_heads, &dense) ||
-                            kve_mul(dense, d->page_size, &dense),
-                        KVE_ERR_OVERFLOW,
-                        "desc: entry_bytes %zu x n_heads %u x page_size %u "
-                        "overflows",
-                        d->entry_bytes, d->n_heads, d->page_size);
-    KVE_RETURN_ERROR_IF(d->n_rows == 0, KVE_ERR_RANGE, "desc.n_rows = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages, KVE_ERR_RANGE,
-                        "desc.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages = %u",
-                        d->n_rows, d->n_pages);
     for (uint32_t c = 0; c < d->n_caches; c++) {
+        KVE_TRY(kve_check_part(d, c));
+        size_t dense, es = kve_dtype_size(d->part[c].dst_dtype);
+        size_t dim = d->part[c].dim ? d->part[c].dim : d->entry_bytes / es;
+        KVE_RETURN_ERROR_IF(kve_mul(dim, 4, &dense) || kve_mul(dense, d->n_heads, &dense) ||
+                                kve_mul(dense, d->page_size, &dense),
+                            KVE_ERR_OVERFLOW,
+                            "desc: cache %u's entry (%zu elements) x n_heads %u x page_size %u "
+                            "overflows",
+                            c, dim, d->n_heads, d->page_size);
         KVE_RETURN_ERROR_IF(!d->src[c], KVE_ERR_NULL, "desc.src[%u] is NULL", c);
         KVE_RETURN_ERROR_IF(!d->dst[c], KVE_ERR_NULL, "desc.dst[%u] is NULL", c);
     }
+    if (d->page_table != KVE_PAGES_FLAT) {
+        KVE_RETURN_ERROR_IF(d->n_rows == 0, KVE_ERR_RANGE, "desc.n_rows = 0: must be >= 1");
+        KVE_RETURN_ERROR_IF(!d->token_row, KVE_ERR_NULL, "desc.token_row is NULL");
+    }
+    KVE_RETURN_ERROR_IF(d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages, KVE_ERR_RANGE,
+                        "desc.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages = %u",
+                        d->n_rows, d->n_pages);
     KVE_RETURN_ERROR_IF(!d->slots, KVE_ERR_NULL, "desc.slots is NULL");
-    KVE_RETURN_ERROR_IF(!d->token_row, KVE_ERR_NULL, "desc.token_row is NULL");
     KVE_RETURN_ERROR_IF(d->slots_stride_token == 0, KVE_ERR_RANGE,
                         "desc.slots_stride_token = 0: must be >= 1");
     if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
@@ -108,31 +239,52 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
     return KVE_OK;
 }
 
+/* Typed elements are loaded whole: bases and strides must keep them aligned. */
+static kve_status kve_check_align(const char *what, uint32_t c, const void *base,
+                                  const size_t *strides, int n, kve_dtype t)
+{
+    size_t a = kve_dtype_size(t), all = (size_t)(uintptr_t)base;
+    for (int i = 0; i < n; i++)
+        all |= strides[i];
+    KVE_RETURN_ERROR_IF(all % a, KVE_ERR_INVALID,
+                        "desc.%s[%u] (%p) or its strides are not a multiple of %zu bytes, the "
+                        "size of a %s element",
+                        what, c, base, a, kve_dtype_names[t]);
+    return KVE_OK;
+}
+
 static kve_status kve_check_strides(const kve_cache_write_desc *r)
 {
     static const char *const dst_names[3] = {"page", "slot", "head"};
-    size_t dst_ext[3] = {r->n_pages, r->page_size, r->n_heads},
-           dst_st[3] = {r->dst_stride_page, r->dst_stride_slot, r->dst_stride_head};
-    size_t src_span = 0, dst_span = 0, add;
-    /* Source entries may overlap (they are only read): span to the last entry's end. */
-    KVE_RETURN_ERROR_IF(kve_mul(r->n_tokens - 1, r->src_stride_token, &src_span) ||
-                            kve_mul(r->n_heads - 1, r->src_stride_head, &add) ||
-                            __builtin_add_overflow(src_span, add, &src_span) ||
-                            __builtin_add_overflow(src_span, r->entry_bytes, &src_span),
-                        KVE_ERR_OVERFLOW, "desc.src strides (%zu, %zu) overflow over %u tokens",
-                        r->src_stride_token, r->src_stride_head, r->n_tokens);
-    KVE_TRY(kve_span("dst", 3, dst_ext, dst_st, dst_names, r->entry_bytes, &dst_span));
+    size_t src_span[KVE_MAX_CACHES], dst_span[KVE_MAX_CACHES], add;
+    for (uint32_t c = 0; c < r->n_caches; c++) {
+        const kve_cache_part *p = &r->part[c];
+        size_t dst_ext[3] = {r->n_pages, r->page_size, r->n_heads},
+               dst_st[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
+               src_st[2] = {p->src_stride_token, p->src_stride_head};
+        KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
+        KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 3, p->dst_dtype));
+        /* Source entries may overlap (they are only read): span to the last entry's end. */
+        KVE_RETURN_ERROR_IF(kve_mul(r->n_tokens - 1, p->src_stride_token, &src_span[c]) ||
+                                kve_mul(r->n_heads - 1, p->src_stride_head, &add) ||
+                                __builtin_add_overflow(src_span[c], add, &src_span[c]) ||
+                                __builtin_add_overflow(src_span[c], kve_src_entry(p), &src_span[c]),
+                            KVE_ERR_OVERFLOW,
+                            "desc.src[%u] strides (%zu, %zu) overflow over %u tokens", c,
+                            p->src_stride_token, p->src_stride_head, r->n_tokens);
+        KVE_TRY(kve_span("dst", 3, dst_ext, dst_st, dst_names, kve_dst_entry(p), &dst_span[c]));
+    }
     for (uint32_t c = 0; c < r->n_caches; c++)
         for (uint32_t k = 0; k < r->n_caches; k++) {
             KVE_RETURN_ERROR_IF(
-                kve_overlap(r->src[k], src_span, r->dst[c], dst_span), KVE_ERR_ALIAS,
+                kve_overlap(r->src[k], src_span[k], r->dst[c], dst_span[c]), KVE_ERR_ALIAS,
                 "desc.src[%u] (%p, %zu bytes) overlaps desc.dst[%u] (%p, %zu bytes)", k, r->src[k],
-                src_span, c, r->dst[c], dst_span);
-            KVE_RETURN_ERROR_IF(k > c && kve_overlap(r->dst[k], dst_span, r->dst[c], dst_span),
+                src_span[k], c, r->dst[c], dst_span[c]);
+            KVE_RETURN_ERROR_IF(k > c && kve_dst_meet(r, c, k, dst_span[c], dst_span[k]),
                                 KVE_ERR_ALIAS,
-                                "desc.dst[%u] (%p) overlaps desc.dst[%u] (%p) over "
-                                "%zu bytes each",
-                                k, r->dst[k], c, r->dst[c], dst_span);
+                                "desc.dst[%u] (%p) and desc.dst[%u] (%p) share entry bytes "
+                                "(spans %zu and %zu bytes)",
+                                k, r->dst[k], c, r->dst[c], dst_span[k], dst_span[c]);
         }
     return KVE_OK;
 }
@@ -145,7 +297,11 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
     int64_t blk = slot / d->page_size;
     int64_t page = row;
     const char *rule = "page_size";
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+    if (d->page_table == KVE_PAGES_FLAT) {
+        limit = (int64_t)d->n_pages * d->page_size;
+        rule = "n_pages * page_size, flat slots";
+        page = blk;
+    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
         limit = (int64_t)d->blocks_per_row * d->page_size;
         rule = "blocks_per_row * page_size";
         if (slot >= 0 && slot < limit)
@@ -189,16 +345,24 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
 
 static kve_status kve_check_contents(const kve_cache_write_desc *d)
 {
+    int flat = d->page_table == KVE_PAGES_FLAT;
     for (uint32_t t = 0; t < d->n_tokens; t++) {
-        int32_t row = d->token_row[t];
-        KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,
-                            "desc.token_row[%u] = %d: must be 0..%u (n_rows - 1)", t, row,
-                            d->n_rows - 1);
+        const int64_t *slots = d->slots + (size_t)t * d->slots_stride_token;
+        int32_t row = -1;
+        int row_read = flat; /* the row is read once a slot needs it: padding needs none */
         for (uint32_t h = 0; h < d->n_heads; h++) {
-            int64_t slot =
-                d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
-            if (slot != -1)
-                KVE_TRY(kve_check_slot(d, t, h, row, slot));
+            int64_t slot = slots[(size_t)h * d->slots_stride_head];
+            if (slot == -1)
+                continue;
+            if (!row_read) {
+                row = d->token_row[t];
+                KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,
+                                    "desc.token_row[%u] = %d: must be 0..%u (n_rows - 1) for a "
+                                    "token with a slot (head %u: %lld)",
+                                    t, row, d->n_rows - 1, h, (long long)slot);
+                row_read = 1;
+            }
+            KVE_TRY(kve_check_slot(d, t, h, row, slot));
         }
     }
     return KVE_OK;

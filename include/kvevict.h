@@ -536,8 +536,60 @@ typedef enum kve_page_table {
     KVE_PAGES_BLOCK_TABLE = 1,
     /** FlashInfer: page = indices[indptr[row] + slot / page_size], and
      *  slot < (indptr[row+1] - indptr[row] - 1) * page_size + last_page_len[row] */
-    KVE_PAGES_INDPTR = 2
+    KVE_PAGES_INDPTR = 2,
+    /** vLLM's reshape_and_cache_flash slot_mapping: slots are global, page =
+     *  slot / page_size and slot % page_size the offset in it (0 ..
+     *  n_pages * page_size - 1); token_row, n_rows and the tables are unused
+     *  (token_row may be NULL) */
+    KVE_PAGES_FLAT = 3
 } kve_page_table;
+
+/** Element types of kve_cache_write's sources and caches. */
+typedef enum kve_dtype {
+    KVE_DTYPE_RAW = 0,      /**< untyped bytes, copied as they are (element = 1 byte) */
+    KVE_DTYPE_F32 = 1,      /**< IEEE binary32 */
+    KVE_DTYPE_F16 = 2,      /**< IEEE binary16 */
+    KVE_DTYPE_BF16 = 3,     /**< bfloat16 */
+    KVE_DTYPE_FP8_E4M3 = 4, /**< OCP E4M3 ("e4m3fn"): bias 7, max 448, no inf, NaN 0x7F/0xFF */
+    KVE_DTYPE_FP8_E5M2 = 5  /**< OCP E5M2: bias 15, max 57344, inf 0x7C/0xFC */
+} kve_dtype;
+
+/**
+ * One cache's own element types, entry size, strides and fp8 scale in a
+ * kve_cache_write_desc. A zeroed part (the default) makes its cache take
+ * the desc-wide entry_bytes and strides and copy bytes, as before parts
+ * existed.
+ *
+ * Conversion (convert = 1): every element becomes
+ *     dst = convert(float(src) / scale)
+ * (vLLM's stored = convert(src / scale); no division without a scale), the
+ * division an IEEE binary32 one and convert rounding to nearest, ties to
+ * even. fp8 results saturate as vLLM's (CUDA's __NV_SATFINITE): a finite
+ * value beyond the largest, and an infinity, become +-max (448, 57344).
+ * f16 and bf16 results follow IEEE (and torch's .to()): beyond the largest
+ * finite value is +-inf. Underflow keeps the sign (+-0); subnormals of every
+ * type are kept and produced. Any NaN becomes the destination's canonical
+ * NaN, all ones and sign clear: 0x7FFFFFFF, 0x7FFF, 0x7F (CUDA's).
+ * Without conversion (convert = 0) the two types must be equal and the
+ * bytes are copied, NaN payloads included.
+ */
+typedef struct kve_cache_part {
+    kve_dtype src_dtype;    /**< element type of this cache's source */
+    kve_dtype dst_dtype;    /**< element type of the cache */
+    uint32_t convert;       /**< 0: types equal, bytes copied; 1: convert elements */
+    /** Elements per entry (head_dim, or MLA's latent and rope parts as two
+     *  caches); 0 = desc.entry_bytes / the size of dst_dtype. */
+    uint32_t dim;
+    /** This cache's byte strides; 0 takes the desc-wide one, and where that
+     *  is 0 too, the dense value for this cache's entry size. */
+    size_t src_stride_token, src_stride_head;
+    size_t dst_stride_page, dst_stride_slot, dst_stride_head;
+    /** fp8 destinations only, with convert = 1: float32 backend memory, one
+     *  scale for the tensor (scale_per_head = 0) or one per head
+     *  (scale_per_head = 1: scale[h]); NULL = no scaling. */
+    const float *scale;
+    uint32_t scale_per_head;
+} kve_cache_part;
 
 /**
  * New K/V rows and the caches they go into. Entry (token t, head h) of
@@ -546,12 +598,24 @@ typedef enum kve_page_table {
  * slots_stride_head] (skipped when s = -1) of row token_row[t] of dst[c],
  * at byte dst[c] + page * dst_stride_page + (s % page_size) *
  * dst_stride_slot + h * dst_stride_head. Byte strides of 0 take the dense
- * value of the layout. All pointers are backend memory.
+ * value of the layout. All pointers are backend memory. part[c] gives
+ * cache c its own types, entry size and strides (kve_cache_part).
+ *
+ * Caches may share one tensor: FlashInfer's [pages][2][page_size][heads]
+ * [dim] is dst[0] = base, dst[1] = base + page_size * heads * dim * size,
+ * dst_stride_page twice the dense one; MLA's [pages][page_size][latent +
+ * rope] is two caches with their own dim at base and base + latent * size.
+ * Caches with equal strides are checked entry by entry; others must not
+ * overlap at all.
+ *
+ * Padding (vLLM): a token whose slot is -1 in every head is skipped whole,
+ * and its token_row is not read.
  */
 typedef struct kve_cache_write_desc {
     uint32_t n_tokens;
     uint32_t n_heads;           /**< KV heads in the caches (a tensor shard's) */
-    size_t entry_bytes;         /**< bytes per (token, head) entry, any size >= 1 */
+    /** bytes per (token, head) cache entry, >= 1 (unless every part sets dim) */
+    size_t entry_bytes;
     uint32_t n_caches;          /**< 1..KVE_MAX_CACHES: K and V = 2 */
     const void *src[KVE_MAX_CACHES];
     size_t src_stride_token, src_stride_head;
@@ -566,8 +630,8 @@ typedef struct kve_cache_write_desc {
      *  table_heads, slots_stride_head = table_heads > 1. */
     const int64_t *slots;
     size_t slots_stride_token, slots_stride_head;
-    const int32_t *token_row;   /**< [n_tokens]: each token's row, 0 .. n_rows-1 */
-    uint32_t n_rows;            /**< rows of the page table (with NONE, <= n_pages) */
+    const int32_t *token_row;   /**< [n_tokens]: each token's row, 0 .. n_rows-1 (not FLAT) */
+    uint32_t n_rows;            /**< rows of the page table (with NONE, <= n_pages; FLAT: unused) */
     kve_page_table page_table;
     const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row] */
     uint32_t blocks_per_row;
@@ -577,17 +641,21 @@ typedef struct kve_cache_write_desc {
     /** INDPTR: page ids, [indptr[n_rows]] entries (read only through indptr) */
     const int32_t *indices;
     const int32_t *last_page_len; /**< INDPTR: [n_rows] */
+    kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
 } kve_cache_write_desc;
 
 /**
  * Write new K/V rows into paged or contiguous caches at per-head slots: the
  * drop-in for vLLM's reshape_and_cache_flash (and FlashInfer's
- * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
- * destination entries overlap, no source overlaps a destination) and, on
- * backends with host memory, every token_row, slot and page id, and with
- * KVE_PAGES_INDPTR, for each row a token uses, that indptr[0] = 0 and
- * 0 <= indptr[row] <= indptr[row+1] <= indptr[n_rows] (so indices is read
- * only within its indptr[n_rows] entries; the GPU kernels check the same).
+ * append_paged_kv_cache) under slot reuse, converting element types in the
+ * kernel (kve_cache_part). Checks shapes, types (differing types without
+ * convert are KVE_ERR_INVALID naming both; typed bases and strides must be
+ * multiples of the element size), strides (no two destination entries
+ * overlap, no source overlaps a destination) and, on backends with host
+ * memory, every token_row, slot and page id, and with KVE_PAGES_INDPTR,
+ * for each row a token uses, that indptr[0] = 0 and 0 <= indptr[row] <=
+ * indptr[row+1] <= indptr[n_rows] (so indices is read only within its
+ * indptr[n_rows] entries; the GPU kernels check the same).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

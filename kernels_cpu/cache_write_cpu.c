@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "device/convert_body.h"
 #include "kve_backend_impl.h"
 
 static void kve_job_run(const kve_state_update *u, const kve_state_job *j)
@@ -72,6 +73,7 @@ static size_t kve_page_of(const kve_cache_write_desc *d, int32_t row, int64_t sl
     case KVE_PAGES_BLOCK_TABLE:
         return (size_t)d->block_table[(size_t)row * d->blocks_per_row + blk];
     case KVE_PAGES_INDPTR: return (size_t)d->indices[(size_t)d->indptr[row] + blk];
+    case KVE_PAGES_FLAT: return blk;
     case KVE_PAGES_NONE: break;
     }
     return (size_t)row;
@@ -80,20 +82,31 @@ static size_t kve_page_of(const kve_cache_write_desc *d, int32_t row, int64_t sl
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     int threads = d->n_tokens >= 64 ? ctx->threads : 1;
+    int flat = d->page_table == KVE_PAGES_FLAT;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (uint32_t t = 0; t < d->n_tokens; t++) {
-        int32_t row = d->token_row[t];
+        /* padding (every slot -1) never reads its row */
         for (uint32_t h = 0; h < d->n_heads; h++) {
             int64_t slot =
                 d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
             if (slot < 0)
                 continue;
-            size_t off = kve_page_of(d, row, slot) * d->dst_stride_page +
-                         (size_t)(slot % d->page_size) * d->dst_stride_slot +
-                         h * d->dst_stride_head;
-            size_t src_off = (size_t)t * d->src_stride_token + (size_t)h * d->src_stride_head;
-            for (uint32_t c = 0; c < d->n_caches; c++)
-                memcpy((char *)d->dst[c] + off, (const char *)d->src[c] + src_off, d->entry_bytes);
+            size_t page = kve_page_of(d, flat ? 0 : d->token_row[t], slot);
+            size_t in = (size_t)(slot % d->page_size);
+            for (uint32_t c = 0; c < d->n_caches; c++) {
+                const kve_cache_part *p = &d->part[c];
+                unsigned char *dst = (unsigned char *)d->dst[c] + page * p->dst_stride_page +
+                                     in * p->dst_stride_slot + h * p->dst_stride_head;
+                const unsigned char *src = (const unsigned char *)d->src[c] +
+                                           (size_t)t * p->src_stride_token +
+                                           (size_t)h * p->src_stride_head;
+                if (!p->convert)
+                    memcpy(dst, src, (size_t)p->dim * kve_dtype_size(p->dst_dtype));
+                else
+                    kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
+                                      p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL,
+                                      p->dim, 0, 1);
+            }
         }
     }
     return KVE_OK;

@@ -6,7 +6,8 @@
  * Work is one entry per (cache, token, head). A group of `group` threads
  * (a power of two dividing the block, independent of the warp width) copies
  * one entry in units of 16, 8, 4, 2 or 1 bytes, the widest that divides the
- * entry size, every base and every stride; groups take entries in turn
+ * cache's entry size, bases and strides, or converts it element by element
+ * (convert_body.h) when its part asks; groups take entries in turn
  * (grid-stride). Consecutive groups take consecutive heads, then tokens, so
  * a dense source is read in order. Every destination byte is written by one
  * thread (the API's precondition: no two entries share a destination), so
@@ -20,47 +21,55 @@
 #ifndef KVE_CACHE_WRITE_BODY_H
 #define KVE_CACHE_WRITE_BODY_H
 
+#include "convert_body.h"
 #include "kve_device.h"
 #include "kvevict.h"
 
 typedef struct kve_cache_write_args {
-    kve_cache_write_desc d; /* strides resolved (kve_cache_write_resolve) */
+    kve_cache_write_desc d; /* parts resolved (kve_cache_write_resolve) */
     uint64_t entries;       /* n_caches * n_tokens * n_heads */
-    uint32_t unit;          /* bytes per load/store: 16, 8, 4, 2 or 1 */
-    uint32_t units;         /* entry_bytes / unit */
-    uint32_t group;         /* threads per entry */
-    uint64_t *errors;       /* [KVE_DEV_ERR_KINDS] */
+    /* per cache: bytes per load/store (16, 8, 4, 2 or 1), or 0 to convert */
+    uint32_t unit[KVE_MAX_CACHES];
+    uint32_t units[KVE_MAX_CACHES]; /* entry bytes / unit, or elements to convert */
+    uint32_t group;                 /* threads per entry */
+    uint64_t *errors;               /* [KVE_DEV_ERR_KINDS] */
 } kve_cache_write_args;
 
-/* The byte offset of entry (t, h) in every destination cache, or 0 when it
- * is skipped: slot -1, or a row, slot or page the desc does not allow (an
- * error raised when @p raise). */
+/* Page and in-page slot of entry (t, h), or 0 when it is skipped: slot -1
+ * (padding: the token's row is then never read), or a row, slot or page the
+ * desc does not allow (an error raised when @p raise). */
 KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, int raise,
-                         size_t *off)
+                         size_t *page_out, size_t *in_out)
 {
     const kve_cache_write_desc *d = &a->d;
-    int32_t row = d->token_row[t];
-    if (row < 0 || (uint32_t)row >= d->n_rows) {
-        if (raise && h == 0)
-            kve_raise(a->errors, KVE_DEV_ERR_CW_ROW, t, 0);
-        return 0;
-    }
     int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
     if (slot == -1)
         return 0;
-    int64_t ps = d->page_size, limit = ps, page = row;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        limit = (int64_t)d->blocks_per_row * ps;
-        if (slot >= 0 && slot < limit)
-            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
-        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-        /* the host's rule: indptr[0] = 0, and the row within indices */
-        int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
-                 (hi == lo || (last >= 1 && last <= ps));
-        limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
-        if (slot >= 0 && slot < limit)
-            page = d->indices[(size_t)lo + (size_t)(slot / ps)];
+    int64_t ps = d->page_size, limit = ps, page = 0;
+    if (d->page_table == KVE_PAGES_FLAT) {
+        limit = (int64_t)d->n_pages * ps;
+        page = slot >= 0 ? slot / ps : 0;
+    } else {
+        int32_t row = d->token_row[t];
+        if (row < 0 || (uint32_t)row >= d->n_rows) {
+            if (raise)
+                kve_raise(a->errors, KVE_DEV_ERR_CW_ROW, t, 0);
+            return 0;
+        }
+        page = row;
+        if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+            limit = (int64_t)d->blocks_per_row * ps;
+            if (slot >= 0 && slot < limit)
+                page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
+        } else if (d->page_table == KVE_PAGES_INDPTR) {
+            int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
+            /* the host's rule: indptr[0] = 0, and the row within indices */
+            int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
+                     (hi == lo || (last >= 1 && last <= ps));
+            limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
+            if (slot >= 0 && slot < limit)
+                page = d->indices[(size_t)lo + (size_t)(slot / ps)];
+        }
     }
     if (slot < 0 || slot >= limit) {
         if (raise)
@@ -72,8 +81,8 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
             kve_raise(a->errors, KVE_DEV_ERR_CW_PAGE, t, h);
         return 0;
     }
-    *off = (size_t)page * d->dst_stride_page + (size_t)(slot % ps) * d->dst_stride_slot +
-           (size_t)h * d->dst_stride_head;
+    *page_out = (size_t)page;
+    *in_out = (size_t)(slot % ps);
     return 1;
 }
 
@@ -102,27 +111,38 @@ KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
         uint32_t c = (uint32_t)(w / tokens_heads);
         uint64_t th = w % tokens_heads;
         uint32_t t = (uint32_t)(th / d->n_heads), h = (uint32_t)(th % d->n_heads);
-        size_t off;
-        if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &off))
+        size_t page, in;
+        if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
             continue;
-        /* cache c's pointers by selects over constant indices: indexing the
+        /* cache c's part by selects over constant indices: indexing the
          * parameters with a variable makes some compilers copy them to the
          * stack (AMD's: 328 bytes of scratch a thread) */
         const void *src_c = d->src[0];
         void *dst_c = d->dst[0];
+        const kve_cache_part *p = &d->part[0];
+        uint32_t unit = a->unit[0], units = a->units[0];
         for (uint32_t k = 1; k < KVE_MAX_CACHES; k++) {
             src_c = k == c ? d->src[k] : src_c;
             dst_c = k == c ? d->dst[k] : dst_c;
+            p = k == c ? &d->part[k] : p;
+            unit = k == c ? a->unit[k] : unit;
+            units = k == c ? a->units[k] : units;
         }
-        unsigned char *dst = (unsigned char *)dst_c + off;
-        const unsigned char *src = (const unsigned char *)src_c + (size_t)t * d->src_stride_token +
-                                   (size_t)h * d->src_stride_head;
-        switch (a->unit) {
-        case 16: kve_copy_v16(dst, src, a->units, lane, g); break;
-        case 8: kve_copy_u64(dst, src, a->units, lane, g); break;
-        case 4: kve_copy_u32(dst, src, a->units, lane, g); break;
-        case 2: kve_copy_u16(dst, src, a->units, lane, g); break;
-        default: kve_copy_u8(dst, src, a->units, lane, g); break;
+        unsigned char *dst = (unsigned char *)dst_c + page * p->dst_stride_page +
+                             in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
+        const unsigned char *src = (const unsigned char *)src_c + (size_t)t * p->src_stride_token +
+                                   (size_t)h * p->src_stride_head;
+        switch (unit) {
+        case 16: kve_copy_v16(dst, src, units, lane, g); break;
+        case 8: kve_copy_u64(dst, src, units, lane, g); break;
+        case 4: kve_copy_u32(dst, src, units, lane, g); break;
+        case 2: kve_copy_u16(dst, src, units, lane, g); break;
+        case 1: kve_copy_u8(dst, src, units, lane, g); break;
+        default:
+            kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
+                              p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, units,
+                              lane, g);
+            break;
         }
     }
 }

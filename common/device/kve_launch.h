@@ -116,25 +116,39 @@ KVE_HOST_FN uint64_t kve_state_args_make(const kve_state_update *u, uint32_t k, 
 #define KVE_CACHE_WRITE_THREADS 256u
 
 /* Arguments of the cache write for a validated desc @p d with resolved
- * strides, on blocks of @p threads; KVE_ERR_RANGE when an entry has more
+ * parts, on blocks of @p threads; KVE_ERR_RANGE when an entry has more
  * than 2^32-1 units. */
 KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, uint32_t threads,
                                                  uint64_t *errors, kve_set_error_fn set_error,
                                                  kve_cache_write_args *a)
 {
-    /* The widest power of two dividing the entry size, bases and strides. */
-    uintptr_t all = d->entry_bytes | d->src_stride_token | d->src_stride_head |
-                    d->dst_stride_page | d->dst_stride_slot | d->dst_stride_head | 16;
-    for (uint32_t c = 0; c < d->n_caches; c++)
-        all |= (uintptr_t)d->src[c] | (uintptr_t)d->dst[c];
     a->d = *d;
-    a->unit = (uint32_t)(all & (~all + 1));
-    if (d->entry_bytes / a->unit > 0xffffffffu)
-        return set_error(KVE_ERR_RANGE, "desc.entry_bytes = %zu: too large for the device kernels",
-                         d->entry_bytes);
-    a->units = (uint32_t)(d->entry_bytes / a->unit);
+    uint32_t most = 1;
+    for (uint32_t c = 0; c < KVE_MAX_CACHES; c++) {
+        a->unit[c] = a->units[c] = 0;
+        if (c >= d->n_caches)
+            continue;
+        const kve_cache_part *p = &d->part[c];
+        size_t bytes = (size_t)p->dim * kve_dtype_size(p->dst_dtype);
+        if (p->convert) {
+            a->units[c] = p->dim; /* unit 0: one element a lane */
+        } else {
+            /* The widest power of two dividing the entry size, bases and strides. */
+            uintptr_t all = bytes | p->src_stride_token | p->src_stride_head |
+                            p->dst_stride_page | p->dst_stride_slot | p->dst_stride_head |
+                            (uintptr_t)d->src[c] | (uintptr_t)d->dst[c] | 16;
+            a->unit[c] = (uint32_t)(all & (~all + 1));
+            if (bytes / a->unit[c] > 0xffffffffu)
+                return set_error(KVE_ERR_RANGE,
+                                 "desc: cache %u's entry of %zu bytes is too large for the "
+                                 "device kernels",
+                                 c, bytes);
+            a->units[c] = (uint32_t)(bytes / a->unit[c]);
+        }
+        most = a->units[c] > most ? a->units[c] : most;
+    }
     a->group = 1;
-    while (a->group < a->units && threads % (a->group * 2) == 0)
+    while (a->group < most && threads % (a->group * 2) == 0)
         a->group *= 2; /* a power of two dividing the block */
     a->entries = (uint64_t)d->n_caches * d->n_tokens * d->n_heads;
     a->errors = errors;
@@ -226,9 +240,10 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
     case KVE_DEV_ERR_CW_SLOT:
         return set_error(KVE_ERR_RANGE,
                          "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's "
-                         "row (below page_size, blocks_per_row * page_size, or the length given "
+                         "row (below page_size, blocks_per_row * page_size, the length given "
                          "by indptr and last_page_len, which must be ascending and "
-                         "1..page_size) (checked on the device)",
+                         "1..page_size, or n_pages * page_size for flat slots) (checked on the "
+                         "device)",
                          head, detail);
     default:
         return set_error(KVE_ERR_RANGE,

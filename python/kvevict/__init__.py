@@ -15,6 +15,9 @@ The engine-facing pieces::
     kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(mapping, 0),
                         token_row, block_table=block_table)
 
+``cache_write`` converts element types (float32 / float16 / bfloat16, fp8
+caches with vLLM's scales) and takes flat slots too; ``import kvevict.ops``
+registers the writes as torch.library operators (``torch.ops.kvevict.*``).
 ``evict`` and ``compact`` are the low-level calls of engines that compact
 instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
 """
@@ -28,6 +31,7 @@ import numpy as np
 from . import _arrays
 from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
 from . import _lib
+from ._write import cache_write
 
 __all__ = ["Context", "State", "SeqInfo", "KvevictError", "cache_write", "capacity", "evict",
            "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
@@ -80,6 +84,9 @@ class Context(_Handle):
         check(lib.kve_context_get_backend(handle, ctypes.byref(kind)), "kve_context_get_backend")
         self.backend: str = _BACKENDS[kind.value]
         self.device = device
+        # the library runs its kernels on this device (the CPU accepts only 0)
+        check(lib.kve_context_set_device(handle, device), "kve_context_set_device")
+        self._gpu = self.backend != "cpu"
         if threads is not None:
             check(lib.kve_context_set_threads(handle, threads), "kve_context_set_threads")
 
@@ -88,13 +95,20 @@ class Context(_Handle):
         check(lib.kve_context_synchronize(self.handle), "kve_context_synchronize")
 
     def _prepare(self, views: Sequence[_arrays.View]) -> None:
-        """Arrays must live where the backend works; GPU calls follow torch's stream."""
-        gpu = self.backend != "cpu"
+        """Arrays must live where the backend works, on the context's device;
+        GPU calls follow torch's current stream."""
+        gpu = self._gpu
         for v in views:
-            if v.cuda != gpu:
-                raise ValueError("%s: %s memory, but the context's backend is %s"
-                                 % (v.name, "CUDA" if v.cuda else "host", self.backend))
-        if gpu:
+            if v.cuda != gpu or (gpu and v.device != self.device):
+                raise ValueError("%s: %s memory, but the context is %s" % (
+                    v.name, v.where(), "cuda:%d (%s)" % (self.device, self.backend) if gpu
+                    else "on the host (cpu)"))
+        self._stream()
+
+    def _stream(self) -> None:
+        """Queue the next call on torch's current stream of the context's device
+        (a no-op on the CPU); every call that launches work takes it anew."""
+        if self._gpu:
             import torch
 
             stream = torch.cuda.current_stream(self.device).cuda_stream
@@ -175,10 +189,12 @@ class State(_Handle):
 
     def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
         """Admit a sequence into a free row; its prompt is then appended like any token."""
+        self.ctx._stream()
         check(lib.kve_state_admit(self.handle, row, seq_id, prompt_len), "kve_state_admit")
 
     def retire(self, row: int) -> None:
         """Free a row."""
+        self.ctx._stream()
         check(lib.kve_state_retire(self.handle, row), "kve_state_retire")
 
     def _mapping(self, n_tokens: int, out: Any) -> Tuple[Any, int, int]:
@@ -186,10 +202,13 @@ class State(_Handle):
         if out is None:
             out = self.ctx._empty(shape, "int64", self._torch)
         v = _arrays.View(out, "out", "int64")
-        v.contiguous()
         if v.shape != shape:
             raise ValueError("out: shape %s, expected %s" % (v.shape, shape))
         self.ctx._prepare([v])
+        if not v.is_dense():  # a strided out (a persistent buffer's slice): through a dense one
+            self._strided_out = out
+            out = self.ctx._empty(shape, "int64", v.torch)
+            v = _arrays.View(out, "out", "int64")
         return out, v.ptr, int(np.prod(shape))
 
     def append(self, rows: Sequence[int], n_new: Sequence[int], out: Any = None) -> Any:
@@ -197,13 +216,19 @@ class State(_Handle):
 
         The mapping is int64 [table_layers, sum(n_new), table_heads]: the slot
         (within the token's row) where each head writes each token, -1 to
-        skip. Tokens are numbered row by row in the order given.
+        skip. Tokens are numbered row by row in the order given. ``out``
+        may be any int64 array of that shape on the context's device, with
+        any strides (e.g. a slice of a persistent, padded buffer).
         """
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
+        self._strided_out = None
         out, ptr, n = self._mapping(int(sum(n_new)), out)
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
         check(lib.kve_state_append(self.handle, len(rows), r, k, ptr, n), "kve_state_append")
+        if self._strided_out is not None:
+            self._strided_out[...] = out
+            out = self._strided_out
         return out
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
@@ -214,6 +239,8 @@ class State(_Handle):
         ptr, n, out = None, 0, None
         if mapping:
             out, ptr, n = self._mapping(n_tokens, None)
+        else:
+            self.ctx._stream()
         check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, ptr, n),
               "kve_state_rebuild")
         return out
@@ -254,84 +281,6 @@ class State(_Handle):
     def layer_slots(self, mapping: Any, layer: int) -> Any:
         """The [tokens, table_heads] slots of @layer (a local index) in a mapping."""
         return mapping[layer if self.table_layers > 1 else 0]
-
-
-def _page_views(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, int]:
-    """(layout enum, page_size, n_heads, stride_page, stride_slot, stride_head) of a cache."""
-    if layout == "nhd":
-        return 0, d.shape[1], d.shape[2], d.strides[0], d.strides[1], d.strides[2]
-    if layout in ("hnd", "contiguous"):
-        return 1, d.shape[2], d.shape[1], d.strides[0], d.strides[2], d.strides[1]
-    raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
-
-
-def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
-                token_row: Any, *, layout: str = "nhd", block_table: Any = None,
-                indptr: Any = None, indices: Any = None, last_page_len: Any = None) -> None:
-    """Write new K/V rows into caches at per-head slots (kve_cache_write).
-
-    srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
-    dsts: the caches, "nhd" [pages, page_size, heads, *entry] (vLLM, with a
-    block_table [rows, blocks_per_row]), "hnd" [pages, heads, page_size, *entry]
-    (FlashInfer, with indptr/indices/last_page_len), or "contiguous"
-    [seqs, heads, slots, *entry]; any strides. slots: int64 [tokens, heads] or
-    [tokens, 1] (one slot for every head), -1 = skip. token_row: int32 [tokens],
-    each token's row of the page table (or sequence, for "contiguous").
-    """
-    if not 1 <= len(srcs) == len(dsts) <= MAX_CACHES:
-        raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
-                         % (MAX_CACHES, len(srcs), len(dsts)))
-    sv = [_arrays.View(x, "srcs[%d]" % i) for i, x in enumerate(srcs)]
-    dv = [_arrays.View(x, "dsts[%d]" % i) for i, x in enumerate(dsts)]
-    for group in (sv, dv):
-        for v in group[1:]:
-            if (v.shape, v.strides, v.itemsize) != (group[0].shape, group[0].strides,
-                                                    group[0].itemsize):
-                raise ValueError("%s: shape/strides differ from %s" % (v.name, group[0].name))
-    s0, d0 = sv[0], dv[0]
-    if len(s0.shape) < 3 or len(d0.shape) < 4:
-        raise ValueError("srcs need [tokens, heads, *entry], dsts 4+ dimensions")
-    entry = s0.dense_tail(2)
-    if d0.dense_tail(3) != entry:
-        raise ValueError("dsts[0]: entry of %d bytes, srcs[0] has %d" % (d0.dense_tail(3), entry))
-    lay, page_size, n_heads, sp, ss, sh = _page_views(layout, d0)
-    if n_heads != s0.shape[1]:
-        raise ValueError("srcs[0] has %d heads, dsts[0] %d" % (s0.shape[1], n_heads))
-    slot_v = _arrays.View(slots, "slots", "int64", 2)
-    row_v = _arrays.View(token_row, "token_row", "int32", 1)
-    extra = [(x, n) for x, n in ((block_table, "block_table"), (indptr, "indptr"),
-                                 (indices, "indices"), (last_page_len, "last_page_len"))
-             if x is not None]
-    ev = [_arrays.View(x, n, "int32") for x, n in extra]
-    for v in ev:
-        v.contiguous()
-    row_v.contiguous()
-    ctx._prepare(sv + dv + [slot_v, row_v] + ev)
-    d = _lib.CacheWriteDesc()
-    d.n_tokens, d.n_heads, d.entry_bytes, d.n_caches = s0.shape[0], n_heads, entry, len(srcs)
-    for i in range(len(srcs)):
-        d.src[i], d.dst[i] = sv[i].ptr, dv[i].ptr
-    d.src_stride_token, d.src_stride_head = s0.strides[0], s0.strides[1]
-    d.layout, d.page_size, d.n_pages = lay, page_size, d0.shape[0]
-    d.dst_stride_page, d.dst_stride_slot, d.dst_stride_head = sp, ss, sh
-    d.slots = slot_v.ptr
-    d.slots_stride_token = slot_v.strides[0] // 8
-    d.slots_stride_head = 0 if slot_v.shape[1] == 1 else slot_v.strides[1] // 8
-    d.token_row = row_v.ptr
-    views = {v.name: v for v in ev}
-    if "block_table" in views:
-        bt = views["block_table"]
-        d.page_table, d.block_table = 1, bt.ptr
-        d.n_rows, d.blocks_per_row = bt.shape
-    elif "indptr" in views:
-        if "indices" not in views or "last_page_len" not in views:
-            raise ValueError("indptr needs indices and last_page_len")
-        d.page_table, d.n_rows = 2, views["indptr"].shape[0] - 1
-        d.indptr, d.indices = views["indptr"].ptr, views["indices"].ptr
-        d.last_page_len = views["last_page_len"].ptr
-    else:
-        d.page_table, d.n_rows = 0, d0.shape[0]
-    check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")
 
 
 def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):

@@ -7,12 +7,30 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 
+_TORCH_TYPES = {}  # type -> whether it is torch's (the hot path asks per argument)
+_DTYPE_NAMES = {}  # numpy / torch dtype -> its name ("float16", "bfloat16", ...)
+
+
 def is_torch(x: Any) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
+    t = type(x)
+    known = _TORCH_TYPES.get(t)
+    if known is None:
+        known = _TORCH_TYPES[t] = t.__module__.split(".")[0] == "torch"
+    return known
+
+
+def _dtype_name(dt: Any) -> str:
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = str(dt).replace("torch.", "")
+    return name
 
 
 class View:
     """Pointer, shape, byte strides and device of one array argument."""
+
+    __slots__ = ("name", "torch", "ptr", "itemsize", "shape", "strides", "cuda", "device",
+                 "dtype")
 
     def __init__(self, x: Any, name: str, dtype: Optional[str] = None,
                  ndim: Optional[int] = None):
@@ -20,12 +38,12 @@ class View:
         if is_torch(x):
             self.torch = True
             self.ptr = x.data_ptr()
-            self.itemsize = x.element_size()
+            self.itemsize = size = x.element_size()
             self.shape = tuple(x.shape)
-            self.strides = tuple(s * self.itemsize for s in x.stride())
-            self.cuda = bool(x.is_cuda)
-            self.device = x.device.index if self.cuda else None
-            self.dtype = str(x.dtype).replace("torch.", "")
+            self.strides = tuple([s * size for s in x.stride()])
+            self.cuda = cuda = x.is_cuda
+            self.device = x.device.index if cuda else None
+            self.dtype = _dtype_name(x.dtype)
         elif isinstance(x, np.ndarray):
             self.torch = False
             self.ptr = x.ctypes.data
@@ -34,7 +52,7 @@ class View:
             self.strides = x.strides
             self.cuda = False
             self.device = None
-            self.dtype = str(x.dtype)
+            self.dtype = _dtype_name(x.dtype)
             if not x.flags.writeable:
                 raise ValueError("%s: a read-only numpy array" % name)
         else:
@@ -45,7 +63,7 @@ class View:
         if ndim is not None and len(self.shape) != ndim:
             raise ValueError("%s: %d dimensions %s, expected %d"
                              % (name, len(self.shape), self.shape, ndim))
-        if any(s < 0 for s in self.strides):
+        if self.strides and min(self.strides) < 0:
             raise ValueError("%s: negative strides %s" % (name, self.strides))
 
     def dense_tail(self, first: int) -> int:
@@ -60,6 +78,28 @@ class View:
 
     def contiguous(self) -> None:
         self.dense_tail(0)
+
+    def is_dense(self) -> bool:
+        """Whether the array is C-contiguous (dims of one element aside)."""
+        size = self.itemsize
+        for d in range(len(self.shape) - 1, -1, -1):
+            if self.shape[d] > 1 and self.strides[d] != size:
+                return False
+            size *= self.shape[d]
+        return True
+
+    def where(self) -> str:
+        """"cuda:N" or "host", for messages."""
+        return "cuda:%d" % self.device if self.cuda else "host"
+
+
+# kve_dtype values of the element types the library converts (include/kvevict.h);
+# any other dtype is raw bytes, copied only into a cache of the same dtype.
+KVE_DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3, "float8_e4m3fn": 4, "float8_e5m2": 5}
+# vLLM's kv_cache_dtype names of fp8 caches held in one-byte tensors (uint8).
+FP8_CACHE_DTYPES = {"fp8": 4, "fp8_e4m3": 4, "fp8_e5m2": 5}
+DTYPE_NAMES = {0: "raw", 1: "float32", 2: "float16", 3: "bfloat16", 4: "fp8_e4m3",
+               5: "fp8_e5m2"}
 
 
 def to_device(a: np.ndarray, backend: str, device: int):

@@ -96,6 +96,13 @@ class SeqInfo(ctypes.Structure):
                 ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32)]
 
 
+class CachePart(ctypes.Structure):
+    _fields_ = [("src_dtype", ctypes.c_int), ("dst_dtype", ctypes.c_int), ("convert", u32),
+                ("dim", u32), ("src_stride_token", sz), ("src_stride_head", sz),
+                ("dst_stride_page", sz), ("dst_stride_slot", sz), ("dst_stride_head", sz),
+                ("scale", vp), ("scale_per_head", u32)]
+
+
 class CacheWriteDesc(ctypes.Structure):
     _fields_ = [("n_tokens", u32), ("n_heads", u32), ("entry_bytes", sz), ("n_caches", u32),
                 ("src", vp * MAX_CACHES), ("src_stride_token", sz), ("src_stride_head", sz),
@@ -105,7 +112,7 @@ class CacheWriteDesc(ctypes.Structure):
                 ("slots_stride_token", sz), ("slots_stride_head", sz), ("token_row", vp),
                 ("n_rows", u32), ("page_table", ctypes.c_int), ("block_table", vp),
                 ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
-                ("last_page_len", vp)]
+                ("last_page_len", vp), ("part", CachePart * MAX_CACHES)]
 
 
 class Seq(ctypes.Structure):
@@ -148,6 +155,8 @@ _PROTOS = {
     "kve_context_get_backend": (ctypes.c_int, [vp, P(ctypes.c_int)]),
     "kve_context_set_threads": (ctypes.c_int, [vp, ctypes.c_int]),
     "kve_context_set_stream": (ctypes.c_int, [vp, vp]),
+    "kve_context_set_device": (ctypes.c_int, [vp, ctypes.c_int]),
+    "kve_context_get_device": (ctypes.c_int, [vp, P(ctypes.c_int)]),
     "kve_context_synchronize": (ctypes.c_int, [vp]),
     "kve_schedule_capacity": (ctypes.c_int, [P(Schedule), u32, P(u32)]),
     "kve_state_create": (ctypes.c_int, [vp, P(StateDesc), vp, sz, P(vp)]),

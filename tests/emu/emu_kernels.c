@@ -131,7 +131,7 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
     kve_status st = kve_cache_write_args_make(d, nt, e->rec, kve_emu_set_error, &a);
     if (st != KVE_OK)
         return st;
-    *unit_used = a.unit;
+    *unit_used = a.unit[0]; /* cache 0's: 0 when it converts */
     uint32_t grid = kve_launch_grid(a.entries, nt / a.group, max_grid);
     return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL : KVE_OK;
 }

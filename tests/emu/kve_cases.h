@@ -38,7 +38,8 @@ typedef struct kve_case {
      * table's arrays; pointers are offsets from 0 until bound */
     kve_cache_write_desc cw;
     int is_cache_write;
-    char label[160]; /* the parameters, for failure messages */
+    int cw_pair;     /* cache write: dst[1] lies in dst[0]'s buffer (one K/V tensor) */
+    char label[640]; /* the parameters, for failure messages */
 } kve_case;
 
 typedef struct kve_case_limits {

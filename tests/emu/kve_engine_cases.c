@@ -10,8 +10,8 @@
 #define CW_LEN 64 /* slots a row may hold: 4 blocks of 16 */
 
 /* Buffers after the caches: slots, token_row, then pages (block table or
- * indices), indptr, last_page_len. */
-enum { CW_SLOTS, CW_TOKEN_ROW, CW_PAGES, CW_INDPTR, CW_LAST };
+ * indices), indptr, last_page_len, and the fp8 scales [cache][CW_HEADS]. */
+enum { CW_SLOTS, CW_TOKEN_ROW, CW_PAGES, CW_INDPTR, CW_LAST, CW_SCALES };
 
 static size_t kve_cw_buf(const kve_cache_write_desc *d, int which)
 {
@@ -25,10 +25,12 @@ static size_t kve_cw_offset(uint64_t *rng)
     return offsets[kve_rand_below(rng, 8)];
 }
 
-static size_t kve_cw_pad(uint64_t *rng)
+/* Padding of a stride, in multiples of @p align (a typed cache's element). */
+static size_t kve_cw_pad_of(uint64_t *rng, size_t align)
 {
-    return kve_chance(rng, 50) ? 16 * kve_rand_below(rng, 3) : kve_rand_below(rng, 5);
+    return align * (kve_chance(rng, 50) ? 16 * kve_rand_below(rng, 3) : kve_rand_below(rng, 5));
 }
+#define kve_cw_pad(rng) kve_cw_pad_of(rng, a)
 
 /* Page tables: fills pages/indptr/last and each row's length. */
 typedef struct {
@@ -96,41 +98,115 @@ static void kve_cw_slots(uint64_t *rng, const kve_cache_write_desc *d, const kve
     }
 }
 
-/* Source strides: dense (0), padded token-major, or head-major. */
-static size_t kve_cw_src_span(uint64_t *rng, kve_cache_write_desc *d)
+/* Source strides of entries of @p e bytes: dense (0), padded token-major,
+ * or head-major; the span. */
+static size_t kve_cw_src_span(uint64_t *rng, const kve_cache_write_desc *d, size_t e, size_t a,
+                              size_t *stride_token, size_t *stride_head)
 {
-    size_t e = d->entry_bytes, T = d->n_tokens, H = d->n_heads;
+    size_t T = d->n_tokens, H = d->n_heads;
     uint32_t mode = kve_rand_below(rng, 3);
-    d->src_stride_head = mode == 1 ? e + kve_cw_pad(rng) : 0;
-    d->src_stride_token = mode == 1 ? H * d->src_stride_head + kve_cw_pad(rng) : 0;
+    *stride_head = mode == 1 ? e + kve_cw_pad(rng) : 0;
+    *stride_token = mode == 1 ? H * *stride_head + kve_cw_pad(rng) : 0;
     if (mode == 2) {
-        d->src_stride_token = e + kve_cw_pad(rng);
-        d->src_stride_head = T * d->src_stride_token + kve_cw_pad(rng);
+        *stride_token = e + kve_cw_pad(rng);
+        *stride_head = T * *stride_token + kve_cw_pad(rng);
     }
-    size_t st = mode ? d->src_stride_token : H * e, sh = mode ? d->src_stride_head : e;
+    size_t st = mode ? *stride_token : H * e, sh = mode ? *stride_head : e;
     return (T - 1) * st + (H - 1) * sh + e;
 }
 
-/* Destination strides: dense (0) or padded, in the layout's order. */
-static size_t kve_cw_dst_span(uint64_t *rng, kve_cache_write_desc *d)
+/* Destination strides (page, slot, head) of entries of @p e bytes: dense
+ * (0) or padded, in the layout's order; with @p pair, pages of two caches
+ * side by side (FlashInfer's [pages][2][...]): the page stride doubled,
+ * *half = the second cache's offset. The span. */
+static size_t kve_cw_dst_span(uint64_t *rng, const kve_cache_write_desc *d, size_t e, size_t a,
+                              int pair, size_t st[3], size_t *half)
 {
-    size_t e = d->entry_bytes, H = d->n_heads, ps = d->page_size;
+    size_t H = d->n_heads, ps = d->page_size;
     int nhd = d->layout == KVE_LAYOUT_NHD;
-    if (kve_chance(rng, 50)) {
-        d->dst_stride_page = d->dst_stride_slot = d->dst_stride_head = 0;
+    if (!pair && kve_chance(rng, 50)) {
+        st[0] = st[1] = st[2] = 0;
         return d->n_pages * ps * H * e;
     }
     if (nhd) {
-        d->dst_stride_head = e + kve_cw_pad(rng);
-        d->dst_stride_slot = H * d->dst_stride_head + kve_cw_pad(rng);
-        d->dst_stride_page = ps * d->dst_stride_slot + kve_cw_pad(rng);
+        st[2] = e + kve_cw_pad(rng);
+        st[1] = H * st[2] + kve_cw_pad(rng);
+        st[0] = ps * st[1] + kve_cw_pad(rng);
     } else {
-        d->dst_stride_slot = e + kve_cw_pad(rng);
-        d->dst_stride_head = ps * d->dst_stride_slot + kve_cw_pad(rng);
-        d->dst_stride_page = H * d->dst_stride_head + kve_cw_pad(rng);
+        st[1] = e + kve_cw_pad(rng);
+        st[2] = ps * st[1] + kve_cw_pad(rng);
+        st[0] = H * st[2] + kve_cw_pad(rng);
     }
-    return (d->n_pages - 1) * d->dst_stride_page + (ps - 1) * d->dst_stride_slot +
-           (H - 1) * d->dst_stride_head + e;
+    *half = st[0];
+    if (pair)
+        st[0] *= 2;
+    return (d->n_pages - 1) * st[0] + (ps - 1) * st[1] + (H - 1) * st[2] + e + (pair ? *half : 0);
+}
+
+/* Element types of a typed case's cache: a source, a cache, converted or
+ * not, and its scale (0 none, 1 per tensor, 2 per head; fp8 caches). */
+static const struct {
+    kve_dtype st, dt;
+    uint32_t convert, scale;
+} kve_cw_types[] = {
+    {KVE_DTYPE_F16, KVE_DTYPE_F16, 0, 0},       {KVE_DTYPE_F32, KVE_DTYPE_F16, 1, 0},
+    {KVE_DTYPE_F32, KVE_DTYPE_BF16, 1, 0},      {KVE_DTYPE_F16, KVE_DTYPE_BF16, 1, 0},
+    {KVE_DTYPE_BF16, KVE_DTYPE_FP8_E4M3, 1, 1}, {KVE_DTYPE_F16, KVE_DTYPE_FP8_E5M2, 1, 2},
+    {KVE_DTYPE_F32, KVE_DTYPE_FP8_E4M3, 1, 0},  {KVE_DTYPE_FP8_E5M2, KVE_DTYPE_F32, 1, 0},
+    {KVE_DTYPE_BF16, KVE_DTYPE_F16, 1, 0},      {KVE_DTYPE_FP8_E4M3, KVE_DTYPE_BF16, 1, 0},
+    {KVE_DTYPE_F32, KVE_DTYPE_F32, 1, 0},       {KVE_DTYPE_BF16, KVE_DTYPE_FP8_E4M3, 1, 2},
+};
+
+static uint32_t kve_cw_size(kve_dtype t)
+{
+    return t == KVE_DTYPE_F32 ? 4 : (t == KVE_DTYPE_F16 || t == KVE_DTYPE_BF16) ? 2 : 1;
+}
+
+/* Give cache @p k a typed part: types, its own dim; the scales' buffer. */
+static void kve_cw_typed_part(uint64_t *rng, kve_cache_write_desc *d, uint32_t k)
+{
+    static const uint32_t dims[] = {1, 2, 3, 4, 5, 8, 16, 33, 64, 128};
+    uint32_t i = kve_rand_below(rng, sizeof kve_cw_types / sizeof *kve_cw_types);
+    kve_cache_part *p = &d->part[k];
+    p->src_dtype = kve_cw_types[i].st;
+    p->dst_dtype = kve_cw_types[i].dt;
+    p->convert = kve_cw_types[i].convert;
+    p->dim = dims[kve_rand_below(rng, sizeof dims / sizeof *dims)];
+    p->scale = kve_cw_types[i].scale ? (const float *)(uintptr_t)1 : NULL; /* bound later */
+    p->scale_per_head = kve_cw_types[i].scale == 2;
+}
+
+/* Flat slots (vLLM's slot_mapping): each row's slot through its block
+ * table to page * page_size + offset. */
+static void kve_cw_flatten(kve_cache_write_desc *d, const kve_cw_pages *p, int64_t *slots,
+                           const int32_t *token_row)
+{
+    uint32_t heads = d->slots_stride_head ? d->n_heads : 1;
+    for (uint32_t t = 0; t < d->n_tokens; t++)
+        for (uint32_t h = 0; h < heads; h++) {
+            int64_t *s = &slots[t * d->slots_stride_token + h * d->slots_stride_head];
+            if (*s >= 0)
+                *s = (int64_t)p->pages[(size_t)token_row[t] * d->blocks_per_row +
+                                       (size_t)(*s / d->page_size)] *
+                         d->page_size +
+                     *s % d->page_size;
+        }
+    d->page_table = KVE_PAGES_FLAT;
+}
+
+/* vLLM's padding: a token with no slot may carry any row. */
+static void kve_cw_pad_rows(uint64_t *rng, const kve_cache_write_desc *d, const int64_t *slots,
+                            int32_t *token_row)
+{
+    uint32_t heads = d->slots_stride_head ? d->n_heads : 1;
+    for (uint32_t t = 0; t < d->n_tokens; t++) {
+        int any = 0;
+        for (uint32_t h = 0; h < heads; h++)
+            any |= slots[t * d->slots_stride_token + h * d->slots_stride_head] != -1;
+        if (!any && kve_chance(rng, 60))
+            token_row[t] = kve_chance(rng, 50) ? -1 - (int32_t)kve_rand_below(rng, 1000)
+                                               : (int32_t)(d->n_rows + kve_rand_below(rng, 9));
+    }
 }
 
 /* Break one thing the host checks: a row, a slot, a page id, indptr or
@@ -149,8 +225,9 @@ static void kve_cw_break(uint64_t *rng, const kve_cache_write_desc *d, const kve
         static const int64_t low[] = {-2, -3, -17, -1000, INT64_MIN / 2};
         uint32_t h = d->slots_stride_head ? kve_rand_below(rng, d->n_heads) : 0;
         int64_t *s = &slots[t * d->slots_stride_token + h * d->slots_stride_head];
-        *s = kve_chance(rng, 50) ? low[kve_rand_below(rng, 5)]
-                                 : (int64_t)p->len[token_row[t]] + kve_rand_below(rng, 3);
+        int64_t len = d->page_table == KVE_PAGES_FLAT ? (int64_t)d->n_pages * d->page_size
+                                                      : (int64_t)p->len[token_row[t]];
+        *s = kve_chance(rng, 50) ? low[kve_rand_below(rng, 5)] : len + kve_rand_below(rng, 3);
     } else if (what == 2 && p->n_pt) {
         pages[kve_rand_below(rng, p->n_pt)] = kve_chance(rng, 50)
                                                   ? -1 - (int32_t)kve_rand_below(rng, 3)
@@ -178,7 +255,9 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
     d->entry_bytes = entry_sizes[kve_rand_below(rng, sizeof entry_sizes / sizeof *entry_sizes)];
     d->n_caches = 1 + kve_rand_below(rng, 3);
     d->layout = kve_chance(rng, 50) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
-    d->page_table = (kve_page_table)kve_rand_below(rng, 3);
+    /* flat slots are made as block-table ones, then translated */
+    int flat = kve_chance(rng, 20);
+    d->page_table = flat ? KVE_PAGES_BLOCK_TABLE : (kve_page_table)kve_rand_below(rng, 3);
     d->page_size = kve_chance(rng, 20) ? 16 : 1 + kve_rand_below(rng, 6);
     d->n_rows = 1 + kve_rand_below(rng, CW_ROWS);
     kve_cw_pages p;
@@ -189,23 +268,80 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
     d->slots_stride_token = by_head ? 1 : (shared ? 1 : d->n_heads) + kve_rand_below(rng, 3);
     size_t n_slots = (d->n_tokens - 1) * d->slots_stride_token +
                      (shared ? 0 : d->n_heads - 1) * d->slots_stride_head + 1;
-    size_t src_off[KVE_MAX_CACHES], dst_off[KVE_MAX_CACHES];
-    size_t src_span = kve_cw_src_span(rng, d), dst_span = kve_cw_dst_span(rng, d);
+    /* typed: each cache its own types, dim and strides; pair: caches 0 and 1
+     * in one tensor [pages][2][...] (same strides, so the same types) */
+    int typed = kve_chance(rng, 40), pair = d->n_caches >= 2 && kve_chance(rng, 20);
+    size_t src_off[KVE_MAX_CACHES], dst_off[KVE_MAX_CACHES], span[2 * KVE_MAX_CACHES];
+    size_t shared_span = 0, half = 0, a = 1, st[3];
+    for (uint32_t k = 0; k < d->n_caches; k++) {
+        kve_cache_part *q = &d->part[k];
+        if (typed)
+            kve_cw_typed_part(rng, d, k);
+        if (pair && k == 1)
+            *q = d->part[0]; /* one tensor: one type, one set of strides */
+        if (!typed && !pair && k > 0 && kve_chance(rng, 50)) {
+            span[k] = span[0]; /* a zeroed part: cache 0's (desc-wide) strides */
+            span[d->n_caches + k] = span[d->n_caches];
+            continue;
+        }
+        size_t se = typed ? q->dim * kve_cw_size(q->src_dtype) : d->entry_bytes;
+        size_t de = typed ? q->dim * kve_cw_size(q->dst_dtype) : d->entry_bytes;
+        a = typed ? kve_cw_size(q->src_dtype) : 1;
+        int wide = !typed && k == 0; /* untyped cache 0: the desc-wide strides */
+        size_t *sst = wide ? &d->src_stride_token : &q->src_stride_token,
+               *ssh = wide ? &d->src_stride_head : &q->src_stride_head;
+        span[k] = kve_cw_src_span(rng, d, se, a, sst, ssh);
+        if (!typed && !wide && !*sst) /* dense, spelled out: 0 would take cache 0's */
+            *ssh = se, *sst = d->n_heads * se;
+        a = typed ? kve_cw_size(q->dst_dtype) : 1;
+        if (pair && k == 1) {
+            span[d->n_caches + k] = 0; /* inside cache 0's buffer */
+            continue;
+        }
+        span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, pair && k == 0, st, &half);
+        if (!typed && !pair && k > 0 && !st[0]) { /* dense, spelled out */
+            int nhd = d->layout == KVE_LAYOUT_NHD;
+            st[2] = nhd ? de : d->page_size * de;
+            st[1] = nhd ? d->n_heads * de : de;
+            st[0] = d->page_size * d->n_heads * de;
+        }
+        if (wide && !pair)
+            d->dst_stride_page = st[0], d->dst_stride_slot = st[1], d->dst_stride_head = st[2];
+        else
+            q->dst_stride_page = st[0], q->dst_stride_slot = st[1], q->dst_stride_head = st[2];
+        if (k == 0)
+            shared_span = half;
+    }
     for (uint32_t k = 0; k < 2 * d->n_caches; k++) {
-        size_t off = kve_cw_offset(rng);
+        size_t al = 1;
+        if (typed) {
+            const kve_cache_part *q = &d->part[k % d->n_caches];
+            al = kve_cw_size(k < d->n_caches ? q->src_dtype : q->dst_dtype);
+        }
+        size_t off = (kve_cw_offset(rng) + al - 1) / al * al;
         *(k < d->n_caches ? &src_off[k] : &dst_off[k - d->n_caches]) = off;
-        if (kve_case_add(c, off + (k < d->n_caches ? src_span : dst_span)))
+        if (kve_case_add(c, span[k] ? off + span[k] : 0))
             return -1;
         for (size_t i = 0; i < c->bytes[k] && k < d->n_caches; i++)
             c->master[k][i] = (unsigned char)kve_rand(rng);
     }
+    if (pair)
+        dst_off[1] = dst_off[0] + shared_span;
+    c->cw_pair = pair;
     if (kve_case_add(c, n_slots * 8) || kve_case_add(c, d->n_tokens * 4) ||
         kve_case_add(c, (p.n_pt + 1) * 4) || kve_case_add(c, (d->n_rows + 1) * 4) ||
-        kve_case_add(c, d->n_rows * 4))
+        kve_case_add(c, d->n_rows * 4) || kve_case_add(c, d->n_caches * CW_HEADS * 4))
         return -1;
-    memset(c->master[kve_cw_buf(d, CW_SLOTS)], 0xff, n_slots * 8);
-    kve_cw_slots(rng, d, &p, (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)],
-                 (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)]);
+    float *scales = (float *)c->master[kve_cw_buf(d, CW_SCALES)];
+    for (uint32_t i = 0; i < d->n_caches * CW_HEADS; i++) /* 2^-8 .. 2^7, odd mantissas */
+        scales[i] =
+            (float)(1 + 2 * kve_rand_below(rng, 64)) / (float)(1u << kve_rand_below(rng, 15));
+    int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
+    int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
+    memset(slots, 0xff, n_slots * 8);
+    kve_cw_slots(rng, d, &p, slots, token_row);
+    if (flat)
+        kve_cw_flatten(d, &p, slots, token_row);
     memcpy(c->master[kve_cw_buf(d, CW_PAGES)], p.pages, p.n_pt * 4);
     memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->n_rows + 1) * 4);
     memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->n_rows * 4);
@@ -216,16 +352,27 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
     uint32_t breaks = lim->errors ? 1 + kve_rand_below(rng, 2) : 0;
     for (uint32_t i = 0; i < breaks; i++)
         kve_cw_break(rng, d, &p, c);
-    static const char *const tables[] = {"none", "block_table", "indptr"};
-    snprintf(c->label, sizeof c->label,
-             "cache_write: %u tokens x %u heads, entry %zu, %u caches, %s, pages %s (size %u, "
-             "%u rows, %u pages), slots strides %zu/%zu, src strides %zu/%zu, dst strides "
-             "%zu/%zu/%zu",
-             d->n_tokens, d->n_heads, d->entry_bytes, d->n_caches,
-             d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->page_table], d->page_size,
-             d->n_rows, d->n_pages, d->slots_stride_token, d->slots_stride_head,
-             d->src_stride_token, d->src_stride_head, d->dst_stride_page, d->dst_stride_slot,
-             d->dst_stride_head);
+    kve_cw_pad_rows(rng, d, slots, token_row);
+    static const char *const tables[] = {"none", "block_table", "indptr", "flat"};
+    int at = snprintf(c->label, sizeof c->label,
+                      "cache_write: %u tokens x %u heads, entry %zu, %u caches%s, %s, pages %s "
+                      "(size %u, %u rows, %u pages), slots strides %zu/%zu, src strides %zu/%zu, "
+                      "dst strides %zu/%zu/%zu",
+                      d->n_tokens, d->n_heads, d->entry_bytes, d->n_caches,
+                      pair ? " (0 and 1 in one tensor)" : "",
+                      d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->page_table],
+                      d->page_size, d->n_rows, d->n_pages, d->slots_stride_token,
+                      d->slots_stride_head, d->src_stride_token, d->src_stride_head,
+                      d->dst_stride_page, d->dst_stride_slot, d->dst_stride_head);
+    for (uint32_t k = 0; k < d->n_caches && at > 0 && (size_t)at < sizeof c->label; k++) {
+        const kve_cache_part *q = &d->part[k];
+        at += snprintf(c->label + at, sizeof c->label - (size_t)at,
+                       "; part %u: types %d->%d%s dim %u scale %s, strides %zu/%zu %zu/%zu/%zu", k,
+                       q->src_dtype, q->dst_dtype, q->convert ? " converted" : "", q->dim,
+                       q->scale ? (q->scale_per_head ? "per head" : "per tensor") : "none",
+                       q->src_stride_token, q->src_stride_head, q->dst_stride_page,
+                       q->dst_stride_slot, q->dst_stride_head);
+    }
     return 0;
 }
 
@@ -235,10 +382,14 @@ void kve_case_bind_cache_write(const kve_case *c, const kve_case_bufs *bufs,
     *d = c->cw;
     for (uint32_t k = 0; k < d->n_caches; k++) {
         d->src[k] = bufs->p[k] + (uintptr_t)c->cw.src[k];
-        d->dst[k] = bufs->p[d->n_caches + k] + (uintptr_t)c->cw.dst[k];
+        d->dst[k] = bufs->p[d->n_caches + (c->cw_pair && k == 1 ? 0 : k)] + (uintptr_t)c->cw.dst[k];
+        if (d->part[k].scale)
+            d->part[k].scale = (const float *)bufs->p[kve_cw_buf(d, CW_SCALES)] + k * CW_HEADS;
     }
     d->slots = (const int64_t *)bufs->p[kve_cw_buf(d, CW_SLOTS)];
-    d->token_row = (const int32_t *)bufs->p[kve_cw_buf(d, CW_TOKEN_ROW)];
+    d->token_row = d->page_table == KVE_PAGES_FLAT
+                       ? NULL
+                       : (const int32_t *)bufs->p[kve_cw_buf(d, CW_TOKEN_ROW)];
     const int32_t *pages = (const int32_t *)bufs->p[kve_cw_buf(d, CW_PAGES)];
     if (d->page_table == KVE_PAGES_BLOCK_TABLE)
         d->block_table = pages;
@@ -260,7 +411,7 @@ long long kve_message_token(const char *msg)
 
 /* kve_cache_write on the CPU, over fresh host copies, of tokens [0, n)
  * when @p n > 0; else of token @p t alone, with the slots of its heads in
- * [h0, h1) and -1 for the others (its row is checked in any case). */
+ * [h0, h1) and -1 for the others (its row is checked when a slot is kept). */
 static kve_status kve_cw_probe(kve_context *cpu, const kve_case *c, uint32_t n, uint32_t t,
                                uint32_t h0, uint32_t h1)
 {
@@ -273,14 +424,21 @@ static kve_status kve_cw_probe(kve_context *cpu, const kve_case *c, uint32_t n, 
     if (n) {
         d.n_tokens = n;
     } else {
-        size_t st = d.src_stride_token ? d.src_stride_token : d.n_heads * d.entry_bytes;
-        for (uint32_t k = 0; k < d.n_caches; k++)
+        for (uint32_t k = 0; k < d.n_caches; k++) {
+            const kve_cache_part *q = &d.part[k];
+            size_t st = q->src_stride_token  ? q->src_stride_token
+                        : d.src_stride_token ? d.src_stride_token
+                                             : d.n_heads * (q->dim ? q->dim * kve_cw_size(
+                                                                                 q->src_dtype)
+                                                                   : d.entry_bytes);
             d.src[k] = (const unsigned char *)d.src[k] + t * st;
+        }
         for (uint32_t h = 0; h < CW_HEADS; h++)
             one[h] = h >= h0 && h < h1 && h < d.n_heads
                          ? d.slots[t * d.slots_stride_token + h * d.slots_stride_head]
                          : -1;
-        d.token_row += t;
+        if (d.token_row)
+            d.token_row += t;
         d.slots = one;
         d.n_tokens = 1;
         d.slots_stride_token = CW_HEADS;
@@ -309,7 +467,8 @@ int kve_cw_check_blame(kve_context *cpu, const kve_case *c, const char *msg, cha
                  kve_last_error());
         return 1;
     }
-    if (kve_cw_probe(cpu, c, 0, tt, hh, h < 0 ? hh : hh + 1) == KVE_OK) {
+    /* a row error needs a slot (padding reads no row): all of the token's */
+    if (kve_cw_probe(cpu, c, 0, tt, h < 0 ? 0 : hh, h < 0 ? CW_HEADS : hh + 1) == KVE_OK) {
         snprintf(why, why_bytes, "\"%s\": the CPU accepts that entry", msg);
         return 1;
     }

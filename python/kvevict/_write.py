@@ -1,0 +1,162 @@
+"""kve_cache_write from arrays: shapes, element types and strides of each
+cache read off the tensors (numpy arrays or torch tensors), checked here
+with messages naming both sides, then one library call."""
+
+import ctypes
+from typing import Any, Optional, Sequence, Tuple
+
+from . import _arrays, _lib
+from ._lib import MAX_CACHES, check, lib
+
+_LAYOUTS = {"nhd": 0, "hnd": 1, "contiguous": 1}
+_TABLES = ("block_table", "indptr", "indices", "last_page_len")
+
+
+def _page_view(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, int]:
+    """(pages, page_size, heads, stride_page, stride_slot, stride_head) of a cache."""
+    if layout == "nhd":
+        return d.shape[0], d.shape[1], d.shape[2], d.strides[0], d.strides[1], d.strides[2]
+    return d.shape[0], d.shape[2], d.shape[1], d.strides[0], d.strides[2], d.strides[1]
+
+
+def _types(s: _arrays.View, d: _arrays.View, cache_dtype: str,
+           convert: bool) -> Tuple[int, int, int]:
+    """(src kve_dtype, dst kve_dtype, convert) of one cache, or TypeError naming both."""
+    st = _arrays.KVE_DTYPES.get(s.dtype, 0)
+    dt = _arrays.KVE_DTYPES.get(d.dtype, 0)
+    if cache_dtype in _arrays.FP8_CACHE_DTYPES:
+        if d.itemsize != 1:
+            raise TypeError("%s: dtype %s, but kv_cache_dtype %r needs a one-byte cache (uint8)"
+                            % (d.name, d.dtype, cache_dtype))
+        dt, convert = _arrays.FP8_CACHE_DTYPES[cache_dtype], True
+    elif cache_dtype != "auto":
+        raise ValueError("kv_cache_dtype = %r: expected 'auto', 'fp8', 'fp8_e4m3' or 'fp8_e5m2'"
+                         % cache_dtype)
+    if st == dt and (st or s.dtype == d.dtype):
+        return st, dt, 0  # the same type: bytes copied
+    if not st or not dt:
+        raise TypeError("%s is %s and %s is %s: only float32, float16, bfloat16 and fp8 convert"
+                        % (s.name, s.dtype, d.name, d.dtype if not dt or cache_dtype == "auto"
+                           else cache_dtype))
+    if not convert:
+        raise TypeError("%s is %s but %s is %s: pass convert=True to convert in the kernel"
+                        % (s.name, s.dtype, d.name, d.dtype))
+    return st, dt, 1
+
+
+def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
+                token_row: Any = None, *, layout: str = "nhd", block_table: Any = None,
+                indptr: Any = None, indices: Any = None, last_page_len: Any = None,
+                kv_cache_dtype: Any = "auto", scales: Optional[Sequence[Any]] = None,
+                convert: bool = False) -> None:
+    """Write new K/V rows into caches (kve_cache_write), converting types.
+
+    srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
+    dsts: the caches, "nhd" [pages, page_size, heads, *entry] (vLLM),
+    "hnd" [pages, heads, page_size, *entry] (FlashInfer) or "contiguous"
+    [seqs, heads, slots, *entry]; any strides, so views of one tensor holding
+    K and V ([pages, 2, ...][:, 0] and [:, 1]) work. Each cache may have its
+    own entry size and type (head_dim_v != head_dim_k; MLA's parts).
+
+    slots: int64 [tokens, heads], or [tokens, 1] / [tokens] (one slot for
+    every head); -1 = skip (vLLM's padding: such a token's row is not read).
+    Where they point: with token_row (int32 [tokens]) the slot is within the
+    token's row, through block_table [rows, blocks_per_row] (vLLM), indptr /
+    indices / last_page_len (FlashInfer) or, with neither, row = page
+    ("contiguous"); without token_row the slots are flat, page * page_size +
+    offset (vLLM's slot_mapping).
+
+    Types: a cache of the source's dtype is copied byte for byte. Different
+    float types (float32, float16, bfloat16) need convert=True;
+    kv_cache_dtype "fp8" / "fp8_e4m3" / "fp8_e5m2" stores uint8 caches as
+    fp8, saturating (a list gives each cache its own), with scales[c]
+    (float32 [1] or [heads], or None) as vLLM's k_scale / v_scale:
+    stored = fp8(src / scale).
+    """
+    n = len(srcs)
+    if not 1 <= n == len(dsts) <= MAX_CACHES:
+        raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
+                         % (MAX_CACHES, n, len(dsts)))
+    if layout not in _LAYOUTS:
+        raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
+    if scales is not None and len(scales) != n:
+        raise ValueError("scales: one per cache (or None), got %d for %d caches"
+                         % (len(scales), n))
+    d = _lib.CacheWriteDesc()
+    views = []
+    geometry = None
+    for c in range(n):
+        s, t = _arrays.View(srcs[c], "srcs[%d]" % c), _arrays.View(dsts[c], "dsts[%d]" % c)
+        if len(s.shape) < 3 or len(t.shape) < 4:
+            raise ValueError("%s needs [tokens, heads, *entry], %s 4+ dimensions (got %s, %s)"
+                             % (s.name, t.name, s.shape, t.shape))
+        p = d.part[c]
+        cd = kv_cache_dtype if isinstance(kv_cache_dtype, str) else kv_cache_dtype[c]
+        p.src_dtype, p.dst_dtype, p.convert = _types(s, t, cd, convert)
+        dims = s.dense_tail(2) // s.itemsize
+        if t.dense_tail(3) // t.itemsize != dims:
+            raise ValueError("%s: entry of %d elements, %s has %d"
+                             % (t.name, t.dense_tail(3) // t.itemsize, s.name, dims))
+        pages, page_size, heads, sp, ss, sh = _page_view(layout, t)
+        here = (s.shape[0], heads, pages, page_size)
+        if geometry is not None and here != geometry:
+            raise ValueError("%s / %s: (tokens, heads, pages, page_size) %s, cache 0 has %s"
+                             % (s.name, t.name, here, geometry))
+        if s.shape[1] != heads:
+            raise ValueError("%s has %d heads, %s %d" % (s.name, s.shape[1], t.name, heads))
+        geometry = here
+        p.dim = dims
+        p.src_stride_token, p.src_stride_head = s.strides[0], s.strides[1]
+        p.dst_stride_page, p.dst_stride_slot, p.dst_stride_head = sp, ss, sh
+        if scales is not None and scales[c] is not None:
+            sv = _arrays.View(scales[c], "scales[%d]" % c, "float32", 1)
+            if sv.shape[0] not in (1, heads):
+                raise ValueError("%s: %d values, expected 1 or %d (heads)"
+                                 % (sv.name, sv.shape[0], heads))
+            p.scale, p.scale_per_head = sv.ptr, int(sv.shape[0] > 1)
+            views.append(sv)
+        d.src[c], d.dst[c] = s.ptr, t.ptr
+        views += (s, t)
+    tokens, heads, pages, page_size = geometry
+    slot_v = _arrays.View(slots, "slots", "int64")
+    if len(slot_v.shape) not in (1, 2) or slot_v.shape[0] != tokens or (
+            len(slot_v.shape) == 2 and slot_v.shape[1] not in (1, heads)):
+        raise ValueError("slots: shape %s, expected (%d, %d), (%d, 1) or (%d,)"
+                         % (slot_v.shape, tokens, heads, tokens, tokens))
+    d.n_tokens, d.n_heads, d.n_caches = tokens, heads, n
+    d.layout, d.page_size, d.n_pages = _LAYOUTS[layout], page_size, pages
+    d.slots = slot_v.ptr
+    d.slots_stride_token = slot_v.strides[0] // 8
+    d.slots_stride_head = slot_v.strides[1] // 8 if len(slot_v.shape) == 2 and \
+        slot_v.shape[1] > 1 else 0
+    views.append(slot_v)
+    tables = {}
+    for name, x in zip(_TABLES, (block_table, indptr, indices, last_page_len)):
+        if x is not None:
+            tables[name] = _arrays.View(x, name, "int32")
+            tables[name].contiguous()
+            views.append(tables[name])
+    if token_row is None:
+        if tables:
+            raise ValueError("%s given without token_row: flat slots need no table"
+                             % ", ".join(tables))
+        d.page_table = 3  # KVE_PAGES_FLAT
+    else:
+        row_v = _arrays.View(token_row, "token_row", "int32", 1)
+        row_v.contiguous()
+        views.append(row_v)
+        d.token_row = row_v.ptr
+        if "block_table" in tables:
+            bt = tables["block_table"]
+            d.page_table, d.block_table = 1, bt.ptr
+            d.n_rows, d.blocks_per_row = bt.shape
+        elif "indptr" in tables:
+            if "indices" not in tables or "last_page_len" not in tables:
+                raise ValueError("indptr needs indices and last_page_len")
+            d.page_table, d.n_rows = 2, tables["indptr"].shape[0] - 1
+            d.indptr, d.indices = tables["indptr"].ptr, tables["indices"].ptr
+            d.last_page_len = tables["last_page_len"].ptr
+        else:
+            d.page_table, d.n_rows = 0, pages
+    ctx._prepare(views)
+    check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")

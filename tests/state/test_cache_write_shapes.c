@@ -1,0 +1,329 @@
+/* test_cache_write_shapes.c — the engines' tensor shapes through
+ * kve_cache_write, each checked against plain multi-dimensional indexing:
+ * FlashInfer's one K/V tensor [pages][2][...], MLA's latent + rope parts of
+ * one entry, head_dim_v != head_dim_k, vLLM's flat slot_mapping with -1
+ * padding; and the errors of overlaps, types and parts. */
+#include "kve_convert_ref.h"
+#include "kve_state_test.h"
+
+enum { P = 6, PS = 4, H = 2, D = 8 };
+
+static void fill(uint64_t *rng, void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ((unsigned char *)p)[i] = (unsigned char)kt_next(rng);
+}
+
+/* FlashInfer's paged_kv_cache [pages][2][page_size][heads][D] (NHD) or
+ * [pages][2][heads][page_size][D] (HND), f16: K and V in one tensor. */
+START_TEST(kv_one_tensor)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 31;
+    int hnd = _i;
+    enum { T = 5 };
+    uint16_t cache[P][2][PS * H * D], want[P][2][PS * H * D], k[T][H][D], v[T][H][D];
+    fill(&rng, cache, sizeof cache);
+    fill(&rng, k, sizeof k);
+    fill(&rng, v, sizeof v);
+    memcpy(want, cache, sizeof cache);
+    int32_t indptr[3] = {0, 2, 3}, indices[3] = {4, 1, 5}, last[2] = {3, 2};
+    int32_t row[T] = {0, 1, 0, 1, 0};
+    int64_t slots[T] = {0, 0, 6, 1, 2}; /* one slot for every head (FlashInfer) */
+    for (int t = 0; t < T; t++) {
+        int32_t page = indices[indptr[row[t]] + slots[t] / PS];
+        int in = (int)(slots[t] % PS);
+        for (int h = 0; h < H; h++) {
+            size_t at = hnd ? ((size_t)h * PS + in) * D : ((size_t)in * H + h) * D;
+            memcpy(&want[page][0][at], k[t][h], 2 * D);
+            memcpy(&want[page][1][at], v[t][h], 2 * D);
+        }
+    }
+    kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 2,
+                              .src = {k, v}, .dst = {cache[0][0], cache[0][1]},
+                              .layout = hnd ? KVE_LAYOUT_HND : KVE_LAYOUT_NHD,
+                              .dst_stride_page = sizeof cache[0], .page_size = PS, .n_pages = P,
+                              .slots = slots, .slots_stride_token = 1, .token_row = row,
+                              .n_rows = 2, .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
+                              .indices = indices, .last_page_len = last};
+    for (int c = 0; c < 2; c++)
+        d.part[c].src_dtype = d.part[c].dst_dtype = KVE_DTYPE_F16;
+    KT_OK(kve_cache_write(ctx, &d));
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+    /* V's entries shifted by one element into K's: refused, entry by entry */
+    d.dst[1] = &cache[0][0][1];
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst[1]");
+    /* V one page on: its entries are K's of the next page */
+    d.dst[1] = cache[1][0];
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "share entry bytes");
+    /* different strides and overlapping spans: refused as a whole */
+    d.dst[1] = cache[0][1];
+    d.part[1].dst_stride_page = sizeof cache[0] + 2 * D;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst[1]");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* MLA: kv_c_and_k_pe_cache [pages][page_size][latent + rope] (one head),
+ * the latent from a bf16 source into an fp8 part with a scale, the rope
+ * part copied: two caches with their own dim in one tensor; and K / V with
+ * head_dim 8 and 4 in their own tensors. */
+START_TEST(mla_and_head_dims)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 32;
+    enum { T = 6, LAT = 16, ROPE = 4, W = LAT + 2 * ROPE }; /* fp8 latent, f16 rope: bytes */
+    unsigned char cache[P][PS][W], want[P][PS][W];
+    uint16_t lat[T][LAT], rope[T][ROPE];
+    fill(&rng, cache, sizeof cache);
+    fill(&rng, rope, sizeof rope);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < LAT; i++) /* bf16 of modest values, some beyond 448 * scale */
+            lat[t][i] = (uint16_t)(kr_bits((float)((int)kt_below(&rng, 4000) - 2000) / 3) >> 16);
+    memcpy(want, cache, sizeof cache);
+    int32_t bt[2 * 3] = {5, 0, 3, 2, 4, 1}, row[T] = {0, 1, 1, 0, 0, 1};
+    int64_t slots[T] = {1, 0, 11, 7, -1, 5};
+    float scale = 0.5f;
+    for (int t = 0; t < T; t++) {
+        if (slots[t] < 0)
+            continue;
+        unsigned char *e = want[bt[row[t] * 3 + slots[t] / PS]][slots[t] % PS];
+        for (int i = 0; i < LAT; i++)
+            e[i] = (unsigned char)kr_convert(lat[t][i], KVE_DTYPE_BF16, KVE_DTYPE_FP8_E4M3, 1,
+                                             scale);
+        memcpy(e + LAT, rope[t], 2 * ROPE);
+    }
+    kve_cache_write_desc d = {.n_tokens = T, .n_heads = 1, .n_caches = 2, .src = {lat, rope},
+                              .dst = {cache, &cache[0][0][LAT]}, .layout = KVE_LAYOUT_NHD,
+                              .dst_stride_page = PS * W, .dst_stride_slot = W, .page_size = PS,
+                              .n_pages = P, .slots = slots, .slots_stride_token = 1,
+                              .token_row = row, .n_rows = 2, .page_table = KVE_PAGES_BLOCK_TABLE,
+                              .block_table = bt, .blocks_per_row = 3};
+    d.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_BF16, .dst_dtype = KVE_DTYPE_FP8_E4M3,
+                                 .convert = 1, .dim = LAT, .scale = &scale};
+    d.part[1] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16,
+                                 .dim = ROPE};
+    KT_OK(kve_cache_write(ctx, &d));
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+    d.part[0].dim = LAT + 1; /* the latent would run into the rope */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "share entry bytes");
+
+    /* K head_dim 8 (f32 -> f16), V head_dim 4 (f32 -> e5m2, a scale per head) */
+    float k[T][H][8], v[T][H][4], vs[H] = {2.0f, 0.125f};
+    uint16_t kc[P][PS][H][8], kw[P][PS][H][8];
+    uint8_t vc[P][PS][H][4], vw[P][PS][H][4];
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < 8; i++) {
+                k[t][h][i] = kr_f32((uint32_t)kt_next(&rng));
+                v[t][h][i % 4] = (float)((int)kt_below(&rng, 1 << 20)) / 8;
+            }
+    fill(&rng, kc, sizeof kc);
+    fill(&rng, vc, sizeof vc);
+    memcpy(kw, kc, sizeof kc);
+    memcpy(vw, vc, sizeof vc);
+    int64_t hs[T][H] = {{0, 1}, {2, 3}, {4, -1}, {5, 6}, {7, 0}, {-1, 9}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            int64_t s = hs[t][h];
+            if (s < 0)
+                continue;
+            int page = bt[row[t] * 3 + s / PS], in = (int)(s % PS);
+            for (int i = 0; i < 8; i++)
+                kw[page][in][h][i] =
+                    (uint16_t)kr_convert(kr_bits(k[t][h][i]), KVE_DTYPE_F32, KVE_DTYPE_F16, 0, 1);
+            for (int i = 0; i < 4; i++)
+                vw[page][in][h][i] = (uint8_t)kr_convert(kr_bits(v[t][h][i]), KVE_DTYPE_F32,
+                                                         KVE_DTYPE_FP8_E5M2, 1, vs[h]);
+        }
+    kve_cache_write_desc kv = {.n_tokens = T, .n_heads = H, .n_caches = 2, .src = {k, v},
+                               .dst = {kc, vc}, .layout = KVE_LAYOUT_NHD, .page_size = PS,
+                               .n_pages = P, .slots = &hs[0][0], .slots_stride_token = H,
+                               .slots_stride_head = 1, .token_row = row, .n_rows = 2,
+                               .page_table = KVE_PAGES_BLOCK_TABLE, .block_table = bt,
+                               .blocks_per_row = 3};
+    kv.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F32, .dst_dtype = KVE_DTYPE_F16,
+                                  .convert = 1, .dim = 8};
+    kv.part[1] = (kve_cache_part){.src_dtype = KVE_DTYPE_F32, .dst_dtype = KVE_DTYPE_FP8_E5M2,
+                                  .convert = 1, .dim = 4, .scale = vs, .scale_per_head = 1};
+    KT_OK(kve_cache_write(ctx, &kv));
+    ck_assert(memcmp(kc, kw, sizeof kc) == 0);
+    ck_assert(memcmp(vc, vw, sizeof vc) == 0);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* vLLM's reshape_and_cache_flash: key [T][H][D], slot_mapping [T] of
+ * global slots (block * block_size + offset), -1 for padding, caches
+ * [blocks][block_size][H][D]; and padding in the block-table mode, whose
+ * token_row is then never read. */
+START_TEST(flat_slots_and_padding)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 33;
+    enum { T = 7 };
+    uint16_t key[T][H][D], cache[P][PS][H][D], want[P][PS][H][D];
+    fill(&rng, key, sizeof key);
+    fill(&rng, cache, sizeof cache);
+    memcpy(want, cache, sizeof cache);
+    int64_t map[T] = {13, -1, 0, 23, -1, 6, 7};
+    for (int t = 0; t < T; t++)
+        if (map[t] >= 0)
+            memcpy(want[map[t] / PS][map[t] % PS], key[t], sizeof key[t]);
+    kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
+                              .src = {key}, .dst = {cache}, .layout = KVE_LAYOUT_NHD,
+                              .page_size = PS, .n_pages = P, .slots = map,
+                              .slots_stride_token = 1, .page_table = KVE_PAGES_FLAT};
+    KT_OK(kve_cache_write(ctx, &d));
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+    map[3] = P * PS;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "desc.slots[token 3][head 0] = 24: must be -1 or 0..23 (n_pages * page_size");
+    map[3] = 23;
+
+    /* block table: padded tokens carry any row */
+    int32_t bt[2] = {3, 1}, row[T] = {0, -5, 1, 1, 99, 0, 0};
+    int64_t ls[T] = {1, -1, 4, 5, -1, 2, 3};
+    d.page_table = KVE_PAGES_BLOCK_TABLE;
+    d.block_table = bt;
+    d.blocks_per_row = 2;
+    d.n_rows = 1;
+    d.token_row = row;
+    d.slots = ls;
+    row[2] = row[3] = 0;
+    KT_OK(kve_cache_write(ctx, &d));
+    for (int t = 0; t < T; t++)
+        if (ls[t] >= 0)
+            memcpy(want[bt[ls[t] / PS]][ls[t] % PS], key[t], sizeof key[t]);
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+    ls[4] = 0; /* a slot: now its row must be one */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.token_row[4] = 99");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(type_errors)
+{
+    kve_context *ctx = ks_context();
+    uint16_t src[H][D], dst[P][PS][H][D];
+    float scale = 1;
+    int64_t slot = 0;
+    int32_t row = 0;
+    kve_cache_write_desc ok = {.n_tokens = 1, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
+                               .src = {src}, .dst = {dst}, .layout = KVE_LAYOUT_NHD,
+                               .page_size = PS, .n_pages = P, .slots = &slot,
+                               .slots_stride_token = 1, .token_row = &row, .n_rows = 1,
+                               .page_table = KVE_PAGES_NONE};
+    ok.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16};
+    KT_OK(kve_cache_write(ctx, &ok));
+    kve_cache_write_desc d = ok;
+    d.part[0].dst_dtype = KVE_DTYPE_BF16;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID,
+               "desc.part[0]: source type f16 and cache type bf16 differ, and convert is 0");
+    d.part[0].convert = 1;
+    KT_OK(kve_cache_write(ctx, &d));
+    d.part[0].convert = 2;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].convert = 2");
+    d = ok;
+    d.part[0].src_dtype = KVE_DTYPE_RAW;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "source type raw and cache type f16");
+    d.part[0].convert = 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "raw bytes have no type");
+    d = ok;
+    d.part[0].scale = &scale;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale: a scale needs");
+    d.part[0].convert = 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "cache f16");
+    d.part[0].dst_dtype = KVE_DTYPE_FP8_E4M3;
+    d.part[0].dim = D;
+    KT_OK(kve_cache_write(ctx, &d));
+    d.part[0].scale_per_head = 3;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale_per_head = 3");
+    d = ok;
+    d.part[0].dst_dtype = (kve_dtype)9;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].dst_dtype = 9");
+    d = ok;
+    d.entry_bytes = 2 * D + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "not a whole number of f16 elements");
+    d = ok;
+    d.src[0] = (const char *)src + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "multiple of 2 bytes");
+    d = ok;
+    d.part[0].dst_stride_slot = 2 * H * D + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.dst[0]");
+    d = ok;
+    d.entry_bytes = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.entry_bytes = 0");
+    d.part[0].dim = D;
+    KT_OK(kve_cache_write(ctx, &d));
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* Two caches on one lattice (equal strides), at random offsets and entry
+ * sizes: refused exactly when some entry of one shares a byte with some
+ * entry of the other, by brute force over every pair of entries. */
+START_TEST(overlap_entry_by_entry)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 34;
+    static unsigned char buf[1 << 16], src[64];
+    unsigned refused = 0, accepted = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        uint32_t ext[3] = {1 + kt_below(&rng, 3), 1 + kt_below(&rng, 3), 1 + kt_below(&rng, 3)};
+        size_t e[2] = {1 + kt_below(&rng, 6), 1 + kt_below(&rng, 6)}, st[3];
+        int order[3] = {0, 1, 2}; /* nest the dims in a random order */
+        for (int i = 2; i > 0; i--) {
+            int j = (int)kt_below(&rng, (uint32_t)i + 1), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        size_t span = e[0] > e[1] ? e[0] : e[1];
+        for (int i = 0; i < 3; i++) {
+            st[order[i]] = span + kt_below(&rng, 4);
+            span = st[order[i]] * ext[order[i]];
+        }
+        size_t delta = kt_below(&rng, (uint32_t)span + 2);
+        int meet = 0; /* brute force: offsets of every entry of each */
+        for (uint32_t a = 0; a < ext[0] * ext[1] * ext[2] && !meet; a++)
+            for (uint32_t b = 0; b < ext[0] * ext[1] * ext[2] && !meet; b++) {
+                size_t oa = (a % ext[0]) * st[0] + (a / ext[0] % ext[1]) * st[1] +
+                            (a / ext[0] / ext[1]) * st[2];
+                size_t ob = delta + (b % ext[0]) * st[0] + (b / ext[0] % ext[1]) * st[1] +
+                            (b / ext[0] / ext[1]) * st[2];
+                meet = oa < ob + e[1] && ob < oa + e[0];
+            }
+        int64_t slot = -1; /* nothing written: the checks alone */
+        int32_t row = 0;
+        kve_cache_write_desc d = {.n_tokens = 1, .n_heads = ext[2], .n_caches = 2,
+                                  .src = {src, src}, .dst = {buf, buf + delta},
+                                  .layout = KVE_LAYOUT_NHD, .page_size = ext[1],
+                                  .n_pages = ext[0], .slots = &slot, .slots_stride_token = 1,
+                                  .token_row = &row, .n_rows = 1,
+                                  .page_table = KVE_PAGES_NONE};
+        for (int c = 0; c < 2; c++)
+            d.part[c] = (kve_cache_part){.dim = (uint32_t)e[c], .dst_stride_page = st[0],
+                                         .dst_stride_slot = st[1], .dst_stride_head = st[2]};
+        kve_status got = kve_cache_write(ctx, &d);
+        ck_assert_msg(got == (meet ? KVE_ERR_ALIAS : KVE_OK),
+                      "extents %u/%u/%u strides %zu/%zu/%zu entries %zu/%zu delta %zu: %s (%s)",
+                      ext[0], ext[1], ext[2], st[0], st[1], st[2], e[0], e[1], delta,
+                      kve_status_string(got), kve_last_error());
+        refused += meet;
+        accepted += !meet;
+    }
+    ck_assert(refused > 300 && accepted > 300);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+static void add_tests(TCase *tc)
+{
+    tcase_add_loop_test(tc, kv_one_tensor, 0, 2);
+    tcase_add_test(tc, mla_and_head_dims);
+    tcase_add_test(tc, flat_slots_and_padding);
+    tcase_add_test(tc, type_errors);
+    tcase_add_test(tc, overlap_entry_by_entry);
+}
+
+int main(void) { return ks_run("cache_write_shapes", 60, add_tests); }
