@@ -317,13 +317,15 @@ START_TEST(overlap_entry_by_entry)
 }
 END_TEST
 
-static void add_tests(TCase *tc)
+int main(void)
 {
-    tcase_add_loop_test(tc, kv_one_tensor, 0, 2);
-    tcase_add_test(tc, mla_and_head_dims);
-    tcase_add_test(tc, flat_slots_and_padding);
-    tcase_add_test(tc, type_errors);
-    tcase_add_test(tc, overlap_entry_by_entry);
+    const kve_suite_test tests[] = {
+        KVE_LOOP_TEST(cache_write_shapes, kv_one_tensor, 0, 2),
+        KVE_TEST(cache_write_shapes, mla_and_head_dims),
+        KVE_TEST(cache_write_shapes, flat_slots_and_padding),
+        KVE_TEST(cache_write_shapes, type_errors),
+        KVE_TEST(cache_write_shapes, overlap_entry_by_entry),
+    };
+    const kve_suite_spec spec = {"cache_write_shapes", 60, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
-
-int main(void) { return ks_run("cache_write_shapes", 60, add_tests); }

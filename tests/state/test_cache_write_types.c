@@ -268,11 +268,13 @@ START_TEST(layouts_types_tables)
 }
 END_TEST
 
-static void add_tests(TCase *tc)
+int main(void)
 {
-    tcase_add_test(tc, every_code_every_pair);
-    tcase_add_test(tc, documented_values);
-    tcase_add_loop_test(tc, layouts_types_tables, 0, 3);
+    const kve_suite_test tests[] = {
+        KVE_TEST(cache_write_types, every_code_every_pair),
+        KVE_TEST(cache_write_types, documented_values),
+        KVE_LOOP_TEST(cache_write_types, layouts_types_tables, 0, 3),
+    };
+    const kve_suite_spec spec = {"cache_write_types", 120, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
-
-int main(void) { return ks_run("cache_write_types", 120, add_tests); }
