@@ -31,6 +31,8 @@ extern "C" {
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 1
+/** Version of the cache state's slot placement (docs/SPEC.md "Placement"). */
+#define KVE_PLACEMENT_VERSION 1
 
 /* ------------------------------------------------------------------ */
 /* Status and errors                                                   */

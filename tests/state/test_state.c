@@ -4,6 +4,7 @@
  * thousands of steps (fresh and persistent keys, every sharing mode, rows
  * admitted and retired at different times, the appends' history given),
  * keep-sets independent of the grouping, persistent bottom-k. */
+#include "golden_vectors.h"
 #include "kve_state_test.h"
 
 static const uint32_t kModes[] = {
@@ -328,8 +329,53 @@ START_TEST(caller_memory)
 }
 END_TEST
 
+static int cmp_pair_dst(const void *a, const void *b)
+{
+    const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The golden placement cases of docs/SPEC.md: the state's table, moves and
+ * mapping after each case's appends, and a rebuild from the history. */
+START_TEST(golden_placement)
+{
+    kve_context *ctx = ks_context();
+    const kve_golden_placement *g = &kve_golden_placements[_i];
+    kve_state_desc d = {{42, g->flags, g->budget, g->window, g->interval}, 2, 1, 1, 2, 1,
+                        g->n_slots};
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    KT_OK(kve_state_admit(st, 0, 7, g->prompt));
+    ks_step step;
+    ks_step_init(&step, st, 64, 1, 64);
+    uint32_t row = 0;
+    for (uint32_t i = 0; i < g->n_steps; i++)
+        KT_OK(kve_state_append(st, 1, &row, &g->steps[i], &step.b));
+    int32_t tab[64];
+    KT_OK(kve_state_read_slots(st, 0, tab, 64));
+    for (uint32_t s = 0; s < lay.max_slots; s++)
+        ck_assert_msg(tab[s] == (s < g->n_slots ? g->slot_pos[s] : -1), "%s: slot %u = %d, want %d",
+                      g->name, s, tab[s], g->slot_pos[s]);
+    ck_assert_uint_eq(step.b.n_moves[0], g->n_moves);
+    qsort(step.b.moves, g->n_moves, 8, cmp_pair_dst);
+    for (uint32_t k = 0; k < 2 * g->n_moves; k++)
+        ck_assert_int_eq(step.b.moves[k], g->moves[k]);
+    for (uint32_t k = 0; k < g->n_mapped; k++)
+        ck_assert_int_eq(ks_map_at(&step, 0, k), g->mapping[k]);
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    ck_assert_uint_eq(info.round, g->rounds);
+    KT_OK(kve_state_rebuild(st, 1, 7, g->prompt, info.n_tokens, g->steps, g->n_steps, NULL, 0));
+    ks_expect_same(st, 0, st, 1);
+    ks_step_free(&step);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
+    tcase_add_loop_test(tc, golden_placement, 0, (int)KVE_GOLDEN_N_PLACEMENTS);
     tcase_add_loop_test(tc, matches_reference, 0, N_MODES);
     tcase_add_loop_test(tc, rebuild_equals_live, 0, N_MODES);
     tcase_add_loop_test(tc, append_grouping, 0, N_MODES);
