@@ -221,11 +221,17 @@ class Engine:
                                       dtype=torch.int32, device=self.dev)
         self.pos = pos
 
-    def attend(self, l, q, k, v):
+    def do_kv_cache_update(self, l, k, v):
+        """What a vLLM attention backend's do_kv_cache_update becomes: the
+        step's moves, then the new K/V at each head's slot."""
         st = self.state
         kvevict.cache_write(self.ctx, [k, v], [self.k[l], self.v[l]], st.layer_slots(self.step, l),
                             self.token_row, block_table=self.block_table, move_row=self.rows,
                             **st.layer_moves(self.step, l))
+
+    def attend(self, l, q, k, v):
+        self.do_kv_cache_update(l, k, v)
+        st = self.state
         outs = []
         tl = l if st.table_layers > 1 else 0
         for s, r, a, b, n in self.segments:
