@@ -12,7 +12,15 @@ typedef struct kve_state_row {
     uint32_t round;     /* evictions so far */
     uint32_t n_valid;   /* valid slots of every head: slots 0 .. n_valid-1 */
     uint64_t seq_id;
+    uint64_t off;       /* its capacity's place in the pool (slots), while it holds one */
+    uint32_t held;      /* 1 while it holds pool slots */
+    uint32_t pad;
 } kve_state_row;
+
+/* A run of free pool slots. */
+typedef struct kve_pool_run {
+    uint64_t start, len;
+} kve_pool_run;
 
 /* Per-row scratch of one append. */
 typedef struct kve_state_work {
@@ -27,7 +35,8 @@ struct kve_state {
     kve_context *ctx;
     kve_state_desc d;
     uint32_t tl, th; /* table layers, table heads */
-    size_t tables, row_stride, freed_table_stride, freed_row_stride;
+    size_t tables, row_elems;
+    uint64_t pool; /* slots per table in the pool */
     size_t offsets[5], memory_bytes, workspace_bytes;
     void *memory;
     int owned;
@@ -40,9 +49,16 @@ struct kve_state {
     kve_state_row *rows;
     kve_state_work *work;
     kve_state_job *jobs;
+    kve_pool_run *free_runs; /* [max_seqs + 1], by start */
+    uint32_t n_runs;
 };
 
-/* kve_evict's batch for one row of @p n_slots slots. */
+/* A job of @p kind on row @p row (its place in the pool filled in). */
+kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
+                                 uint32_t count, uint32_t pos, uint32_t token);
+
+/* kve_evict's batch for one row of @p n_slots slots (its tables, when it
+ * holds pool slots). */
 kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots);
 /* Run s->jobs[0 .. n_jobs) through the backend, with the call's outputs
  * (NULL: none). */

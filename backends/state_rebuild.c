@@ -158,7 +158,7 @@ static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t 
 {
     uint32_t C = r->capacity, nv = 0, pos = 0, next = r->prompt;
     size_t hn = 0;
-    for (uint32_t i = 0; i < s->d.max_slots; i++)
+    for (uint32_t i = 0; i < C; i++)
         b->tab[i] = -1;
     for (uint32_t k = 0; k < n_calls; k++) {
         uint32_t pos0 = pos, left = b->steps[k];
@@ -189,7 +189,8 @@ static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, uin
 {
     kve_state_row *r = &s->rows[row];
     size_t map_n = mapping ? (size_t)n * s->tables : 0;
-    int32_t *tables = (int32_t *)malloc(s->row_stride * 4);
+    size_t C = r->capacity;
+    int32_t *tables = (int32_t *)malloc(s->tables * C * 4);
     b->tab = NULL;
     b->freed = (int32_t *)malloc((size_t)s->d.schedule.interval * 4);
     b->slot_of = (int32_t *)malloc(((size_t)n + 1) * 4);
@@ -201,13 +202,13 @@ static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, uin
     for (size_t i = 0; i < map_n && st == KVE_OK; i++)
         b->map[i] = -1;
     for (size_t t = 0; t < s->tables && st == KVE_OK; t++) {
-        b->tab = tables + t * s->d.max_slots;
+        b->tab = tables + t * C;
         if (kve_rebuild_table(s, r, t, n_calls, b))
             st = kve_error_set(KVE_ERR_INTERNAL, "rebuild of row %u: a round did not free r slots",
                                row);
     }
     if (st == KVE_OK)
-        st = kve_copy(s->ctx, s->slot_pos + row * s->row_stride, tables, s->row_stride * 4,
+        st = kve_copy(s->ctx, s->slot_pos + r->off * s->tables, tables, s->tables * C * 4,
                       KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK && map_n)
         st = kve_copy(s->ctx, mapping, b->map, map_n * 8, KVE_COPY_HOST_TO_BACKEND);
@@ -234,7 +235,7 @@ static kve_status kve_rebuild_replay(kve_state *s, uint32_t row, uint32_t n, uin
     if (!mapping)
         return KVE_OK;
     kve_step_buffers out = {mapping, n, NULL, NULL, 0, 0};
-    s->jobs[0] = (kve_state_job){KVE_JOB_FINAL, row, s->rows[row].n_valid, n, 0, 0, {0, 0, 0}};
+    s->jobs[0] = kve_state_job_make(s, KVE_JOB_FINAL, row, s->rows[row].n_valid, n, 0, 0);
     return kve_state_run(s, 1, &out);
 }
 
@@ -270,7 +271,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     for (uint32_t k; (k = kve_calls_next(&c)) != 0;)
         calls[n_calls++] = k;
     s->rows[row].active = 0;
-    kve_status st = kve_state_open_row(s, row, seq_id, prompt_len, capacity);
+    kve_status st = kve_state_open_row(s, row, seq_id, prompt_len, capacity); /* from the pool */
     if (st == KVE_OK && (s->d.schedule.flags & KVE_PERSISTENT)) {
         kve_rebuild_bufs b;
         b.steps = calls;

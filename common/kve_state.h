@@ -10,7 +10,9 @@
 
 #include "kvevict.h"
 
-/* Job kinds. "Table t" runs over the row's tables, t = tl * table_heads + th;
+/* Job kinds. "Table t" runs over the row's tables, t = tl * table_heads + th,
+ * at slot_pos + base + t * stride (and its freed list at freed + base + t *
+ * stride), stride being the row's capacity;
  * a token's mapping entry is mapping[tl * map_layer_stride + token * table_heads + th];
  * the move list of (call row i, table t) is list (tl * move_rows + i) * table_heads + th. */
 typedef enum kve_state_job_kind {
@@ -36,13 +38,16 @@ typedef enum kve_state_job_kind {
 } kve_state_job_kind;
 
 typedef struct kve_state_job {
+    uint64_t base;   /* elements before the row's tables (its place in the pool) */
+    uint32_t stride; /* slots per table of the row: its capacity */
     uint32_t kind;
     uint32_t row;
     uint32_t first; /* LINEAR: first slot; ROUND: the row's capacity C; FINAL: n_valid */
     uint32_t count; /* tokens (LINEAR, FINAL) or evicted slots (ROUND, = r) */
     uint32_t pos;   /* position of the first token (ROUND: of the call's first token) */
     uint32_t token; /* mapping index of the first token; ROUND, MOVES_CLEAR: call row */
-    kve_seq seq;    /* SEQ */
+    uint32_t pad;
+    kve_seq seq; /* SEQ */
 } kve_state_job;
 
 /* One call: jobs in host memory, everything else backend memory. The jobs of
@@ -52,11 +57,9 @@ typedef struct kve_state_job {
  * lists only when moves != NULL. */
 typedef struct kve_state_update {
     uint32_t table_layers, table_heads;
-    int32_t *slot_pos;
-    size_t row_stride, table_stride; /* elements: per row, per table (= max_slots) */
-    const int32_t *freed;
-    size_t freed_row_stride, freed_table_stride;
-    kve_seq *seqs; /* [max_seqs] */
+    int32_t *slot_pos;    /* the pool of tables */
+    const int32_t *freed; /* the pool of freed lists, laid out as slot_pos */
+    kve_seq *seqs;        /* [max_seqs] */
     int64_t *mapping;
     size_t map_layer_stride; /* elements between table layers */
     int32_t *moves;          /* pairs (src, dst), max_moves per list */

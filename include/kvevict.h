@@ -396,17 +396,25 @@ typedef struct kve_state_desc {
     uint32_t n_heads;      /**< KV heads per layer (a tensor shard's), >= 1 */
     uint32_t layer_offset; /**< global index of layer 0 */
     uint32_t head_offset;  /**< global index of head 0 */
-    /** Slots per head and row. A sequence is admitted when its capacity
-     *  (kve_schedule_capacity) fits; >= the capacity of an empty prompt. */
+    /** Slots per head of the largest row. A sequence is admitted when its
+     *  capacity (kve_schedule_capacity) fits; >= the capacity of an empty
+     *  prompt. */
     uint32_t max_slots;
+    /** Slots per table shared by all rows: a row takes its capacity C from
+     *  this pool at admission and gives it back at retirement, so the state's
+     *  memory follows what the rows hold, not max_seqs x max_slots. A
+     *  sequence is admitted when C slots are free in one run. 0: max_seqs x
+     *  max_slots (every row fits at any time); else >= max_slots. */
+    uint64_t pool_slots;
 } kve_state_desc;
 
 /** Opaque cache state: one per thread, like its context. */
 typedef struct kve_state kve_state;
 
 /**
- * Backend memory a state with @p desc needs on @p ctx: its slot tables
- * (max_seqs x tables x max_slots int32), freed-slot lists and eviction
+ * Backend memory a state with @p desc needs on @p ctx: its pool of slot
+ * tables and of freed-slot lists (2 x tables x pool_slots int32, tables =
+ * table_layers x table_heads), one kve_seq per row and the eviction
  * workspace.
  */
 KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
@@ -432,8 +440,9 @@ KVE_API kve_status kve_state_destroy(kve_state *state);
  * @p row, with no token yet: the prompt is appended like any token
  * (kve_state_append), and is never evicted.
  * @return KVE_OK; KVE_ERR_RANGE (row; or prompt_len, when its capacity
- *         exceeds max_slots: the message names both); KVE_ERR_INVALID when
- *         the row holds a sequence.
+ *         exceeds max_slots, or no run of that many pool slots is free: the
+ *         message names the sizes); KVE_ERR_INVALID when the row holds a
+ *         sequence.
  */
 KVE_API kve_status kve_state_admit(kve_state *state, uint32_t row, uint64_t seq_id,
                                    uint32_t prompt_len);
@@ -517,15 +526,20 @@ KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t se
 
 /** Where a state's slot tables are. */
 typedef struct kve_state_layout {
-    /** backend memory, read-only for the caller: the table of (row, table
-     *  layer tl, table head th) is slot_pos + row * row_stride + (tl *
-     *  table_heads + th) * max_slots; slots 0 .. n_valid-1 valid, -1 after. */
+    /** backend memory, read-only for the caller: the pool of tables. The
+     *  table of (row, table layer tl, table head th) is slot_pos +
+     *  table_offset + (tl * table_heads + th) * capacity, with the row's
+     *  table_offset and capacity from kve_state_get_seq; slots 0 ..
+     *  n_valid-1 valid, -1 after. */
     const int32_t *slot_pos;
-    size_t row_stride;
+    /** table_layers x table_heads x max_slots: elements kve_state_read_slots
+     *  writes for a row */
+    size_t row_elems;
     uint32_t table_layers; /**< 1 with KVE_SHARED_LAYERS, else n_layers */
     uint32_t table_heads;  /**< 1 with KVE_SHARED_HEADS, else n_heads */
     uint32_t max_slots;
     uint32_t max_seqs;
+    uint64_t pool_slots; /**< as resolved: slots per table in the pool */
 } kve_state_layout;
 
 KVE_API kve_status kve_state_get_layout(const kve_state *state, kve_state_layout *out);
@@ -542,6 +556,9 @@ typedef struct kve_state_seq_info {
     /** = n_valid: the KV length to give attention (slots 0 .. n_used-1 are
      *  exactly the valid ones). */
     uint32_t n_used;
+    /** elements from kve_state_layout.slot_pos to the row's first table (its
+     *  place in the pool, while active) */
+    uint64_t table_offset;
 } kve_state_seq_info;
 
 KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
@@ -549,7 +566,8 @@ KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
 
 /**
  * Copy row @p row's slot tables to host memory @p out [table_layers]
- * [table_heads][max_slots] (out_len elements at least). Not for hot paths.
+ * [table_heads][max_slots] (out_len >= row_elems; slots past the row's
+ * capacity read -1). Not for hot paths.
  * @return KVE_ERR_INVALID when the row holds no sequence.
  */
 KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,

@@ -29,7 +29,7 @@
 
 /* Jobs per launch: the arguments stay within 4 KiB, every vendor's limit
  * for kernel parameters. */
-#define KVE_STATE_JOBS_PER_LAUNCH 64u
+#define KVE_STATE_JOBS_PER_LAUNCH 56u
 
 typedef struct kve_state_args {
     kve_state_update u; /* u.n_jobs: jobs in this launch (>= 1); u.jobs unused */
@@ -44,7 +44,7 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
     uint64_t tables = (uint64_t)u->table_layers * u->table_heads;
     switch (j->kind) {
     case KVE_JOB_SEQ: return 1;
-    case KVE_JOB_RESET: return tables * u->table_stride;
+    case KVE_JOB_RESET: return tables * j->stride;
     case KVE_JOB_LINEAR: return tables * j->count;
     case KVE_JOB_FINAL: return u->mapping ? tables : 0;
     case KVE_JOB_MOVES_CLEAR: return u->moves ? tables : 0;
@@ -165,12 +165,12 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
         u->seqs[j->row] = j->seq;
         return 0;
     }
-    uint64_t per = j->kind == KVE_JOB_RESET ? u->table_stride
+    uint64_t per = j->kind == KVE_JOB_RESET    ? j->stride
                    : j->kind == KVE_JOB_LINEAR ? j->count
                                                : 1;
     uint64_t t = e / per;
     uint32_t i = (uint32_t)(e % per);
-    int32_t *sp = u->slot_pos + (size_t)j->row * u->row_stride + (size_t)t * u->table_stride;
+    int32_t *sp = u->slot_pos + j->base + (size_t)t * j->stride;
     int64_t *map = 0;
     if (u->mapping && (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FINAL))
         map = u->mapping + (size_t)(t / u->table_heads) * u->map_layer_stride +
@@ -182,7 +182,7 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
     switch (j->kind) {
     case KVE_JOB_RESET: sp[i] = -1; return 0;
     case KVE_JOB_LINEAR:
-        if ((uint64_t)j->first + i >= u->table_stride)
+        if ((uint64_t)j->first + i >= j->stride)
             return 1;
         sp[j->first + i] = (int32_t)(j->pos + i);
         if (map)
@@ -190,15 +190,14 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
         return 0;
     case KVE_JOB_MOVES_CLEAR: *n_mv = 0; return 0;
     case KVE_JOB_ROUND: {
-        if (j->first > u->table_stride || j->count > j->first || j->count > u->freed_table_stride)
+        if (j->first > j->stride || j->count > j->first)
             return 1;
-        const int32_t *ev = u->freed + (size_t)j->row * u->freed_row_stride +
-                            (size_t)t * u->freed_table_stride;
+        const int32_t *ev = u->freed + j->base + (size_t)t * j->stride;
         return kve_round_table(sp, ev, j->first, j->count, (int32_t)j->pos, mv, n_mv,
                                u->max_moves);
     }
     case KVE_JOB_FINAL:
-        if (j->first > u->table_stride)
+        if (j->first > j->stride)
             return 1;
         kve_final_table(sp, j->first, (int32_t)j->pos, j->count, map, u->table_heads);
         return 0;

@@ -130,8 +130,9 @@ class SeqInfo:
     capacity: int   #: C = max(B, P + W) + r slots per head
     n_tokens: int   #: positions 0 .. n_tokens-1 appended
     round: int      #: eviction rounds so far
-    n_valid: int    #: valid slots, the same in every head
-    n_used: int     #: min(n_tokens, C): the KV length to give attention
+    n_valid: int    #: valid slots, the same in every head: slots 0 .. n_valid-1
+    n_used: int     #: = n_valid, the KV length to give attention
+    table_offset: int = 0  #: the row's tables in the pool (elements)
 
 
 @dataclass
@@ -167,7 +168,7 @@ class State(_Handle):
                  budget: int, max_slots: int, window: int = 64, interval: int = 64,
                  seed: int = 0, persistent: bool = False, shared_heads: bool = False,
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
-                 tensors: str = "numpy"):
+                 pool_slots: int = 0, tensors: str = "numpy"):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % tensors)
         self.ctx = ctx
@@ -178,7 +179,8 @@ class State(_Handle):
         self.layer_offset, self.head_offset = layer_offset, head_offset
         self._torch = tensors == "torch"
         desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
-                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots)
+                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots,
+                              pool_slots)
         h = ctypes.c_void_p()
         check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
               "kve_state_create")
@@ -189,7 +191,8 @@ class State(_Handle):
         self.table_heads: int = lay.table_heads    #: 1 with shared heads, else n_heads
         self.max_slots: int = lay.max_slots
         self.max_seqs: int = lay.max_seqs
-        self._table_ptr, self._row_stride = lay.slot_pos, lay.row_stride
+        self.pool_slots: int = lay.pool_slots
+        self._table_ptr = lay.slot_pos
 
     def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
         """Admit a sequence into a free row; its prompt is then appended like any token."""
@@ -282,7 +285,7 @@ class State(_Handle):
         i = _lib.SeqInfo()
         check(lib.kve_state_get_seq(self.handle, row, ctypes.byref(i)), "kve_state_get_seq")
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
-                       i.n_valid, i.n_used)
+                       i.n_valid, i.n_used, i.table_offset)
 
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
@@ -292,14 +295,19 @@ class State(_Handle):
             "kve_state_read_slots")
         return out
 
-    def slot_table(self) -> Any:
-        """The live tables, no copy: int32 [max_seqs, table_layers, table_heads,
-        max_slots] in backend memory (-1 = empty), valid while the state lives.
-        numpy (or torch, per ``tensors``) on the CPU; a torch tensor on a GPU."""
-        shape = (self.max_seqs, self.table_layers, self.table_heads, self.max_slots)
+    def row_table(self, row: int) -> Any:
+        """Row @row's live tables, no copy: int32 [table_layers, table_heads,
+        capacity] in backend memory (-1 = empty), valid while the row holds
+        its sequence. numpy (or torch, per ``tensors``) on the CPU; a torch
+        tensor on a GPU."""
+        info = self.seq(row)
+        if not info.active:
+            raise ValueError("row %d holds no sequence" % row)
+        shape = (self.table_layers, self.table_heads, info.capacity)
         n = int(np.prod(shape))
+        ptr = self._table_ptr + 4 * info.table_offset
         if self.ctx.backend == "cpu":
-            a = _arrays.carray_view(self._table_ptr, n, ctypes.c_int32).reshape(shape)
+            a = _arrays.carray_view(ptr, n, ctypes.c_int32).reshape(shape)
             if self._torch:
                 import torch
 
@@ -307,7 +315,7 @@ class State(_Handle):
             return a
         import torch
 
-        return torch.as_tensor(_arrays.CudaArray(self._table_ptr, shape, "<i4", self),
+        return torch.as_tensor(_arrays.CudaArray(ptr, shape, "<i4", self),
                                device="cuda:%d" % self.ctx.device)
 
     def layer_slots(self, step: Any, layer: int) -> Any:

@@ -83,17 +83,18 @@ class Schedule(ctypes.Structure):
 class StateDesc(ctypes.Structure):
     _fields_ = [("schedule", Schedule), ("max_seqs", u32), ("n_layers", u32),
                 ("n_heads", u32), ("layer_offset", u32), ("head_offset", u32),
-                ("max_slots", u32)]
+                ("max_slots", u32), ("pool_slots", u64)]
 
 
 class StateLayout(ctypes.Structure):
-    _fields_ = [("slot_pos", vp), ("row_stride", sz), ("table_layers", u32),
-                ("table_heads", u32), ("max_slots", u32), ("max_seqs", u32)]
+    _fields_ = [("slot_pos", vp), ("row_elems", sz), ("table_layers", u32),
+                ("table_heads", u32), ("max_slots", u32), ("max_seqs", u32), ("pool_slots", u64)]
 
 
 class SeqInfo(ctypes.Structure):
     _fields_ = [("active", u32), ("prompt_len", u32), ("seq_id", u64), ("capacity", u32),
-                ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32)]
+                ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32),
+                ("table_offset", u64)]
 
 
 class CacheWriteDesc(ctypes.Structure):

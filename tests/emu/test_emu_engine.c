@@ -75,6 +75,7 @@ static const char *kve_shape_name(size_t s)
 /* A random list of independent jobs (one per row) over random tables. */
 typedef struct {
     kve_state_update u;
+    size_t table_stride, row_stride, freed_count; /* every row alike, rows apart */
     size_t n_slot_pos, n_freed, n_map, n_lists;
     kve_state_job jobs[200];
 } kve_job_case;
@@ -86,22 +87,23 @@ static void kve_job_case_make(uint64_t *rng, kve_job_case *jc, uint32_t rows)
     u->table_layers = 1 + kve_rand_below(rng, 3);
     u->table_heads = 1 + kve_rand_below(rng, 3);
     uint32_t tables = u->table_layers * u->table_heads;
-    u->table_stride = 1 + kve_rand_below(rng, 40);
-    u->row_stride = tables * u->table_stride + kve_rand_below(rng, 3);
-    u->freed_table_stride = 1 + kve_rand_below(rng, (uint32_t)u->table_stride);
-    u->freed_row_stride = tables * u->freed_table_stride + kve_rand_below(rng, 3);
-    jc->n_slot_pos = rows * u->row_stride;
-    jc->n_freed = rows * u->freed_row_stride;
+    jc->table_stride = 1 + kve_rand_below(rng, 40);
+    jc->row_stride = tables * jc->table_stride + kve_rand_below(rng, 3);
+    jc->freed_count = 1 + kve_rand_below(rng, (uint32_t)jc->table_stride);
+    jc->n_slot_pos = rows * jc->row_stride;
+    jc->n_freed = jc->n_slot_pos;
     uint32_t order[200], tokens = 0;
     kve_rand_perm(rng, order, rows);
     u->n_jobs = kve_rand_below(rng, rows + 1);
     u->move_rows = u->n_jobs ? u->n_jobs : 1;
-    u->max_moves = (uint32_t)u->freed_table_stride;
+    u->max_moves = (uint32_t)jc->freed_count;
     for (uint32_t i = 0; i < u->n_jobs; i++) {
         kve_state_job *j = &jc->jobs[i];
         j->kind = kve_rand_below(rng, 6);
         j->row = order[i];
-        uint32_t fts = (uint32_t)u->freed_table_stride, st = (uint32_t)u->table_stride;
+        j->base = j->row * jc->row_stride;
+        j->stride = (uint32_t)jc->table_stride;
+        uint32_t fts = (uint32_t)jc->freed_count, st = (uint32_t)jc->table_stride;
         j->pos = kve_rand_below(rng, 60);
         j->token = tokens;
         if (j->kind == KVE_JOB_LINEAR) {
@@ -148,14 +150,14 @@ static void kve_job_bufs_fill(uint64_t *rng, const kve_job_case *jc, uint32_t ro
     for (size_t i = 0; i < jc->n_slot_pos; i++)
         b->slot_pos[i] = (int32_t)kve_rand_below(rng, 60) - 1;
     /* each freed list: distinct slots of its table, ascending, as kve_evict leaves them */
-    uint32_t perm[40], st = (uint32_t)u->table_stride;
+    uint32_t perm[40], st = (uint32_t)jc->table_stride;
     size_t tables = (size_t)u->table_layers * u->table_heads;
     memset(b->freed, 0, jc->n_freed * 4);
     for (size_t l = 0; l < rows * tables; l++) {
         kve_rand_perm(rng, perm, st);
         int32_t *list =
-            b->freed + (l / tables) * u->freed_row_stride + (l % tables) * u->freed_table_stride;
-        for (size_t i = 0; i < u->freed_table_stride; i++) /* insertion into order */
+            b->freed + (l / tables) * jc->row_stride + (l % tables) * jc->table_stride;
+        for (size_t i = 0; i < jc->freed_count; i++) /* insertion into order */
             for (size_t k = i + 1; k-- > 0;) {
                 if (k == 0 || list[k - 1] < (int32_t)perm[i]) {
                     list[k] = (int32_t)perm[i];
@@ -239,7 +241,7 @@ START_TEST(test_state_jobs_random)
                                ? "n_moves"
                                : NULL;
         ck_assert_msg(!what, "job list %u (%u jobs, %u rows, %ux%u tables of %zu) [%s]: %s differs",
-                      i, jc.u.n_jobs, rows, jc.u.table_layers, jc.u.table_heads, jc.u.table_stride,
+                      i, jc.u.n_jobs, rows, jc.u.table_layers, jc.u.table_heads, jc.table_stride,
                       kve_shape_name(s), what);
         kve_job_bufs_free(&want);
         kve_job_bufs_free(&got);
@@ -352,7 +354,7 @@ static uint64_t kve_first_bad_item(const kve_job_case *jc, const kve_job_bufs *b
         if (j->kind != KVE_JOB_ROUND)
             continue;
         for (size_t t = 0; t < tables; t++) {
-            const int32_t *fr = b->freed + j->row * u->freed_row_stride + t * u->freed_table_stride;
+            const int32_t *fr = b->freed + j->base + t * j->stride;
             int bad = 0;
             for (uint32_t i = 0; i < j->count; i++)
                 bad |= fr[i] < 0 || (uint32_t)fr[i] >= j->first || (i && fr[i] <= fr[i - 1]);
@@ -377,8 +379,15 @@ START_TEST(test_state_update_errors)
         kve_job_bufs b;
         kve_job_bufs_fill(&rng, &jc, rows, &b);
         static const int32_t bad[] = {-1, -2, -1000, INT32_MIN, 40, 41, 1 << 30, INT32_MAX};
-        for (uint32_t k = 1 + kve_rand_below(&rng, 3); k > 0; k--)
-            b.freed[kve_rand_below(&rng, (uint32_t)jc.n_freed)] = bad[kve_rand_below(&rng, 8)];
+        for (uint32_t k = 1 + kve_rand_below(&rng, 3); k > 0; k--) {
+            size_t at = kve_rand_below(&rng, (uint32_t)jc.n_freed);
+            const kve_state_job *j = jc.u.n_jobs ? &jc.jobs[kve_rand_below(&rng, jc.u.n_jobs)] : 0;
+            if (j && j->kind == KVE_JOB_ROUND && j->count && kve_chance(&rng, 80)) /* one it reads */
+                at = j->base +
+                     kve_rand_below(&rng, jc.u.table_layers * jc.u.table_heads) * j->stride +
+                     kve_rand_below(&rng, j->count);
+            b.freed[at] = bad[kve_rand_below(&rng, 8)];
+        }
         uint64_t first = kve_first_bad_item(&jc, &b);
         kve_state_update u = kve_job_bind(&jc, &b);
         kve_use_random(&rng, 0, NULL);

@@ -119,9 +119,10 @@ class Engine:
 
     def __init__(self, ctx, model, dev, **mode):
         self.ctx, self.model, self.dev = ctx, model, dev
+        cap = kvevict.capacity(max(p for *_, p in ADMIT), budget=B, window=W, interval=R)
         self.state = kvevict.State(ctx, max_seqs=ROWS, n_layers=L, n_heads=HKV, budget=B,
                                    window=W, interval=R, max_slots=MAX_SLOTS, seed=2609,
-                                   tensors="torch", **mode)
+                                   pool_slots=ROWS * cap, tensors="torch", **mode)
         self.step = self.state.step_buffers(max_tokens=ROWS * 48, max_rows=ROWS,
                                             max_new=48)
         n_blocks = ROWS * BPR + 5
@@ -129,7 +130,6 @@ class Engine:
         self.v = [torch.full((n_blocks, BS, HKV, D), SENTINEL, device=dev) for _ in range(L)]
         perm = torch.randperm(n_blocks, generator=torch.Generator().manual_seed(1))
         self.block_table = perm[:ROWS * BPR].view(ROWS, BPR).to(torch.int32).to(dev)
-        self.table = self.state.slot_table()  # live view of the state's tables
         self.row_of = {}                      # seq_id -> row
         self.full_k, self.full_v = {}, {}     # seq_id -> [L, HKV, MAXPOS, D]
         self.history = {}                     # seq_id -> appends since admission
@@ -253,7 +253,7 @@ class Engine:
             out = attention(q[a:b], kp, vp, mask[None].expand(HKV, -1, -1))
             # Reference: the full cache, masked to the positions the heads keep.
             top = int(pos.max()) + 1
-            spos = self.table[r, tl, :, :n].long().expand(HKV, -1)  # [HKV, n]
+            spos = st.row_table(r)[tl, :, :n].long().expand(HKV, -1)  # live tables, [HKV, n]
             keep = torch.zeros(HKV, top + 1, dtype=torch.bool, device=self.dev)
             keep.scatter_(1, spos + 1, True)
             keep = keep[:, 1:]

@@ -34,7 +34,8 @@ static inline kve_state_desc ks_desc(uint32_t flags, uint32_t max_seqs, uint32_t
                                      uint32_t interval, uint32_t max_slots)
 {
     kve_state_desc d = {
-        {0x5eed0001ULL, flags, budget, window, interval}, max_seqs, layers, heads, 3, 5, max_slots};
+        {0x5eed0001ULL, flags, budget, window, interval}, max_seqs, layers, heads, 3, 5, max_slots,
+        0};
     return d;
 }
 
@@ -278,8 +279,8 @@ static inline void ks_expect_placement(kve_state *st, uint32_t row, uint32_t pos
     kve_state_seq_info info;
     KT_OK(kve_state_get_seq(st, row, &info));
     ck_assert_uint_eq(info.n_used, info.n_valid);
-    int32_t *buf = (int32_t *)malloc(lay.row_stride * 4);
-    KT_OK(kve_state_read_slots(st, row, buf, lay.row_stride));
+    int32_t *buf = (int32_t *)malloc(lay.row_elems * 4);
+    KT_OK(kve_state_read_slots(st, row, buf, lay.row_elems));
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
     for (size_t t = 0; t < tables; t++) {
         const int32_t *sp = buf + t * lay.max_slots;
@@ -310,8 +311,8 @@ static inline void ks_expect_row(kve_state *st, uint32_t row, const ks_ref *r)
 {
     kve_state_layout lay;
     KT_OK(kve_state_get_layout(st, &lay));
-    int32_t *buf = (int32_t *)malloc(lay.row_stride * 4);
-    KT_OK(kve_state_read_slots(st, row, buf, lay.row_stride));
+    int32_t *buf = (int32_t *)malloc(lay.row_elems * 4);
+    KT_OK(kve_state_read_slots(st, row, buf, lay.row_elems));
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
     for (size_t t = 0; t < tables; t++)
         for (uint32_t i = 0; i < lay.max_slots; i++) {
@@ -333,10 +334,10 @@ static inline void ks_expect_same(kve_state *a, uint32_t ra, kve_state *b, uint3
 {
     kve_state_layout la;
     KT_OK(kve_state_get_layout(a, &la));
-    int32_t *x = (int32_t *)malloc(la.row_stride * 4), *y = (int32_t *)malloc(la.row_stride * 4);
-    KT_OK(kve_state_read_slots(a, ra, x, la.row_stride));
-    KT_OK(kve_state_read_slots(b, rb, y, la.row_stride));
-    for (size_t i = 0; i < la.row_stride; i++)
+    int32_t *x = (int32_t *)malloc(la.row_elems * 4), *y = (int32_t *)malloc(la.row_elems * 4);
+    KT_OK(kve_state_read_slots(a, ra, x, la.row_elems));
+    KT_OK(kve_state_read_slots(b, rb, y, la.row_elems));
+    for (size_t i = 0; i < la.row_elems; i++)
         ck_assert_msg(x[i] == y[i], "rows %u and %u differ at element %zu: %d vs %d", ra, rb, i,
                       x[i], y[i]);
     free(x);

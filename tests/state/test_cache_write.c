@@ -290,9 +290,9 @@ START_TEST(state_drives_writes)
         }
     }
     ks_step_free(&sb);
-    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
+    int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
     for (uint32_t r = 0; r < ROWS; r++) {
-        KT_OK(kve_state_read_slots(st, r, tab, lay.row_stride));
+        KT_OK(kve_state_read_slots(st, r, tab, lay.row_elems));
         for (uint32_t l = 0; l < L; l++)
             for (uint32_t h = 0; h < H; h++) {
                 size_t t = (size_t)(lay.table_layers > 1 ? l : 0) * lay.table_heads +

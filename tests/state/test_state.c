@@ -81,6 +81,7 @@ START_TEST(rebuild_equals_live)
     kve_context *ctx = ks_context();
     enum { ROWS = 5, LIVE = 3, SPARE = 4, HIST = 4096 };
     kve_state_desc d = ks_desc(kModes[_i], ROWS, 2, 3, 20, 3, 5, 40);
+    d.pool_slots = 4 * 34 + 3; /* 4 rows of the largest capacity: rows move about the pool */
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
@@ -94,7 +95,7 @@ START_TEST(rebuild_equals_live)
     uint32_t rebuilds = 0, prompt[LIVE] = {0}, hist_n[LIVE] = {0};
     uint32_t *hist = (uint32_t *)malloc((size_t)LIVE * HIST * 4);
     int64_t *map = (int64_t *)malloc(8192 * tables * 8);
-    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
+    int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
     for (uint32_t s = 0; s < 3000; s++) {
         uint32_t rows[LIVE], n_new[LIVE], pos0[LIVE], n = 0;
         for (uint32_t r = 0; r < LIVE; r++) {
@@ -138,7 +139,7 @@ START_TEST(rebuild_equals_live)
         KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
                                 hist + r * HIST, hist_n[r], map, 8192 * tables));
         ks_expect_same(st, r, st, SPARE);
-        KT_OK(kve_state_read_slots(st, SPARE, tab, lay.row_stride));
+        KT_OK(kve_state_read_slots(st, SPARE, tab, lay.row_elems));
         for (size_t t = 0; t < tables; t++) { /* the recompute mapping names slots 0..n_valid-1 */
             uint32_t named = 0;
             for (uint32_t p = 0; p < info.n_tokens; p++) {
@@ -164,8 +165,8 @@ START_TEST(rebuild_equals_live)
         KT_OK(kve_state_retire(st, SPARE));
         rebuilds++;
         /* the model cache of r no longer follows (appends without outputs): refill it */
-        KT_OK(kve_state_read_slots(st, r, tab, lay.row_stride));
-        memcpy(cache.pos + (size_t)r * tables * lay.max_slots, tab, lay.row_stride * 4);
+        KT_OK(kve_state_read_slots(st, r, tab, lay.row_elems));
+        memcpy(cache.pos + (size_t)r * tables * lay.max_slots, tab, lay.row_elems * 4);
     }
     ck_assert_uint_ge(rebuilds, 15);
     /* And every row still live after the whole run, in place. */
@@ -209,7 +210,7 @@ START_TEST(append_grouping)
     uint64_t rng = 5 + _i;
     KT_OK(kve_state_admit(st, 0, 42, 5));
     KT_OK(kve_state_admit(st, 1, 42, 5));
-    int32_t *a = (int32_t *)malloc(lay.row_stride * 4), *b = (int32_t *)malloc(lay.row_stride * 4);
+    int32_t *a = (int32_t *)malloc(lay.row_elems * 4), *b = (int32_t *)malloc(lay.row_elems * 4);
     uint32_t one = 1, row0 = 0, row1 = 1, five = 5;
     KT_OK(kve_state_append(st, 1, &row0, &five, NULL));
     KT_OK(kve_state_append(st, 1, &row1, &five, NULL));
@@ -219,13 +220,13 @@ START_TEST(append_grouping)
         for (uint32_t i = 0; i < k; i++)
             KT_OK(kve_state_append(st, 1, &row1, &one, NULL));
         done += k;
-        KT_OK(kve_state_read_slots(st, 0, a, lay.row_stride));
-        KT_OK(kve_state_read_slots(st, 1, b, lay.row_stride));
+        KT_OK(kve_state_read_slots(st, 0, a, lay.row_elems));
+        KT_OK(kve_state_read_slots(st, 1, b, lay.row_elems));
         for (size_t t = 0; t < tables; t++) {
             qsort(a + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
             qsort(b + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
         }
-        ck_assert(!memcmp(a, b, lay.row_stride * 4));
+        ck_assert(!memcmp(a, b, lay.row_elems * 4));
         if (done % 7 == 0) {
             KT_OK(kve_state_rebuild(st, 2, 42, 5, done, NULL, 0, NULL, 0));
             ks_expect_same(st, 1, st, 2);
@@ -261,8 +262,8 @@ START_TEST(persistent_bottom_k)
     KT_OK(kve_state_get_seq(st, 0, &info));
     uint32_t t_last = info.capacity + (info.round - 1) * R, scored = t_last - W - P;
     uint32_t k = B - P - W;
-    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
-    KT_OK(kve_state_read_slots(st, 0, tab, lay.row_stride));
+    int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
+    KT_OK(kve_state_read_slots(st, 0, tab, lay.row_elems));
     kve_coord *c = (kve_coord *)malloc(scored * sizeof *c);
     uint64_t *keys = (uint64_t *)malloc(scored * 8), *sorted = (uint64_t *)malloc(scored * 8);
     for (size_t t = 0; t < tables; t++) {
@@ -342,7 +343,7 @@ START_TEST(golden_placement)
     kve_context *ctx = ks_context();
     const kve_golden_placement *g = &kve_golden_placements[_i];
     kve_state_desc d = {{42, g->flags, g->budget, g->window, g->interval}, 2, 1, 1, 2, 1,
-                        g->n_slots};
+                        g->n_slots, 0};
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
     KT_OK(kve_state_admit(st, 0, 7, g->prompt));
@@ -373,8 +374,70 @@ START_TEST(golden_placement)
 }
 END_TEST
 
+/* Rows take their capacity from the pool at admission and give it back at
+ * retirement; a prompt that finds no free run is refused, naming the sizes;
+ * freed runs merge again. */
+START_TEST(pool_admission)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 4, 2, 2, 16, 4, 4, 48);
+    d.pool_slots = 100; /* capacities: P = 0 -> 20, P = 20 -> 28, P = 40 -> 48 */
+    size_t bytes, full;
+    KT_OK(kve_state_memory_size(ctx, &d, &bytes));
+    kve_state_desc all = d;
+    all.pool_slots = 0;
+    KT_OK(kve_state_memory_size(ctx, &all, &full));
+    ck_assert_uint_lt(bytes + 2 * 4 * 4 * (4 * 48 - 100) / 2, full + 1); /* tables, freed lists */
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    ck_assert_uint_eq(lay.pool_slots, 100);
+    KT_OK(kve_state_admit(st, 0, 1, 40));
+    KT_OK(kve_state_admit(st, 1, 2, 20));
+    EXPECT_ERR(kve_state_admit(st, 2, 3, 20), KVE_ERR_RANGE, "the pool of 100 has 24 free");
+    KT_OK(kve_state_admit(st, 2, 3, 0));
+    KT_OK(kve_state_retire(st, 1));
+    KT_OK(kve_state_admit(st, 3, 4, 20)); /* into the run row 1 gave back */
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 3, &info));
+    ck_assert_uint_eq(info.table_offset, (uint64_t)48 * 4);
+    uint32_t rows[3] = {0, 2, 3}, n_new[3] = {300, 300, 300};
+    KT_OK(kve_state_append(st, 3, rows, n_new, NULL));
+    for (uint32_t i = 0; i < 3; i++)
+        ks_expect_placement(st, rows[i], 0, NULL);
+    for (uint32_t r = 0; r < 4; r++)
+        if (r != 1)
+            KT_OK(kve_state_retire(st, r));
+    KT_OK(kve_state_admit(st, 1, 5, 40)); /* the runs merged back into one */
+    KT_OK(kve_state_admit(st, 2, 6, 40));
+    KT_OK(kve_state_rebuild(st, 2, 7, 0, 30, NULL, 0, NULL, 0)); /* 48 back, 20 taken */
+    EXPECT_ERR(kve_state_rebuild(st, 0, 8, 40, 41, NULL, 0, NULL, 0), KVE_ERR_RANGE,
+               "has 32 free, at most 32 in one run");
+    /* Fragmented: 20 + 28 + 20 held with holes; a 48 fits only once they move. */
+    KT_OK(kve_state_retire(st, 1));
+    KT_OK(kve_state_retire(st, 2));
+    KT_OK(kve_state_admit(st, 0, 9, 0));  /* [0, 20) */
+    KT_OK(kve_state_admit(st, 1, 10, 20)); /* [20, 48) */
+    KT_OK(kve_state_admit(st, 2, 11, 0));  /* [48, 68) */
+    uint32_t r1 = 1, k = 200;
+    KT_OK(kve_state_append(st, 1, &r1, &k, NULL));
+    int32_t before[4 * 48], after[4 * 48];
+    KT_OK(kve_state_read_slots(st, 1, before, 4 * 48));
+    KT_OK(kve_state_retire(st, 0)); /* free: [0, 20) and [68, 100) */
+    KT_OK(kve_state_admit(st, 3, 12, 40)); /* 48: the pool compacts */
+    KT_OK(kve_state_get_seq(st, 1, &info));
+    ck_assert_uint_eq(info.table_offset, 0);
+    KT_OK(kve_state_read_slots(st, 1, after, 4 * 48));
+    ck_assert(!memcmp(before, after, sizeof before));
+    KT_OK(kve_state_append(st, 1, &r1, &k, NULL));
+    ks_expect_placement(st, 1, 200, NULL);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 static void add_tests(TCase *tc)
 {
+    tcase_add_test(tc, pool_admission);
     tcase_add_loop_test(tc, golden_placement, 0, (int)KVE_GOLDEN_N_PLACEMENTS);
     tcase_add_loop_test(tc, matches_reference, 0, N_MODES);
     tcase_add_loop_test(tc, rebuild_equals_live, 0, N_MODES);
