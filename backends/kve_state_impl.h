@@ -65,7 +65,10 @@ kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots);
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
 kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
-/* Reset row @p row's tables and bookkeeping to an admitted, empty sequence. */
+/* Free row @p row and give its pool slots back. */
+void kve_state_close_row(kve_state *s, uint32_t row);
+/* Reset row @p row's tables and bookkeeping to an admitted, empty sequence
+ * (its pool slots given back first, then @p capacity taken). */
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity);
 /* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new

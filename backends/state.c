@@ -355,6 +355,12 @@ static kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len,
                          (unsigned long long)free_slots, (unsigned long long)largest);
 }
 
+void kve_state_close_row(kve_state *s, uint32_t row)
+{
+    s->rows[row].active = 0;
+    kve_pool_release(s, row);
+}
+
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity)
 {
@@ -386,8 +392,7 @@ kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t
 kve_status kve_state_retire(kve_state *s, uint32_t row)
 {
     KVE_TRY(kve_check_row(s, row, 1));
-    s->rows[row].active = 0;
-    kve_pool_release(s, row);
+    kve_state_close_row(s, row);
     return KVE_OK;
 }
 

@@ -283,6 +283,6 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     }
     free(calls);
     if (st != KVE_OK)
-        s->rows[row].active = 0;
+        kve_state_close_row(s, row);
     return st;
 }
