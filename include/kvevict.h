@@ -359,8 +359,8 @@ KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
  *
  * Timing: a token that finds its sequence's heads full (capacity C valid
  * slots each) first triggers one eviction round. So after n tokens a
- * sequence has had max(0, ceil((n - C) / r)) rounds, and n_valid =
- * min(n, C) - (r - (n - C) mod r, when a round left freed slots).
+ * sequence has had max(0, ceil((n - C) / r)) rounds, and n_valid = n for
+ * n <= C, else C - r + ((n - C - 1) mod r) + 1.
  *
  * Sharing modes shrink the tables: with KVE_SHARED_HEADS all heads of a
  * layer share one table, with KVE_SHARED_LAYERS all layers do (both: one
@@ -403,7 +403,8 @@ typedef struct kve_state_desc {
     /** Slots per table shared by all rows: a row takes its capacity C from
      *  this pool at admission and gives it back at retirement, so the state's
      *  memory follows what the rows hold, not max_seqs x max_slots. A
-     *  sequence is admitted when C slots are free in one run. 0: max_seqs x
+     *  sequence is admitted when C slots are free (the rows' tables are
+     *  moved together when no single run of them is). 0: max_seqs x
      *  max_slots (every row fits at any time); else >= max_slots. */
     uint64_t pool_slots;
 } kve_state_desc;
@@ -601,7 +602,7 @@ typedef enum kve_page_table {
  * value of the layout. All pointers are backend memory.
  */
 typedef struct kve_cache_write_desc {
-    uint32_t n_tokens;
+    uint32_t n_tokens;          /**< may be 0 when there are moves */
     uint32_t n_heads;           /**< KV heads in the caches (a tensor shard's) */
     size_t entry_bytes;         /**< bytes per (token, head) entry, any size >= 1 */
     uint32_t n_caches;          /**< 1..KVE_MAX_CACHES: K and V = 2 */
