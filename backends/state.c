@@ -66,16 +66,19 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     s->tl = (d->schedule.flags & KVE_SHARED_LAYERS) ? 1 : d->n_layers;
     s->th = (d->schedule.flags & KVE_SHARED_HEADS) ? 1 : d->n_heads;
     s->tables = (size_t)s->tl * s->th;
-    /* max_slots >= B + r: an eviction of up to max_slots slots evicts at most max_slots - B. */
-    s->freed_table_stride = d->max_slots - d->schedule.budget;
+    s->row_elems = s->tables * d->max_slots;
+    KVE_RETURN_ERROR_IF(d->pool_slots && d->pool_slots < d->max_slots, KVE_ERR_RANGE,
+                        "desc.pool_slots = %llu: below max_slots = %u (0: max_seqs x max_slots)",
+                        (unsigned long long)d->pool_slots, d->max_slots);
+    s->pool = d->pool_slots ? d->pool_slots : (uint64_t)d->max_seqs * d->max_slots;
     size_t sizes[5];
-    KVE_RETURN_ERROR_IF(
-        __builtin_mul_overflow(s->tables, (size_t)d->max_slots, &s->row_stride) ||
-            __builtin_mul_overflow(s->tables, s->freed_table_stride, &s->freed_row_stride) ||
-            __builtin_mul_overflow(s->row_stride, (size_t)d->max_seqs * 4, &sizes[0]) ||
-            __builtin_mul_overflow(s->freed_row_stride, (size_t)d->max_seqs * 4, &sizes[1]),
-        KVE_ERR_OVERFLOW, "desc: max_seqs %u x %zu tables x max_slots %u overflows", d->max_seqs,
-        s->tables, d->max_slots);
+    /* Tables and freed lists (kve_evict wants capacity - B entries a head,
+     * so a row's freed lists take its capacity too) share the pool's layout. */
+    KVE_RETURN_ERROR_IF(s->pool > SIZE_MAX / 4 ||
+                            __builtin_mul_overflow(s->tables, (size_t)s->pool * 4, &sizes[0]),
+                        KVE_ERR_OVERFLOW, "desc: %zu tables x %llu pool slots overflows",
+                        s->tables, (unsigned long long)s->pool);
+    sizes[1] = sizes[0];
     sizes[2] = (size_t)d->max_seqs * sizeof(kve_seq);
     sizes[3] = s->tables * 4 * 2;                      /* n_evicted, n_kept */
     kve_batch b = kve_state_batch(s, 0, d->max_slots); /* the shape of every eviction */
@@ -106,8 +109,10 @@ kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots)
                    n_slots,
                    sc->budget,
                    sc->window,
-                   s->slot_pos ? s->slot_pos + row * s->row_stride : NULL,
-                   s->d.max_slots};
+                   s->slot_pos && s->rows && s->rows[row].held
+                       ? s->slot_pos + s->rows[row].off * s->tables
+                       : NULL,
+                   n_slots};
     return b;
 }
 
@@ -141,7 +146,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                         plan.memory_bytes);
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
-    void *host = calloc(n, sizeof(kve_state_row) + sizeof(kve_state_work) + sizeof(kve_state_job));
+    void *host = calloc(n, sizeof(kve_state_row) + sizeof(kve_state_job) + sizeof(kve_state_work));
     if (!s || !host) {
         free(s);
         free(host);
@@ -155,10 +160,19 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
     s->jobs = (kve_state_job *)(s->rows + n);
     s->work = (kve_state_work *)(s->jobs + n);
+    s->free_runs = (kve_pool_run *)malloc((n + 1) * sizeof(kve_pool_run));
+    if (!s->free_runs) {
+        free(host);
+        free(s);
+        return kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows", desc->max_seqs);
+    }
+    s->free_runs[0] = (kve_pool_run){0, s->pool};
+    s->n_runs = 1;
     if (!memory) {
         kve_status st = kve_alloc(ctx, plan.memory_bytes, &memory);
         if (st != KVE_OK) {
             free(host);
+            free(s->free_runs);
             free(s);
             return st;
         }
@@ -185,28 +199,31 @@ kve_status kve_state_destroy(kve_state *s)
             kve_free(s->ctx, s->memory);
         }
         free(s->rows);
+        free(s->free_runs);
         free(s);
     }
     return KVE_OK;
 }
 
-kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t n_total)
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out)
 {
     if (n_jobs == 0)
         return KVE_OK;
     kve_state_update u = {.table_layers = s->tl,
                           .table_heads = s->th,
                           .slot_pos = s->slot_pos,
-                          .row_stride = s->row_stride,
-                          .table_stride = s->d.max_slots,
                           .freed = s->freed,
-                          .freed_row_stride = s->freed_row_stride,
-                          .freed_table_stride = s->freed_table_stride,
                           .seqs = s->seqs,
-                          .mapping = mapping,
-                          .map_layer_stride = n_total * s->th,
                           .n_jobs = n_jobs,
                           .jobs = s->jobs};
+    if (out) {
+        u.mapping = out->slot_mapping;
+        u.map_layer_stride = (size_t)out->max_tokens * s->th;
+        u.moves = out->moves;
+        u.n_moves = out->n_moves;
+        u.move_rows = out->max_rows;
+        u.max_moves = out->max_moves;
+    }
     return s->ctx->ops->state_update(s->ctx, &u);
 }
 
@@ -234,17 +251,137 @@ kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint3
     return KVE_OK;
 }
 
+kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
+                                 uint32_t count, uint32_t pos, uint32_t token)
+{
+    const kve_state_row *r = &s->rows[row];
+    kve_state_job j = {r->off * s->tables, r->capacity, kind, row, first, count, pos, token, 0,
+                       {0, 0, 0}};
+    return j;
+}
+
+/* Give row @p row's pool slots back (merging with the free runs beside them). */
+static void kve_pool_release(kve_state *s, uint32_t row)
+{
+    kve_state_row *r = &s->rows[row];
+    if (!r->held)
+        return;
+    r->held = 0;
+    uint64_t start = r->off, len = r->capacity;
+    uint32_t i = 0;
+    while (i < s->n_runs && s->free_runs[i].start < start)
+        i++;
+    if (i > 0 && s->free_runs[i - 1].start + s->free_runs[i - 1].len == start) {
+        s->free_runs[i - 1].len += len; /* joins the run before */
+        if (i < s->n_runs && start + len == s->free_runs[i].start) {
+            s->free_runs[i - 1].len += s->free_runs[i].len;
+            memmove(&s->free_runs[i], &s->free_runs[i + 1],
+                    (s->n_runs - i - 1) * sizeof(kve_pool_run));
+            s->n_runs--;
+        }
+        return;
+    }
+    if (i < s->n_runs && start + len == s->free_runs[i].start) {
+        s->free_runs[i].start = start;
+        s->free_runs[i].len += len;
+        return;
+    }
+    memmove(&s->free_runs[i + 1], &s->free_runs[i], (s->n_runs - i) * sizeof(kve_pool_run));
+    s->free_runs[i] = (kve_pool_run){start, len};
+    s->n_runs++;
+}
+
+/* Move every held row's tables down to the start of the pool, in pool
+ * order, leaving one free run at the end. Backend copies, stream-ordered,
+ * in pieces no longer than the shift so that no piece overlaps itself.
+ * (Freed lists are scratch of a round: they do not move.) */
+static kve_status kve_pool_compact(kve_state *s)
+{
+    uint64_t next = 0;
+    for (;;) {
+        uint32_t pick = s->d.max_seqs;
+        for (uint32_t r = 0; r < s->d.max_seqs; r++)
+            if (s->rows[r].held && s->rows[r].off >= next &&
+                (pick == s->d.max_seqs || s->rows[r].off < s->rows[pick].off))
+                pick = r;
+        if (pick == s->d.max_seqs)
+            break;
+        kve_state_row *r = &s->rows[pick];
+        uint64_t shift = (r->off - next) * s->tables, len = (uint64_t)r->capacity * s->tables;
+        int32_t *dst = s->slot_pos + next * s->tables, *src = s->slot_pos + r->off * s->tables;
+        for (uint64_t done = 0; shift && done < len;) {
+            uint64_t piece = len - done < shift ? len - done : shift;
+            KVE_TRY(kve_copy(s->ctx, dst + done, src + done, piece * 4,
+                             KVE_COPY_BACKEND_TO_BACKEND));
+            done += piece;
+        }
+        r->off = next;
+        next += r->capacity;
+    }
+    s->free_runs[0] = (kve_pool_run){next, s->pool - next};
+    s->n_runs = next < s->pool;
+    return KVE_OK;
+}
+
+/* Take @p capacity slots for row @p row: the first free run that fits,
+ * after compacting the pool when the free slots suffice but no run does. */
+static kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < s->n_runs; i++)
+        total += s->free_runs[i].len;
+    int fits = 0;
+    for (uint32_t i = 0; i < s->n_runs; i++)
+        fits |= s->free_runs[i].len >= capacity;
+    if (!fits && total >= capacity)
+        KVE_TRY(kve_pool_compact(s));
+    uint64_t free_slots = 0, largest = 0;
+    for (uint32_t i = 0; i < s->n_runs; i++) {
+        kve_pool_run *run = &s->free_runs[i];
+        free_slots += run->len;
+        largest = run->len > largest ? run->len : largest;
+        if (run->len < capacity)
+            continue;
+        s->rows[row].off = run->start;
+        s->rows[row].held = 1;
+        run->start += capacity;
+        run->len -= capacity;
+        if (!run->len) {
+            memmove(run, run + 1, (s->n_runs - i - 1) * sizeof(kve_pool_run));
+            s->n_runs--;
+        }
+        return KVE_OK;
+    }
+    return kve_error_set(KVE_ERR_RANGE,
+                         "prompt_len = %u: capacity %u slots, but the pool of %llu has %llu free, "
+                         "at most %llu in one run (retire a row, or size desc.pool_slots larger)",
+                         prompt_len, capacity, (unsigned long long)s->pool,
+                         (unsigned long long)free_slots, (unsigned long long)largest);
+}
+
+void kve_state_close_row(kve_state *s, uint32_t row)
+{
+    s->rows[row].active = 0;
+    kve_pool_release(s, row);
+}
+
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity)
 {
     kve_state_row *r = &s->rows[row];
+    kve_pool_release(s, row);
     memset(r, 0, sizeof *r);
-    s->jobs[0] = (kve_state_job){KVE_JOB_RESET, row, 0, 0, 0, 0, {0, 0, 0}};
-    KVE_TRY(kve_state_run(s, 1, NULL, 0));
+    KVE_TRY(kve_pool_take(s, row, prompt_len, capacity));
+    r->capacity = capacity;
+    s->jobs[0] = kve_state_job_make(s, KVE_JOB_RESET, row, 0, 0, 0, 0);
+    kve_status st = kve_state_run(s, 1, NULL);
+    if (st != KVE_OK) {
+        kve_pool_release(s, row);
+        return st;
+    }
     r->active = 1;
     r->seq_id = seq_id;
     r->prompt = prompt_len;
-    r->capacity = capacity;
     return KVE_OK;
 }
 
@@ -259,7 +396,7 @@ kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t
 kve_status kve_state_retire(kve_state *s, uint32_t row)
 {
     KVE_TRY(kve_check_row(s, row, 1));
-    s->rows[row].active = 0;
+    kve_state_close_row(s, row);
     return KVE_OK;
 }
 
@@ -268,8 +405,8 @@ static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
 {
     kve_state_row *r = &s->rows[row];
     kve_batch b = kve_state_batch(s, row, r->capacity);
-    kve_evict_out o = {s->freed + row * s->freed_row_stride,
-                       s->freed_table_stride,
+    kve_evict_out o = {s->freed + r->off * s->tables,
+                       r->capacity,
                        s->n_evicted,
                        s->n_kept,
                        NULL,
@@ -286,23 +423,45 @@ static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
                                 "row %u, table %zu: a full head evicted %u slots, not r = %u", row,
                                 t, s->n_evicted[t], r_slots);
     r->round++;
-    r->free_left = r_slots;
     return KVE_OK;
 }
 
-/* Rows of kve_state_append: distinct, active, positions within int32. */
+uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
+                              uint32_t n_new)
+{
+    uint32_t room = capacity - n_valid, r = s->d.schedule.interval;
+    return n_new <= room ? 0 : (uint32_t)(((uint64_t)n_new - room + r - 1) / r);
+}
+
+kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(!out_moves, KVE_ERR_NULL, "out_moves is NULL");
+    uint64_t r = s->d.schedule.interval, m = r * ((max_new + r - 1) / r);
+    *out_moves = m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
+    return KVE_OK;
+}
+
+/* Rows of kve_state_append: distinct, active, positions within int32; the
+ * buffers large enough for the call. */
 static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                   const uint32_t *n_new, int64_t *mapping, size_t mapping_len,
-                                   uint64_t *out_total)
+                                   const uint32_t *n_new, const kve_step_buffers *out)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!mapping && mapping_len, KVE_ERR_NULL,
-                        "slot_mapping is NULL but mapping_len = %zu", mapping_len);
+    int with_moves = out && (out->moves || out->n_moves);
+    if (with_moves) {
+        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
+                            "out->%s is NULL: moves and n_moves go together",
+                            out->moves ? "n_moves" : "moves");
+        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
+                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    }
     uint64_t total = 0;
+    uint32_t rounds = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
         KVE_RETURN_ERROR_IF(rows[i] >= s->d.max_seqs, KVE_ERR_RANGE, "rows[%u] = %u: must be 0..%u",
                             i, rows[i], s->d.max_seqs - 1);
@@ -316,108 +475,112 @@ static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const ui
                             "n_new[%u] = %u: row %u would pass position 2^31-1 (it holds %u "
                             "tokens)",
                             i, n_new[i], rows[i], r->n_tokens);
+        uint32_t k = kve_state_rounds_for(s, r->capacity, r->n_valid, n_new[i]);
+        rounds = k > rounds ? k : rounds;
         total += n_new[i];
     }
     KVE_RETURN_ERROR_IF(total > KVE_I32_MAX, KVE_ERR_RANGE,
                         "n_new sums to %llu tokens: at most 2^31-1 per call",
                         (unsigned long long)total);
-    uint64_t need = total * s->tables;
-    KVE_RETURN_ERROR_IF(mapping && mapping_len < need, KVE_ERR_RANGE,
-                        "mapping_len = %zu: %llu tokens x %u table layers x %u table heads need "
-                        "%llu",
-                        mapping_len, (unsigned long long)total, s->tl, s->th,
-                        (unsigned long long)need);
-    *out_total = total;
+    KVE_RETURN_ERROR_IF(out && out->slot_mapping && out->max_tokens < total, KVE_ERR_RANGE,
+                        "out->max_tokens = %u: the call appends %llu tokens", out->max_tokens,
+                        (unsigned long long)total);
+    uint64_t need = (uint64_t)rounds * s->d.schedule.interval;
+    KVE_RETURN_ERROR_IF(with_moves && out->max_moves < need, KVE_ERR_RANGE,
+                        "out->max_moves = %u: a row of this call runs %u rounds, up to r = %u "
+                        "moves each (%llu)",
+                        out->max_moves, rounds, s->d.schedule.interval, (unsigned long long)need);
     return KVE_OK;
 }
 
-/* The waves of an append: each wave evicts the rows that are full, then
- * writes every row's next run of tokens into linear or freed slots. */
+/* The waves of an append: each wave evicts the rows that are full and
+ * places the round (moving kept entries down), then writes every row's
+ * next run of tokens at its first free slot. Rows that went through a round
+ * get their final mapping at the end: a later round may have moved the
+ * call's tokens down. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 const uint32_t *n_new, int64_t *mapping, size_t n_total)
+                                 const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint32_t r_slots = s->d.schedule.interval, window = s->d.schedule.window, base = 0;
+    uint32_t r_slots = s->d.schedule.interval, base = 0, n = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
         kve_state_work *w = &s->work[rows[i]];
-        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, 0, 0, 0};
+        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, i, 0, 0, 0};
         base += n_new[i];
+        if (out && out->moves) /* every list of the call starts empty, rounds or not */
+            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
     }
+    KVE_TRY(kve_state_run(s, n, out));
     for (;;) {
-        uint32_t n = 0, left = 0;
+        uint32_t left = 0;
+        n = 0;
         for (uint32_t i = 0; i < n_rows; i++) { /* 1: who is full */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
-            w->evict = w->left && r->n_tokens >= r->capacity && r->free_left == 0;
+            w->evict = w->left && r->n_valid == r->capacity;
             left += w->left != 0;
-            if (w->evict)
-                s->jobs[n++] = (kve_state_job){
-                    KVE_JOB_SEQ, rows[i], 0, 0, 0, 0, {r->seq_id, r->prompt, r->round}};
+            if (w->evict) {
+                s->jobs[n] = kve_state_job_make(s, KVE_JOB_SEQ, rows[i], 0, 0, 0, 0);
+                s->jobs[n++].seq = (kve_seq){r->seq_id, r->prompt, r->round};
+            }
         }
         if (!left)
             break;
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
         n = 0;
-        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then clear the freed slots */
+        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then place the round */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
             if (!w->evict)
                 continue;
             KVE_TRY(kve_state_evict_row(s, rows[i]));
-            uint64_t first_cand = w->pos0 > r->prompt ? w->pos0 : r->prompt;
-            w->verify |= w->done && first_cand + window < r->n_tokens;
-            s->jobs[n++] = (kve_state_job){KVE_JOB_CLEAR, rows[i], 0, r_slots, 0, 0, {0, 0, 0}};
+            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_ROUND, rows[i], r->capacity, r_slots,
+                                              w->pos0, w->index);
+            r->n_valid = r->capacity - r_slots;
+            w->rounds = 1;
         }
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
         n = 0;
         for (uint32_t i = 0; i < n_rows; i++) { /* 3: the next run of each row */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
             if (!w->left)
                 continue;
-            kve_state_job j = {KVE_JOB_LINEAR, rows[i],           r->n_tokens, 0,
-                               r->n_tokens,    w->base + w->done, {0, 0, 0}};
-            if (r->n_tokens < r->capacity) {
-                j.count = w->left < r->capacity - r->n_tokens ? w->left : r->capacity - r->n_tokens;
-            } else {
-                j.kind = KVE_JOB_FREED;
-                j.first = r_slots - r->free_left;
-                j.count = w->left < r->free_left ? w->left : r->free_left;
-                r->free_left -= j.count;
-            }
-            r->n_tokens += j.count;
-            w->done += j.count;
-            w->left -= j.count;
-            s->jobs[n++] = j;
+            uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
+            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_LINEAR, rows[i], r->n_valid, count,
+                                              r->n_tokens, w->base + w->done);
+            r->n_valid += count;
+            r->n_tokens += count;
+            w->done += count;
+            w->left -= count;
         }
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
     }
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < n_rows && mapping; i++) {
+    n = 0;
+    for (uint32_t i = 0; i < n_rows && out && out->slot_mapping; i++) {
         kve_state_work *w = &s->work[rows[i]];
-        if (w->verify)
-            s->jobs[n++] =
-                (kve_state_job){KVE_JOB_VERIFY, rows[i], 0, w->done, w->pos0, w->base, {0, 0, 0}};
+        if (w->rounds)
+            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
+                                              w->done, w->pos0, w->base);
     }
-    return kve_state_run(s, n, mapping, n_total);
+    return kve_state_run(s, n, out);
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                            const uint32_t *n_new, int64_t *slot_mapping, size_t mapping_len)
+                            const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint64_t total = 0;
-    kve_status st = kve_append_check(s, n_rows, rows, n_new, slot_mapping, mapping_len, &total);
+    kve_status st = kve_append_check(s, n_rows, rows, n_new, out);
     for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
         s->work[rows[i]].mark = 0;
     KVE_TRY(st);
-    return kve_state_append_rows(s, n_rows, rows, n_new, slot_mapping, (size_t)total);
+    return kve_state_append_rows(s, n_rows, rows, n_new, out);
 }
 
 kve_status kve_state_get_layout(const kve_state *s, kve_state_layout *out)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
-    *out =
-        (kve_state_layout){s->slot_pos, s->row_stride, s->tl, s->th, s->d.max_slots, s->d.max_seqs};
+    *out = (kve_state_layout){s->slot_pos,     s->row_elems,  s->tl,  s->th,
+                              s->d.max_slots, s->d.max_seqs, s->pool};
     return KVE_OK;
 }
 
@@ -426,15 +589,8 @@ kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_inf
     KVE_TRY(kve_check_row(s, row, -1));
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     const kve_state_row *r = &s->rows[row];
-    uint32_t used = r->n_tokens < r->capacity ? r->n_tokens : r->capacity;
-    *out = (kve_state_seq_info){r->active,
-                                r->prompt,
-                                r->seq_id,
-                                r->capacity,
-                                r->n_tokens,
-                                r->round,
-                                used - (r->n_tokens >= r->capacity ? r->free_left : 0),
-                                used};
+    *out = (kve_state_seq_info){r->active, r->prompt,  r->seq_id,  r->capacity,           r->n_tokens,
+                                r->round,  r->n_valid, r->n_valid, r->off * s->tables};
     return KVE_OK;
 }
 
@@ -442,9 +598,17 @@ kve_status kve_state_read_slots(kve_state *s, uint32_t row, int32_t *out, size_t
 {
     KVE_TRY(kve_check_row(s, row, 1));
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
-    KVE_RETURN_ERROR_IF(out_len < s->row_stride, KVE_ERR_RANGE,
+    KVE_RETURN_ERROR_IF(out_len < s->row_elems, KVE_ERR_RANGE,
                         "out_len = %zu: a row holds %u x %u tables x %u slots = %zu", out_len,
-                        s->tl, s->th, s->d.max_slots, s->row_stride);
-    return kve_copy(s->ctx, out, s->slot_pos + row * s->row_stride, s->row_stride * 4,
-                    KVE_COPY_BACKEND_TO_HOST);
+                        s->tl, s->th, s->d.max_slots, s->row_elems);
+    const kve_state_row *r = &s->rows[row];
+    size_t C = r->capacity, M = s->d.max_slots;
+    KVE_TRY(kve_copy(s->ctx, out, s->slot_pos + r->off * s->tables, s->tables * C * 4,
+                     KVE_COPY_BACKEND_TO_HOST));
+    for (size_t t = s->tables; t-- > 0;) { /* spread to max_slots per table, last first */
+        memmove(out + t * M, out + t * C, C * 4);
+        for (size_t i = C; i < M; i++)
+            out[t * M + i] = -1;
+    }
+    return KVE_OK;
 }

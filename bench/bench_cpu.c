@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "kve_cpu_kernels.h"
 #include "kvevict.h"
 
@@ -38,7 +39,7 @@ typedef struct {
     double min_time;
     int isas[4], n_isas;
     int threads[8], n_threads;
-    int run[4]; /* G1, G2, G3, compaction */
+    int run[6]; /* G1, G2, G3, compaction, moves, state memory */
     int peers;
     const char *python, *script;
 } options;
@@ -56,13 +57,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef void (*step_fn)(void *arg);
-
 static int g_use_min; /* --stat min: the fastest run instead of the median */
 
-/* Median (or least) seconds of body() over at least 3 runs and min_time
- * seconds, after a warm-up; setup() (untimed, may be NULL) runs before each. */
-static double time_median(double min_time, step_fn setup, step_fn body, void *arg)
+double time_median(double min_time, step_fn setup, step_fn body, void *arg)
 {
     enum { MAX_RUNS = 2000 };
     static double samples[MAX_RUNS];
@@ -82,7 +79,7 @@ static double time_median(double min_time, step_fn setup, step_fn body, void *ar
     return g_use_min ? samples[0] : samples[n / 2];
 }
 
-static void die(const char *what, kve_status st)
+void die(const char *what, kve_status st)
 {
     fprintf(stderr, "kvevict-bench: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
     exit(2);
@@ -114,7 +111,7 @@ static void fill_tables(int32_t *slots, size_t heads, uint64_t seed)
     }
 }
 
-static kve_context *cpu_context(int isa, int threads)
+kve_context *cpu_context(int isa, int threads)
 {
     kve_context *ctx = NULL;
     kve_status st = kve_context_create(KVE_BACKEND_CPU, &ctx);
@@ -466,7 +463,8 @@ static const char kUsage[] =
     "P=1024, B=2048, W=64, so 1024 candidates and 64 evictions per head; and the compaction of\n"
     "G1's K and V (256-byte entries) after a round. Per ISA and thread count: ms per round,\n"
     "ns per candidate, the ratio to the hash-only floor; numpy and PyTorch side by side.\n"
-    "  --workloads LIST  G1,G2,G3,compact (default all)\n"
+    "  --workloads LIST  G1,G2,G3,compact,moves,memory (default all): moves = a decode\n"
+    "                    step's moves (kve_cache_write) vs memcpy; memory = state vs K/V bytes\n"
     "  --isa LIST        scalar,avx2,avx512 (default: each this CPU runs)\n"
     "  --threads LIST    thread counts (default 1,2)\n"
     "  --min-time S      seconds per measurement at least (default 0.5)\n"
@@ -477,9 +475,9 @@ static const char kUsage[] =
 
 int main(int argc, char **argv)
 {
-    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
+    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
     static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
-    static const char *const wl_names[] = {"G1", "G2", "G3", "compact"};
+    static const char *const wl_names[] = {"G1", "G2", "G3", "compact", "moves", "memory"};
     static const struct option longs[] = {
         {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
         {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
@@ -489,7 +487,7 @@ int main(int argc, char **argv)
         int list[8], n;
         switch (c) {
         case 'w':
-            n = parse_list(optarg, wl_names, 4, list, 4);
+            n = parse_list(optarg, wl_names, 6, list, 6);
             memset(o.run, 0, sizeof o.run);
             for (int i = 0; i < n; i++)
                 o.run[list[i]] = 1;
@@ -592,5 +590,9 @@ int main(int argc, char **argv)
                     fflush(stdout);
                 }
     }
+    for (int t = 0; o.run[4] && t < o.n_threads; t++) /* copies: the ISA does not matter */
+        bench_moves(0, o.threads[t], o.min_time);
+    if (o.run[5])
+        bench_state_memory();
     return 0;
 }

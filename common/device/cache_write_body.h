@@ -17,6 +17,10 @@
  * checks its entry as backends/cache_write.c checks host memory, skips one
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
+ *
+ * The state's moves (kve_cache_move_grid) are a launch of their own before
+ * the writes: a write may land in a slot a move reads, and only stream
+ * order separates the two across the grid.
  */
 #ifndef KVE_CACHE_WRITE_BODY_H
 #define KVE_CACHE_WRITE_BODY_H
@@ -35,6 +39,42 @@ typedef struct kve_cache_write_args {
     uint64_t *errors;               /* [KVE_DEV_ERR_KINDS] */
 } kve_cache_write_args;
 
+/* Page and in-page slot of slot @p slot of page table row @p row (ignored
+ * with KVE_PAGES_FLAT): 0 when the slot or its page is not one the desc
+ * allows (*why = the error kind), else 1. The host's rule for indptr:
+ * indptr[0] = 0, and the row within indices. */
+KVE_FN int kve_cw_locate(const kve_cache_write_desc *d, int32_t row, int64_t slot,
+                         size_t *page_out, size_t *in_out, int *why)
+{
+    int64_t ps = d->page_size, limit = ps, page = row;
+    if (d->page_table == KVE_PAGES_FLAT) {
+        limit = (int64_t)d->n_pages * ps;
+        page = slot >= 0 ? slot / ps : 0;
+    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+        limit = (int64_t)d->blocks_per_row * ps;
+        if (slot >= 0 && slot < limit)
+            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
+    } else if (d->page_table == KVE_PAGES_INDPTR) {
+        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
+        int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
+                 (hi == lo || (last >= 1 && last <= ps));
+        limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
+        if (slot >= 0 && slot < limit)
+            page = d->indices[(size_t)lo + (size_t)(slot / ps)];
+    }
+    if (slot < 0 || slot >= limit) {
+        *why = KVE_DEV_ERR_CW_SLOT;
+        return 0;
+    }
+    if (page < 0 || page >= d->n_pages) {
+        *why = KVE_DEV_ERR_CW_PAGE;
+        return 0;
+    }
+    *page_out = (size_t)page;
+    *in_out = (size_t)(slot % ps);
+    return 1;
+}
+
 /* Page and in-page slot of entry (t, h), or 0 when it is skipped: slot -1
  * (padding: the token's row is then never read), or a row, slot or page the
  * desc does not allow (an error raised when @p raise). */
@@ -45,45 +85,21 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
     int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
     if (slot == -1)
         return 0;
-    int64_t ps = d->page_size, limit = ps, page = 0;
-    if (d->page_table == KVE_PAGES_FLAT) {
-        limit = (int64_t)d->n_pages * ps;
-        page = slot >= 0 ? slot / ps : 0;
-    } else {
-        int32_t row = d->token_row[t];
+    int32_t row = 0;
+    if (d->page_table != KVE_PAGES_FLAT) {
+        row = d->token_row[t];
         if (row < 0 || (uint32_t)row >= d->n_rows) {
             if (raise)
                 kve_raise(a->errors, KVE_DEV_ERR_CW_ROW, t, 0);
             return 0;
         }
-        page = row;
-        if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-            limit = (int64_t)d->blocks_per_row * ps;
-            if (slot >= 0 && slot < limit)
-                page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
-        } else if (d->page_table == KVE_PAGES_INDPTR) {
-            int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-            /* the host's rule: indptr[0] = 0, and the row within indices */
-            int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
-                     (hi == lo || (last >= 1 && last <= ps));
-            limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
-            if (slot >= 0 && slot < limit)
-                page = d->indices[(size_t)lo + (size_t)(slot / ps)];
-        }
     }
-    if (slot < 0 || slot >= limit) {
-        if (raise)
-            kve_raise(a->errors, KVE_DEV_ERR_CW_SLOT, t, h);
-        return 0;
-    }
-    if (page < 0 || page >= d->n_pages) {
-        if (raise)
-            kve_raise(a->errors, KVE_DEV_ERR_CW_PAGE, t, h);
-        return 0;
-    }
-    *page_out = (size_t)page;
-    *in_out = (size_t)(slot % ps);
-    return 1;
+    int why = 0;
+    if (kve_cw_locate(d, row, slot, page_out, in_out, &why))
+        return 1;
+    if (raise)
+        kve_raise(a->errors, why, t, h);
+    return 0;
 }
 
 /* One group's share of an entry: units lane, lane + group, ... of type T. */
@@ -143,6 +159,79 @@ KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
                               p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, units,
                               lane, g);
             break;
+        }
+    }
+}
+
+/* Work items of the moves: one entry per (cache, move row, head, pair). */
+KVE_HD_FN uint64_t kve_cache_move_entries(const kve_cache_write_desc *d)
+{
+    return d->moves ? (uint64_t)d->n_caches * d->n_move_rows * d->n_heads * d->max_moves : 0;
+}
+
+/*
+ * The moves kernel, launched before the writes: one group per (cache, move
+ * row, head, pair), grid-stride; pairs past the list's count are idle. The
+ * pairs of a list never share a slot between a source and a destination
+ * (the API's precondition), so they run in any order. A move row, count or
+ * slot the desc does not allow skips the pair and raises KVE_DEV_ERR_CW_SLOT
+ * (head = move row, detail = cache head) or KVE_DEV_ERR_CW_PAGE.
+ */
+KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
+{
+    const kve_cache_write_desc *d = &a->d;
+    uint32_t g = a->group, per_block = tc->nt / g, lane = tc->tid % g;
+    uint64_t total = kve_cache_move_entries(d), per_cache = total / d->n_caches;
+    uint64_t step = (uint64_t)tc->nb * per_block;
+    for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < total; w += step) {
+        uint32_t c = (uint32_t)(w / per_cache);
+        uint64_t rest = w % per_cache;
+        uint32_t k = (uint32_t)(rest % d->max_moves);
+        uint64_t ih = rest / d->max_moves;
+        uint32_t h = (uint32_t)(ih % d->n_heads), i = (uint32_t)(ih / d->n_heads);
+        size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+        int raise = c == 0 && lane == 0;
+        uint32_t n = d->n_moves[list];
+        if (n > d->max_moves) {
+            if (raise && k == 0)
+                kve_raise(a->errors, KVE_DEV_ERR_CW_SLOT, i, h);
+            continue;
+        }
+        if (k >= n)
+            continue;
+        int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
+        const int32_t *pair = d->moves + 2 * ((size_t)list * d->max_moves + k);
+        size_t sp, si, dp, di;
+        int why = KVE_DEV_ERR_CW_SLOT;
+        int row_ok = d->page_table == KVE_PAGES_FLAT || (row >= 0 && (uint32_t)row < d->n_rows);
+        if (!row_ok || !kve_cw_locate(d, row, pair[0], &sp, &si, &why) ||
+            !kve_cw_locate(d, row, pair[1], &dp, &di, &why)) {
+            if (raise)
+                kve_raise(a->errors, why, i, h);
+            continue;
+        }
+        /* cache c's part by selects over constant indices, as in the writes */
+        void *dst_c = d->dst[0];
+        const kve_cache_part *p = &d->part[0];
+        uint32_t unit = a->unit[0], units = a->units[0];
+        for (uint32_t q = 1; q < KVE_MAX_CACHES; q++) {
+            dst_c = q == c ? d->dst[q] : dst_c;
+            p = q == c ? &d->part[q] : p;
+            unit = q == c ? a->unit[q] : unit;
+            units = q == c ? a->units[q] : units;
+        }
+        unsigned char *base = (unsigned char *)dst_c + (size_t)h * p->dst_stride_head;
+        unsigned char *dst = base + dp * p->dst_stride_page + di * p->dst_stride_slot;
+        const unsigned char *src = base + sp * p->dst_stride_page + si * p->dst_stride_slot;
+        /* a converting cache moves its stored bytes as they are */
+        uint32_t bytes = p->dim * kve_dtype_size(p->dst_dtype);
+        switch (unit) {
+        case 16: kve_copy_v16(dst, src, units, lane, g); break;
+        case 8: kve_copy_u64(dst, src, units, lane, g); break;
+        case 4: kve_copy_u32(dst, src, units, lane, g); break;
+        case 2: kve_copy_u16(dst, src, units, lane, g); break;
+        case 1: kve_copy_u8(dst, src, units, lane, g); break;
+        default: kve_copy_u8(dst, src, bytes, lane, g); break;
         }
     }
 }

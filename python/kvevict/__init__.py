@@ -11,9 +11,10 @@ The engine-facing pieces::
     state = kvevict.State(ctx, max_seqs=8, n_layers=4, n_heads=4, budget=48,
                           window=8, interval=8, max_slots=64)
     state.admit(row=0, seq_id=1234, prompt_len=16)
-    mapping = state.append([0], [16])           # [table_layers, tokens, table_heads]
-    kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(mapping, 0),
-                        token_row, block_table=block_table)
+    step = state.step_buffers(max_tokens=256, max_rows=8, max_new=16)  # kept for the run
+    state.append([0], [16], out=step)           # mapping, move lists into step
+    kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(step, 0),
+                        token_row, block_table=block_table, **state.layer_moves(step, 0))
 
 ``cache_write`` converts element types (float32 / float16 / bfloat16, fp8
 caches with vLLM's scales) and takes flat slots too; ``import kvevict.ops``
@@ -33,7 +34,7 @@ from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
 from . import _lib
 from ._write import cache_write
 
-__all__ = ["Context", "State", "SeqInfo", "KvevictError", "cache_write", "capacity", "evict",
+__all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
            "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
 
 PERSISTENT = 1
@@ -143,8 +144,26 @@ class SeqInfo:
     capacity: int   #: C = max(B, P + W) + r slots per head
     n_tokens: int   #: positions 0 .. n_tokens-1 appended
     round: int      #: eviction rounds so far
-    n_valid: int    #: valid slots, the same in every head
-    n_used: int     #: min(n_tokens, C): the KV length to give attention
+    n_valid: int    #: valid slots, the same in every head: slots 0 .. n_valid-1
+    n_used: int     #: = n_valid, the KV length to give attention
+    table_offset: int = 0  #: the row's tables in the pool (elements)
+
+
+@dataclass
+class Step:
+    """Step buffers of a state (kve_step_buffers), reusable from step to step.
+
+    mapping: int64 [table_layers, max_tokens, table_heads]; moves: int32
+    [table_layers, max_rows, table_heads, max_moves, 2] pairs (src, dst);
+    n_moves: int32 [table_layers, max_rows, table_heads]. After an append,
+    the first n_tokens tokens and n_rows rows are the call's.
+    """
+
+    mapping: Any
+    moves: Any
+    n_moves: Any
+    n_tokens: int = 0
+    n_rows: int = 0
 
 
 class State(_Handle):
@@ -163,7 +182,7 @@ class State(_Handle):
                  budget: int, max_slots: int, window: int = 64, interval: int = 64,
                  seed: int = 0, persistent: bool = False, shared_heads: bool = False,
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
-                 tensors: str = "numpy"):
+                 pool_slots: int = 0, tensors: str = "numpy"):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % tensors)
         self.ctx = ctx
@@ -174,7 +193,8 @@ class State(_Handle):
         self.layer_offset, self.head_offset = layer_offset, head_offset
         self._torch = tensors == "torch"
         desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
-                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots)
+                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots,
+                              pool_slots)
         h = ctypes.c_void_p()
         check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
               "kve_state_create")
@@ -185,7 +205,8 @@ class State(_Handle):
         self.table_heads: int = lay.table_heads    #: 1 with shared heads, else n_heads
         self.max_slots: int = lay.max_slots
         self.max_seqs: int = lay.max_seqs
-        self._table_ptr, self._row_stride = lay.slot_pos, lay.row_stride
+        self.pool_slots: int = lay.pool_slots
+        self._table_ptr = lay.slot_pos
 
     def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
         """Admit a sequence into a free row; its prompt is then appended like any token."""
@@ -211,37 +232,72 @@ class State(_Handle):
             v = _arrays.View(out, "out", "int64")
         return out, v.ptr, int(np.prod(shape))
 
-    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Any = None) -> Any:
-        """Append n_new[i] tokens to row rows[i]; return the slot mapping.
+    def max_moves(self, max_new: int) -> int:
+        """Pairs a move list needs for appends of up to max_new tokens a row."""
+        out = ctypes.c_uint32()
+        check(lib.kve_state_max_moves(self.handle, max_new, ctypes.byref(out)),
+              "kve_state_max_moves")
+        return out.value
 
-        The mapping is int64 [table_layers, sum(n_new), table_heads]: the slot
-        (within the token's row) where each head writes each token, -1 to
-        skip. Tokens are numbered row by row in the order given. ``out``
-        may be any int64 array of that shape on the context's device, with
-        any strides (e.g. a slice of a persistent, padded buffer).
-        """
+    def step_buffers(self, max_tokens: int, max_rows: int, max_new: int) -> Step:
+        """Buffers for appends of up to max_tokens tokens over max_rows rows,
+        max_new tokens a row: allocate once, pass to every append."""
+        m = self.max_moves(max_new)
+        tl, th = self.table_layers, self.table_heads
+        return Step(self.ctx._empty((tl, max_tokens, th), "int64", self._torch),
+                    self.ctx._empty((tl, max_rows, th, m, 2), "int32", self._torch),
+                    self.ctx._empty((tl, max_rows, th), "int32", self._torch))
+
+    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
+               outputs: bool = True) -> Optional[Step]:
+        """Append n_new[i] tokens to row rows[i]; return the Step holding the
+        slot mapping (the slot, within the token's row, where each head
+        writes each token, -1 to skip; tokens numbered row by row in the
+        order given) and the move lists a round left. ``out``: buffers from
+        step_buffers (else new ones, sized for this call). outputs=False
+        advances the state alone and returns None."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
-        self._strided_out = None
-        out, ptr, n = self._mapping(int(sum(n_new)), out)
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
-        check(lib.kve_state_append(self.handle, len(rows), r, k, ptr, n), "kve_state_append")
-        if self._strided_out is not None:
-            self._strided_out[...] = out
-            out = self._strided_out
+        if not outputs:
+            check(lib.kve_state_append(self.handle, len(rows), r, k, None), "kve_state_append")
+            return None
+        total = int(sum(n_new))
+        if out is None:
+            out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
+        views = [_arrays.View(out.mapping, "out.mapping", "int64", 3),
+                 _arrays.View(out.moves, "out.moves", "int32", 5),
+                 _arrays.View(out.n_moves, "out.n_moves", "int32", 3)]
+        for v in views:
+            v.contiguous()
+        tl, th = self.table_layers, self.table_heads
+        mt, mr, mm = views[0].shape[1], views[1].shape[1], views[1].shape[3]
+        if (views[0].shape != (tl, mt, th) or views[1].shape != (tl, mr, th, mm, 2)
+                or views[2].shape != (tl, mr, th)):
+            raise ValueError("out: shapes %s, %s, %s do not match the state's tables (%d, %d)"
+                             % (views[0].shape, views[1].shape, views[2].shape, tl, th))
+        self.ctx._prepare(views)
+        b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+        check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
+              "kve_state_append")
+        out.n_tokens, out.n_rows = total, len(rows)
         return out
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
-                mapping: bool = False) -> Any:
-        """Recompute a row from the ids alone (after preemption); with
-        mapping=True, return where each head holds each position 0..n_tokens-1
-        ([table_layers, n_tokens, table_heads], -1 = evicted)."""
+                mapping: bool = False, steps: Optional[Sequence[int]] = None) -> Any:
+        """Recompute a row from the ids alone (after preemption). steps: the
+        sizes of its appends since admission (default: the prompt, then one
+        token per append). With mapping=True, return where each head holds
+        each position 0..n_tokens-1 ([table_layers, n_tokens, table_heads],
+        -1 = evicted): every valid slot is named once."""
         ptr, n, out = None, 0, None
         if mapping:
             out, ptr, n = self._mapping(n_tokens, None)
         else:
             self.ctx._stream()
-        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, ptr, n),
+        st = _arrays.u32_array(list(steps)) if steps is not None else None
+        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, st,
+                                    len(steps) if steps is not None else 0, ptr, n),
               "kve_state_rebuild")
         return out
 
@@ -250,7 +306,7 @@ class State(_Handle):
         i = _lib.SeqInfo()
         check(lib.kve_state_get_seq(self.handle, row, ctypes.byref(i)), "kve_state_get_seq")
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
-                       i.n_valid, i.n_used)
+                       i.n_valid, i.n_used, i.table_offset)
 
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
@@ -260,14 +316,19 @@ class State(_Handle):
             "kve_state_read_slots")
         return out
 
-    def slot_table(self) -> Any:
-        """The live tables, no copy: int32 [max_seqs, table_layers, table_heads,
-        max_slots] in backend memory (-1 = empty), valid while the state lives.
-        numpy (or torch, per ``tensors``) on the CPU; a torch tensor on a GPU."""
-        shape = (self.max_seqs, self.table_layers, self.table_heads, self.max_slots)
+    def row_table(self, row: int) -> Any:
+        """Row @row's live tables, no copy: int32 [table_layers, table_heads,
+        capacity] in backend memory (-1 = empty), valid while the row holds
+        its sequence. numpy (or torch, per ``tensors``) on the CPU; a torch
+        tensor on a GPU."""
+        info = self.seq(row)
+        if not info.active:
+            raise ValueError("row %d holds no sequence" % row)
+        shape = (self.table_layers, self.table_heads, info.capacity)
         n = int(np.prod(shape))
+        ptr = self._table_ptr + 4 * info.table_offset
         if self.ctx.backend == "cpu":
-            a = _arrays.carray_view(self._table_ptr, n, ctypes.c_int32).reshape(shape)
+            a = _arrays.carray_view(ptr, n, ctypes.c_int32).reshape(shape)
             if self._torch:
                 import torch
 
@@ -275,12 +336,23 @@ class State(_Handle):
             return a
         import torch
 
-        return torch.as_tensor(_arrays.CudaArray(self._table_ptr, shape, "<i4", self),
+        return torch.as_tensor(_arrays.CudaArray(ptr, shape, "<i4", self),
                                device="cuda:%d" % self.ctx.device)
 
-    def layer_slots(self, mapping: Any, layer: int) -> Any:
-        """The [tokens, table_heads] slots of @layer (a local index) in a mapping."""
-        return mapping[layer if self.table_layers > 1 else 0]
+    def layer_slots(self, step: Any, layer: int) -> Any:
+        """The [tokens, table_heads] slots of @layer (a local index) in a Step
+        (its call's tokens) or in a mapping array."""
+        tl = layer if self.table_layers > 1 else 0
+        if isinstance(step, Step):
+            return step.mapping[tl, :step.n_tokens]
+        return step[tl]
+
+    def layer_moves(self, step: Step, layer: int) -> dict:
+        """cache_write's keyword arguments for the moves of @layer in a Step:
+        its call's rows in order (give move_row= when the cache's page-table
+        row of call row i is not i)."""
+        tl = layer if self.table_layers > 1 else 0
+        return dict(moves=step.moves[tl, :step.n_rows], n_moves=step.n_moves[tl, :step.n_rows])
 
 
 def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):

@@ -83,17 +83,18 @@ class Schedule(ctypes.Structure):
 class StateDesc(ctypes.Structure):
     _fields_ = [("schedule", Schedule), ("max_seqs", u32), ("n_layers", u32),
                 ("n_heads", u32), ("layer_offset", u32), ("head_offset", u32),
-                ("max_slots", u32)]
+                ("max_slots", u32), ("pool_slots", u64)]
 
 
 class StateLayout(ctypes.Structure):
-    _fields_ = [("slot_pos", vp), ("row_stride", sz), ("table_layers", u32),
-                ("table_heads", u32), ("max_slots", u32), ("max_seqs", u32)]
+    _fields_ = [("slot_pos", vp), ("row_elems", sz), ("table_layers", u32),
+                ("table_heads", u32), ("max_slots", u32), ("max_seqs", u32), ("pool_slots", u64)]
 
 
 class SeqInfo(ctypes.Structure):
     _fields_ = [("active", u32), ("prompt_len", u32), ("seq_id", u64), ("capacity", u32),
-                ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32)]
+                ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32),
+                ("table_offset", u64)]
 
 
 class CachePart(ctypes.Structure):
@@ -112,7 +113,14 @@ class CacheWriteDesc(ctypes.Structure):
                 ("slots_stride_token", sz), ("slots_stride_head", sz), ("token_row", vp),
                 ("n_rows", u32), ("page_table", ctypes.c_int), ("block_table", vp),
                 ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
-                ("last_page_len", vp), ("part", CachePart * MAX_CACHES)]
+                ("last_page_len", vp), ("moves", vp), ("n_moves", vp), ("n_move_rows", u32),
+                ("max_moves", u32), ("moves_stride_row", sz), ("moves_stride_head", sz),
+                ("move_row", vp), ("part", CachePart * MAX_CACHES)]
+
+
+class StepBuffers(ctypes.Structure):
+    _fields_ = [("slot_mapping", vp), ("max_tokens", u32), ("moves", vp), ("n_moves", vp),
+                ("max_rows", u32), ("max_moves", u32)]
 
 
 class Seq(ctypes.Structure):
@@ -163,8 +171,9 @@ _PROTOS = {
     "kve_state_destroy": (ctypes.c_int, [vp]),
     "kve_state_admit": (ctypes.c_int, [vp, u32, u64, u32]),
     "kve_state_retire": (ctypes.c_int, [vp, u32]),
-    "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), vp, sz]),
-    "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, vp, sz]),
+    "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(StepBuffers)]),
+    "kve_state_max_moves": (ctypes.c_int, [vp, u32, P(u32)]),
+    "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, P(u32), u32, vp, sz]),
     "kve_state_get_layout": (ctypes.c_int, [vp, P(StateLayout)]),
     "kve_state_get_seq": (ctypes.c_int, [vp, u32, P(SeqInfo)]),
     "kve_state_read_slots": (ctypes.c_int, [vp, u32, P(ctypes.c_int32), sz]),

@@ -48,7 +48,8 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                 token_row: Any = None, *, layout: str = "nhd", block_table: Any = None,
                 indptr: Any = None, indices: Any = None, last_page_len: Any = None,
                 kv_cache_dtype: Any = "auto", scales: Optional[Sequence[Any]] = None,
-                convert: bool = False) -> None:
+                convert: bool = False, moves: Any = None, n_moves: Any = None,
+                move_row: Any = None) -> None:
     """Write new K/V rows into caches (kve_cache_write), converting types.
 
     srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
@@ -72,6 +73,11 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     fp8, saturating (a list gives each cache its own), with scales[c]
     (float32 [1] or [heads], or None) as vLLM's k_scale / v_scale:
     stored = fp8(src / scale).
+
+    moves, n_moves: a state's move lists for this layer (State.layer_moves),
+    int32 [rows, 1 or heads, max_moves, 2] and [rows, 1 or heads], run before
+    the writes; move_row: int32 [rows], each list row's page-table row
+    (default: list row i is row i).
     """
     n = len(srcs)
     if not 1 <= n == len(dsts) <= MAX_CACHES:
@@ -158,5 +164,20 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
             d.last_page_len = tables["last_page_len"].ptr
         else:
             d.page_table, d.n_rows = 0, pages
+    if moves is not None:
+        if n_moves is None:
+            raise ValueError("moves needs n_moves")
+        mv = [_arrays.View(moves, "moves", "int32", 4), _arrays.View(n_moves, "n_moves", "int32", 2)]
+        if move_row is not None:
+            mv.append(_arrays.View(move_row, "move_row", "int32", 1))
+        for v in mv:
+            v.contiguous()
+        if mv[0].shape[1] not in (1, heads) or mv[1].shape != mv[0].shape[:2]:
+            raise ValueError("moves %s / n_moves %s: [rows, 1 or %d heads, max_moves, 2]"
+                             % (mv[0].shape, mv[1].shape, heads))
+        d.moves, d.n_moves, d.n_move_rows, d.max_moves = mv[0].ptr, mv[1].ptr, *mv[0].shape[::2]
+        d.moves_stride_row, d.moves_stride_head = mv[0].shape[1], int(mv[0].shape[1] > 1)
+        d.move_row = mv[2].ptr if len(mv) > 2 else None
+        views += mv
     ctx._prepare(views)
     check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")

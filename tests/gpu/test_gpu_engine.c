@@ -68,7 +68,7 @@ END_TEST
 /* A state in the caller's device memory, and the tables' layout. */
 START_TEST(test_state_caller_memory)
 {
-    kve_state_desc d = {{7, 0, 32, 4, 8}, 3, 2, 4, 0, 0, 64};
+    kve_state_desc d = {{7, 0, 32, 4, 8}, 3, 2, 4, 0, 0, 64, 0};
     size_t bytes = 0;
     void *mem = NULL;
     kve_state *st = NULL;
@@ -78,7 +78,7 @@ START_TEST(test_state_caller_memory)
     ck_assert_int_eq(kve_state_create(kve_gpu, &d, mem, bytes, &st), KVE_OK);
     ck_assert_int_eq(kve_state_admit(st, 1, 99, 10), KVE_OK);
     uint32_t row = 1, n = 100;
-    ck_assert_int_eq(kve_state_append(st, 1, &row, &n, NULL, 0), KVE_OK);
+    ck_assert_int_eq(kve_state_append(st, 1, &row, &n, NULL), KVE_OK);
     kve_state_layout lay;
     ck_assert_int_eq(kve_state_get_layout(st, &lay), KVE_OK);
     int32_t tab[8 * 64];

@@ -1,0 +1,24 @@
+/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c. */
+#ifndef KVE_BENCH_H
+#define KVE_BENCH_H
+
+#include "kvevict.h"
+
+typedef void (*step_fn)(void *arg);
+
+/* Median (or least, with --stat min) seconds of body() over at least 3 runs
+ * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs
+ * before each. */
+double time_median(double min_time, step_fn setup, step_fn body, void *arg);
+/* Exits with the library's message. */
+void die(const char *what, kve_status st);
+/* A CPU context on @p isa with @p threads. */
+kve_context *cpu_context(int isa, int threads);
+
+/* bench_state.c: the state's memory against the K/V it describes (G1, 256
+ * rows of prompts 1K..32K), and kve_cache_write's moves against memcpy of
+ * the same bytes. */
+void bench_state_memory(void);
+void bench_moves(int isa, int threads, double min_time);
+
+#endif

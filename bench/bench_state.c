@@ -1,0 +1,168 @@
+/*
+ * bench_state.c — kvevict-bench's cache-state figures: how the state's
+ * backend memory compares with the K/V bytes its tables describe, and what
+ * a decode step's moves (kve_cache_write) cost next to memcpy of the same
+ * bytes, on the CPU.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define S_LAYERS 36 /* G1 */
+#define S_HEADS 8
+#define S_BUDGET 2048
+#define S_WR 64       /* W = r = 64 */
+#define S_ENTRY 256   /* 128 x bf16 */
+#define S_ROWS 256
+#define S_PAGE 16
+
+/* G1 with 256 rows whose prompts are spread evenly over 1K..32K: the state
+ * sized for the longest prompt in every row, and with a pool holding the
+ * rows' capacities, against the K and V bytes of those capacities. */
+void bench_state_memory(void)
+{
+    kve_context *ctx = cpu_context(0, 1);
+    kve_schedule sc = {1, 0, S_BUDGET, S_WR, S_WR};
+    uint32_t cmax = 0;
+    uint64_t pool = 0;
+    for (uint32_t i = 0; i < S_ROWS; i++) {
+        uint32_t p = 1024 + (uint32_t)((uint64_t)i * (32768 - 1024) / (S_ROWS - 1)), c;
+        kve_status st = kve_schedule_capacity(&sc, p, &c);
+        if (st != KVE_OK)
+            die("kve_schedule_capacity", st);
+        pool += c;
+        cmax = c > cmax ? c : cmax;
+    }
+    kve_state_desc d = {sc, S_ROWS, S_LAYERS, S_HEADS, 0, 0, cmax, 0};
+    size_t every_row, pooled;
+    kve_status st = kve_state_memory_size(ctx, &d, &every_row);
+    d.pool_slots = pool;
+    if (st == KVE_OK)
+        st = kve_state_memory_size(ctx, &d, &pooled);
+    if (st != KVE_OK)
+        die("kve_state_memory_size", st);
+    double kv = (double)pool * S_LAYERS * S_HEADS * 2 * S_ENTRY;
+    printf("\nstate memory, G1 (36 x 8 heads), 256 rows, prompts 1K..32K evenly, B = 2048, "
+           "W = r = 64;\nK and V of 128 x bf16 for the %llu slots a head the rows hold: %.2f GiB\n",
+           (unsigned long long)pool, kv / (1u << 30));
+    printf("%-34s %12s %10s\n", "state", "GiB", "x K/V");
+    printf("%-34s %12.3f %9.2f%%\n", "max_slots in every row (pool 0)", every_row / 1073741824.0,
+           100.0 * every_row / kv);
+    printf("%-34s %12.3f %9.2f%%\n", "pool of the rows' capacities", pooled / 1073741824.0,
+           100.0 * pooled / kv);
+    kve_context_destroy(ctx);
+}
+
+typedef struct {
+    kve_context *ctx;
+    kve_cache_write_desc d;
+    char *a, *z;
+    size_t bytes;
+    int threads;
+} moves_run;
+
+static void moves_once(void *arg)
+{
+    moves_run *m = (moves_run *)arg;
+    kve_status st = kve_cache_write(m->ctx, &m->d);
+    if (st != KVE_OK)
+        die("kve_cache_write", st);
+}
+
+static void copy_once(void *arg)
+{
+    moves_run *m = (moves_run *)arg;
+    size_t part = (m->bytes + (size_t)m->threads - 1) / (size_t)m->threads;
+#pragma omp parallel for schedule(static) num_threads(m->threads)
+    for (int p = 0; p < m->threads; p++) {
+        size_t lo = (size_t)p * part, hi = lo + part < m->bytes ? lo + part : m->bytes;
+        if (lo < hi)
+            memcpy(m->z + lo, m->a + lo, hi - lo);
+    }
+}
+
+/* One layer of a decode step in which every one of 128 G1 rows ran a
+ * round: r = 64 moves per head from the top r slots into holes below, K
+ * and V in vLLM's NHD pages (16 slots) through a block table. */
+void bench_moves(int isa, int threads, double min_time)
+{
+    enum { ROWS = 128, C = S_BUDGET + S_WR, BPR = (C + S_PAGE - 1) / S_PAGE };
+    size_t lists = (size_t)ROWS * S_HEADS, page_bytes = (size_t)S_PAGE * S_HEADS * S_ENTRY;
+    size_t cache = (size_t)ROWS * BPR * page_bytes;
+    moves_run m;
+    memset(&m, 0, sizeof m);
+    m.ctx = cpu_context(isa, threads);
+    m.threads = threads;
+    char *kv = (char *)malloc(2 * cache);
+    int32_t *bt = (int32_t *)malloc((size_t)ROWS * BPR * 4);
+    int32_t *moves = (int32_t *)malloc(lists * S_WR * 8);
+    uint32_t *n_moves = (uint32_t *)malloc(lists * 4);
+    int64_t slot = -1;
+    int32_t row0 = 0;
+    if (!kv || !bt || !moves || !n_moves)
+        die("bench_moves", KVE_ERR_NOMEM);
+    memset(kv, 1, 2 * cache);
+    uint64_t rng = 99;
+    for (uint32_t i = 0; i < ROWS * BPR; i++) /* pages scattered over the cache */
+        bt[i] = (int32_t)((i * 7919u) % (ROWS * BPR));
+    for (size_t l = 0; l < lists; l++) {
+        n_moves[l] = S_WR;
+        uint32_t hole = 0;
+        for (uint32_t k = 0; k < S_WR; k++) { /* ascending holes, about every 9th slot */
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            hole += 1 + (uint32_t)(rng >> 60);
+            moves[(l * S_WR + k) * 2] = (int32_t)(C - S_WR + k);
+            moves[(l * S_WR + k) * 2 + 1] = (int32_t)hole;
+        }
+    }
+    kve_cache_write_desc *d = &m.d;
+    d->n_tokens = 0;
+    d->n_heads = S_HEADS;
+    d->entry_bytes = S_ENTRY;
+    d->n_caches = 2;
+    d->src[0] = d->src[1] = &slot; /* no token written: only the moves */
+    d->dst[0] = kv;
+    d->dst[1] = kv + cache;
+    d->layout = KVE_LAYOUT_NHD;
+    d->page_size = S_PAGE;
+    d->n_pages = ROWS * BPR;
+    d->slots = &slot;
+    d->slots_stride_token = 1;
+    d->token_row = &row0;
+    d->n_rows = ROWS;
+    d->page_table = KVE_PAGES_BLOCK_TABLE;
+    d->block_table = bt;
+    d->blocks_per_row = BPR;
+    d->moves = moves;
+    d->n_moves = n_moves;
+    d->n_move_rows = ROWS;
+    d->max_moves = S_WR;
+    d->moves_stride_row = S_HEADS;
+    d->moves_stride_head = 1;
+    double t = time_median(min_time, NULL, moves_once, &m);
+    m.bytes = lists * S_WR * S_ENTRY * 2;
+    m.a = (char *)malloc(m.bytes);
+    m.z = (char *)malloc(m.bytes);
+    if (!m.a || !m.z)
+        die("bench_moves", KVE_ERR_NOMEM);
+    memset(m.a, 2, m.bytes);
+    memset(m.z, 3, m.bytes);
+    double tc = time_median(min_time, NULL, copy_once, &m);
+    printf("\nmoves of one layer, 128 G1 rows all in a round (64 moves a head, K and V, "
+           "256-byte entries, NHD pages of 16 through a block table), %d thread%s\n",
+           threads, threads > 1 ? "s" : "");
+    printf("  kve_cache_write %.3f ms (%.1f MB, %.2f GB/s); memcpy of the same bytes %.3f ms "
+           "(%.2f GB/s): %.2f x memcpy; x 36 layers = %.2f ms a step\n",
+           t * 1e3, m.bytes / 1e6, m.bytes / t / 1e9, tc * 1e3, m.bytes / tc / 1e9, tc / t,
+           36 * t * 1e3);
+    free(m.a);
+    free(m.z);
+    free(kv);
+    free(bt);
+    free(moves);
+    free(n_moves);
+    kve_context_destroy(m.ctx);
+}
