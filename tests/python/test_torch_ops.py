@@ -203,7 +203,8 @@ class Context(unittest.TestCase):
         self.assertIn("slots: dtype int32, expected int64", str(e.exception))
 
     def test_strided_out(self):
-        """append(out=) into a slice of a persistent, padded buffer."""
+        """append(out=) into persistent step buffers sized once for the largest step
+        (the mapping padded to max_tokens): only the step's own tokens are written."""
         ctx = kvevict.Context("cpu")
         kw = dict(max_seqs=2, n_layers=2, n_heads=3, budget=8, window=2, interval=2,
                   max_slots=16, tensors="torch")
@@ -211,15 +212,18 @@ class Context(unittest.TestCase):
         for st in (a, b):
             st.admit(0, 7, 3)
             st.admit(1, 8, 0)
-        persistent = torch.full((2, 32, 3), -5, dtype=torch.int64)
+        persistent = b.step_buffers(32, 2, 3)
+        persistent.mapping.fill_(-5)
+        ptr = persistent.mapping.data_ptr()
         for step in range(12):
             n_new = [3, 1] if step == 0 else [1, 2]
             n = sum(n_new)
             want = a.append([0, 1], n_new)
-            got = b.append([0, 1], n_new, out=persistent[:, :n])
-            self.assertEqual(got.data_ptr(), persistent.data_ptr())
-            self.assertTrue(torch.equal(got, want))
-            rest = persistent[:, 4:]  # past the longest step: never written
+            got = b.append([0, 1], n_new, out=persistent)
+            self.assertIs(got, persistent)
+            self.assertEqual(got.mapping.data_ptr(), ptr)
+            self.assertTrue(torch.equal(got.mapping[:, :n], want.mapping[:, :n]))
+            rest = persistent.mapping[:, 4:]  # past the longest step: never written
             self.assertTrue(torch.equal(rest, torch.full_like(rest, -5)))
 
 
