@@ -31,6 +31,10 @@ extern "C" {
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 1
+/** Version of the running digest (docs/SPEC.md section 11). */
+#define KVE_RUN_DIGEST_VERSION 1
+/** XORed into the seed for the running digest's elements ("kve-run1"). */
+#define KVE_RUN_DIGEST_TWEAK 0x6b76652d72756e31ull
 
 /* ------------------------------------------------------------------ */
 /* Status and errors                                                   */
