@@ -264,13 +264,10 @@ static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
 {
     kve_state_row *r = &s->rows[row];
     kve_batch b = kve_state_batch(s, row, r->capacity);
-    kve_evict_out o = {s->freed + row * s->freed_row_stride,
-                       s->freed_table_stride,
-                       s->n_evicted,
-                       s->n_kept,
-                       NULL,
-                       NULL,
-                       0};
+    kve_evict_out o = {.evicted = s->freed + row * s->freed_row_stride,
+                       .evicted_stride = s->freed_table_stride,
+                       .n_evicted = s->n_evicted,
+                       .n_kept = s->n_kept};
     size_t need;
     KVE_TRY(s->ctx->ops->evict_workspace_size(s->ctx, &b, &need));
     int fits = need <= s->workspace_bytes;

@@ -193,7 +193,8 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
     uint8_t *flags = (uint8_t *)malloc(heads);
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, flags, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept, .head_flags = flags};
     kve_context *ctx = cpu_context(isa, threads);
     size_t ws_bytes = 0;
     kve_status st = kve_evict_workspace_size(ctx, &b, &ws_bytes);
@@ -245,7 +246,8 @@ static double bench_scaling(const workload *w, int isa, int threads, int pairs)
         seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
     kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
                    G_WINDOW, slots, G_SLOTS};
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept};
     kve_context *one = cpu_context(isa, 1), *many = cpu_context(isa, threads);
     size_t bytes = 0;
     kve_status st = kve_evict_workspace_size(many, &b, &bytes);
@@ -339,7 +341,8 @@ static compact_result bench_compact(int isa, int threads, int token_rows, int ou
     size_t ev_stride = G_SLOTS - G_BUDGET;
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept};
     kve_context *ctx = cpu_context(isa, threads);
     kve_status st = kve_evict(ctx, &b, &out, NULL, 0);
     if (st != KVE_OK)

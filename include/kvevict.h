@@ -260,6 +260,10 @@ typedef struct kve_evict_out {
     uint8_t *head_flags;     /**< optional: [heads] KVE_HEAD_* bits */
     int32_t *kept;           /**< optional: kept slots, ascending, row i at kept + i*kept_stride */
     size_t kept_stride;      /**< >= n_slots when kept != NULL */
+    /** optional: [heads] each head's part of the round digest (SPEC §11):
+     *  the wrapping sum of the elements of the tokens it evicted, weight 1,
+     *  0 when it evicted none */
+    uint64_t *round_digest;
 } kve_evict_out;
 
 /**

@@ -204,12 +204,31 @@ KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args
     int32_t *ev = a->o.evicted + h * a->o.evicted_stride;
     int32_t *kp = a->o.kept ? a->o.kept + h * a->o.kept_stride : 0;
     uint32_t ei = (uint32_t)at, ki = (uint32_t)(at >> 32);
+    /* SPEC §11: the running digest's elements of the evicted tokens, summed
+     * (wrapping, so order-free) when asked for; a->o is uniform, so is the
+     * scan's barrier. */
+    const kve_batch *b = &a->b;
+    const kve_seq *seq = &b->seqs[h / ((uint64_t)b->n_layers * b->n_heads)];
+    uint64_t dseed = a->o.round_digest ? kve_seq_seed(b->seed ^ KVE_RUN_DIGEST_TWEAK, seq->seq_id)
+                                       : 0;
+    uint32_t dflags = b->flags & KVE_KEY_FLAGS & ~(uint32_t)KVE_PERSISTENT;
+    uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
+    uint32_t head = b->head_offset + (uint32_t)(h % b->n_heads);
+    uint64_t dsum = 0;
     for (uint32_t t = t0; t < t1; t++) {
         int f = kve_slot_fate(hd, t, n_keep, thr);
-        if (f == 2 && ei < cap)
+        if (f == 2 && ei < cap) {
             ev[ei++] = (int32_t)t;
-        else if (f == 1 && kp)
+            if (a->o.round_digest)
+                dsum += kve_key(dseed, dflags, layer, head, (uint32_t)hd->pos[t], seq->round);
+        } else if (f == 1 && kp)
             kp[ki++] = (int32_t)t;
+    }
+    if (a->o.round_digest) {
+        uint64_t dtotal;
+        kve_block_exscan(tc, sm->wsum, dsum, &dtotal);
+        if (tc->tid == 0)
+            a->o.round_digest[h] = dtotal;
     }
     if (tc->tid == 0) {
         uint32_t tot_ev = (uint32_t)total;

@@ -32,6 +32,7 @@ typedef struct {
     int32_t *evicted, *kept;
     uint32_t *n_evicted, *n_kept;
     uint8_t *flags;
+    uint64_t *digest; /* round_digest per head (SPEC §11) */
 } kt_out;
 
 static inline void kt_out_init(kt_out *o, const kve_batch *b)
@@ -45,6 +46,7 @@ static inline void kt_out_init(kt_out *o, const kve_batch *b)
     o->n_evicted = (uint32_t *)calloc(h, 4);
     o->n_kept = (uint32_t *)calloc(h, 4);
     o->flags = (uint8_t *)calloc(h, 1);
+    o->digest = (uint64_t *)calloc(h, 8);
 }
 
 static inline void kt_out_free(kt_out *o)
@@ -54,12 +56,14 @@ static inline void kt_out_free(kt_out *o)
     free(o->n_evicted);
     free(o->n_kept);
     free(o->flags);
+    free(o->digest);
 }
 
 static inline kve_evict_out kt_out_view(const kt_out *o)
 {
-    kve_evict_out v = {o->evicted, o->ev_stride, o->n_evicted, o->n_kept, o->flags, o->kept,
-                       o->kept_stride};
+    kve_evict_out v = {.evicted = o->evicted, .evicted_stride = o->ev_stride,
+                       .n_evicted = o->n_evicted, .n_kept = o->n_kept, .head_flags = o->flags,
+                       .kept = o->kept, .kept_stride = o->kept_stride, .round_digest = o->digest};
     return v;
 }
 

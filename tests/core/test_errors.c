@@ -40,7 +40,8 @@ static void fixture_init(fixture *f)
     f->b = (kve_batch){7, 0, 1, &f->seq, 1, HEADS, 0, 0, N, 8, 2, f->slots, N};
     for (int i = 0; i < HEADS; i++)
         f->n_evicted[i] = 0xDEAD;
-    f->o = (kve_evict_out){f->evicted, N, f->n_evicted, f->n_kept, f->flags, NULL, 0};
+    f->o = (kve_evict_out){.evicted = f->evicted, .evicted_stride = N, .n_evicted = f->n_evicted,
+                           .n_kept = f->n_kept, .head_flags = f->flags};
 }
 
 /* No output was written by a failed call. */

@@ -237,6 +237,9 @@ static void expect_same(const char *who, int iter, const kt_out *a, const kt_out
                       a->n_kept[i], a->flags[i]);
         ck_assert_msg(!memcmp(kt_ev(a, i), kt_ev(b, i), a->n_evicted[i] * 4),
                       "%s, batch %d, head %zu: evicted slots differ", who, iter, i);
+        ck_assert_msg(a->digest[i] == b->digest[i],
+                      "%s, batch %d, head %zu: round digest 0x%016llx, scalar 0x%016llx", who,
+                      iter, i, (unsigned long long)b->digest[i], (unsigned long long)a->digest[i]);
         ck_assert_msg(!with_kept || !memcmp(kt_kept(a, i), kt_kept(b, i), a->n_kept[i] * 4),
                       "%s, batch %d, head %zu: kept slots differ", who, iter, i);
     }
