@@ -25,9 +25,8 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
     kve_backend resolved;
     KVE_TRY(kve_registry_resolve(backend, &resolved));
     const kve_backend_ops *ops = kve_registry_get(resolved);
-    KVE_RETURN_ERROR_IF(!ops, KVE_ERR_UNAVAILABLE,
-                        "backend = %s: not available here (no library, no runtime or no device)",
-                        kve_backend_name(resolved));
+    KVE_RETURN_ERROR_IF(!ops, KVE_ERR_UNAVAILABLE, "backend = %s: not available here: %s",
+                        kve_backend_name(resolved), kve_registry_reason(resolved));
     kve_context *ctx = (kve_context *)calloc(1, sizeof *ctx);
     KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NOMEM, "cannot allocate a context (%zu bytes)", sizeof *ctx);
     ctx->backend = resolved;

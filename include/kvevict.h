@@ -144,7 +144,11 @@ KVE_API kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa);
 /** The ISA in use (resolved: never AUTO). */
 KVE_API kve_status kve_context_get_cpu_isa(const kve_context *ctx, kve_cpu_isa *out);
 
-/** GPU device index (GPU backends; the CPU backend accepts only 0). */
+/**
+ * GPU device index (GPU backends; the CPU backend accepts only 0). A stream
+ * set on the context that is not one of the new device's is replaced by
+ * the default stream: set a stream of the new device after this call.
+ */
 KVE_API kve_status kve_context_set_device(kve_context *ctx, int device);
 KVE_API kve_status kve_context_get_device(const kve_context *ctx, int *out);
 

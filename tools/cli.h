@@ -14,6 +14,7 @@ typedef struct kve_cli_config {
     uint32_t prompt, window, budget, round, cached;
     uint32_t flags;
     const char *backend; /* name, or "all" for digest */
+    const char *require; /* digest: comma-separated backends that must run */
     const char *isa;     /* NULL = auto */
     int threads;         /* 0 = default */
     int slots_stdin;

@@ -219,7 +219,7 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
 enum {
     OPT_SEED = 1000, OPT_SEQ, OPT_LAYERS, OPT_HEADS, OPT_LOFF, OPT_HOFF, OPT_PROMPT, OPT_WINDOW,
     OPT_BUDGET, OPT_ROUND, OPT_CACHED, OPT_PERSIST, OPT_SHEADS, OPT_SLAYERS, OPT_BACKEND,
-    OPT_STDIN, OPT_ISA, OPT_THREADS, OPT_HELP
+    OPT_STDIN, OPT_ISA, OPT_THREADS, OPT_REQUIRE, OPT_HELP
 };
 
 int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
@@ -236,7 +236,8 @@ int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usa
         {"shared-heads", no_argument, 0, OPT_SHEADS},   {"shared-layers", no_argument, 0, OPT_SLAYERS},
         {"backend", required_argument, 0, OPT_BACKEND}, {"slots-stdin", no_argument, 0, OPT_STDIN},
         {"isa", required_argument, 0, OPT_ISA},         {"threads", required_argument, 0, OPT_THREADS},
-        {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0}};
+        {"require", required_argument, 0, OPT_REQUIRE}, {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
     memset(cfg, 0, sizeof *cfg);
     cfg->layers = 1;
     cfg->heads = 1;
@@ -271,6 +272,11 @@ int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usa
             cfg->threads = (int)v;
             break;
         case OPT_STDIN: cfg->slots_stdin = 1; break;
+        case OPT_REQUIRE:
+            if (strcmp(cmd, "digest") != 0)
+                return kve_cli_usage_error("%s: --require is an option of digest", cmd);
+            cfg->require = optarg;
+            break;
         case OPT_HELP: fputs(usage, stdout); return -1;
         default: fprintf(stderr, "%s", usage); return 2;
         }

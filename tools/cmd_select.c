@@ -165,7 +165,45 @@ static const char kve_digest_usage[] =
     "digest of the keep-sets (docs/SPEC.md \"Digest\"), then `digest=0x...` when\n"
     "all agree (exit 0) or MISMATCH (exit 1).\n" KVE_CONFIG_OPTIONS
     "  --backend NAME      all (every available backend, every CPU ISA and 1 and 2\n"
-    "                      threads), auto, cpu, cuda or hip (default all)\n";
+    "                      threads), auto, cpu, cuda or hip (default all)\n"
+    "  --require LIST      with all: comma-separated backends (cpu, cuda, hip) that\n"
+    "                      must have run; one that is not available here fails the\n"
+    "                      command (exit 3) with its reason, instead of agreeing\n"
+    "                      without it. Backends skipped by all are listed on stderr.\n";
+
+/* Whether @p name is in the comma-separated @p list. */
+static int kve_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Checks --require's names; 0 or an exit code. */
+static int kve_check_require(const kve_cli_config *cfg)
+{
+    static const char *names[] = {"cpu", "cuda", "hip"};
+    for (const char *p = cfg->require; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), known = 0;
+        for (size_t i = 0; i < 3; i++)
+            known |= len == strlen(names[i]) && strncmp(p, names[i], len) == 0;
+        if (!known)
+            return kve_cli_usage_error("digest: --require %s: expected cpu, cuda or hip, "
+                                       "comma-separated",
+                                       cfg->require);
+        p = end ? end + 1 : NULL;
+    }
+    if (cfg->require && strcmp(cfg->backend, "all") != 0)
+        return kve_cli_usage_error("digest: --require goes with --backend all");
+    return 0;
+}
 
 /* Digest of one backend's eviction of cfg; 0 or an exit code. */
 static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const char *isa,
@@ -201,6 +239,11 @@ int kve_cmd_digest(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (!cfg.backend)
         cfg.backend = "all";
+    rc = kve_check_require(&cfg);
+    if (rc) {
+        kve_cli_config_free(&cfg);
+        return rc;
+    }
     int all = strcmp(cfg.backend, "all") == 0;
     uint64_t first = 0, d;
     int count = 0, mismatch = 0;
@@ -214,9 +257,20 @@ int kve_cmd_digest(int argc, char **argv)
     for (size_t b = 0; all && !rc && b < sizeof backends / sizeof backends[0]; b++) {
         int avail = 0;
         kve_backend_available(backends[b], &avail);
-        if (!avail)
-            continue;
         const char *name = kve_backend_name(backends[b]);
+        if (!avail) {
+            /* Said, not silent: the context the backend refuses gives the reason. */
+            kve_context *none = NULL;
+            kve_context_create(backends[b], &none);
+            kve_context_destroy(none);
+            fprintf(stderr, "%s skipped: %s\n", name, kve_last_error());
+            if (cfg.require && kve_listed(cfg.require, name)) {
+                fprintf(stderr, "kvevict: digest: --require %s: %s did not run\n", cfg.require,
+                        name);
+                rc = 3;
+            }
+            continue;
+        }
         if (backends[b] != KVE_BACKEND_CPU) {
             rc = kve_digest_one(&cfg, name, NULL, 0, &d);
             if (!rc)
