@@ -71,6 +71,9 @@ typedef const kve_backend_ops *(*kve_backend_entry_fn)(const kve_host_services *
 const kve_backend_ops *kve_cpu_backend_ops(void); /* kernels_cpu/cpu_backend.c */
 /* The table of @p backend (not AUTO) or NULL when it cannot be loaded here. */
 const kve_backend_ops *kve_registry_get(kve_backend backend);
+/* Why kve_registry_get(@p backend) is NULL ("" when it is not): which
+ * library, runtime, driver or device is missing. */
+const char *kve_registry_reason(kve_backend backend);
 /* Resolve AUTO ($KVE_BACKEND, then the first available). */
 kve_status kve_registry_resolve(kve_backend requested, kve_backend *out);
 

@@ -5,6 +5,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,18 +20,23 @@ typedef struct {
     const char *library; /* soname dlopen looks for */
     const kve_backend_ops *ops;
     pthread_once_t once;
+    char reason[512]; /* why ops is NULL, once loading was tried */
 } kve_gpu_slot;
 
 static kve_gpu_slot kve_gpu_slots[] = {
-    {KVE_BACKEND_CUDA, "libkvevict_cuda.so", NULL, PTHREAD_ONCE_INIT},
-    {KVE_BACKEND_HIP, "libkvevict_hip.so", NULL, PTHREAD_ONCE_INIT},
+    {KVE_BACKEND_CUDA, "libkvevict_cuda.so", NULL, PTHREAD_ONCE_INIT, ""},
+    {KVE_BACKEND_HIP, "libkvevict_hip.so", NULL, PTHREAD_ONCE_INIT, ""},
 };
 
-static const kve_backend_ops *kve_load_gpu(const char *library)
+/* The table of @p slot's library, or NULL with slot->reason saying why: the
+ * loader's message (no library, or a runtime it links is missing), a
+ * missing entry point, another ABI, or what the backend's probe said (it
+ * reports through the error service: no driver, an old one, no device). */
+static const kve_backend_ops *kve_load_gpu(kve_gpu_slot *slot)
 {
     /* $KVE_BACKEND_DIR lets tests point at a build tree; else the loader path. */
     char path[4096];
-    const char *dir = getenv("KVE_BACKEND_DIR");
+    const char *library = slot->library, *dir = getenv("KVE_BACKEND_DIR");
     void *handle = NULL;
     if (dir && *dir && strlen(dir) + strlen(library) + 2 < sizeof path) {
         strcpy(path, dir);
@@ -40,22 +46,47 @@ static const kve_backend_ops *kve_load_gpu(const char *library)
     }
     if (!handle)
         handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-    if (!handle)
+    if (!handle) {
+        const char *why = dlerror();
+        snprintf(slot->reason, sizeof slot->reason, "%s cannot be loaded: %s", library,
+                 why ? why : "not found");
         return NULL;
+    }
     kve_backend_entry_fn entry = NULL;
     *(void **)&entry = dlsym(handle, KVE_BACKEND_ENTRY_SYMBOL);
     const kve_backend_ops *ops = entry ? entry(&kve_services) : NULL;
     int available = 0;
-    if (!ops || ops->abi_version != KVE_BACKEND_ABI_VERSION || !ops->probe ||
-        ops->probe(&available) != KVE_OK || !available) {
-        dlclose(handle);
-        return NULL;
+    if (!entry || !ops || ops->abi_version != KVE_BACKEND_ABI_VERSION || !ops->probe)
+        snprintf(slot->reason, sizeof slot->reason,
+                 "%s is not a kvevict backend of ABI %u (no %s, or another ABI)", library,
+                 KVE_BACKEND_ABI_VERSION, KVE_BACKEND_ENTRY_SYMBOL);
+    else {
+        kve_error_clear();
+        kve_status st = ops->probe(&available);
+        const char *said = kve_last_error();
+        if (st == KVE_OK && available) {
+            kve_error_clear();
+            return ops; /* the handle stays open for the life of the process */
+        }
+        snprintf(slot->reason, sizeof slot->reason, "%s", *said ? said : "its probe found no device");
+        kve_error_clear();
     }
-    return ops; /* the handle stays open for the life of the process */
+    dlclose(handle);
+    return NULL;
 }
 
-static void kve_load_cuda(void) { kve_gpu_slots[0].ops = kve_load_gpu(kve_gpu_slots[0].library); }
-static void kve_load_hip(void) { kve_gpu_slots[1].ops = kve_load_gpu(kve_gpu_slots[1].library); }
+static void kve_load_cuda(void) { kve_gpu_slots[0].ops = kve_load_gpu(&kve_gpu_slots[0]); }
+static void kve_load_hip(void) { kve_gpu_slots[1].ops = kve_load_gpu(&kve_gpu_slots[1]); }
+
+const char *kve_registry_reason(kve_backend backend)
+{
+    if (!kve_registry_get(backend)) {
+        for (size_t i = 0; i < sizeof kve_gpu_slots / sizeof kve_gpu_slots[0]; i++)
+            if (kve_gpu_slots[i].kind == backend)
+                return kve_gpu_slots[i].reason;
+    }
+    return "";
+}
 
 const kve_backend_ops *kve_registry_get(kve_backend backend)
 {

@@ -1,77 +1,238 @@
 #!/usr/bin/env bash
 # gpu_check.sh — the one prepared run for a GPU machine (an NVIDIA H200, or
-# an AMD GPU): build, GPU tests, benchmarks, the PyTorch peer on the same
-# GPU, then one table (Markdown, ready for docs/BENCHMARKS.md). Budget: 8
-# minutes on a 16-core machine; each step has its own time limit.
+# an AMD GPU): preflight, build, GPU tests, benchmarks, the PyTorch peer and
+# the Python binding on the same GPU, then one Markdown table (ready for
+# docs/BENCHMARKS.md). The whole run fits a budget (default 510 s, so one
+# 9-minute lease with margin): each step has its own limit, shortened to
+# what is left, and a step with no time left is skipped, saying so.
 #
-#   bench/gpu_check.sh [BUILD_DIR]        default: build-gpu-check
+#   bench/gpu_check.sh [--carry DIR] [--prebuilt BUILD] [--until STEP] [BUILD_DIR]
 #
-# Steps, per GPU vendor found (nvidia-smi / rocminfo):
-#   1  configure + build: the core, the backend .so, test_gpu, the benchmark
-#   2  ctest -L 'gpu|gpu-load': 10,000+ random cases against the CPU backend
-#   3  kvevict_gpu_bench: G2 and G3 eviction (us per round, keys per second,
-#      digest against the CPU), compaction against a device copy
-#   4  kvevict digest on every backend of this machine (CPU ISAs and GPU)
-#   5  PyTorch on the same GPU: rand + topk + sort, then gather (the peer)
-# A machine with no GPU gets a table of n/a and says so.
-set -euo pipefail
+#   BUILD_DIR       default <repo>/build-gpu-check
+#   --carry DIR     Debian packages from bench/gpu_prepare.sh (default
+#                   <repo>/.gpu-carry): unpacked into DIR/prefix and found
+#                   through CMAKE_PREFIX_PATH and PKG_CONFIG_LIBDIR; nothing
+#                   is installed on the machine
+#   --prebuilt B    use the build tree B as it is (no configure, no build)
+#   --until STEP    stop after preflight, configure or build
+#
+# Environment: OUT (folder for gpu_check.log, gpu_check.md, results.txt;
+# default BUILD_DIR/gpu-check), KVE_PYTHON (python3 with a CUDA torch;
+# default the first python3 on PATH), KVE_NVCC (the nvcc to use; default
+# PATH, then /usr/local/cuda/bin/nvcc), KVE_CUDA_ARCHITECTURES (default 90-real:
+# sm_90 only), KVE_GPU_CHECK_BUDGET (seconds, default 510),
+# KVE_GPU_CHECK_HIDE_SYSTEM=1 (rehearsal: the preflight ignores /usr's
+# libxxhash, Check and pkg-config, as on a machine without them; for the
+# build itself, tests/gpu/without_system_deps.sh hides them for real).
+#
+# Exit: 0 every step ran (the table's "met" column has the verdicts), 1 a
+# step failed or results differ from the CPU, 2 no GPU, 3 the driver is
+# missing or too old, 4 a tool is missing (cmake, compiler, nvcc), 5 a
+# build dependency is missing (libxxhash, Check), 6 configure or build
+# failed, 7 the built backend is not available (the runtime's reason).
+set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build-gpu-check}
-jobs=$(nproc 2>/dev/null || echo 4)
-t_start=$(date +%s)
-mkdir -p "$build"
-log=$build/gpu_check.log
+carry=$root/.gpu-carry
+prebuilt=""
+until_step=all
+build=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --carry) carry=$2; shift 2 ;;
+    --prebuilt) prebuilt=$2; shift 2 ;;
+    --until) until_step=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 4 ;;
+    *) build=$1; shift ;;
+    esac
+done
+case $until_step in preflight | configure | build | all) ;; *)
+    echo "gpu_check: --until $until_step: expected preflight, configure or build" >&2; exit 4 ;;
+esac
+build=${prebuilt:-${build:-$root/build-gpu-check}}
+out=${OUT:-$build/gpu-check}
+mkdir -p "$build" "$out"
+log=$out/gpu_check.log
+table=$out/gpu_check.md
+results=$out/results.txt
 : >"$log"
-results=$build/gpu_check.results
 : >"$results"
+budget=${KVE_GPU_CHECK_BUDGET:-510}
+t_start=$(date +%s)
+jobs=$(nproc 2>/dev/null || echo 4)
 
 say() { printf '[%4ds] %s\n' "$(($(date +%s) - t_start))" "$*" | tee -a "$log"; }
+# stop CODE REASON: the plain reason, on stdout, in the log and the table.
+stop() {
+    say "STOP: $2"
+    printf 'gpu_check stopped (exit %s): %s\n' "$1" "$2" >"$table"
+    exit "$1"
+}
 
-# step LIMIT NAME [--out FILE] CMD...: run CMD under a time limit, its
-# output to the log (stdout to FILE with --out); 0 or the step's code.
+declare -A why # step -> why it did not run or did not pass ("" = it passed)
+# step NAME CAP [--out FILE] CMD...: CMD under min(CAP, budget left - 10 s).
 step() {
-    local limit=$1 name=$2 out=""
+    local name=$1 cap=$2 file=""
     shift 2
-    if [ "$1" = --out ]; then
-        out=$2
-        shift 2
+    if [ "$1" = --out ]; then file=$2; shift 2; fi
+    local left=$((budget - ($(date +%s) - t_start) - 10))
+    local limit=$((cap < left ? cap : left))
+    if [ "$limit" -lt 5 ]; then
+        why[$name]="skipped: no time left in the ${budget} s budget"
+        say "$name: ${why[$name]}"
+        return 124
     fi
-    say "$name"
+    say "$name (limit ${limit} s)"
     local rc=0
-    if [ -n "$out" ]; then
-        timeout "$limit" "$@" >"$out" 2>>"$log" || rc=$?
+    if [ -n "$file" ]; then
+        timeout "$limit" "$@" >"$file" 2>>"$log" || rc=$?
     else
         timeout "$limit" "$@" >>"$log" 2>&1 || rc=$?
     fi
-    [ "$rc" -eq 0 ] || say "$name: exit $rc (see $log)"
+    case $rc in
+    0) why[$name]="" ;;
+    124) why[$name]="timed out after ${limit} s" ;;
+    *) why[$name]="failed: exit $rc (see gpu_check.log)" ;;
+    esac
+    [ "$rc" -eq 0 ] || say "$name: ${why[$name]}"
     return "$rc"
 }
-
-# RESULT lines of a step's output go to the results file, tagged by vendor.
 collect() { sed -n "s/^RESULT /$1 /p" >>"$results"; }
-result() { awk -v k="$1 $2" '$1 " " $2 == k { v = $3 } END { print (v == "" ? "n/a" : v) }' "$results"; }
+# value VENDOR KEY STEP: the result, else n/a and why STEP gave none.
+value() {
+    local v
+    v=$(awk -v k="$1 $2" '$1 " " $2 == k { v = $3 } END { print v }' "$results")
+    if [ -n "$v" ]; then echo "$v"; else echo "n/a (${3}: ${why[$3]:-did not run})"; fi
+}
 
-# ---- which GPUs ------------------------------------------------------------
+# ---- 0. preflight: what this machine has ------------------------------------------
+say "gpu_check on $(hostname), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), budget ${budget} s"
 vendors=()
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+if command -v nvidia-smi >/dev/null 2>&1; then
+    smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] || [ -z "$smi" ]; then
+        say "nvidia-smi: $(echo "$smi" | head -3)"
+        stop 3 "nvidia-smi is here but cannot reach the NVIDIA driver or a device (exit $rc): is the driver loaded (lsmod | grep nvidia) and the GPU visible (nvidia-smi -L)?"
+    fi
+    say "NVIDIA: $smi"
     vendors+=(cuda)
-    say "NVIDIA: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 fi
 amd_arch=""
 if command -v rocminfo >/dev/null 2>&1; then
-    amd_arch=$(rocminfo 2>/dev/null | grep -o 'gfx[0-9a-f]*' | sort -u | head -1 || true)
+    amd_arch=$(timeout 20 rocminfo 2>/dev/null | grep -o 'gfx[0-9a-f]*' | sort -u | head -1 || true)
     if [ -n "$amd_arch" ]; then
-        vendors+=(hip)
         say "AMD: $amd_arch"
+        vendors+=(hip)
+    else
+        say "rocminfo is here but lists no AMD GPU"
     fi
 fi
-[ ${#vendors[@]} -gt 0 ] || say "no GPU found (nvidia-smi, rocminfo): nothing will be measured"
+[ ${#vendors[@]} -gt 0 ] ||
+    stop 2 "no GPU: neither nvidia-smi nor rocminfo is on PATH or lists a device; nothing to measure"
+have_cuda=0
+for v in "${vendors[@]}"; do [ "$v" = cuda ] && have_cuda=1; done
 
-# ---- 1. build ----------------------------------------------------------------
-cuda_mode=AUTO
-hip_mode=AUTO
+command -v cmake >/dev/null 2>&1 || stop 4 "cmake is not on PATH"
+say "cmake: $(cmake --version | head -1)"
+cc=$(command -v cc || command -v gcc || true)
+[ -n "$cc" ] || stop 4 "no C compiler (cc, gcc) on PATH"
+say "C compiler: $("$cc" --version | head -1)"
+nvcc=""
+if [ "$have_cuda" = 1 ]; then
+    candidates=("$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc)
+    [ -n "${KVE_NVCC:-}" ] && candidates=("$KVE_NVCC") # only it, when set
+    for c in "${candidates[@]}"; do
+        if [ -n "$c" ] && [ -x "$c" ]; then nvcc=$c; break; fi
+    done
+    [ -n "$nvcc" ] || [ -n "$prebuilt" ] ||
+        stop 4 "an NVIDIA GPU but no nvcc (PATH, /usr/local/cuda/bin, \$KVE_NVCC): the CUDA backend cannot be built"
+    if [ -n "$nvcc" ]; then
+        toolkit=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
+        say "CUDA toolkit: $nvcc, release $toolkit"
+        driver=$(echo "$smi" | head -1 | awk -F', ' '{ print $2 }')
+        tmajor=${toolkit%%.*}
+        need=450
+        [ "${tmajor:-0}" -ge 12 ] && need=525
+        [ "${tmajor:-0}" -ge 13 ] && need=580
+        [ "${driver%%.*}" -ge "$need" ] 2>/dev/null ||
+            stop 3 "the NVIDIA driver ($driver) is older than CUDA $toolkit needs (R$need or later): install a newer driver, or build with the toolkit this driver supports (docs/GPU.md \"Driver and toolkit\")"
+    fi
+fi
+
+# Build dependencies: the carried packages first, then the system's.
+prefix=""
+if [ -d "$carry/debs" ] && ls "$carry"/debs/*.deb >/dev/null 2>&1; then
+    prefix=$carry/prefix
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    for deb in "$carry"/debs/*.deb; do
+        if command -v dpkg-deb >/dev/null 2>&1; then
+            dpkg-deb -x "$deb" "$prefix" || stop 5 "cannot unpack $deb into $prefix"
+        else # no dpkg: a .deb is an ar archive holding data.tar.*
+            python3 "$root/bench/gpu_unpack_deb.py" "$deb" "$prefix" || stop 5 "cannot unpack $deb"
+        fi
+    done
+    # The .pc files say prefix=/usr: point them at the private prefix.
+    find "$prefix" -name '*.pc' -exec sed -i "s|^prefix=/usr\$|prefix=$prefix/usr|" {} +
+    say "carried packages unpacked into $prefix: $(grep -v '^#' "$carry/MANIFEST" 2>/dev/null | cut -d' ' -f1,2 | tr '\n' ' ')"
+fi
+libarch=$("$cc" -print-multiarch 2>/dev/null || true)
+libarch=${libarch:-x86_64-linux-gnu}
+hide=${KVE_GPU_CHECK_HIDE_SYSTEM:-0}
+cmake_deps=()
+pc_dirs=""
+if [ -n "$prefix" ]; then
+    pc_dirs=$prefix/usr/lib/$libarch/pkgconfig:$prefix/usr/share/pkgconfig
+    export LD_LIBRARY_PATH=$prefix/usr/lib/$libarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    cmake_deps+=("-DCMAKE_PREFIX_PATH=$prefix/usr")
+fi
+if [ "$hide" = 1 ]; then
+    export PKG_CONFIG_LIBDIR=${pc_dirs:-/nonexistent}
+    say "rehearsal: the preflight ignores /usr's libxxhash, Check and pkg-config"
+elif [ -n "$pc_dirs" ]; then
+    export PKG_CONFIG_PATH=$pc_dirs${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+fi
+# pkg-config finds Check: the machine's, else the carried pkgconf.
+pkgconfig=$(command -v pkg-config || true)
+if [ "$hide" = 1 ] || [ -z "$pkgconfig" ]; then
+    pkgconfig=""
+    [ -n "$prefix" ] && [ -x "$prefix/usr/bin/pkgconf" ] && pkgconfig=$prefix/usr/bin/pkgconf
+fi
+[ -n "$pkgconfig" ] && cmake_deps+=("-DPKG_CONFIG_EXECUTABLE=$pkgconfig")
+xxh=""
+for d in ${prefix:+$prefix/usr/include} $([ "$hide" = 1 ] || echo /usr/include /usr/local/include); do
+    [ -f "$d/xxhash.h" ] && xxh=$d/xxhash.h && break
+done
+if [ -z "$prebuilt" ]; then
+    [ -n "$xxh" ] || stop 5 "libxxhash's headers (xxhash.h) are not on this machine and no packages were carried in $carry/debs: run bench/gpu_prepare.sh where apt works and carry .gpu-carry with the tree"
+    { [ -n "$pkgconfig" ] && "$pkgconfig" --exists check; } ||
+        stop 5 "Check (check.pc through ${pkgconfig:-no pkg-config}) is not on this machine and was not carried: run bench/gpu_prepare.sh and carry .gpu-carry"
+    say "libxxhash: $xxh; Check: $("$pkgconfig" --modversion check) via $pkgconfig"
+fi
+
+python=""
+for py in "${KVE_PYTHON:-}" "$(command -v python3 || true)" /usr/bin/python3; do
+    [ -n "$py" ] && [ -x "$py" ] || continue
+    if timeout 60 "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
+        python=$py
+        break
+    fi
+done
+if [ -n "$python" ]; then
+    say "python: $python, $("$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda or torch.version.hip)')"
+else
+    why[torch]="no python3 with a GPU build of torch (set KVE_PYTHON)"
+    why[python]=${why[torch]}
+    say "python: ${why[torch]}"
+fi
+[ "$until_step" = preflight ] && { say "stopping after preflight (--until)"; exit 0; }
+
+# ---- 1. configure and build ------------------------------------------------------------
 hip_archs="gfx90a;gfx1030"
+cuda_mode=OFF
+hip_mode=OFF
 for v in "${vendors[@]}"; do
     [ "$v" = cuda ] && cuda_mode=ON
     if [ "$v" = hip ]; then
@@ -79,180 +240,122 @@ for v in "${vendors[@]}"; do
         case ";$hip_archs;" in *";$amd_arch;"*) ;; *) hip_archs="$hip_archs;$amd_arch" ;; esac
     fi
 done
-configure() { # $1: ON/OFF for the Check test suites
-    step 45 "configure (KVE_CUDA=$cuda_mode, KVE_HIP=$hip_mode, HIP targets $hip_archs, tests $1)" \
-        cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVE_CUDA="$cuda_mode" \
-        -DKVE_HIP="$hip_mode" -DKVE_HIP_ARCHITECTURES="$hip_archs" -DKVE_BUILD_TESTS="$1" \
-        -DKVE_BUILD_TOOLS=ON -DKVE_BUILD_BENCH=ON
-}
-build_ok=1
-with_tests=1
-if ! configure ON; then # no Check here? measure anyway, without the tests
-    with_tests=0
-    configure OFF || build_ok=0
+targets=(kvevict kvevict_cli test_gpu test_gpu_load)
+[ "$cuda_mode" = ON ] && targets+=(kvevict_cuda kvevict_gpu_bench test_gpu_runtime)
+[ "$hip_mode" = ON ] && targets+=(kvevict_hip kvevict_gpu_bench_hip)
+if [ -z "$prebuilt" ]; then
+    step configure 60 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+        -DKVE_CUDA="$cuda_mode" -DKVE_HIP="$hip_mode" -DKVE_HIP_ARCHITECTURES="$hip_archs" \
+        -DCMAKE_CUDA_ARCHITECTURES="${KVE_CUDA_ARCHITECTURES:-90-real}" ${nvcc:+-DCMAKE_CUDA_COMPILER=$nvcc} \
+        -DKVE_BUILD_TESTS=ON -DKVE_BUILD_TOOLS=ON -DKVE_BUILD_BENCH=ON \
+        -DKVE_PYTHON="${python:-/usr/bin/python3}" "${cmake_deps[@]}" ||
+        stop 6 "configure failed (${why[configure]}): $(grep -m1 -A2 'CMake Error' "$log" | tr '\n' ' ')"
+    grep -E '^(XXHASH_INCLUDE_DIR|XXHASH_LIBRARY|pkgcfg_lib_CHECK_[a-z_]*):' "$build/CMakeCache.txt" |
+        while read -r found; do say "found: $found"; done
+    [ "$until_step" = configure ] && { say "stopping after configure (--until)"; exit 0; }
+    step build 200 cmake --build "$build" -j "$jobs" --target "${targets[@]}" ||
+        stop 6 "build failed (${why[build]}): $(grep -m1 -E 'error:|Error [0-9]' "$log" || true)"
 fi
-targets=(kvevict kvevict_cli)
-[ "$with_tests" = 1 ] && targets+=(test_gpu test_gpu_load)
+[ "$until_step" = build ] && { say "stopping after build (--until)"; exit 0; }
+export KVE_BACKEND_DIR=$build/gpu KVE_BACKEND=
+cli=$build/tools/kvevict
+[ -x "$cli" ] || stop 6 "$cli is not built"
+
+# ---- 2. what the built library says ----------------------------------------------------
+"$cli" version 2>&1 | tee -a "$log"
 for v in "${vendors[@]}"; do
-    [ "$v" = cuda ] && targets+=(kvevict_cuda kvevict_gpu_bench)
-    [ "$v" = hip ] && targets+=(kvevict_hip kvevict_gpu_bench_hip)
+    line=$("$cli" version | grep "^backend $v ")
+    case $line in
+    *"not available"*)
+        # rehearsal only (tests/gpu/test_gpu_check.sh): go on to show every row's reason
+        [ "${KVE_GPU_CHECK_ASSUME_AVAILABLE:-0}" = 1 ] ||
+            stop 7 "the $v backend was built but is not available: ${line#*not available: }"
+        say "rehearsal: going on without the $v backend" ;;
+    esac
 done
-if [ "$build_ok" = 1 ]; then
-    step 170 "build (${targets[*]})" cmake --build "$build" -j "$jobs" --target "${targets[@]}" ||
-        build_ok=0
-fi
-export KVE_BACKEND_DIR=$build/gpu
 
-# ---- 2. tests ------------------------------------------------------------------
-ctest_out=$build/ctest_gpu.txt
-: >"$ctest_out"
-if [ "$build_ok" = 1 ] && [ "$with_tests" = 1 ] && [ ${#vendors[@]} -gt 0 ]; then
-    step 120 "GPU tests (ctest -L 'gpu|gpu-load')" --out "$ctest_out" \
-        ctest --test-dir "$build" -L "gpu|gpu-load" --output-on-failure || true
-    cat "$ctest_out" >>"$log"
-    grep -E 'tests passed|Skipped|Failed|Passed' "$ctest_out" || true
-fi
-# yes when this vendor's device test ran and passed (a skip is not a pass)
-tests_ok() {
-    if [ ! -s "$ctest_out" ]; then echo n/a
-    elif grep -Eq "gpu_$1 \.+ +Passed" "$ctest_out"; then echo yes
-    else echo NO; fi
-}
-
-# ---- 3-5. per vendor: benchmark, digest, PyTorch -----------------------------
-peer=$build/torch_peer.py
-cat >"$peer" <<'PY'
-import sys
-try:
-    import torch
-except Exception as e:  # no torch: no peer
-    print(f"# torch unavailable: {e}")
-    sys.exit(0)
-if not torch.cuda.is_available():  # ROCm builds of torch answer here too
-    print("# torch has no GPU here")
-    sys.exit(0)
-dev = "cuda"
-P, B, W, S, D = 1024, 2048, 64, 2112, 128  # the paper's shape, head_dim 128
-cand, keep = S - P - W, B - P - W
-
-
-def timed_us(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) * 1000.0 / iters
-
-
-def selector(heads):
-    slots = torch.arange(P, P + cand, device=dev, dtype=torch.int32).expand(heads, cand)
-
-    def one_round():  # the paper's selector: kept candidates, ascending
-        scores = torch.rand(heads, cand, device=dev)
-        idx = scores.topk(keep, dim=1).indices.sort(dim=1).values
-        return slots.gather(1, idx)
-
-    return one_round
-
-
-print(f"# torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-for name, heads, iters in (("g2", 64 * 8, 200), ("g3", 128 * 36 * 8, 10)):
-    us = timed_us(selector(heads), iters)
-    print(f"RESULT torch_{name}_us {us:.3f}")
-    print(f"RESULT torch_{name}_keys_per_s {heads * cand / (us * 1e-6):.6g}")
-
-# compaction peer: gather the kept entries of K and V (G2 round, bf16)
-heads = 64 * 8
-k = torch.randn(heads, S, D, device=dev, dtype=torch.bfloat16)
-v = torch.randn_like(k)
-kept = torch.rand(heads, S, device=dev).argsort(dim=1)[:, : S - 64].sort(dim=1).values
-idx = kept.unsqueeze(-1).expand(-1, -1, D)
-k2 = torch.empty(heads, S - 64, D, device=dev, dtype=torch.bfloat16)
-v2 = torch.empty_like(k2)
-
-
-def gather():
-    torch.gather(k, 1, idx, out=k2)
-    torch.gather(v, 1, idx, out=v2)
-
-
-us = timed_us(gather, 30)
-print(f"RESULT torch_compact_gbs {2 * k2.numel() * 2 / (us * 1e3):.1f}")
-PY
-
-# The peer needs a torch that sees the GPU (Debian's python3-torch is CPU-only):
-# $KVE_PYTHON, else the first python3 on PATH, else /usr/bin/python3.
-python=""
-if [ ${#vendors[@]} -gt 0 ]; then
-    for py in "${KVE_PYTHON:-}" "$(command -v python3 || true)" /usr/bin/python3; do
-        if [ -z "$py" ] || [ ! -x "$py" ]; then continue; fi
-        if timeout 60 "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \
-            >/dev/null 2>&1; then
-            python=$py
-            break
-        fi
+# ---- 3. tests, benchmarks, digest, peers -------------------------------------------------
+ctest_out=$out/ctest_gpu.txt
+step tests 150 --out "$ctest_out" ctest --test-dir "$build" -L 'gpu|gpu-load' --output-on-failure
+cat "$ctest_out" >>"$log"
+grep -E 'tests passed|Skipped|Failed|Passed' "$ctest_out" | tee -a "$log"
+tests_ok() { # yes when this vendor's device tests ran and passed (a skip is not a pass)
+    local t bad=""
+    if [ ! -s "$ctest_out" ]; then echo "n/a (tests: ${why[tests]:-did not run})"; return; fi
+    for t in "gpu_$1" $([ "$1" = cuda ] && echo gpu_runtime_cuda); do
+        grep -Eq "$t \.+ +Passed" "$ctest_out" ||
+            bad="$bad $(grep -Eo "$t \.+.*" "$ctest_out" | sed 's/ \.\.* */: /' | head -1)"
     done
-    [ -n "$python" ] || say "no python3 with a GPU build of torch: the PyTorch peer is skipped"
-fi
-
+    if [ -z "$bad" ]; then echo yes; else echo "NO (${bad# })"; fi
+}
 for v in "${vendors[@]}"; do
-    [ "$build_ok" = 1 ] || break
     bench=$build/kernels_cuda/kvevict_gpu_bench
     [ "$v" = hip ] && bench=$build/kernels_hip/kvevict_gpu_bench_hip
-    out=$build/bench_$v.txt
-    if step 60 "benchmark ($v)" --out "$out" "$bench" "$v"; then
-        collect "$v" <"$out"
-        grep -v '^RESULT' "$out" | tee -a "$log" || true
+    if step bench 60 --out "$out/bench.txt" "$bench" "$v"; then
+        collect "$v" <"$out/bench.txt"
+        grep -v '^RESULT' "$out/bench.txt" | tee -a "$log"
     fi
-    digest_out=$build/digest_$v.txt
-    if step 25 "digest on every backend" --out "$digest_out" "$build/tools/kvevict" digest \
-        --backend all --layers 36 --heads 8 --prompt 1024 --budget 2048 --window 64 \
-        --cached 2112 --seed 2609; then
+    cat "$out/bench.txt" >>"$log" 2>/dev/null
+    # the digest row needs this vendor's line: --require makes its absence a failure
+    if step digest 30 --out "$out/digest.txt" "$cli" digest --backend all --require "$v" \
+        --layers 36 --heads 8 --prompt 1024 --budget 2048 --window 64 --cached 2112 --seed 2609 &&
+        grep -q "^$v digest=" "$out/digest.txt"; then
         echo "RESULT digest_all_agree 1" | collect "$v"
     else
         echo "RESULT digest_all_agree 0" | collect "$v"
     fi
-    cat "$digest_out" >>"$log" 2>/dev/null || true
-    if [ -n "$python" ] && step 60 "PyTorch peer ($v, $python)" --out "$build/torch_$v.txt" \
-        "$python" "$peer"; then
-        collect "$v" <"$build/torch_$v.txt"
-        grep '^#' "$build/torch_$v.txt" | tee -a "$log" || true
+    cat "$out/digest.txt" >>"$log"
+    if [ -n "$python" ] && [ "$v" = cuda ]; then
+        if step torch 60 --out "$out/torch.txt" "$python" "$root/bench/gpu_torch_peer.py"; then
+            collect "$v" <"$out/torch.txt"
+        fi
+        cat "$out/torch.txt" >>"$log"
+        step python 60 --out "$out/python.txt" env PYTHONPATH="$root/python" \
+            KVEVICT_LIBRARY="$build/libkvevict.so" PYTHONDONTWRITEBYTECODE=1 \
+            "$python" "$root/bench/gpu_python_check.py"
+        collect "$v" <"$out/python.txt"
+        cat "$out/python.txt" >>"$log"
     fi
 done
 
-# ---- the table -------------------------------------------------------------------
+# ---- the table -------------------------------------------------------------------------------
 verdict() { # value op target
-    awk -v x="$1" -v op="$2" -v t="$3" 'BEGIN {
-        if (x == "n/a") { print "n/a"; exit }
-        ok = (op == "<=") ? (x + 0 <= t + 0) : (x + 0 >= t + 0)
-        print (ok ? "yes" : "NO") }'
+    case $1 in n/a*) echo n/a; return ;; esac
+    awk -v x="$1" -v op="$2" -v t="$3" 'BEGIN { ok = (op == "<=") ? (x + 0 <= t + 0) : (x + 0 >= t + 0); print (ok ? "yes" : "NO") }'
 }
+yesno() { case $1 in 1) echo yes ;; 0) echo NO ;; *) echo "$1" ;; esac; }
 row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
-echo
-echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $(($(date +%s) - t_start)) s"
-row "GPU" "metric" "kvevict" "target" "PyTorch peer / floor" "met"
-echo "|---|---|---:|---|---:|---|"
-if [ ${#vendors[@]} -eq 0 ]; then
-    row "none" "no GPU on this machine: nothing measured" "n/a" "-" "n/a" "n/a"
-fi
-for v in "${vendors[@]}"; do
-    g2=$(result "$v" g2_us)
-    g3=$(result "$v" g3_keys_per_s)
-    ratio=$(result "$v" compact_out_ratio)
-    same=$(awk -v a="$(result "$v" g2_identical)" -v b="$(result "$v" g3_identical)" \
-        -v c="$(result "$v" digest_all_agree)" 'BEGIN { print (a == 1 && b == 1 && c == 1) ? "yes" : (a == "n/a" ? "n/a" : "NO") }')
-    row "$v" "G2 round (us)" "$g2" "<= 20 (paper's PyTorch: 300)" "$(result "$v" torch_g2_us)" "$(verdict "$g2" '<=' 20)"
-    row "$v" "G2 keys/s" "$(result "$v" g2_keys_per_s)" "-" "$(result "$v" torch_g2_keys_per_s)" "-"
-    row "$v" "G3 round (us)" "$(result "$v" g3_us)" "-" "$(result "$v" torch_g3_us)" "-"
-    row "$v" "G3 keys/s" "$g3" ">= 2e10" "$(result "$v" torch_g3_keys_per_s)" "$(verdict "$g3" '>=' 2e10)"
-    row "$v" "compaction, out of place (GB/s)" "$(result "$v" compact_out_gbs)" "-" "torch gather $(result "$v" torch_compact_gbs)" "-"
-    row "$v" "compaction / device copy" "$ratio" ">= 0.80" "copy $(result "$v" compact_out_copy_gbs) GB/s" "$(verdict "$ratio" '>=' 0.80)"
-    row "$v" "compaction in place / copy" "$(result "$v" compact_in_ratio)" "-" "copy $(result "$v" compact_in_copy_gbs) GB/s" "-"
-    row "$v" "keep-sets identical to the CPU" "$same" "yes" "-" "$same"
-    row "$v" "GPU tests (10,000+ cases)" "$(tests_ok "$v")" "yes" "-" "$(tests_ok "$v")"
-done
+failed=0
+{
+    echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $(($(date +%s) - t_start)) s of ${budget}"
+    echo
+    row "GPU" "metric" "kvevict" "target" "PyTorch peer / floor" "met"
+    echo "|---|---|---:|---|---:|---|"
+    for v in "${vendors[@]}"; do
+        g2=$(value "$v" g2_us bench)
+        g3=$(value "$v" g3_keys_per_s bench)
+        ratio=$(value "$v" compact_out_ratio bench)
+        cpu_same=$(awk -v a="$(value "$v" g2_identical bench)" -v b="$(value "$v" g3_identical bench)" \
+            'BEGIN { print (a == 1 && b == 1) ? "yes" : (a ~ /^n\/a/ ? a : "NO") }')
+        digest=$(yesno "$(value "$v" digest_all_agree digest)")
+        skipped=$(grep "^$v skipped: " "$log" | tail -1)
+        [ "$digest" = yes ] ||
+            digest="NO (${why[digest]:-no $v line in kvevict digest --require $v}${skipped:+; $skipped})"
+        row "$v" "G2 round (us)" "$g2" "<= 20 (paper's PyTorch: 300)" "$(value "$v" torch_g2_us torch)" "$(verdict "$g2" '<=' 20)"
+        row "$v" "G2 keys/s" "$(value "$v" g2_keys_per_s bench)" "-" "$(value "$v" torch_g2_keys_per_s torch)" "-"
+        row "$v" "G3 round (us)" "$(value "$v" g3_us bench)" "-" "$(value "$v" torch_g3_us torch)" "-"
+        row "$v" "G3 keys/s" "$g3" ">= 2e10" "$(value "$v" torch_g3_keys_per_s torch)" "$(verdict "$g3" '>=' 2e10)"
+        row "$v" "compaction, out of place (GB/s)" "$(value "$v" compact_out_gbs bench)" "-" "torch gather $(value "$v" torch_compact_gbs torch)" "-"
+        row "$v" "compaction / device copy" "$ratio" ">= 0.80" "copy $(value "$v" compact_out_copy_gbs bench) GB/s" "$(verdict "$ratio" '>=' 0.80)"
+        row "$v" "compaction in place / copy" "$(value "$v" compact_in_ratio bench)" "-" "copy $(value "$v" compact_in_copy_gbs bench) GB/s" "-"
+        row "$v" "keep-sets identical to the CPU (bench)" "$cpu_same" "yes" "-" "$cpu_same"
+        row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
+        [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"
+        row "$v" "GPU tests (10,000+ cases)" "$(tests_ok "$v")" "yes" "-" "$(tests_ok "$v")"
+    done
+} >"$table"
+echo | tee -a "$log"
+tee -a "$log" <"$table"
+grep -Eq '\| (NO|n/a)[^|]*\|$' "$table" && failed=1
+say "full log: $log; table: $table"
+exit "$failed"

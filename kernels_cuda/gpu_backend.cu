@@ -29,6 +29,7 @@
 #define KVE_GPU_SMEM_ATTR cudaDevAttrMaxSharedMemoryPerBlockOptin
 #endif
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kve_backend_impl.h"
@@ -40,6 +41,14 @@
 #define KVE_EVICT_MAX_THREADS 512u
 #define KVE_STATE_THREADS 256u
 #define KVE_BLOCKS_PER_SM 32u /* grid cap for grid-stride kernels */
+/* Eviction holds 3 blocks of 512 threads per SM (75% occupancy on sm_90): a
+ * 40-register cap, which the body meets without spills (docs/GPU.md
+ * "Registers"). HIP's second argument means waves per EU: left out. */
+#if defined(KVE_GPU_HIP)
+#define KVE_EVICT_MIN_BLOCKS
+#else
+#define KVE_EVICT_MIN_BLOCKS , 3
+#endif
 
 /* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
 static_assert(sizeof(kve_state_args) <= 4096, "state jobs must fit a launch's parameters");
@@ -62,7 +71,8 @@ __global__ void __launch_bounds__(KVE_KEYS_THREADS) kve_keys_kernel(kve_keys_arg
     kve_keys_grid(&tc, &a);
 }
 
-__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS) kve_evict_kernel(kve_evict_args a)
+__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_EVICT_MIN_BLOCKS)
+    kve_evict_kernel(kve_evict_args a)
 {
     __shared__ kve_evict_smem sm;
     extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
@@ -111,12 +121,29 @@ typedef struct kve_gpu {
     uint32_t warp;       /* the device's warp width */
     size_t smem_dyn_max; /* dynamic shared memory kve_evict_kernel may take */
     uint64_t *errors;    /* device: KVE_DEV_ERR_KINDS records */
+    /* The library's own non-blocking stream on this device, for work of its
+     * own that orders after nothing of the application's (setting up the
+     * error records): waiting for it never waits for other streams. */
+    cudaStream_t own;
 } kve_gpu;
 
-/* A runtime error as KVE_ERR_DEVICE, naming the call and the error. */
+/*
+ * A runtime error as KVE_ERR_DEVICE, naming the call and the error.
+ *
+ * The runtime keeps one "last error" per host thread, which the
+ * application may be about to read. The call that failed was kvevict's and
+ * its error is reported here, so it is taken off that slot (the slot then
+ * holds the most recent error, which is this one). kvevict never reads the
+ * slot to learn how its own calls went: every call's status is the value
+ * it returned, and kernels are launched through cudaLaunchKernel, whose
+ * return value is that launch's status. An error left by the application's
+ * earlier work therefore is neither reported by kvevict nor cleared. A
+ * sticky error (an earlier kernel's fault) makes every later call fail,
+ * kvevict's included, and stays until the process resets the device.
+ */
 static kve_status kve_gpu_fail(cudaError_t e, const char *what)
 {
-    (void)cudaGetLastError(); /* clear it unless it is sticky */
+    (void)cudaGetLastError(); /* this call's error, just recorded: not the application's */
     return kve_host->set_error(KVE_ERR_DEVICE, "%s: %s: %s (%s)", KVE_GPU_VENDOR, what,
                                cudaGetErrorName(e), cudaGetErrorString(e));
 }
@@ -129,6 +156,64 @@ static kve_status kve_gpu_fail(cudaError_t e, const char *what)
     } while (0)
 
 static kve_gpu *kve_gpu_of(kve_context *ctx) { return (kve_gpu *)ctx->impl; }
+
+/* Whether @p s is a stream of @p device (an error reads as "no"). ROCm 5
+ * and CUDA before 12.8 cannot say (no stream-to-device query): there, only
+ * a stream of the context's current device is taken for one. */
+static int kve_stream_on_device(kve_context *ctx, cudaStream_t s, int device)
+{
+#if defined(KVE_GPU_HIP) || CUDART_VERSION < 12080
+    (void)s;
+    return device == kve_gpu_of(ctx)->device;
+#else
+    (void)ctx;
+    int on = -1;
+    if (cudaStreamGetDevice(s, &on) != cudaSuccess) {
+        (void)cudaGetLastError(); /* this call's own error */
+        return 0;
+    }
+    return on == device;
+#endif
+}
+
+#if !defined(KVE_GPU_HIP)
+/* The oldest driver branch that runs a toolkit's major version. */
+static int kve_min_driver(int runtime_major)
+{
+    return runtime_major >= 13 ? 580 : runtime_major == 12 ? 525 : 450;
+}
+#endif
+
+/* Why the probe found no usable device, in words a user can act on. */
+static const char *kve_probe_reason(cudaError_t e, int driver, int runtime, char *buf, size_t n)
+{
+#if defined(KVE_GPU_HIP)
+    snprintf(buf, n, "HIP: no usable AMD GPU: hipGetDeviceCount: %s (%s); HIP runtime %d, driver %d",
+             cudaGetErrorName(e), cudaGetErrorString(e), runtime, driver);
+#else
+    int rmaj = runtime / 1000, rmin = runtime % 1000 / 10;
+    if (driver == 0)
+        snprintf(buf, n,
+                 "CUDA: no NVIDIA driver found (libcuda.so.1 cannot be loaded): %s; this library "
+                 "was built with CUDA %d.%d and needs driver R%d or later",
+                 cudaGetErrorName(e), rmaj, rmin, kve_min_driver(rmaj));
+    else if (e == cudaErrorInsufficientDriver || driver < runtime)
+        snprintf(buf, n,
+                 "CUDA: the NVIDIA driver is too old: it supports CUDA %d.%d, this library was "
+                 "built with CUDA %d.%d and needs driver R%d or later (%s; see docs/GPU.md "
+                 "\"Driver and toolkit\")",
+                 driver / 1000, driver % 1000 / 10, rmaj, rmin, kve_min_driver(rmaj),
+                 cudaGetErrorName(e));
+    else if (e == cudaErrorNoDevice)
+        snprintf(buf, n, "CUDA: the NVIDIA driver (CUDA %d.%d) sees no device (%s)", driver / 1000,
+                 driver % 1000 / 10, cudaGetErrorName(e));
+    else
+        snprintf(buf, n, "CUDA: cudaGetDeviceCount: %s (%s); driver CUDA %d.%d, runtime %d.%d",
+                 cudaGetErrorName(e), cudaGetErrorString(e), driver / 1000, driver % 1000 / 10,
+                 rmaj, rmin);
+#endif
+    return buf;
+}
 static cudaStream_t kve_stream(kve_context *ctx) { return (cudaStream_t)ctx->stream; }
 
 /* Make the context's device current on this host thread. */
@@ -175,32 +260,70 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
                                      (int)g->smem_dyn_max),
                 "kernel shared memory limit");
 #endif
-    KVE_GPU_TRY(cudaMalloc((void **)&g->errors, KVE_DEV_ERR_KINDS * sizeof(uint64_t)), "malloc");
-    cudaError_t e = cudaMemset(g->errors, 0xff, KVE_DEV_ERR_KINDS * sizeof(uint64_t));
+    /* The records start as "none raised". The memset runs on the library's
+     * own non-blocking stream and only that stream is waited for: neither
+     * the legacy default stream (which would wait for every blocking stream
+     * of the application) nor the whole device is drained. Once the host
+     * has seen the memset complete, every later launch, on any stream, sees
+     * its result. */
+    KVE_GPU_TRY(cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking), "stream create");
+    cudaError_t e = cudaMalloc((void **)&g->errors, KVE_DEV_ERR_KINDS * sizeof(uint64_t));
+    const char *what = "malloc";
+    if (e == cudaSuccess) {
+        what = "memset (error records)";
+        e = cudaMemsetAsync(g->errors, 0xff, KVE_DEV_ERR_KINDS * sizeof(uint64_t), g->own);
+    }
     if (e == cudaSuccess)
-        e = cudaDeviceSynchronize(); /* visible to any stream, blocking or not */
+        e = cudaStreamSynchronize(g->own);
     if (e != cudaSuccess) {
-        (void)cudaFree(g->errors);
-        return kve_gpu_fail(e, "memset");
+        if (g->errors)
+            (void)cudaFree(g->errors);
+        (void)cudaStreamDestroy(g->own);
+        g->errors = NULL;
+        g->own = NULL;
+        return kve_gpu_fail(e, what);
     }
     return KVE_OK;
 }
 
 static void kve_gpu_close(kve_gpu *g)
 {
-    if (g && g->errors && cudaSetDevice(g->device) == cudaSuccess)
+    if (!g || cudaSetDevice(g->device) != cudaSuccess)
+        return;
+    if (g->errors)
         (void)cudaFree(g->errors);
+    if (g->own)
+        (void)cudaStreamDestroy(g->own);
 }
 
 /* ---- operations --------------------------------------------------------- */
 
+/*
+ * Whether a device is usable. When not, the reason goes to the core through
+ * set_error (KVE_ERR_UNAVAILABLE) while the probe itself returns KVE_OK:
+ * the core keeps the message and names it when a context for this backend
+ * is asked for (`kvevict version` prints it). The CUDA runtime is linked
+ * statically, so the driver must be at least as new as the toolkit that
+ * built this library (CUDA 13: R580); an older one answers
+ * cudaErrorInsufficientDriver, and cudaDriverGetVersion tells which CUDA
+ * version it does support (0: no driver at all).
+ */
 static kve_status gpu_probe(int *out_available)
 {
-    int count = 0;
+    int count = 0, driver = 0, runtime = 0;
     cudaError_t e = cudaGetDeviceCount(&count); /* no driver or no device: an error */
-    if (e != cudaSuccess)
-        (void)cudaGetLastError();
     *out_available = e == cudaSuccess && count > 0;
+    if (*out_available)
+        return KVE_OK;
+    if (e != cudaSuccess)
+        (void)cudaGetLastError(); /* the probe's own error */
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    if (e == cudaSuccess)
+        e = cudaErrorNoDevice; /* no error, but no device either */
+    char reason[320];
+    kve_host->set_error(KVE_ERR_UNAVAILABLE, "%s",
+                        kve_probe_reason(e, driver, runtime, reason, sizeof reason));
     return KVE_OK;
 }
 
@@ -224,10 +347,17 @@ static void gpu_context_fini(kve_context *ctx)
     ctx->impl = NULL;
 }
 
+/* A new device gets its own records and stream. A stream the application
+ * set belongs to the old device (a launch on it from the new one fails
+ * with an invalid handle), so the context goes back to the default stream
+ * unless the stream set is one of the new device's: set one of the new
+ * device after this call (include/kvevict.h, kve_context_set_device). */
 static kve_status gpu_set_device(kve_context *ctx, int device)
 {
-    kve_gpu fresh = {0, 0, 0, 0, NULL};
+    kve_gpu fresh = {0, 0, 0, 0, NULL, NULL};
     KVE_TRY(kve_gpu_open(&fresh, device));
+    if (ctx->stream && !kve_stream_on_device(ctx, (cudaStream_t)ctx->stream, device))
+        ctx->stream = NULL;
     kve_gpu_close(kve_gpu_of(ctx));
     *kve_gpu_of(ctx) = fresh;
     return KVE_OK;
@@ -279,12 +409,25 @@ static kve_status gpu_synchronize(kve_context *ctx)
     return kve_dev_errors_status(rec, kve_host->set_error);
 }
 
-/* After a launch: a bad configuration or an earlier fault, as a status. */
-static kve_status kve_launched(const char *kernel)
+/* Launch @p kernel (one argument, by value, at @p arg) on the context's
+ * stream; the status is this launch's own (see kve_gpu_fail). */
+static kve_status kve_launch(kve_context *ctx, const void *kernel, uint32_t grid,
+                             uint32_t threads, size_t smem, void *arg, const char *what)
 {
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? KVE_OK : kve_gpu_fail(e, kernel);
+    void *args[1] = {arg};
+    cudaError_t e = cudaLaunchKernel(kernel, dim3(grid), dim3(threads), args, smem,
+                                     kve_stream(ctx));
+    return e == cudaSuccess ? KVE_OK : kve_gpu_fail(e, what);
 }
+
+/* kernel's argument must be the type of arg: checked by the assignment. */
+#define KVE_LAUNCH(ctx, kernel, type, grid, threads, smem, arg)                                 \
+    do {                                                                                         \
+        void (*kve_k_)(type) = kernel;                                                           \
+        type *kve_a_ = &(arg);                                                                   \
+        KVE_TRY(kve_launch((ctx), (const void *)kve_k_, (grid), (threads), (smem), kve_a_,      \
+                           #kernel " launch"));                                                  \
+    } while (0)
 
 static kve_status gpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
                            size_t n, uint64_t *keys)
@@ -293,8 +436,8 @@ static kve_status gpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, cons
     kve_keys_args a = {seed, flags, coords, n, keys};
     uint32_t grid =
         kve_launch_grid(n, KVE_KEYS_THREADS, kve_gpu_of(ctx)->sm_count * KVE_BLOCKS_PER_SM);
-    kve_keys_kernel<<<grid, KVE_KEYS_THREADS, 0, kve_stream(ctx)>>>(a);
-    return kve_launched("kve_keys_kernel launch");
+    KVE_LAUNCH(ctx, kve_keys_kernel, kve_keys_args, grid, KVE_KEYS_THREADS, 0, a);
+    return KVE_OK;
 }
 
 /* How eviction runs for this batch: block size, grid, and where the
@@ -344,8 +487,8 @@ static kve_status gpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
         a.scratch = (unsigned char *)(((uintptr_t)workspace + 255) & ~(uintptr_t)255);
         a.scratch_stride = p.per_block;
     }
-    kve_evict_kernel<<<p.grid, p.threads, p.dyn_smem, kve_stream(ctx)>>>(a);
-    return kve_launched("kve_evict_kernel launch");
+    KVE_LAUNCH(ctx, kve_evict_kernel, kve_evict_args, p.grid, p.threads, p.dyn_smem, a);
+    return KVE_OK;
 }
 
 static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
@@ -355,12 +498,11 @@ static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
     kve_compact_args a;
     KVE_TRY(kve_compact_args_make(d, g->errors, kve_host->set_error, &a));
     uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
-    kve_compact_move_kernel<<<kve_launch_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS,
-                              0, kve_stream(ctx)>>>(a);
-    KVE_TRY(kve_launched("kve_compact_move_kernel launch"));
-    kve_compact_slots_kernel<<<kve_launch_grid(a.heads, 1, cap), KVE_COMPACT_THREADS, 0,
-                               kve_stream(ctx)>>>(a);
-    return kve_launched("kve_compact_slots_kernel launch");
+    KVE_LAUNCH(ctx, kve_compact_move_kernel, kve_compact_args,
+               kve_launch_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS, 0, a);
+    KVE_LAUNCH(ctx, kve_compact_slots_kernel, kve_compact_args, kve_launch_grid(a.heads, 1, cap),
+               KVE_COMPACT_THREADS, 0, a);
+    return KVE_OK;
 }
 
 /* Jobs are copied into each launch's parameters: nothing to allocate, and
@@ -375,9 +517,8 @@ static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
         uint64_t items = kve_state_args_make(u, k, g->errors, &a);
         if (!items)
             continue;
-        kve_state_kernel<<<kve_launch_grid(items, KVE_STATE_THREADS, cap), KVE_STATE_THREADS, 0,
-                           kve_stream(ctx)>>>(a);
-        KVE_TRY(kve_launched("kve_state_kernel launch"));
+        KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
+                   kve_launch_grid(items, KVE_STATE_THREADS, cap), KVE_STATE_THREADS, 0, a);
     }
     return KVE_OK;
 }
@@ -391,8 +532,9 @@ static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *
                                       &a));
     uint32_t grid = kve_launch_grid(a.entries, KVE_CACHE_WRITE_THREADS / a.group,
                                     g->sm_count * KVE_BLOCKS_PER_SM);
-    kve_cache_write_kernel<<<grid, KVE_CACHE_WRITE_THREADS, 0, kve_stream(ctx)>>>(a);
-    return kve_launched("kve_cache_write_kernel launch");
+    KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, grid, KVE_CACHE_WRITE_THREADS,
+               0, a);
+    return KVE_OK;
 }
 
 /* ---- the entry point the core looks up ------------------------------------- */

@@ -116,7 +116,9 @@ int kve_cmd_key(int argc, char **argv)
                     cap = cap ? 2 * cap : 64;
                     uint32_t *grown = (uint32_t *)realloc(pos, cap * sizeof *pos);
                     if (!grown) {
-                        rc = kve_cli_usage_error("key: out of memory");
+                        rc = kve_cli_usage_error("key: KVE_ERR_NOMEM: cannot allocate %zu bytes "
+                                                 "for the positions",
+                                                 cap * sizeof *pos);
                         break;
                     }
                     pos = grown;
@@ -135,10 +137,10 @@ int kve_cmd_key(int argc, char **argv)
     kve_context *ctx = NULL;
     if (!rc)
         rc = kve_cli_context(backend, NULL, 0, &ctx);
-    kve_coord *coords = rc ? NULL : (kve_coord *)malloc(n * sizeof *coords);
-    uint64_t *keys = rc ? NULL : (uint64_t *)malloc(n * sizeof *keys);
-    if (!rc && (!coords || !keys))
-        rc = kve_cli_usage_error("key: out of memory");
+    kve_coord *coords = rc ? NULL : (kve_coord *)kve_cli_malloc("the coordinates", n, sizeof *coords);
+    uint64_t *keys = rc || !coords ? NULL : (uint64_t *)kve_cli_malloc("the keys", n, sizeof *keys);
+    if (!rc && !keys)
+        rc = kve_cli_fail("key", KVE_ERR_NOMEM);
     if (!rc) {
         for (size_t i = 0; i < n; i++)
             coords[i] = (kve_coord){seq, layer, head, pos[i], round};
@@ -163,7 +165,45 @@ static const char kve_digest_usage[] =
     "digest of the keep-sets (docs/SPEC.md \"Digest\"), then `digest=0x...` when\n"
     "all agree (exit 0) or MISMATCH (exit 1).\n" KVE_CONFIG_OPTIONS
     "  --backend NAME      all (every available backend, every CPU ISA and 1 and 2\n"
-    "                      threads), auto, cpu, cuda or hip (default all)\n";
+    "                      threads), auto, cpu, cuda or hip (default all)\n"
+    "  --require LIST      with all: comma-separated backends (cpu, cuda, hip) that\n"
+    "                      must have run; one that is not available here fails the\n"
+    "                      command (exit 3) with its reason, instead of agreeing\n"
+    "                      without it. Backends skipped by all are listed on stderr.\n";
+
+/* Whether @p name is in the comma-separated @p list. */
+static int kve_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Checks --require's names; 0 or an exit code. */
+static int kve_check_require(const kve_cli_config *cfg)
+{
+    static const char *names[] = {"cpu", "cuda", "hip"};
+    for (const char *p = cfg->require; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), known = 0;
+        for (size_t i = 0; i < 3; i++)
+            known |= len == strlen(names[i]) && strncmp(p, names[i], len) == 0;
+        if (!known)
+            return kve_cli_usage_error("digest: --require %s: expected cpu, cuda or hip, "
+                                       "comma-separated",
+                                       cfg->require);
+        p = end ? end + 1 : NULL;
+    }
+    if (cfg->require && strcmp(cfg->backend, "all") != 0)
+        return kve_cli_usage_error("digest: --require goes with --backend all");
+    return 0;
+}
 
 /* Digest of one backend's eviction of cfg; 0 or an exit code. */
 static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const char *isa,
@@ -200,6 +240,11 @@ int kve_cmd_digest(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     if (!cfg.backend)
         cfg.backend = "all";
+    rc = kve_check_require(&cfg);
+    if (rc) {
+        kve_cli_config_free(&cfg);
+        return rc;
+    }
     int all = strcmp(cfg.backend, "all") == 0;
     uint64_t first = 0, d;
     int count = 0, mismatch = 0;
@@ -213,9 +258,20 @@ int kve_cmd_digest(int argc, char **argv)
     for (size_t b = 0; all && !rc && b < sizeof backends / sizeof backends[0]; b++) {
         int avail = 0;
         kve_backend_available(backends[b], &avail);
-        if (!avail)
-            continue;
         const char *name = kve_backend_name(backends[b]);
+        if (!avail) {
+            /* Said, not silent: the context the backend refuses gives the reason. */
+            kve_context *none = NULL;
+            kve_context_create(backends[b], &none);
+            kve_context_destroy(none);
+            fprintf(stderr, "%s skipped: %s\n", name, kve_last_error());
+            if (cfg.require && kve_listed(cfg.require, name)) {
+                fprintf(stderr, "kvevict: digest: --require %s: %s did not run\n", cfg.require,
+                        name);
+                rc = 3;
+            }
+            continue;
+        }
         if (backends[b] != KVE_BACKEND_CPU) {
             rc = kve_digest_one(&cfg, name, NULL, 0, &d);
             if (!rc)

@@ -28,7 +28,15 @@ static int kve_cmd_version(void)
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         int avail = 0;
         kve_backend_available(all[i], &avail);
-        printf("backend %-5s %s\n", kve_backend_name(all[i]), avail ? "available" : "not available");
+        if (avail) {
+            printf("backend %-5s available\n", kve_backend_name(all[i]));
+            continue;
+        }
+        /* The context the backend refuses says why (library, driver, device). */
+        kve_context *ctx = NULL;
+        kve_context_create(all[i], &ctx);
+        kve_context_destroy(ctx);
+        printf("backend %-5s not available: %s\n", kve_backend_name(all[i]), kve_last_error());
     }
     for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
         int avail = 0;

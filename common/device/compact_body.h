@@ -37,6 +37,7 @@ typedef struct kve_compact_smem {
     uint64_t wsum[KVE_MAX_WARPS];
     uint32_t map[KVE_COMPACT_MAX_THREADS]; /* source slot of each kept entry of a tile */
     uint32_t ev_range, ev_order, slot_range;
+    uint32_t ne; /* n_evicted[h], read once: it decides who reaches the barriers */
 } kve_compact_smem;
 
 /* Whether slot t is in the ascending list ev[0..ne). */
@@ -59,7 +60,16 @@ KVE_FN int kve_compact_check(kve_tc *tc, kve_compact_smem *sm, const kve_compact
                              uint64_t h, uint32_t *ne_out)
 {
     const kve_compact_desc *d = &a->d;
-    uint32_t n = d->n_slots, ne = d->n_evicted[h];
+    /* One thread reads the count and the block takes its value: a count that
+     * each thread read for itself could differ between threads (the caller's
+     * memory, written while this runs), and threads that returned here would
+     * leave the others waiting at a barrier forever. */
+    if (tc->tid == 0) {
+        sm->ne = d->n_evicted[h];
+        sm->ev_range = sm->ev_order = sm->slot_range = KVE_DEV_ERR_NONE >> 32;
+    }
+    kve_sync(tc);
+    uint32_t n = d->n_slots, ne = sm->ne;
     if (ne > n || ne > d->evicted_stride) {
         if (tc->tid == 0)
             kve_raise(a->errors, KVE_DEV_ERR_NEVICTED, h, ne);
@@ -67,9 +77,6 @@ KVE_FN int kve_compact_check(kve_tc *tc, kve_compact_smem *sm, const kve_compact
     }
     const int32_t *ev = d->evicted + h * d->evicted_stride;
     const int32_t *row = d->slot_pos + h * d->slot_pos_stride;
-    if (tc->tid == 0)
-        sm->ev_range = sm->ev_order = sm->slot_range = KVE_DEV_ERR_NONE >> 32;
-    kve_sync(tc);
     uint32_t er = ~0u, eo = ~0u, sr = ~0u;
     for (uint32_t k = tc->tid; k < ne; k += tc->nt) {
         int32_t e = ev[k];
@@ -165,21 +172,36 @@ KVE_FN unsigned char *kve_view_base(const kve_cache_view *v, const kve_compact_d
     return (unsigned char *)v->base + s * v->stride_seq + l * v->stride_layer + hh * v->stride_head;
 }
 
+/* views[c] by value, through constant indices only. A run-time index into
+ * the kernel's parameters makes AMD's compiler copy the whole argument
+ * struct (744 bytes) to per-lane scratch memory; a select over constant
+ * indices stays in registers. */
+KVE_FN kve_cache_view kve_view_pick(const kve_cache_view *views, uint32_t c)
+{
+    kve_cache_view v = views[0];
+    KVE_UNROLL
+    for (uint32_t i = 1; i < KVE_MAX_CACHES; i++)
+        if (i == c)
+            v = views[i];
+    return v;
+}
+
 /* Kernel "move": grid-stride over (head, cache) pairs. */
 KVE_FN void kve_compact_move_grid(kve_tc *tc, kve_compact_smem *sm, const kve_compact_args *a)
 {
     const kve_compact_desc *d = &a->d;
     for (uint64_t w = tc->bid; w < a->heads * d->n_caches; w += tc->nb) {
         uint64_t h = w / d->n_caches;
-        const kve_cache_view *sv = &d->src[w % d->n_caches];
-        const kve_cache_view *dv = a->in_place ? sv : &d->dst[w % d->n_caches];
+        uint32_t c = (uint32_t)(w % d->n_caches);
+        kve_cache_view sv = kve_view_pick(d->src, c);
+        kve_cache_view dv = a->in_place ? sv : kve_view_pick(d->dst, c);
         uint32_t ne, n = d->n_slots;
         if (kve_compact_check(tc, sm, a, h, &ne)) {
             const int32_t *row = d->slot_pos + h * d->slot_pos_stride;
             const int32_t *ev = d->evicted + h * d->evicted_stride;
-            const unsigned char *src = kve_view_base(sv, d, h);
-            unsigned char *dst = kve_view_base(dv, d, h);
-            size_t ss = sv->stride_slot, ds = dv->stride_slot;
+            const unsigned char *src = kve_view_base(&sv, d, h);
+            unsigned char *dst = kve_view_base(&dv, d, h);
+            size_t ss = sv.stride_slot, ds = dv.stride_slot;
             uint32_t done = 0;
             for (uint32_t t0 = 0; t0 < n; t0 += tc->nt) {
                 int32_t v;

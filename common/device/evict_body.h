@@ -185,63 +185,108 @@ KVE_FN int kve_slot_fate(const kve_head *hd, uint32_t t, uint32_t n_keep, kve_u9
 }
 
 /* Phase D: canonical outputs of head @p h. Each thread owns a run of
- * consecutive slots; one scan of (evicted | kept << 32) places them. */
+ * consecutive slots; one scan of (evicted | kept << 32) places them. The
+ * slots are staged in scratch (evicted, then kept) and written out by
+ * consecutive threads to consecutive entries, so the global stores
+ * coalesce. Each thread's fates go into its own entries of the position
+ * copy @p fate (no one else reads them), and once the scan's barriers are
+ * passed nobody reads the keys again: their bytes (8 per slot) become the
+ * stage (4 per slot). */
 KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
-                            const kve_head *hd, uint32_t n_keep, kve_u96 thr, int over_budget)
+                            const kve_head *hd, int32_t *fate, int32_t *stage, uint32_t n_keep,
+                            kve_u96 thr, int over_budget)
 {
     uint32_t n = hd->n, per = (n + tc->nt - 1) / tc->nt;
     uint32_t t0 = tc->tid * per < n ? tc->tid * per : n, t1 = t0 + per < n ? t0 + per : n;
     uint32_t ne = 0, nk = 0;
-    for (uint32_t t = t0; t < t1; t++) {
-        int f = kve_slot_fate(hd, t, n_keep, thr);
-        ne += f == 2;
-        nk += f == 1;
-    }
-    uint64_t total, at = kve_block_exscan(tc, sm->wsum, ne | (uint64_t)nk << 32, &total);
-    /* A head evicts at most n_slots - budget slots (SPEC); the bound only
-     * matters for a trusted table that broke its promise. */
-    uint32_t cap = a->b.n_slots > a->b.budget ? a->b.n_slots - a->b.budget : 0;
-    int32_t *ev = a->o.evicted + h * a->o.evicted_stride;
-    int32_t *kp = a->o.kept ? a->o.kept + h * a->o.kept_stride : 0;
-    uint32_t ei = (uint32_t)at, ki = (uint32_t)(at >> 32);
     /* SPEC §11: the running digest's elements of the evicted tokens, summed
-     * (wrapping, so order-free) when asked for; a->o is uniform, so is the
-     * scan's barrier. */
+     * (wrapping, so order-free) when asked for, while the positions are
+     * still there; a->o is uniform, so is the second scan's barrier. */
     const kve_batch *b = &a->b;
     const kve_seq *seq = &b->seqs[h / ((uint64_t)b->n_layers * b->n_heads)];
-    uint64_t dseed = a->o.round_digest ? kve_seq_seed(b->seed ^ KVE_RUN_DIGEST_TWEAK, seq->seq_id)
-                                       : 0;
+    int want_digest = a->o.round_digest != 0;
+    uint64_t dseed = want_digest ? kve_seq_seed(b->seed ^ KVE_RUN_DIGEST_TWEAK, seq->seq_id) : 0;
     uint32_t dflags = b->flags & KVE_KEY_FLAGS & ~(uint32_t)KVE_PERSISTENT;
     uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
     uint32_t head = b->head_offset + (uint32_t)(h % b->n_heads);
     uint64_t dsum = 0;
     for (uint32_t t = t0; t < t1; t++) {
         int f = kve_slot_fate(hd, t, n_keep, thr);
-        if (f == 2 && ei < cap) {
-            ev[ei++] = (int32_t)t;
-            if (a->o.round_digest)
-                dsum += kve_key(dseed, dflags, layer, head, (uint32_t)hd->pos[t], seq->round);
-        } else if (f == 1 && kp)
-            kp[ki++] = (int32_t)t;
+        if (f == 2 && want_digest)
+            dsum += kve_key(dseed, dflags, layer, head, (uint32_t)hd->pos[t], seq->round);
+        fate[t] = f;
+        ne += f == 2;
+        nk += f == 1;
     }
-    if (a->o.round_digest) {
+    uint64_t total, at = kve_block_exscan(tc, sm->wsum, ne | (uint64_t)nk << 32, &total);
+    if (want_digest) {
         uint64_t dtotal;
         kve_block_exscan(tc, sm->wsum, dsum, &dtotal);
         if (tc->tid == 0)
             a->o.round_digest[h] = dtotal;
     }
+    uint32_t tot_ev = (uint32_t)total, tot_kp = (uint32_t)(total >> 32);
+    uint32_t ei = (uint32_t)at, ki = tot_ev + (uint32_t)(at >> 32);
+    for (uint32_t t = t0; t < t1; t++) {
+        if (fate[t] == 2)
+            stage[ei++] = (int32_t)t;
+        else if (fate[t] == 1)
+            stage[ki++] = (int32_t)t;
+    }
+    kve_sync(tc);
+    /* A head evicts at most n_slots - budget slots (SPEC); the bound only
+     * matters for a trusted table that broke its promise. */
+    uint32_t cap = a->b.n_slots > a->b.budget ? a->b.n_slots - a->b.budget : 0;
+    uint32_t n_ev = tot_ev < cap ? tot_ev : cap;
+    int32_t *ev = a->o.evicted + h * a->o.evicted_stride;
+    for (uint32_t i = tc->tid; i < n_ev; i += tc->nt)
+        ev[i] = stage[i];
+    if (a->o.kept) {
+        int32_t *kp = a->o.kept + h * a->o.kept_stride;
+        for (uint32_t i = tc->tid; i < tot_kp; i += tc->nt)
+            kp[i] = stage[tot_ev + i];
+    }
     if (tc->tid == 0) {
-        uint32_t tot_ev = (uint32_t)total;
-        a->o.n_evicted[h] = tot_ev < cap ? tot_ev : cap;
-        a->o.n_kept[h] = (uint32_t)(total >> 32);
+        a->o.n_evicted[h] = n_ev;
+        a->o.n_kept[h] = tot_kp;
         if (a->o.head_flags)
             a->o.head_flags[h] = over_budget ? KVE_HEAD_OVER_BUDGET : 0;
     }
 }
 
-/* Phase A; returns 0 when the head's table is invalid (error raised). */
+/* What one thread has seen of a head's slot table in phase A. */
+typedef struct kve_load_acc {
+    uint32_t valid, gen, gmin, gmax, bad, dup;
+} kve_load_acc;
+
+/* Phase A for slot t holding position v. */
+KVE_FN void kve_load_slot(kve_load_acc *acc, int32_t *KVE_RESTRICT pos, uint32_t *table,
+                          uint32_t cap, int check_dups, uint32_t prompt, uint32_t t, int32_t v)
+{
+    pos[t] = v;
+    if (v < -1) {
+        acc->bad = t < acc->bad ? t : acc->bad;
+        return;
+    }
+    if (v < 0)
+        return;
+    acc->valid++;
+    if ((uint32_t)v >= prompt) {
+        acc->gen++;
+        acc->gmin = (uint32_t)v < acc->gmin ? (uint32_t)v : acc->gmin;
+        acc->gmax = (uint32_t)v > acc->gmax ? (uint32_t)v : acc->gmax;
+    }
+    if (check_dups && kve_table_insert(table, cap, (uint32_t)v))
+        acc->dup = (uint32_t)v < acc->dup ? (uint32_t)v : acc->dup;
+}
+
+/* Phase A; returns 0 when the head's table is invalid (error raised).
+ * The slot table is read 16 bytes per thread (consecutive threads read
+ * consecutive groups of 4) when the row is 16-byte aligned, so each thread
+ * has four independent loads in flight; the tail and unaligned rows go one
+ * slot at a time. */
 KVE_FN int kve_evict_load(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
-                          unsigned char *scratch, int32_t *pos, uint32_t prompt)
+                          unsigned char *scratch, int32_t *KVE_RESTRICT pos, uint32_t prompt)
 {
     uint32_t n = a->b.n_slots, cap = 2 * n;
     int check_dups = !(a->b.flags & KVE_TRUSTED_SLOTS);
@@ -256,32 +301,27 @@ KVE_FN int kve_evict_load(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *
         for (uint32_t i = tc->tid; i < cap; i += tc->nt)
             table[i] = KVE_NONE32;
     kve_sync(tc);
-    const int32_t *row = a->b.slot_pos + h * a->b.slot_pos_stride;
-    uint32_t valid = 0, gen = 0, gmin = KVE_NONE32, gmax = 0, bad = KVE_NONE32, dup = KVE_NONE32;
-    for (uint32_t t = tc->tid; t < n; t += tc->nt) {
-        int32_t v = row[t];
-        pos[t] = v;
-        if (v < -1) {
-            bad = t < bad ? t : bad;
-            continue;
-        }
-        if (v < 0)
-            continue;
-        valid++;
-        if ((uint32_t)v >= prompt) {
-            gen++;
-            gmin = (uint32_t)v < gmin ? (uint32_t)v : gmin;
-            gmax = (uint32_t)v > gmax ? (uint32_t)v : gmax;
-        }
-        if (check_dups && kve_table_insert(table, cap, (uint32_t)v))
-            dup = (uint32_t)v < dup ? (uint32_t)v : dup;
+    const int32_t *KVE_RESTRICT row = a->b.slot_pos + h * a->b.slot_pos_stride;
+    kve_load_acc acc = {0, 0, KVE_NONE32, 0, KVE_NONE32, KVE_NONE32};
+    uint32_t groups = (uintptr_t)row % 16 == 0 ? n / 4 : 0;
+    for (uint32_t g = tc->tid; g < groups; g += tc->nt) {
+        int32_t v[4];
+        kve_load_i32x4(row + 4 * (size_t)g, v);
+        /* Written out: a loop here (unrolled or not) costs nvcc spills under
+         * the kernel's 40-register cap (docs/GPU.md "Registers"). */
+        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 0, v[0]);
+        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 1, v[1]);
+        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 2, v[2]);
+        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, 4 * g + 3, v[3]);
     }
-    kve_atomic_add_u32(&sm->n_valid, valid);
-    kve_atomic_add_u32(&sm->n_gen, gen);
-    kve_atomic_min_u32(&sm->gen_min, gmin);
-    kve_atomic_max_u32(&sm->gen_max, gmax);
-    kve_atomic_min_u32(&sm->bad_slot, bad);
-    kve_atomic_min_u32(&sm->dup_pos, dup);
+    for (uint32_t t = 4 * groups + tc->tid; t < n; t += tc->nt)
+        kve_load_slot(&acc, pos, table, cap, check_dups, prompt, t, row[t]);
+    kve_atomic_add_u32(&sm->n_valid, acc.valid);
+    kve_atomic_add_u32(&sm->n_gen, acc.gen);
+    kve_atomic_min_u32(&sm->gen_min, acc.gmin);
+    kve_atomic_max_u32(&sm->gen_max, acc.gmax);
+    kve_atomic_min_u32(&sm->bad_slot, acc.bad);
+    kve_atomic_min_u32(&sm->dup_pos, acc.dup);
     kve_sync(tc);
     if (sm->bad_slot == KVE_NONE32 && sm->dup_pos == KVE_NONE32)
         return 1;
@@ -354,7 +394,7 @@ KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args 
             thr = kve_block_select(tc, sm, &hd, KVE_MEMBER_CANDIDATE, 0, n_keep, none);
         }
     }
-    kve_evict_write(tc, sm, a, h, &hd, n_keep, thr, over_budget);
+    kve_evict_write(tc, sm, a, h, &hd, pos, (int32_t *)scratch, n_keep, thr, over_budget);
 }
 
 /* The kernel: every head of the batch, grid-stride over blocks.

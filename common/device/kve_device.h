@@ -41,6 +41,7 @@ typedef struct kve_tc {
 #ifdef KVE_ON_GPU
 
 #define KVE_FN static __device__ __forceinline__
+#define KVE_UNROLL _Pragma("unroll") /* loops over constant trip counts */
 #define KVE_HD_FN static __host__ __device__ __forceinline__ /* sizes both sides use */
 
 #define KVE_TC_INIT(tc)                                                                          \
@@ -88,10 +89,23 @@ KVE_FN uint32_t kve_atomic_cas_u32(uint32_t *p, uint32_t expect, uint32_t desire
 typedef uint4 kve_vec16;
 KVE_FN kve_vec16 kve_vec16_zero(void) { return make_uint4(0, 0, 0, 0); }
 
+#define KVE_RESTRICT __restrict__
+
+/* Four int32 at p (16-byte aligned) in one load. */
+KVE_FN void kve_load_i32x4(const int32_t *KVE_RESTRICT p, int32_t out[4])
+{
+    int4 q = *(const int4 *)p;
+    out[0] = q.x;
+    out[1] = q.y;
+    out[2] = q.z;
+    out[3] = q.w;
+}
+
 #else /* host emulation */
 
 #define KVE_FN static inline
 #define KVE_HD_FN static inline
+#define KVE_UNROLL
 
 /* The emulator's barrier and shuffle (tests/emu/emu_harness.c). */
 void kve_emu_sync(kve_tc *tc);
@@ -131,6 +145,14 @@ typedef struct kve_vec16 {
     _Alignas(16) uint32_t w[4];
 } kve_vec16;
 KVE_FN kve_vec16 kve_vec16_zero(void) { return (kve_vec16){{0, 0, 0, 0}}; }
+
+#define KVE_RESTRICT restrict
+
+KVE_FN void kve_load_i32x4(const int32_t *KVE_RESTRICT p, int32_t out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = p[i];
+}
 
 #endif
 
