@@ -130,6 +130,7 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
         {"out.head_flags", (const char *)o->head_flags, o->head_flags ? heads : 0},
         {"out.kept", (const char *)o->kept, kept_span * 4},
         {"out.round_digest", (const char *)o->round_digest, o->round_digest ? heads * 8 : 0},
+        {"out.run_digest", (const char *)o->run_digest, o->run_digest ? (size_t)b->n_seqs * 8 : 0},
     };
     return kve_check_disjoint(r, sizeof r / sizeof r[0]);
 }

@@ -270,6 +270,11 @@ typedef struct kve_evict_out {
      *  the wrapping sum of the elements of the tokens it evicted, weight 1,
      *  0 when it evicted none */
     uint64_t *round_digest;
+    /** optional: [n_seqs] running digests (SPEC §11): the call adds, wrapping,
+     *  run_digest_weight x the round digests of each sequence's heads to its
+     *  element — the cache state's per-row digest, with its table weight */
+    uint64_t *run_digest;
+    uint64_t run_digest_weight; /**< 0 counts as 1 */
 } kve_evict_out;
 
 /**

@@ -169,8 +169,15 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
             k->evict_head(&job, scratch);
             o->n_evicted[i] = job.n_evicted;
             o->n_kept[i] = job.n_kept;
-            if (o->round_digest)
-                o->round_digest[i] = kve_cpu_round_digest(k, &job);
+            if (o->round_digest || o->run_digest) {
+                uint64_t d = kve_cpu_round_digest(k, &job);
+                if (o->round_digest)
+                    o->round_digest[i] = d;
+                if (o->run_digest) /* wrapping sums: any thread order gives one value */
+                    __atomic_fetch_add(&o->run_digest[i / per_seq],
+                                       (o->run_digest_weight ? o->run_digest_weight : 1) * d,
+                                       __ATOMIC_RELAXED);
+            }
             if (o->head_flags)
                 o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
         }

@@ -204,7 +204,7 @@ KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args
      * still there; a->o is uniform, so is the second scan's barrier. */
     const kve_batch *b = &a->b;
     const kve_seq *seq = &b->seqs[h / ((uint64_t)b->n_layers * b->n_heads)];
-    int want_digest = a->o.round_digest != 0;
+    int want_digest = a->o.round_digest || a->o.run_digest;
     uint64_t dseed = want_digest ? kve_seq_seed(b->seed ^ KVE_RUN_DIGEST_TWEAK, seq->seq_id) : 0;
     uint32_t dflags = b->flags & KVE_KEY_FLAGS & ~(uint32_t)KVE_PERSISTENT;
     uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
@@ -222,8 +222,11 @@ KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args
     if (want_digest) {
         uint64_t dtotal;
         kve_block_exscan(tc, sm->wsum, dsum, &dtotal);
-        if (tc->tid == 0)
+        if (tc->tid == 0 && a->o.round_digest)
             a->o.round_digest[h] = dtotal;
+        if (tc->tid == 0 && a->o.run_digest)
+            kve_atomic_add_u64(&a->o.run_digest[h / ((uint64_t)b->n_layers * b->n_heads)],
+                               (a->o.run_digest_weight ? a->o.run_digest_weight : 1) * dtotal);
     }
     uint32_t tot_ev = (uint32_t)total, tot_kp = (uint32_t)(total >> 32);
     uint32_t ei = (uint32_t)at, ki = tot_ev + (uint32_t)(at >> 32);

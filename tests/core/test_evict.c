@@ -460,13 +460,20 @@ START_TEST(round_digest_reference)
         rand_batch_make(&rng, &r);
         kt_out o;
         KT_OK(kt_evict(ctx, &r.b, &o));
+        size_t per_seq = (size_t)r.b.n_layers * r.b.n_heads;
+        uint64_t run[64] = {0};
+        ck_assert_uint_le(r.b.n_seqs, 64);
         for (size_t i = 0; i < o.heads; i++) {
             uint64_t want = ref_round_digest(&r.b, i, kt_ev(&o, i), o.n_evicted[i]);
             ck_assert_msg(o.digest[i] == want, "batch %d head %zu (flags %u): 0x%016llx, spec 0x%016llx",
                           iter, i, r.b.flags, (unsigned long long)o.digest[i],
                           (unsigned long long)want);
+            run[i / per_seq] += 3 * want; /* kt_out asks for weight 3 */
             nonzero += o.n_evicted[i] > 0;
         }
+        for (uint32_t q = 0; q < r.b.n_seqs; q++)
+            ck_assert_msg(o.run[q] == run[q], "batch %d seq %u: run_digest 0x%016llx, spec 0x%016llx",
+                          iter, q, (unsigned long long)o.run[q], (unsigned long long)run[q]);
         kt_out_free(&o);
         free(r.slots);
     }

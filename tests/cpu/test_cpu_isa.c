@@ -192,6 +192,9 @@ static void batch_with_candidates(uint64_t *rng, batch *r, uint32_t cand)
 
 static void expect_same(const char *who, int iter, const kt_out *a, const kt_out *b, int with_kept)
 {
+    for (size_t q = 0; q < a->seqs; q++)
+        ck_assert_msg(a->run[q] == b->run[q], "%s, batch %d, seq %zu: run_digest differs", who, iter,
+                      q);
     for (size_t i = 0; i < a->heads; i++) {
         ck_assert_msg(a->n_evicted[i] == b->n_evicted[i] && a->n_kept[i] == b->n_kept[i] &&
                           a->flags[i] == b->flags[i],
