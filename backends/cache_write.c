@@ -4,6 +4,7 @@
  * strides, then call the backend's cache_write op.
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kve_backend_impl.h"
 #include "kve_error.h"
@@ -115,7 +116,8 @@ static kve_status kve_check_strides(const kve_cache_write_desc *r)
            dst_st[3] = {r->dst_stride_page, r->dst_stride_slot, r->dst_stride_head};
     size_t src_span = 0, dst_span = 0, add;
     /* Source entries may overlap (they are only read): span to the last entry's end. */
-    KVE_RETURN_ERROR_IF(kve_mul(r->n_tokens - 1, r->src_stride_token, &src_span) ||
+    KVE_RETURN_ERROR_IF(kve_mul(r->n_tokens ? r->n_tokens - 1 : 0, r->src_stride_token,
+                                &src_span) ||
                             kve_mul(r->n_heads - 1, r->src_stride_head, &add) ||
                             __builtin_add_overflow(src_span, add, &src_span) ||
                             __builtin_add_overflow(src_span, r->entry_bytes, &src_span),
@@ -206,6 +208,42 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
     return KVE_OK;
 }
 
+/* The moves' shape (always) and, on host-memory backends, every move row,
+ * count and slot. */
+static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
+{
+    KVE_RETURN_ERROR_IF(!d->n_moves, KVE_ERR_NULL, "desc.n_moves is NULL (desc.moves is not)");
+    KVE_RETURN_ERROR_IF(d->n_move_rows && !d->max_moves, KVE_ERR_RANGE,
+                        "desc.max_moves = 0 with n_move_rows = %u: must be >= 1", d->n_move_rows);
+    for (uint32_t i = 0; contents && i < d->n_move_rows; i++) {
+        int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
+        KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,
+                            "desc.move_row[%u] = %d: must be 0..%u (n_rows - 1)", i, row,
+                            d->n_rows - 1);
+        for (uint32_t h = 0; h < d->n_heads; h++) {
+            size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+            uint32_t n = d->n_moves[list];
+            KVE_RETURN_ERROR_IF(n > d->max_moves, KVE_ERR_RANGE,
+                                "desc.n_moves[move row %u][head %u] = %u: exceeds max_moves = %u",
+                                i, h, n, d->max_moves);
+            const int32_t *pair = d->moves + 2 * list * d->max_moves;
+            for (uint32_t k = 0; k < 2 * n; k++) {
+                KVE_RETURN_ERROR_IF(pair[k] < 0, KVE_ERR_RANGE,
+                                    "desc.moves[move row %u][head %u][%u] = %d: a slot is >= 0", i,
+                                    h, k / 2, pair[k]);
+                kve_status st = kve_check_slot(d, i, h, row, pair[k]);
+                if (st != KVE_OK) {
+                    char why[256];
+                    snprintf(why, sizeof why, "%s", kve_last_error());
+                    return kve_error_set(st, "desc.moves[move row %u][head %u][%u]: %s", i, h,
+                                         k / 2, why);
+                }
+            }
+        }
+    }
+    return KVE_OK;
+}
+
 kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
 {
     KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
@@ -214,11 +252,13 @@ kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
     KVE_RETURN_ERROR_IF(!ctx->ops->cache_write, KVE_ERR_UNAVAILABLE,
                         "kve_cache_write: the %s backend does not implement it yet",
                         ctx->ops->name);
-    if (desc->n_tokens == 0)
+    if (desc->n_tokens == 0 && (!desc->moves || !desc->n_move_rows))
         return KVE_OK;
     kve_cache_write_desc r;
     kve_cache_write_resolve(desc, &r);
     KVE_TRY(kve_check_strides(&r));
+    if (r.moves)
+        KVE_TRY(kve_check_moves(&r, ctx->ops->host_memory));
     if (ctx->ops->host_memory)
         KVE_TRY(kve_check_contents(&r));
     return ctx->ops->cache_write(ctx, &r);

@@ -10,7 +10,7 @@ typedef struct kve_state_row {
     uint32_t active, prompt, capacity;
     uint32_t n_tokens;  /* positions 0 .. n_tokens-1 appended */
     uint32_t round;     /* evictions so far */
-    uint32_t free_left; /* freed slots of the last round not refilled (n_tokens >= capacity) */
+    uint32_t n_valid;   /* valid slots of every head: slots 0 .. n_valid-1 */
     uint64_t seq_id;
 } kve_state_row;
 
@@ -19,7 +19,8 @@ typedef struct kve_state_work {
     uint32_t left, done; /* tokens still to place, placed */
     uint32_t base;       /* mapping index of the row's first token */
     uint32_t pos0;       /* position of the row's first token */
-    uint8_t evict, verify, mark;
+    uint32_t index;      /* the row's index in the call (its move lists) */
+    uint8_t evict, rounds, mark;
 } kve_state_work;
 
 struct kve_state {
@@ -43,15 +44,20 @@ struct kve_state {
 
 /* kve_evict's batch for one row of @p n_slots slots. */
 kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots);
-/* Run s->jobs[0 .. n_jobs) through the backend. */
-kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t n_total);
+/* Run s->jobs[0 .. n_jobs) through the backend, with the call's outputs
+ * (NULL: none). */
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
 kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
 /* Reset row @p row's tables and bookkeeping to an admitted, empty sequence. */
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity);
+/* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new
+ * more tokens. */
+uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
+                              uint32_t n_new);
 /* kve_state_append after its checks. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 const uint32_t *n_new, int64_t *mapping, size_t n_total);
+                                 const uint32_t *n_new, const kve_step_buffers *out);
 
 #endif

@@ -186,7 +186,7 @@ kve_status kve_state_destroy(kve_state *s)
     return KVE_OK;
 }
 
-kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t n_total)
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out)
 {
     if (n_jobs == 0)
         return KVE_OK;
@@ -199,10 +199,16 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, int64_t *mapping, size_t
                           .freed_row_stride = s->freed_row_stride,
                           .freed_table_stride = s->freed_table_stride,
                           .seqs = s->seqs,
-                          .mapping = mapping,
-                          .map_layer_stride = n_total * s->th,
                           .n_jobs = n_jobs,
                           .jobs = s->jobs};
+    if (out) {
+        u.mapping = out->slot_mapping;
+        u.map_layer_stride = (size_t)out->max_tokens * s->th;
+        u.moves = out->moves;
+        u.n_moves = out->n_moves;
+        u.move_rows = out->max_rows;
+        u.max_moves = out->max_moves;
+    }
     return s->ctx->ops->state_update(s->ctx, &u);
 }
 
@@ -236,7 +242,7 @@ kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint3
     kve_state_row *r = &s->rows[row];
     memset(r, 0, sizeof *r);
     s->jobs[0] = (kve_state_job){KVE_JOB_RESET, row, 0, 0, 0, 0, {0, 0, 0}};
-    KVE_TRY(kve_state_run(s, 1, NULL, 0));
+    KVE_TRY(kve_state_run(s, 1, NULL));
     r->active = 1;
     r->seq_id = seq_id;
     r->prompt = prompt_len;
@@ -279,23 +285,45 @@ static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
                                 "row %u, table %zu: a full head evicted %u slots, not r = %u", row,
                                 t, s->n_evicted[t], r_slots);
     r->round++;
-    r->free_left = r_slots;
     return KVE_OK;
 }
 
-/* Rows of kve_state_append: distinct, active, positions within int32. */
+uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
+                              uint32_t n_new)
+{
+    uint32_t room = capacity - n_valid, r = s->d.schedule.interval;
+    return n_new <= room ? 0 : (uint32_t)(((uint64_t)n_new - room + r - 1) / r);
+}
+
+kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(!out_moves, KVE_ERR_NULL, "out_moves is NULL");
+    uint64_t r = s->d.schedule.interval, m = r * ((max_new + r - 1) / r);
+    *out_moves = m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
+    return KVE_OK;
+}
+
+/* Rows of kve_state_append: distinct, active, positions within int32; the
+ * buffers large enough for the call. */
 static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                   const uint32_t *n_new, int64_t *mapping, size_t mapping_len,
-                                   uint64_t *out_total)
+                                   const uint32_t *n_new, const kve_step_buffers *out)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!mapping && mapping_len, KVE_ERR_NULL,
-                        "slot_mapping is NULL but mapping_len = %zu", mapping_len);
+    int with_moves = out && (out->moves || out->n_moves);
+    if (with_moves) {
+        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
+                            "out->%s is NULL: moves and n_moves go together",
+                            out->moves ? "n_moves" : "moves");
+        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
+                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    }
     uint64_t total = 0;
+    uint32_t rounds = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
         KVE_RETURN_ERROR_IF(rows[i] >= s->d.max_seqs, KVE_ERR_RANGE, "rows[%u] = %u: must be 0..%u",
                             i, rows[i], s->d.max_seqs - 1);
@@ -309,38 +337,48 @@ static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const ui
                             "n_new[%u] = %u: row %u would pass position 2^31-1 (it holds %u "
                             "tokens)",
                             i, n_new[i], rows[i], r->n_tokens);
+        uint32_t k = kve_state_rounds_for(s, r->capacity, r->n_valid, n_new[i]);
+        rounds = k > rounds ? k : rounds;
         total += n_new[i];
     }
     KVE_RETURN_ERROR_IF(total > KVE_I32_MAX, KVE_ERR_RANGE,
                         "n_new sums to %llu tokens: at most 2^31-1 per call",
                         (unsigned long long)total);
-    uint64_t need = total * s->tables;
-    KVE_RETURN_ERROR_IF(mapping && mapping_len < need, KVE_ERR_RANGE,
-                        "mapping_len = %zu: %llu tokens x %u table layers x %u table heads need "
-                        "%llu",
-                        mapping_len, (unsigned long long)total, s->tl, s->th,
-                        (unsigned long long)need);
-    *out_total = total;
+    KVE_RETURN_ERROR_IF(out && out->slot_mapping && out->max_tokens < total, KVE_ERR_RANGE,
+                        "out->max_tokens = %u: the call appends %llu tokens", out->max_tokens,
+                        (unsigned long long)total);
+    uint64_t need = (uint64_t)rounds * s->d.schedule.interval;
+    KVE_RETURN_ERROR_IF(with_moves && out->max_moves < need, KVE_ERR_RANGE,
+                        "out->max_moves = %u: a row of this call runs %u rounds, up to r = %u "
+                        "moves each (%llu)",
+                        out->max_moves, rounds, s->d.schedule.interval, (unsigned long long)need);
     return KVE_OK;
 }
 
-/* The waves of an append: each wave evicts the rows that are full, then
- * writes every row's next run of tokens into linear or freed slots. */
+/* The waves of an append: each wave evicts the rows that are full and
+ * places the round (moving kept entries down), then writes every row's
+ * next run of tokens at its first free slot. Rows that went through a round
+ * get their final mapping at the end: a later round may have moved the
+ * call's tokens down. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 const uint32_t *n_new, int64_t *mapping, size_t n_total)
+                                 const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint32_t r_slots = s->d.schedule.interval, window = s->d.schedule.window, base = 0;
+    uint32_t r_slots = s->d.schedule.interval, base = 0, n = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
         kve_state_work *w = &s->work[rows[i]];
-        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, 0, 0, 0};
+        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, i, 0, 0, 0};
         base += n_new[i];
+        if (out && out->moves) /* every list of the call starts empty, rounds or not */
+            s->jobs[n++] = (kve_state_job){KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i, {0, 0, 0}};
     }
+    KVE_TRY(kve_state_run(s, n, out));
     for (;;) {
-        uint32_t n = 0, left = 0;
+        uint32_t left = 0;
+        n = 0;
         for (uint32_t i = 0; i < n_rows; i++) { /* 1: who is full */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
-            w->evict = w->left && r->n_tokens >= r->capacity && r->free_left == 0;
+            w->evict = w->left && r->n_valid == r->capacity;
             left += w->left != 0;
             if (w->evict)
                 s->jobs[n++] = (kve_state_job){
@@ -348,61 +386,55 @@ kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *
         }
         if (!left)
             break;
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
         n = 0;
-        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then clear the freed slots */
+        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then place the round */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
             if (!w->evict)
                 continue;
             KVE_TRY(kve_state_evict_row(s, rows[i]));
-            uint64_t first_cand = w->pos0 > r->prompt ? w->pos0 : r->prompt;
-            w->verify |= w->done && first_cand + window < r->n_tokens;
-            s->jobs[n++] = (kve_state_job){KVE_JOB_CLEAR, rows[i], 0, r_slots, 0, 0, {0, 0, 0}};
+            s->jobs[n++] = (kve_state_job){KVE_JOB_ROUND, rows[i], r->capacity, r_slots,
+                                           w->pos0,       w->index, {0, 0, 0}};
+            r->n_valid = r->capacity - r_slots;
+            w->rounds = 1;
         }
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
         n = 0;
         for (uint32_t i = 0; i < n_rows; i++) { /* 3: the next run of each row */
             kve_state_row *r = &s->rows[rows[i]];
             kve_state_work *w = &s->work[rows[i]];
             if (!w->left)
                 continue;
-            kve_state_job j = {KVE_JOB_LINEAR, rows[i],           r->n_tokens, 0,
-                               r->n_tokens,    w->base + w->done, {0, 0, 0}};
-            if (r->n_tokens < r->capacity) {
-                j.count = w->left < r->capacity - r->n_tokens ? w->left : r->capacity - r->n_tokens;
-            } else {
-                j.kind = KVE_JOB_FREED;
-                j.first = r_slots - r->free_left;
-                j.count = w->left < r->free_left ? w->left : r->free_left;
-                r->free_left -= j.count;
-            }
-            r->n_tokens += j.count;
-            w->done += j.count;
-            w->left -= j.count;
-            s->jobs[n++] = j;
+            uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
+            s->jobs[n++] = (kve_state_job){KVE_JOB_LINEAR, rows[i],           r->n_valid, count,
+                                           r->n_tokens,    w->base + w->done, {0, 0, 0}};
+            r->n_valid += count;
+            r->n_tokens += count;
+            w->done += count;
+            w->left -= count;
         }
-        KVE_TRY(kve_state_run(s, n, mapping, n_total));
+        KVE_TRY(kve_state_run(s, n, out));
     }
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < n_rows && mapping; i++) {
+    n = 0;
+    for (uint32_t i = 0; i < n_rows && out && out->slot_mapping; i++) {
         kve_state_work *w = &s->work[rows[i]];
-        if (w->verify)
-            s->jobs[n++] =
-                (kve_state_job){KVE_JOB_VERIFY, rows[i], 0, w->done, w->pos0, w->base, {0, 0, 0}};
+        if (w->rounds)
+            s->jobs[n++] = (kve_state_job){KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
+                                           w->done,       w->pos0, w->base,
+                                           {0, 0, 0}};
     }
-    return kve_state_run(s, n, mapping, n_total);
+    return kve_state_run(s, n, out);
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                            const uint32_t *n_new, int64_t *slot_mapping, size_t mapping_len)
+                            const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint64_t total = 0;
-    kve_status st = kve_append_check(s, n_rows, rows, n_new, slot_mapping, mapping_len, &total);
+    kve_status st = kve_append_check(s, n_rows, rows, n_new, out);
     for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
         s->work[rows[i]].mark = 0;
     KVE_TRY(st);
-    return kve_state_append_rows(s, n_rows, rows, n_new, slot_mapping, (size_t)total);
+    return kve_state_append_rows(s, n_rows, rows, n_new, out);
 }
 
 kve_status kve_state_get_layout(const kve_state *s, kve_state_layout *out)
@@ -419,15 +451,8 @@ kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_inf
     KVE_TRY(kve_check_row(s, row, -1));
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     const kve_state_row *r = &s->rows[row];
-    uint32_t used = r->n_tokens < r->capacity ? r->n_tokens : r->capacity;
-    *out = (kve_state_seq_info){r->active,
-                                r->prompt,
-                                r->seq_id,
-                                r->capacity,
-                                r->n_tokens,
-                                r->round,
-                                used - (r->n_tokens >= r->capacity ? r->free_left : 0),
-                                used};
+    *out = (kve_state_seq_info){r->active,   r->prompt, r->seq_id,  r->capacity,
+                                r->n_tokens, r->round,  r->n_valid, r->n_valid};
     return KVE_OK;
 }
 

@@ -2,19 +2,23 @@
  * state_rebuild.c — kve_state_rebuild: a row's exact tables from (seed,
  * seq_id, prompt length, tokens appended, schedule) alone.
  *
- * Fresh keys change every round, so the rounds are replayed through the
- * append path (kve_evict on the backend). Persistent keys never change: the
- * candidates kept after a round are the bottom-k by (key, pos) of every
- * token scored so far (docs/SPEC.md "Key"), so each token is hashed once
- * and each round's r evictions are the r largest of a max-heap. The slots
- * still follow the history (new tokens fill the freed slots in ascending
- * order), which the same single pass records.
+ * The placement (docs/SPEC.md "Placement") depends on how the appends met
+ * the rounds, so a rebuild walks the appends (steps): consecutive appends
+ * that run no round place tokens exactly as one append of all of them does,
+ * and are merged. Fresh keys change every round, so the merged appends are
+ * replayed through the append path (kve_evict on the backend). Persistent
+ * keys never change: the candidates kept after a round are the bottom-k by
+ * (key, pos) of every token scored so far (docs/SPEC.md "Key"), so each
+ * token is hashed once and each round's r evictions are the r largest of a
+ * max-heap; the round's placement is the device's own code
+ * (kve_round_table), run on the host.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kve_error.h"
 #include "kve_key.h"
+#include "device/state_body.h"
 #include "kve_state_impl.h"
 
 typedef struct {
@@ -61,19 +65,69 @@ static int kve_cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The appends of a rebuild, merged where no round separates them. */
+typedef struct {
+    const kve_state *s;
+    const uint32_t *steps; /* NULL: the prompt, then one token per append */
+    uint32_t n_steps, next, n, P, C, nv;
+    uint32_t pos; /* first position of the next merged append */
+} kve_calls;
+
+/* Size of append @p i of the history. */
+static uint32_t kve_step_at(const kve_calls *c, uint32_t i)
+{
+    if (c->steps)
+        return c->steps[i];
+    uint32_t first = c->P < c->n ? c->P : c->n;
+    return i == 0 ? first : 1;
+}
+
+static uint32_t kve_steps_count(const kve_calls *c)
+{
+    if (c->steps)
+        return c->n_steps;
+    uint32_t first = c->P < c->n ? c->P : c->n;
+    return 1 + (c->n - first);
+}
+
+/* The next merged append: its size (0 at the end). An append that runs a
+ * round starts a new one: its tokens placed before the round are its own
+ * (they end in position order on top), not its predecessors'. */
+static uint32_t kve_calls_next(kve_calls *c)
+{
+    uint32_t total = 0, count = kve_steps_count(c);
+    while (c->next < count) {
+        uint32_t k = kve_step_at(c, c->next);
+        uint32_t rounds = kve_state_rounds_for(c->s, c->C, c->nv, k);
+        if (rounds && total)
+            break;
+        c->next++;
+        total += k;
+        if (rounds) {
+            uint32_t r = c->s->d.schedule.interval, beyond = k - (c->C - c->nv);
+            c->nv = c->C - r + (beyond - (rounds - 1) * r);
+        } else {
+            c->nv += k;
+        }
+    }
+    return total;
+}
+
 /* Host buffers of one direct rebuild. */
 typedef struct {
-    int32_t *tab;   /* [tables][max_slots] */
-    int32_t *freed; /* [tables][freed_table_stride] */
-    kve_cand *heap; /* [capacity] */
-    uint32_t *ring; /* slot of each of the last W + r positions */
-    int64_t *map;   /* [table_layers][n][table_heads] or NULL */
+    int32_t *tab;     /* [max_slots], one table at a time */
+    int32_t *freed;   /* [r] */
+    int32_t *slot_of; /* [n]: slot of each position, while it is held */
+    kve_cand *heap;   /* [capacity] */
+    int64_t *map;     /* [table_layers][n][table_heads] or NULL */
+    uint32_t *steps;  /* the row's merged appends */
 } kve_rebuild_bufs;
 
-/* One table: the schedule's rounds from once-computed persistent keys.
- * Returns 0, or 1 when a round did not free exactly r slots (a bug). */
-static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t t, uint32_t n,
-                             const kve_rebuild_bufs *b, uint32_t *rounds, uint32_t *free_left)
+/* One persistent round of table @p t: evict the r largest of the heap
+ * (after scoring every candidate up to the trigger token @p tm), then place
+ * the round. Returns 1 when it did not free exactly r slots (a bug). */
+static int kve_rebuild_round(const kve_state *s, const kve_state_row *r, size_t t, uint32_t tm,
+                             uint32_t pos0, const kve_rebuild_bufs *b, size_t *hn, uint32_t *next)
 {
     const kve_schedule *sc = &s->d.schedule;
     uint32_t C = r->capacity, P = r->prompt, W = sc->window, rs = sc->interval;
@@ -81,85 +135,112 @@ static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t 
     uint32_t head = s->d.head_offset + (uint32_t)(t % s->th);
     uint64_t seq_seed = kve_seq_seed(sc->seed, r->seq_id);
     uint64_t keep_max = sc->budget > (uint64_t)P + W ? sc->budget - P - W : 0;
-    size_t ring_n = (size_t)W + rs, hn = 0;
-    int32_t *sp = b->tab + t * s->d.max_slots, *fr = b->freed + t * s->freed_table_stride;
-    for (uint32_t i = 0; i < s->d.max_slots; i++)
-        sp[i] = i < C && i < n ? (int32_t)i : -1;
-    uint32_t next = P;
-    *rounds = 0;
-    *free_left = 0;
-    for (uint64_t tm = C; tm < n; tm += rs) { /* token tm finds the heads full */
-        for (; next < tm - W; next++) {
-            kve_cand c = {kve_key(seq_seed, sc->flags, layer, head, next, 0), next,
-                          next < C ? next : b->ring[next % ring_n]};
-            kve_heap_push(b->heap, &hn, c);
-        }
-        size_t keep = hn < keep_max ? hn : (size_t)keep_max;
-        if (hn - keep != rs)
-            return 1;
-        for (uint32_t i = 0; i < rs; i++)
-            fr[i] = (int32_t)kve_heap_pop(b->heap, &hn).slot;
-        qsort(fr, rs, sizeof *fr, kve_cmp_i32);
-        uint32_t cnt = n - tm < rs ? (uint32_t)(n - tm) : rs;
-        for (uint32_t i = 0; i < rs; i++)
-            sp[fr[i]] = i < cnt ? (int32_t)(tm + i) : -1;
-        for (uint32_t i = 0; i < cnt; i++)
-            b->ring[(tm + i) % ring_n] = (uint32_t)fr[i];
-        ++*rounds;
-        *free_left = rs - cnt;
+    for (; *next + W < tm; ++*next) {
+        kve_cand c = {kve_key(seq_seed, sc->flags, layer, head, *next, 0), *next, 0};
+        kve_heap_push(b->heap, hn, c);
     }
-    if (b->map)
-        for (uint32_t i = 0; i < C; i++)
-            if (sp[i] >= 0)
-                b->map[((t / s->th) * n + (size_t)sp[i]) * s->th + t % s->th] = i;
+    size_t keep = *hn < keep_max ? *hn : (size_t)keep_max;
+    if (*hn - keep != rs)
+        return 1;
+    for (uint32_t i = 0; i < rs; i++)
+        b->freed[i] = b->slot_of[kve_heap_pop(b->heap, hn).pos];
+    qsort(b->freed, rs, sizeof *b->freed, kve_cmp_i32);
+    if (kve_round_table(b->tab, b->freed, C, rs, (int32_t)pos0, NULL, NULL, 0))
+        return 1;
+    for (uint32_t i = 0; i < C - rs; i++)
+        b->slot_of[b->tab[i]] = (int32_t)i;
     return 0;
 }
 
-static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, int64_t *mapping)
+/* One table through the row's merged appends (b->steps[0 .. n_calls)). */
+static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t t, uint32_t n_calls,
+                             const kve_rebuild_bufs *b)
+{
+    uint32_t C = r->capacity, nv = 0, pos = 0, next = r->prompt;
+    size_t hn = 0;
+    for (uint32_t i = 0; i < s->d.max_slots; i++)
+        b->tab[i] = -1;
+    for (uint32_t k = 0; k < n_calls; k++) {
+        uint32_t pos0 = pos, left = b->steps[k];
+        while (left) {
+            if (nv == C) {
+                if (kve_rebuild_round(s, r, t, pos, pos0, b, &hn, &next))
+                    return 1;
+                nv = C - s->d.schedule.interval;
+            }
+            uint32_t cnt = left < C - nv ? left : C - nv;
+            for (uint32_t i = 0; i < cnt; i++) {
+                b->tab[nv + i] = (int32_t)(pos + i);
+                b->slot_of[pos + i] = (int32_t)(nv + i);
+            }
+            nv += cnt;
+            pos += cnt;
+            left -= cnt;
+        }
+    }
+    if (b->map)
+        for (uint32_t i = 0; i < nv; i++)
+            b->map[((t / s->th) * pos + (size_t)b->tab[i]) * s->th + t % s->th] = i;
+    return 0;
+}
+
+static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, uint32_t n_calls,
+                                     kve_rebuild_bufs *b, int64_t *mapping)
 {
     kve_state_row *r = &s->rows[row];
     size_t map_n = mapping ? (size_t)n * s->tables : 0;
-    kve_rebuild_bufs b;
-    b.tab = (int32_t *)malloc(s->row_stride * 4);
-    b.freed = (int32_t *)malloc(s->freed_row_stride * 4);
-    b.heap = (kve_cand *)malloc((size_t)r->capacity * sizeof(kve_cand));
-    b.ring = (uint32_t *)malloc(((size_t)s->d.schedule.window + s->d.schedule.interval) * 4);
-    b.map = map_n ? (int64_t *)malloc(map_n * 8) : NULL;
+    int32_t *tables = (int32_t *)malloc(s->row_stride * 4);
+    b->tab = NULL;
+    b->freed = (int32_t *)malloc((size_t)s->d.schedule.interval * 4);
+    b->slot_of = (int32_t *)malloc(((size_t)n + 1) * 4);
+    b->heap = (kve_cand *)malloc((size_t)r->capacity * sizeof(kve_cand));
+    b->map = map_n ? (int64_t *)malloc(map_n * 8) : NULL;
     kve_status st = KVE_OK;
-    if (!b.tab || !b.freed || !b.heap || !b.ring || (map_n && !b.map))
+    if (!tables || !b->freed || !b->slot_of || !b->heap || (map_n && !b->map))
         st = kve_error_set(KVE_ERR_NOMEM, "cannot allocate host buffers to rebuild row %u", row);
     for (size_t i = 0; i < map_n && st == KVE_OK; i++)
-        b.map[i] = -1;
-    if (st == KVE_OK)
-        memset(b.freed, 0xff, s->freed_row_stride * 4);
-    uint32_t rounds = 0, free_left = 0;
-    for (size_t t = 0; t < s->tables && st == KVE_OK; t++)
-        if (kve_rebuild_table(s, r, t, n, &b, &rounds, &free_left))
+        b->map[i] = -1;
+    for (size_t t = 0; t < s->tables && st == KVE_OK; t++) {
+        b->tab = tables + t * s->d.max_slots;
+        if (kve_rebuild_table(s, r, t, n_calls, b))
             st = kve_error_set(KVE_ERR_INTERNAL, "rebuild of row %u: a round did not free r slots",
                                row);
+    }
     if (st == KVE_OK)
-        st = kve_copy(s->ctx, s->slot_pos + row * s->row_stride, b.tab, s->row_stride * 4,
+        st = kve_copy(s->ctx, s->slot_pos + row * s->row_stride, tables, s->row_stride * 4,
                       KVE_COPY_HOST_TO_BACKEND);
-    if (st == KVE_OK)
-        st = kve_copy(s->ctx, s->freed + row * s->freed_row_stride, b.freed,
-                      s->freed_row_stride * 4, KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK && map_n)
-        st = kve_copy(s->ctx, mapping, b.map, map_n * 8, KVE_COPY_HOST_TO_BACKEND);
+        st = kve_copy(s->ctx, mapping, b->map, map_n * 8, KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK) {
         r->n_tokens = n;
-        r->round = rounds;
-        r->free_left = free_left;
+        r->round = n > r->capacity ? (uint32_t)((n - r->capacity + s->d.schedule.interval - 1) /
+                                                s->d.schedule.interval)
+                                   : 0;
     }
-    free(b.tab);
-    free(b.freed);
-    free(b.heap);
-    free(b.ring);
-    free(b.map);
+    free(tables);
+    free(b->freed);
+    free(b->slot_of);
+    free(b->heap);
+    free(b->map);
     return st;
 }
 
+/* Fresh keys: replay the merged appends, then the mapping of every position. */
+static kve_status kve_rebuild_replay(kve_state *s, uint32_t row, uint32_t n, uint32_t n_calls,
+                                     const uint32_t *calls, int64_t *mapping)
+{
+    for (uint32_t k = 0; k < n_calls; k++)
+        KVE_TRY(kve_state_append_rows(s, 1, &row, &calls[k], NULL));
+    if (!mapping)
+        return KVE_OK;
+    kve_step_buffers out = {mapping, n, NULL, NULL, 0, 0};
+    s->jobs[0] = (kve_state_job){KVE_JOB_FINAL, row, s->rows[row].n_valid, n, 0, 0, {0, 0, 0}};
+    return kve_state_run(s, 1, &out);
+}
+
 kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
-                             uint32_t n_tokens, int64_t *slot_mapping, size_t mapping_len)
+                             uint32_t n_tokens, const uint32_t *steps, uint32_t n_steps,
+                             int64_t *slot_mapping, size_t mapping_len)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
@@ -170,18 +251,36 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
                         "n_tokens = %u: positions must stay below 2^31", n_tokens);
     KVE_RETURN_ERROR_IF(!slot_mapping && mapping_len, KVE_ERR_NULL,
                         "slot_mapping is NULL but mapping_len = %zu", mapping_len);
+    KVE_RETURN_ERROR_IF(!steps && n_steps, KVE_ERR_NULL, "steps is NULL but n_steps = %u",
+                        n_steps);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; steps && i < n_steps; i++)
+        sum += steps[i];
+    KVE_RETURN_ERROR_IF(steps && sum != n_tokens, KVE_ERR_INVALID,
+                        "steps sum to %llu tokens over %u appends, but n_tokens = %u",
+                        (unsigned long long)sum, n_steps, n_tokens);
     uint64_t need = (uint64_t)n_tokens * s->tables;
     KVE_RETURN_ERROR_IF(slot_mapping && mapping_len < need, KVE_ERR_RANGE,
                         "mapping_len = %zu: %u tokens x %u table layers x %u table heads need "
                         "%llu",
                         mapping_len, n_tokens, s->tl, s->th, (unsigned long long)need);
+    kve_calls c = {s, steps, n_steps, 0, n_tokens, prompt_len, capacity, 0, 0};
+    uint32_t n_calls = 0, *calls = (uint32_t *)malloc(((size_t)kve_steps_count(&c) + 1) * 4);
+    KVE_RETURN_ERROR_IF(!calls, KVE_ERR_NOMEM, "cannot allocate the appends of row %u", row);
+    for (uint32_t k; (k = kve_calls_next(&c)) != 0;)
+        calls[n_calls++] = k;
     s->rows[row].active = 0;
-    KVE_TRY(kve_state_open_row(s, row, seq_id, prompt_len, capacity));
-    kve_status st;
-    if (s->d.schedule.flags & KVE_PERSISTENT)
-        st = kve_rebuild_direct(s, row, n_tokens, slot_mapping);
-    else
-        st = kve_state_append_rows(s, 1, &row, &n_tokens, slot_mapping, n_tokens);
+    kve_status st = kve_state_open_row(s, row, seq_id, prompt_len, capacity);
+    if (st == KVE_OK && (s->d.schedule.flags & KVE_PERSISTENT)) {
+        kve_rebuild_bufs b;
+        b.steps = calls;
+        st = kve_rebuild_direct(s, row, n_tokens, n_calls, &b, slot_mapping);
+        if (st == KVE_OK)
+            s->rows[row].n_valid = c.nv;
+    } else if (st == KVE_OK) {
+        st = kve_rebuild_replay(s, row, n_tokens, n_calls, calls, slot_mapping);
+    }
+    free(calls);
     if (st != KVE_OK)
         s->rows[row].active = 0;
     return st;

@@ -1,8 +1,9 @@
 /*
- * kve_state.h — what the cache state (common/state.c) asks of a backend:
+ * kve_state.h — what the cache state (backends/state.c) asks of a backend:
  * one operation running a list of small jobs on the state's tables, and the
- * cache write. Both are ops of kve_backend_ops; the CPU ones are in
- * kernels_cpu/cache_write_cpu.c.
+ * cache write (which also runs the moves the jobs list). Both are ops of
+ * kve_backend_ops; the CPU ones are in kernels_cpu/cache_write_cpu.c, and
+ * both run the per-table code of common/device/state_body.h.
  */
 #ifndef KVE_STATE_H
 #define KVE_STATE_H
@@ -10,19 +11,26 @@
 #include "kvevict.h"
 
 /* Job kinds. "Table t" runs over the row's tables, t = tl * table_heads + th;
- * a token's mapping entry is mapping[tl * map_layer_stride + token * table_heads + th]. */
+ * a token's mapping entry is mapping[tl * map_layer_stride + token * table_heads + th];
+ * the move list of (call row i, table t) is list (tl * move_rows + i) * table_heads + th. */
 typedef enum kve_state_job_kind {
     /* Tokens i < count, position pos + i, go to slot first + i of every table. */
     KVE_JOB_LINEAR = 0,
-    /* Tokens i < count go to slot freed[t][first + i] of table t. */
-    KVE_JOB_FREED = 1,
-    /* After an eviction: slot_pos[t][freed[t][i]] = -1 for i < count. */
-    KVE_JOB_CLEAR = 2,
+    /* One round's placement in every table (docs/SPEC.md "Placement"): the
+     * table is full (first = C valid slots), freed[t][0 .. count) are the
+     * evicted slots, ascending; tokens at positions >= pos belong to the
+     * current call. Old survivors fill the holes below the new length, the
+     * call's survivors follow in position order, and every old token that
+     * moves is composed into move list (token = call row, t). */
+    KVE_JOB_ROUND = 1,
+    /* Move lists (token = call row) of every table emptied. */
+    KVE_JOB_MOVES_CLEAR = 2,
     /* seqs[row] = seq (read by the eviction that follows). */
     KVE_JOB_SEQ = 3,
-    /* Tokens i < count of the mapping whose slot no longer holds pos + i
-     * (evicted within the same append) get -1. */
-    KVE_JOB_VERIFY = 4,
+    /* After a call whose row went through a round: the call's tokens i <
+     * count (positions pos + i, mapping index token + i) get the slot that
+     * now holds them among the first = n_valid slots, or -1. */
+    KVE_JOB_FINAL = 4,
     /* Every slot of every table of the row = -1. */
     KVE_JOB_RESET = 5
 } kve_state_job_kind;
@@ -30,17 +38,18 @@ typedef enum kve_state_job_kind {
 typedef struct kve_state_job {
     uint32_t kind;
     uint32_t row;
-    uint32_t first; /* LINEAR: first slot; FREED: first index into the freed lists */
-    uint32_t count; /* tokens (LINEAR, FREED, VERIFY) or freed slots (CLEAR) */
-    uint32_t pos;   /* position of the first token */
-    uint32_t token; /* mapping index of the first token */
+    uint32_t first; /* LINEAR: first slot; ROUND: the row's capacity C; FINAL: n_valid */
+    uint32_t count; /* tokens (LINEAR, FINAL) or evicted slots (ROUND, = r) */
+    uint32_t pos;   /* position of the first token (ROUND: of the call's first token) */
+    uint32_t token; /* mapping index of the first token; ROUND, MOVES_CLEAR: call row */
     kve_seq seq;    /* SEQ */
 } kve_state_job;
 
 /* One call: jobs in host memory, everything else backend memory. The jobs of
  * one call are independent (no job reads or writes what another writes), so
- * a backend may run them in any order or all at once. LINEAR and FREED write
- * the mapping only when mapping != NULL. */
+ * a backend may run them in any order or all at once. LINEAR and FINAL write
+ * the mapping only when mapping != NULL; ROUND and MOVES_CLEAR the move
+ * lists only when moves != NULL. */
 typedef struct kve_state_update {
     uint32_t table_layers, table_heads;
     int32_t *slot_pos;
@@ -49,7 +58,11 @@ typedef struct kve_state_update {
     size_t freed_row_stride, freed_table_stride;
     kve_seq *seqs; /* [max_seqs] */
     int64_t *mapping;
-    size_t map_layer_stride; /* elements between table layers: n_total * table_heads */
+    size_t map_layer_stride; /* elements between table layers */
+    int32_t *moves;          /* pairs (src, dst), max_moves per list */
+    uint32_t *n_moves;       /* per list */
+    uint32_t move_rows;      /* lists per table layer = move_rows * table_heads */
+    uint32_t max_moves;
     uint32_t n_jobs;
     const kve_state_job *jobs;
 } kve_state_update;

@@ -35,6 +35,8 @@ extern "C" {
 #define KVE_RUN_DIGEST_VERSION 1
 /** XORed into the seed for the running digest's elements ("kve-run1"). */
 #define KVE_RUN_DIGEST_TWEAK 0x6b76652d72756e31ull
+/** Version of the cache state's slot placement (docs/SPEC.md "Placement"). */
+#define KVE_PLACEMENT_VERSION 1
 
 /* ------------------------------------------------------------------ */
 /* Status and errors                                                   */
@@ -361,17 +363,23 @@ KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
 /* ------------------------------------------------------------------ */
 /*
  * A cache state runs docs/SPEC.md "Schedule" for a batch of sequences, with
- * every head's slot table in backend memory, and tells an engine at each
- * step the slot of each head where every new token goes (slot reuse: no
- * cache byte moves at eviction). kve_cache_write writes the new K/V rows
- * there. docs/INTEGRATION.md wires both into vLLM, FlashInfer, HF
- * transformers and llama.cpp.
+ * every head's slot table in backend memory, and keeps the placement of
+ * docs/SPEC.md "Placement": after every call, each head of a row holds its
+ * n_valid tokens in slots 0 .. n_valid - 1 (the same n_valid in every
+ * head), the tokens the call appended last, in position order, every other
+ * one older. A stock attention kernel given n_valid as the sequence's KV
+ * length and a bottom-right causal mask therefore attends to exactly the
+ * keep-set, also for steps of several tokens. At each step it tells the
+ * engine where every head writes each new token (the slot mapping) and
+ * which cached entries a round moved down into freed slots (the move
+ * lists); kve_cache_write runs the moves, then writes the new K/V rows.
+ * docs/INTEGRATION.md wires both into vLLM, FlashInfer, HF transformers
+ * and llama.cpp.
  *
  * Timing: a token that finds its sequence's heads full (capacity C valid
- * slots each) first triggers one eviction round, then takes the first freed
- * slot. So after n tokens a sequence has had max(0, ceil((n - C) / r))
- * rounds, and every head holds the same number of valid slots, all of them
- * among slots 0 .. min(n, C) - 1.
+ * slots each) first triggers one eviction round. So after n tokens a
+ * sequence has had max(0, ceil((n - C) / r)) rounds, and n_valid =
+ * min(n, C) - (r - (n - C) mod r, when a round left freed slots).
  *
  * Sharing modes shrink the tables: with KVE_SHARED_HEADS all heads of a
  * layer share one table, with KVE_SHARED_LAYERS all layers do (both: one
@@ -453,50 +461,84 @@ KVE_API kve_status kve_state_admit(kve_state *state, uint32_t row, uint64_t seq_
 KVE_API kve_status kve_state_retire(kve_state *state, uint32_t row);
 
 /**
+ * Where kve_state_append writes its outputs: caller-owned backend memory,
+ * sized once for the largest step (max_tokens, max_rows), so an engine
+ * keeps these buffers for its whole run. Table layer tl of each output is
+ * the slice an attention layer passes to kve_cache_write.
+ */
+typedef struct kve_step_buffers {
+    /** int64 [table_layers][max_tokens][table_heads]: the slot, within the
+     *  token's row (0 .. capacity-1), where each head writes each token of
+     *  the call (tokens numbered row by row in the call's order). -1 = skip:
+     *  the token was evicted again within the call (only possible when a
+     *  call carries more than W generated tokens of a row across a round).
+     *  NULL: no mapping. */
+    int64_t *slot_mapping;
+    uint32_t max_tokens; /**< tokens slot_mapping holds per table layer */
+    /** int32 [table_layers][max_rows][table_heads][max_moves][2]: for call
+     *  row i (rows[i]) and head, pairs (src, dst): the entry cached at slot
+     *  src before the call moves to slot dst. NULL (with n_moves NULL): no
+     *  move lists, for callers that keep no cache. */
+    int32_t *moves;
+    uint32_t *n_moves;  /**< uint32 [table_layers][max_rows][table_heads]: pairs per list */
+    uint32_t max_rows;  /**< rows the move lists hold; >= n_rows */
+    uint32_t max_moves; /**< pairs per list; >= kve_state_max_moves() of the call's largest n_new */
+} kve_step_buffers;
+
+/**
+ * Pairs one move list may need for a call that appends up to @p max_new
+ * tokens to a row: r * ceil(max_new / r), at most r per round the call
+ * runs (r for one-token steps and any step of up to r tokens).
+ */
+KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
+                                       uint32_t *out_moves);
+
+/**
  * Append tokens: row rows[i] receives n_new[i] tokens (its next positions),
  * and the call's tokens are numbered row by row in that order (vLLM's
- * query_start_loc). A token that finds its row full first evicts one round.
+ * query_start_loc). A token that finds its row full first evicts one round;
+ * the round's placement moves kept entries down into freed slots (at most r
+ * per head), reported in the move lists. Stream-ordered on the backend, no
+ * host synchronization; nothing is allocated.
  * @param rows, n_new [n_rows], host memory; rows active and distinct.
- * @param slot_mapping backend memory, int64 [table_layers][n_total]
- *        [table_heads] (n_total = the sum of n_new): the slot, within the
- *        token's row (0 .. capacity-1), where each head writes each token —
- *        vLLM's slot_mapping with a head dimension, to be translated through
- *        a page table by kve_cache_write. -1 = skip: the token was evicted
- *        again within this call (only possible when a call carries more than
- *        W generated tokens of a row across a round). NULL with mapping_len
- *        0 advances the state without a mapping.
- * @param mapping_len elements at slot_mapping: >= table_layers * n_total *
- *        table_heads.
+ * @param out where the mapping and move lists go, or NULL to advance the
+ *        state alone (then the caller keeps no cache for these rows).
  * @return KVE_OK, or an error with the state unchanged (every argument is
  *         checked first; should the backend itself fail mid-way, rebuild the
  *         call's rows with kve_state_rebuild).
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
-                                    const uint32_t *n_new, int64_t *slot_mapping,
-                                    size_t mapping_len);
+                                    const uint32_t *n_new, const kve_step_buffers *out);
 
 /**
  * Recompute row @p row (free or not; its old content is dropped) from the
- * ids alone: the exact state a sequence has after kve_state_admit(seq_id,
- * prompt_len) and appends of n_tokens tokens in any grouping. For
- * preemption, migration and recovery. Fresh keys replay every round;
- * persistent keys hash each token once and pick each round's evictions from
- * a heap, on the host.
+ * ids alone: the exact tables a sequence has after kve_state_admit(seq_id,
+ * prompt_len) and appends of @p steps[0 .. n_steps) tokens (the placement
+ * depends on how the calls met the rounds). For preemption, migration and
+ * recovery. Fresh keys replay every round on the backend; persistent keys
+ * hash each token once and pick each round's evictions from a heap, on the
+ * host.
+ * @param steps host memory, the sizes of the appends since admission
+ *        (summing to n_tokens); NULL with n_steps 0: the prompt in one
+ *        append, then one token per append.
  * @param slot_mapping optional (NULL with mapping_len 0): int64 backend
  *        memory [table_layers][n_tokens][table_heads], the slot holding each
- *        position 0..n_tokens-1 in each head, or -1 where it was evicted:
- *        the mapping for a recompute prefill through kve_cache_write.
+ *        position 0..n_tokens-1 in each head, or -1 where it was evicted.
+ *        Every slot 0 .. n_valid - 1 of every head is named exactly once, so
+ *        a recompute prefill written through kve_cache_write with it
+ *        rewrites the row's whole valid region: no byte the sequence did not
+ *        write stays visible.
  */
 KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t seq_id,
                                      uint32_t prompt_len, uint32_t n_tokens,
+                                     const uint32_t *steps, uint32_t n_steps,
                                      int64_t *slot_mapping, size_t mapping_len);
 
 /** Where a state's slot tables are. */
 typedef struct kve_state_layout {
     /** backend memory, read-only for the caller: the table of (row, table
      *  layer tl, table head th) is slot_pos + row * row_stride + (tl *
-     *  table_heads + th) * max_slots; -1 = empty (never filled, or freed by
-     *  the last round and not refilled yet). */
+     *  table_heads + th) * max_slots; slots 0 .. n_valid-1 valid, -1 after. */
     const int32_t *slot_pos;
     size_t row_stride;
     uint32_t table_layers; /**< 1 with KVE_SHARED_LAYERS, else n_layers */
@@ -516,8 +558,8 @@ typedef struct kve_state_seq_info {
     uint32_t n_tokens;   /**< tokens appended: positions 0 .. n_tokens-1 */
     uint32_t round;      /**< eviction rounds so far */
     uint32_t n_valid;    /**< valid slots, the same in every head */
-    /** min(n_tokens, C): slots 0 .. n_used-1 hold every valid slot, the KV
-     *  length to give attention (mask the n_used - n_valid empty ones). */
+    /** = n_valid: the KV length to give attention (slots 0 .. n_used-1 are
+     *  exactly the valid ones). */
     uint32_t n_used;
 } kve_state_seq_info;
 
@@ -588,16 +630,36 @@ typedef struct kve_cache_write_desc {
     /** INDPTR: page ids, [indptr[n_rows]] entries (read only through indptr) */
     const int32_t *indices;
     const int32_t *last_page_len; /**< INDPTR: [n_rows] */
+    /** Optional moves, run before any write (NULL = none): list (i, h) for
+     *  move row i < n_move_rows and cache head h is L = i * moves_stride_row
+     *  + h * moves_stride_head; its n_moves[L] pairs (src, dst) at moves + 2
+     *  * max_moves * L move, in every cache, the entry at slot src of page
+     *  table row move_row[i] (i when move_row is NULL) to slot dst. One layer
+     *  of kve_state_append's buffers: moves + tl * max_rows * table_heads *
+     *  max_moves * 2, n_moves + tl * max_rows * table_heads, moves_stride_row
+     *  = table_heads, moves_stride_head = table_heads > 1. Every move reads
+     *  the cache as it was before the call: within a list no slot is both a
+     *  source and a destination (what the state produces), sources are
+     *  distinct and so are destinations. */
+    const int32_t *moves;
+    const uint32_t *n_moves;
+    uint32_t n_move_rows;
+    uint32_t max_moves;
+    size_t moves_stride_row, moves_stride_head; /**< in lists */
+    const int32_t *move_row; /**< [n_move_rows] or NULL */
 } kve_cache_write_desc;
 
 /**
- * Write new K/V rows into paged or contiguous caches at per-head slots: the
- * drop-in for vLLM's reshape_and_cache_flash (and FlashInfer's
- * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
- * destination entries overlap, no source overlaps a destination) and, on
- * backends with host memory, every token_row, slot and page id, and with
- * KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so indices
- * is read only within its indptr[n_rows] entries).
+ * Move the entries a round moved, then write new K/V rows into paged or
+ * contiguous caches at per-head slots: the drop-in for vLLM's
+ * reshape_and_cache_flash (and FlashInfer's append_paged_kv_cache) under
+ * the state's placement. Stream-ordered; the moves and the writes are one
+ * launch each on a GPU (the writes alone when moves is NULL). Checks shapes,
+ * strides (no two destination entries overlap, no source overlaps a
+ * destination) and, on backends with host memory, every token_row, slot,
+ * page id, move row, move count and moved slot, and with KVE_PAGES_INDPTR
+ * that indptr starts at 0 and never decreases (so indices is read only
+ * within its indptr[n_rows] entries).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

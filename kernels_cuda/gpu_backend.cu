@@ -113,6 +113,15 @@ __global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
     kve_cache_write_grid(&tc, &a);
 }
 
+/* The state's moves, launched before the writes (cache_write_body.h). */
+__global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
+    kve_cache_move_kernel(kve_cache_write_args a)
+{
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_cache_move_grid(&tc, &a);
+}
+
 /* ---- errors and context state --------------------------------------------- */
 
 typedef struct kve_gpu {
@@ -530,6 +539,13 @@ static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     kve_cache_write_args a;
     KVE_TRY(kve_cache_write_args_make(d, KVE_CACHE_WRITE_THREADS, g->errors, kve_host->set_error,
                                       &a));
+    uint64_t moves = kve_cache_move_entries(d);
+    if (moves) {
+        uint32_t mgrid = kve_launch_grid(moves, KVE_CACHE_WRITE_THREADS / a.group,
+                                         g->sm_count * KVE_BLOCKS_PER_SM);
+        kve_cache_move_kernel<<<mgrid, KVE_CACHE_WRITE_THREADS, 0, kve_stream(ctx)>>>(a);
+        KVE_TRY(kve_launched("kve_cache_move_kernel launch"));
+    }
     uint32_t grid = kve_launch_grid(a.entries, KVE_CACHE_WRITE_THREADS / a.group,
                                     g->sm_count * KVE_BLOCKS_PER_SM);
     KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, grid, KVE_CACHE_WRITE_THREADS,

@@ -212,7 +212,7 @@ static void kve_replay_print_round(const kve_replay *r, const kve_replay_opts *o
 static kve_status kve_replay_append(kve_replay *r, uint32_t n)
 {
     uint32_t row = 0;
-    return n ? kve_state_append(r->state, 1, &row, &n, NULL, 0) : KVE_OK;
+    return n ? kve_state_append(r->state, 1, &row, &n, NULL) : KVE_OK;
 }
 
 static int kve_replay_run(kve_replay *r, const kve_replay_opts *o)

@@ -16,6 +16,10 @@
  * checks its entry as backends/cache_write.c checks host memory, skips one
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
+ *
+ * The state's moves (kve_cache_move_grid) are a launch of their own before
+ * the writes: a write may land in a slot a move reads, and only stream
+ * order separates the two across the grid.
  */
 #ifndef KVE_CACHE_WRITE_BODY_H
 #define KVE_CACHE_WRITE_BODY_H
@@ -31,6 +35,37 @@ typedef struct kve_cache_write_args {
     uint32_t group;         /* threads per entry */
     uint64_t *errors;       /* [KVE_DEV_ERR_KINDS] */
 } kve_cache_write_args;
+
+/* The byte offset of slot @p slot of row @p row, head @p h, in every
+ * destination cache: 0 when the slot or its page is not one the desc
+ * allows (*why = the error kind), else 1. */
+KVE_FN int kve_cw_locate(const kve_cache_write_desc *d, int32_t row, int64_t slot, uint32_t h,
+                         size_t *off, int *why)
+{
+    int64_t ps = d->page_size, limit = ps, page = row;
+    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+        limit = (int64_t)d->blocks_per_row * ps;
+        if (slot >= 0 && slot < limit)
+            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
+    } else if (d->page_table == KVE_PAGES_INDPTR) {
+        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
+        int ok = lo >= 0 && hi >= lo && (hi == lo || (last >= 1 && last <= ps));
+        limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
+        if (slot >= 0 && slot < limit)
+            page = d->indices[(size_t)lo + (size_t)(slot / ps)];
+    }
+    if (slot < 0 || slot >= limit) {
+        *why = KVE_DEV_ERR_CW_SLOT;
+        return 0;
+    }
+    if (page < 0 || page >= d->n_pages) {
+        *why = KVE_DEV_ERR_CW_PAGE;
+        return 0;
+    }
+    *off = (size_t)page * d->dst_stride_page + (size_t)(slot % ps) * d->dst_stride_slot +
+           (size_t)h * d->dst_stride_head;
+    return 1;
+}
 
 /* The byte offset of entry (t, h) in every destination cache, or 0 when it
  * is skipped: slot -1, or a row, slot or page the desc does not allow (an
@@ -48,31 +83,12 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
     int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
     if (slot == -1)
         return 0;
-    int64_t ps = d->page_size, limit = ps, page = row;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        limit = (int64_t)d->blocks_per_row * ps;
-        if (slot >= 0 && slot < limit)
-            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
-        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-        int ok = lo >= 0 && hi >= lo && (hi == lo || (last >= 1 && last <= ps));
-        limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
-        if (slot >= 0 && slot < limit)
-            page = d->indices[(size_t)lo + (size_t)(slot / ps)];
-    }
-    if (slot < 0 || slot >= limit) {
-        if (raise)
-            kve_raise(a->errors, KVE_DEV_ERR_CW_SLOT, t, h);
-        return 0;
-    }
-    if (page < 0 || page >= d->n_pages) {
-        if (raise)
-            kve_raise(a->errors, KVE_DEV_ERR_CW_PAGE, t, h);
-        return 0;
-    }
-    *off = (size_t)page * d->dst_stride_page + (size_t)(slot % ps) * d->dst_stride_slot +
-           (size_t)h * d->dst_stride_head;
-    return 1;
+    int why = 0;
+    if (kve_cw_locate(d, row, slot, h, off, &why))
+        return 1;
+    if (raise)
+        kve_raise(a->errors, why, t, h);
+    return 0;
 }
 
 /* One group's share of an entry: units lane, lane + group, ... of type T. */
@@ -89,6 +105,17 @@ KVE_DEFINE_COPY(kve_copy_u32, uint32_t)
 KVE_DEFINE_COPY(kve_copy_u16, uint16_t)
 KVE_DEFINE_COPY(kve_copy_u8, uint8_t)
 
+/* Cache c's pointer among the desc's, by selects over constant indices:
+ * indexing the parameters with a variable makes some compilers copy them to
+ * the stack (AMD's: 328 bytes of scratch a thread). */
+KVE_FN unsigned char *kve_cw_dst(const kve_cache_write_desc *d, uint32_t c)
+{
+    void *dst_c = d->dst[0];
+    for (uint32_t k = 1; k < KVE_MAX_CACHES; k++)
+        dst_c = k == c ? d->dst[k] : dst_c;
+    return (unsigned char *)dst_c;
+}
+
 /* The kernel: every entry of @p a, one group each, grid-stride. */
 KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
 {
@@ -103,18 +130,72 @@ KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
         size_t off;
         if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &off))
             continue;
-        /* cache c's pointers by selects over constant indices: indexing the
-         * parameters with a variable makes some compilers copy them to the
-         * stack (AMD's: 328 bytes of scratch a thread) */
-        const void *src_c = d->src[0];
-        void *dst_c = d->dst[0];
-        for (uint32_t k = 1; k < KVE_MAX_CACHES; k++) {
+        const void *src_c = d->src[0]; /* by selects, as kve_cw_dst */
+        for (uint32_t k = 1; k < KVE_MAX_CACHES; k++)
             src_c = k == c ? d->src[k] : src_c;
-            dst_c = k == c ? d->dst[k] : dst_c;
-        }
-        unsigned char *dst = (unsigned char *)dst_c + off;
+        unsigned char *dst = kve_cw_dst(d, c) + off;
         const unsigned char *src = (const unsigned char *)src_c + (size_t)t * d->src_stride_token +
                                    (size_t)h * d->src_stride_head;
+        switch (a->unit) {
+        case 16: kve_copy_v16(dst, src, a->units, lane, g); break;
+        case 8: kve_copy_u64(dst, src, a->units, lane, g); break;
+        case 4: kve_copy_u32(dst, src, a->units, lane, g); break;
+        case 2: kve_copy_u16(dst, src, a->units, lane, g); break;
+        default: kve_copy_u8(dst, src, a->units, lane, g); break;
+        }
+    }
+}
+
+/* Work items of the moves: one entry per (cache, move row, head, pair). */
+KVE_HD_FN uint64_t kve_cache_move_entries(const kve_cache_write_desc *d)
+{
+    return d->moves ? (uint64_t)d->n_caches * d->n_move_rows * d->n_heads * d->max_moves : 0;
+}
+
+/*
+ * The moves kernel, launched before the writes: one group per (cache, move
+ * row, head, pair), grid-stride; pairs past the list's count are idle. The
+ * pairs of a list never share a slot between a source and a destination
+ * (the API's precondition), so they run in any order. A move row, count or
+ * slot the desc does not allow skips the pair and raises KVE_DEV_ERR_CW_SLOT
+ * (head = move row, detail = cache head) or KVE_DEV_ERR_CW_PAGE.
+ */
+KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
+{
+    const kve_cache_write_desc *d = &a->d;
+    uint32_t g = a->group, per_block = tc->nt / g, lane = tc->tid % g;
+    uint64_t total = kve_cache_move_entries(d), per_cache = total / d->n_caches;
+    uint64_t step = (uint64_t)tc->nb * per_block;
+    for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < total; w += step) {
+        uint32_t c = (uint32_t)(w / per_cache);
+        uint64_t rest = w % per_cache;
+        uint32_t k = (uint32_t)(rest % d->max_moves);
+        uint64_t ih = rest / d->max_moves;
+        uint32_t h = (uint32_t)(ih % d->n_heads), i = (uint32_t)(ih / d->n_heads);
+        size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+        int raise = c == 0 && lane == 0;
+        uint32_t n = d->n_moves[list];
+        if (n > d->max_moves) {
+            if (raise && k == 0)
+                kve_raise(a->errors, KVE_DEV_ERR_CW_SLOT, i, h);
+            continue;
+        }
+        if (k >= n)
+            continue;
+        int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
+        const int32_t *pair = d->moves + 2 * ((size_t)list * d->max_moves + k);
+        size_t src_off, dst_off;
+        int why = KVE_DEV_ERR_CW_SLOT;
+        if (row < 0 || (uint32_t)row >= d->n_rows ||
+            !kve_cw_locate(d, row, pair[0], h, &src_off, &why) ||
+            !kve_cw_locate(d, row, pair[1], h, &dst_off, &why)) {
+            if (raise)
+                kve_raise(a->errors, why, i, h);
+            continue;
+        }
+        unsigned char *base = kve_cw_dst(d, c);
+        unsigned char *dst = base + dst_off;
+        const unsigned char *src = base + src_off;
         switch (a->unit) {
         case 16: kve_copy_v16(dst, src, a->units, lane, g); break;
         case 8: kve_copy_u64(dst, src, a->units, lane, g); break;

@@ -11,9 +11,10 @@ The engine-facing pieces::
     state = kvevict.State(ctx, max_seqs=8, n_layers=4, n_heads=4, budget=48,
                           window=8, interval=8, max_slots=64)
     state.admit(row=0, seq_id=1234, prompt_len=16)
-    mapping = state.append([0], [16])           # [table_layers, tokens, table_heads]
-    kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(mapping, 0),
-                        token_row, block_table=block_table)
+    step = state.step_buffers(max_tokens=256, max_rows=8, max_new=16)  # kept for the run
+    state.append([0], [16], out=step)           # mapping, move lists into step
+    kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(step, 0),
+                        token_row, block_table=block_table, **state.layer_moves(step, 0))
 
 ``evict`` and ``compact`` are the low-level calls of engines that compact
 instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
@@ -29,7 +30,7 @@ from . import _arrays
 from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
 from . import _lib
 
-__all__ = ["Context", "State", "SeqInfo", "KvevictError", "cache_write", "capacity", "evict",
+__all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
            "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
 
 PERSISTENT = 1
@@ -133,6 +134,23 @@ class SeqInfo:
     n_used: int     #: min(n_tokens, C): the KV length to give attention
 
 
+@dataclass
+class Step:
+    """Step buffers of a state (kve_step_buffers), reusable from step to step.
+
+    mapping: int64 [table_layers, max_tokens, table_heads]; moves: int32
+    [table_layers, max_rows, table_heads, max_moves, 2] pairs (src, dst);
+    n_moves: int32 [table_layers, max_rows, table_heads]. After an append,
+    the first n_tokens tokens and n_rows rows are the call's.
+    """
+
+    mapping: Any
+    moves: Any
+    n_moves: Any
+    n_tokens: int = 0
+    n_rows: int = 0
+
+
 class State(_Handle):
     """The paper's schedule for a batch of sequences (``kve_state``).
 
@@ -192,29 +210,70 @@ class State(_Handle):
         self.ctx._prepare([v])
         return out, v.ptr, int(np.prod(shape))
 
-    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Any = None) -> Any:
-        """Append n_new[i] tokens to row rows[i]; return the slot mapping.
+    def max_moves(self, max_new: int) -> int:
+        """Pairs a move list needs for appends of up to max_new tokens a row."""
+        out = ctypes.c_uint32()
+        check(lib.kve_state_max_moves(self.handle, max_new, ctypes.byref(out)),
+              "kve_state_max_moves")
+        return out.value
 
-        The mapping is int64 [table_layers, sum(n_new), table_heads]: the slot
-        (within the token's row) where each head writes each token, -1 to
-        skip. Tokens are numbered row by row in the order given.
-        """
+    def step_buffers(self, max_tokens: int, max_rows: int, max_new: int) -> Step:
+        """Buffers for appends of up to max_tokens tokens over max_rows rows,
+        max_new tokens a row: allocate once, pass to every append."""
+        m = self.max_moves(max_new)
+        tl, th = self.table_layers, self.table_heads
+        return Step(self.ctx._empty((tl, max_tokens, th), "int64", self._torch),
+                    self.ctx._empty((tl, max_rows, th, m, 2), "int32", self._torch),
+                    self.ctx._empty((tl, max_rows, th), "int32", self._torch))
+
+    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
+               outputs: bool = True) -> Optional[Step]:
+        """Append n_new[i] tokens to row rows[i]; return the Step holding the
+        slot mapping (the slot, within the token's row, where each head
+        writes each token, -1 to skip; tokens numbered row by row in the
+        order given) and the move lists a round left. ``out``: buffers from
+        step_buffers (else new ones, sized for this call). outputs=False
+        advances the state alone and returns None."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
-        out, ptr, n = self._mapping(int(sum(n_new)), out)
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
-        check(lib.kve_state_append(self.handle, len(rows), r, k, ptr, n), "kve_state_append")
+        if not outputs:
+            check(lib.kve_state_append(self.handle, len(rows), r, k, None), "kve_state_append")
+            return None
+        total = int(sum(n_new))
+        if out is None:
+            out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
+        views = [_arrays.View(out.mapping, "out.mapping", "int64", 3),
+                 _arrays.View(out.moves, "out.moves", "int32", 5),
+                 _arrays.View(out.n_moves, "out.n_moves", "int32", 3)]
+        for v in views:
+            v.contiguous()
+        tl, th = self.table_layers, self.table_heads
+        mt, mr, mm = views[0].shape[1], views[1].shape[1], views[1].shape[3]
+        if (views[0].shape != (tl, mt, th) or views[1].shape != (tl, mr, th, mm, 2)
+                or views[2].shape != (tl, mr, th)):
+            raise ValueError("out: shapes %s, %s, %s do not match the state's tables (%d, %d)"
+                             % (views[0].shape, views[1].shape, views[2].shape, tl, th))
+        self.ctx._prepare(views)
+        b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+        check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
+              "kve_state_append")
+        out.n_tokens, out.n_rows = total, len(rows)
         return out
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
-                mapping: bool = False) -> Any:
-        """Recompute a row from the ids alone (after preemption); with
-        mapping=True, return where each head holds each position 0..n_tokens-1
-        ([table_layers, n_tokens, table_heads], -1 = evicted)."""
+                mapping: bool = False, steps: Optional[Sequence[int]] = None) -> Any:
+        """Recompute a row from the ids alone (after preemption). steps: the
+        sizes of its appends since admission (default: the prompt, then one
+        token per append). With mapping=True, return where each head holds
+        each position 0..n_tokens-1 ([table_layers, n_tokens, table_heads],
+        -1 = evicted): every valid slot is named once."""
         ptr, n, out = None, 0, None
         if mapping:
             out, ptr, n = self._mapping(n_tokens, None)
-        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, ptr, n),
+        st = _arrays.u32_array(list(steps)) if steps is not None else None
+        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, st,
+                                    len(steps) if steps is not None else 0, ptr, n),
               "kve_state_rebuild")
         return out
 
@@ -251,9 +310,20 @@ class State(_Handle):
         return torch.as_tensor(_arrays.CudaArray(self._table_ptr, shape, "<i4", self),
                                device="cuda:%d" % self.ctx.device)
 
-    def layer_slots(self, mapping: Any, layer: int) -> Any:
-        """The [tokens, table_heads] slots of @layer (a local index) in a mapping."""
-        return mapping[layer if self.table_layers > 1 else 0]
+    def layer_slots(self, step: Any, layer: int) -> Any:
+        """The [tokens, table_heads] slots of @layer (a local index) in a Step
+        (its call's tokens) or in a mapping array."""
+        tl = layer if self.table_layers > 1 else 0
+        if isinstance(step, Step):
+            return step.mapping[tl, :step.n_tokens]
+        return step[tl]
+
+    def layer_moves(self, step: Step, layer: int) -> dict:
+        """cache_write's keyword arguments for the moves of @layer in a Step:
+        its call's rows in order (give move_row= when the cache's page-table
+        row of call row i is not i)."""
+        tl = layer if self.table_layers > 1 else 0
+        return dict(moves=step.moves[tl, :step.n_rows], n_moves=step.n_moves[tl, :step.n_rows])
 
 
 def _page_views(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, int]:
@@ -267,7 +337,8 @@ def _page_views(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, 
 
 def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                 token_row: Any, *, layout: str = "nhd", block_table: Any = None,
-                indptr: Any = None, indices: Any = None, last_page_len: Any = None) -> None:
+                indptr: Any = None, indices: Any = None, last_page_len: Any = None,
+                moves: Any = None, n_moves: Any = None, move_row: Any = None) -> None:
     """Write new K/V rows into caches at per-head slots (kve_cache_write).
 
     srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
@@ -277,6 +348,10 @@ def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: A
     [seqs, heads, slots, *entry]; any strides. slots: int64 [tokens, heads] or
     [tokens, 1] (one slot for every head), -1 = skip. token_row: int32 [tokens],
     each token's row of the page table (or sequence, for "contiguous").
+    moves, n_moves: a state's move lists for this layer (State.layer_moves),
+    int32 [rows, 1 or heads, max_moves, 2] and [rows, 1 or heads], run before
+    the writes; move_row: int32 [rows], each list row's page-table row
+    (default: list row i is row i).
     """
     if not 1 <= len(srcs) == len(dsts) <= MAX_CACHES:
         raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
@@ -306,7 +381,19 @@ def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: A
     for v in ev:
         v.contiguous()
     row_v.contiguous()
-    ctx._prepare(sv + dv + [slot_v, row_v] + ev)
+    mv = []
+    if moves is not None:
+        if n_moves is None:
+            raise ValueError("moves needs n_moves")
+        mv = [_arrays.View(moves, "moves", "int32", 4), _arrays.View(n_moves, "n_moves", "int32", 2)]
+        if move_row is not None:
+            mv.append(_arrays.View(move_row, "move_row", "int32", 1))
+        for v in mv:
+            v.contiguous()
+        if mv[0].shape[1] not in (1, n_heads) or mv[1].shape != mv[0].shape[:2]:
+            raise ValueError("moves %s / n_moves %s: [rows, 1 or %d heads, max_moves, 2]"
+                             % (mv[0].shape, mv[1].shape, n_heads))
+    ctx._prepare(sv + dv + [slot_v, row_v] + ev + mv)
     d = _lib.CacheWriteDesc()
     d.n_tokens, d.n_heads, d.entry_bytes, d.n_caches = s0.shape[0], n_heads, entry, len(srcs)
     for i in range(len(srcs)):
@@ -331,6 +418,10 @@ def cache_write(ctx: Context, srcs: Sequence[Any], dsts: Sequence[Any], slots: A
         d.last_page_len = views["last_page_len"].ptr
     else:
         d.page_table, d.n_rows = 0, d0.shape[0]
+    if mv:
+        d.moves, d.n_moves, d.n_move_rows, d.max_moves = mv[0].ptr, mv[1].ptr, *mv[0].shape[::2]
+        d.moves_stride_row, d.moves_stride_head = mv[0].shape[1], int(mv[0].shape[1] > 1)
+        d.move_row = mv[2].ptr if len(mv) > 2 else None
     check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")
 
 

@@ -105,7 +105,14 @@ class CacheWriteDesc(ctypes.Structure):
                 ("slots_stride_token", sz), ("slots_stride_head", sz), ("token_row", vp),
                 ("n_rows", u32), ("page_table", ctypes.c_int), ("block_table", vp),
                 ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
-                ("last_page_len", vp)]
+                ("last_page_len", vp), ("moves", vp), ("n_moves", vp), ("n_move_rows", u32),
+                ("max_moves", u32), ("moves_stride_row", sz), ("moves_stride_head", sz),
+                ("move_row", vp)]
+
+
+class StepBuffers(ctypes.Structure):
+    _fields_ = [("slot_mapping", vp), ("max_tokens", u32), ("moves", vp), ("n_moves", vp),
+                ("max_rows", u32), ("max_moves", u32)]
 
 
 class Seq(ctypes.Structure):
@@ -154,8 +161,9 @@ _PROTOS = {
     "kve_state_destroy": (ctypes.c_int, [vp]),
     "kve_state_admit": (ctypes.c_int, [vp, u32, u64, u32]),
     "kve_state_retire": (ctypes.c_int, [vp, u32]),
-    "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), vp, sz]),
-    "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, vp, sz]),
+    "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(StepBuffers)]),
+    "kve_state_max_moves": (ctypes.c_int, [vp, u32, P(u32)]),
+    "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, P(u32), u32, vp, sz]),
     "kve_state_get_layout": (ctypes.c_int, [vp, P(StateLayout)]),
     "kve_state_get_seq": (ctypes.c_int, [vp, u32, P(SeqInfo)]),
     "kve_state_read_slots": (ctypes.c_int, [vp, u32, P(ctypes.c_int32), sz]),

@@ -121,6 +121,12 @@ static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)
     kve_cache_write_grid(tc, (const kve_cache_write_args *)arg);
 }
 
+static void kve_emu_cache_move_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    (void)smem;
+    kve_cache_move_grid(tc, (const kve_cache_write_args *)arg);
+}
+
 kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
                                const kve_cache_write_desc *d, kve_emu_errors *e,
                                uint32_t *unit_used)
@@ -132,6 +138,10 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
     if (st != KVE_OK)
         return st;
     *unit_used = a.unit;
+    uint64_t moves = kve_cache_move_entries(d);
+    if (moves && kve_emu_launch(pool, kve_launch_grid(moves, nt / a.group, max_grid), 0,
+                                kve_emu_cache_move_body, &a))
+        return KVE_ERR_NOMEM;
     uint32_t grid = kve_launch_grid(a.entries, nt / a.group, max_grid);
     return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL : KVE_OK;
 }

@@ -69,8 +69,10 @@ typedef struct {
     kve_context *ctx;
     kve_state *st;
     int64_t *map;
+    int32_t *moves;
+    uint32_t *n_moves;
     unsigned char *cache, *src;
-    int32_t *token_row;
+    int32_t *token_row, *move_row;
 } kve_side;
 
 typedef struct {
@@ -80,8 +82,11 @@ typedef struct {
     uint32_t tl, th;        /* table layers, table heads */
     size_t tables, map_cap; /* mapping elements */
     size_t max_total;       /* tokens one append may carry */
+    uint32_t max_moves;     /* pairs per move list */
+    size_t n_lists;         /* move lists: table_layers x max_seqs x table_heads */
     size_t layer_bytes, cache_bytes;
     int64_t *map_h[2]; /* host copies */
+    int32_t *moves_h[2];
     int32_t *tab_h[2];
     unsigned char *cache_h[2], *src_h;
     int32_t *row_h;
@@ -104,10 +109,25 @@ static int kve_sc_open(kve_sc_run *r, int k, kve_context *ctx)
         SC_FAIL(r, "side %d: kve_state_create: %s", k, kve_last_error());
     size_t row_bytes = r->max_total * 4 + 4,
            src_bytes = r->max_total * r->s->desc.n_heads * (r->s->entry_bytes + 1);
+    uint32_t max_new = r->s->max_prompt + 1 > r->s->max_new ? r->s->max_prompt + 1 : r->s->max_new;
+    if (kve_state_max_moves(sd->st, max_new, &r->max_moves) != KVE_OK)
+        SC_FAIL(r, "side %d: kve_state_max_moves: %s", k, kve_last_error());
+    size_t pairs = r->n_lists * r->max_moves * 2;
+    if (!r->moves_h[k])
+        r->moves_h[k] = (int32_t *)calloc(pairs + r->n_lists, 4);
+    if (!r->moves_h[k])
+        SC_FAIL(r, "out of host memory");
+    memset(r->map_h[0], 0, r->map_cap * 8);
     if (kve_alloc(ctx, r->map_cap * 8, (void **)&sd->map) != KVE_OK ||
+        kve_alloc(ctx, pairs * 4, (void **)&sd->moves) != KVE_OK ||
+        kve_alloc(ctx, r->n_lists * 4, (void **)&sd->n_moves) != KVE_OK ||
+        kve_copy(ctx, sd->map, r->map_h[0], r->map_cap * 8, KVE_COPY_HOST_TO_BACKEND) ||
+        kve_copy(ctx, sd->moves, r->map_h[0], pairs * 4, KVE_COPY_HOST_TO_BACKEND) ||
+        kve_copy(ctx, sd->n_moves, r->map_h[0], r->n_lists * 4, KVE_COPY_HOST_TO_BACKEND) ||
         kve_alloc(ctx, r->cache_bytes, (void **)&sd->cache) != KVE_OK ||
         kve_alloc(ctx, src_bytes, (void **)&sd->src) != KVE_OK ||
         kve_alloc(ctx, row_bytes, (void **)&sd->token_row) != KVE_OK ||
+        kve_alloc(ctx, r->s->desc.max_seqs * 4, (void **)&sd->move_row) != KVE_OK ||
         kve_copy(ctx, sd->cache, r->cache_h[0], r->cache_bytes, KVE_COPY_HOST_TO_BACKEND))
         SC_FAIL(r, "side %d: backend memory: %s", k, kve_last_error());
     return 0;
@@ -122,12 +142,16 @@ static void kve_sc_close(kve_sc_run *r)
         kve_context_synchronize(sd->ctx);
         kve_state_destroy(sd->st);
         kve_free(sd->ctx, sd->map);
+        kve_free(sd->ctx, sd->moves);
+        kve_free(sd->ctx, sd->n_moves);
         kve_free(sd->ctx, sd->cache);
         kve_free(sd->ctx, sd->src);
         kve_free(sd->ctx, sd->token_row);
+        kve_free(sd->ctx, sd->move_row);
     }
     for (int k = 0; k < 2; k++) {
         free(r->map_h[k]);
+        free(r->moves_h[k]);
         free(r->tab_h[k]);
         free(r->cache_h[k]);
     }
@@ -168,6 +192,17 @@ static int kve_sc_same_map(kve_sc_run *r, const char *what, size_t n)
     return kve_sc_same(r, what, bufs, n * 8, host);
 }
 
+/* Both sides' move lists, pairs and counts, agree. */
+static int kve_sc_same_moves(kve_sc_run *r)
+{
+    size_t pairs = r->n_lists * r->max_moves * 2;
+    void *bufs[2] = {r->side[0].moves, r->side[1].moves}, *host[2] = {r->moves_h[0], r->moves_h[1]};
+    if (kve_sc_same(r, "append's moves", bufs, pairs * 4, host))
+        return 1;
+    void *counts[2] = {r->side[0].n_moves, r->side[1].n_moves};
+    return kve_sc_same(r, "append's n_moves", counts, r->n_lists * 4, host);
+}
+
 /* Every row's bookkeeping and, for active rows, tables; then the device's
  * error records. */
 static int kve_sc_check_rows(kve_sc_run *r, uint32_t step)
@@ -200,7 +235,7 @@ static int kve_sc_check_rows(kve_sc_run *r, uint32_t step)
 }
 
 /* The engine's write of one append: each layer's K rows at the mapping. */
-static kve_status kve_sc_write(kve_sc_run *r, const kve_side *sd, size_t total)
+static kve_status kve_sc_write(kve_sc_run *r, const kve_side *sd, size_t total, uint32_t n_rows)
 {
     const kve_state_desc *d = &r->s->desc;
     kve_cache_write_desc w;
@@ -217,9 +252,17 @@ static kve_status kve_sc_write(kve_sc_run *r, const kve_side *sd, size_t total)
     w.slots_stride_head = r->th > 1; /* shared heads: one slot for every head */
     w.token_row = sd->token_row;
     w.page_table = KVE_PAGES_NONE;
+    w.n_move_rows = n_rows;
+    w.max_moves = r->max_moves;
+    w.moves_stride_row = r->th;
+    w.moves_stride_head = r->th > 1;
+    w.move_row = sd->move_row;
     for (uint32_t l = 0; l < d->n_layers; l++) {
+        size_t tl = r->tl > 1 ? l : 0, lists = (size_t)d->max_seqs * r->th;
         w.dst[0] = sd->cache + l * r->layer_bytes;
-        w.slots = sd->map + (size_t)(r->tl > 1 ? l : 0) * total * r->th;
+        w.slots = sd->map + tl * r->max_total * r->th;
+        w.moves = sd->moves + tl * lists * r->max_moves * 2;
+        w.n_moves = sd->n_moves + tl * lists;
         kve_status st = kve_cache_write(sd->ctx, &w);
         if (st != KVE_OK)
             return st;
@@ -234,12 +277,14 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < n_new[i]; k++)
             r->row_h[total++] = (int32_t)rows[i];
-    size_t len = with_map ? total * r->tables : 0;
+    size_t len = r->tl * r->max_total * r->th;
     kve_status st[2];
     char msg[512];
     for (int k = 0; k < 2; k++) {
-        st[k] =
-            kve_state_append(r->side[k].st, n, rows, n_new, with_map ? r->side[k].map : NULL, len);
+        kve_side *sd = &r->side[k];
+        kve_step_buffers out = {sd->map,   (uint32_t)r->max_total, sd->moves, sd->n_moves,
+                                n,         r->max_moves};
+        st[k] = kve_state_append(sd->st, n, rows, n_new, with_map ? &out : NULL);
         if (k == 0)
             snprintf(msg, sizeof msg, "%s", kve_last_error());
     }
@@ -247,7 +292,7 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
         return 1;
     if (!with_map)
         return 0;
-    if (kve_sc_same_map(r, "append's slot_mapping", len))
+    if (kve_sc_same_map(r, "append's slot_mapping", len) || kve_sc_same_moves(r))
         return 1;
     if (!r->s->entry_bytes || !total)
         return 0;
@@ -257,9 +302,10 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
     for (int k = 0; k < 2; k++) {
         kve_side *sd = &r->side[k];
         if (kve_copy(sd->ctx, sd->src, r->src_h, src_bytes, KVE_COPY_HOST_TO_BACKEND) ||
-            kve_copy(sd->ctx, sd->token_row, r->row_h, total * 4, KVE_COPY_HOST_TO_BACKEND))
+            kve_copy(sd->ctx, sd->token_row, r->row_h, total * 4, KVE_COPY_HOST_TO_BACKEND) ||
+            kve_copy(sd->ctx, sd->move_row, rows, n * 4, KVE_COPY_HOST_TO_BACKEND))
             SC_FAIL(r, "copy: %s", kve_last_error());
-        st[k] = kve_sc_write(r, sd, total);
+        st[k] = kve_sc_write(r, sd, total, n);
         if (k == 0)
             snprintf(msg, sizeof msg, "%s", kve_last_error());
     }
@@ -278,7 +324,7 @@ static int kve_sc_rebuild(kve_sc_run *r, uint32_t live, uint32_t spare)
     char msg[512];
     for (int k = 0; k < 2; k++) {
         st[k] = kve_state_rebuild(r->side[k].st, spare, info.seq_id, info.prompt_len, info.n_tokens,
-                                  with_map ? r->side[k].map : NULL, with_map ? len : 0);
+                                  NULL, 0, with_map ? r->side[k].map : NULL, with_map ? len : 0);
         if (k == 0)
             snprintf(msg, sizeof msg, "%s", kve_last_error());
     }
@@ -350,6 +396,7 @@ int kve_scenario_run(const kve_scenario *s, kve_context *ref, kve_context *sub, 
     r.tables = (size_t)r.tl * r.th;
     r.max_total = (size_t)d->max_seqs * (s->max_prompt + 1 + s->max_new);
     r.map_cap = (r.max_total > 4096 ? r.max_total : 4096) * r.tables;
+    r.n_lists = r.tables * d->max_seqs;
     r.layer_bytes = (size_t)d->max_seqs * d->n_heads * d->max_slots * s->entry_bytes;
     r.cache_bytes = d->n_layers * r.layer_bytes + 1;
     for (int k = 0; k < 2; k++) {

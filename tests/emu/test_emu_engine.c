@@ -75,7 +75,7 @@ static const char *kve_shape_name(size_t s)
 /* A random list of independent jobs (one per row) over random tables. */
 typedef struct {
     kve_state_update u;
-    size_t n_slot_pos, n_freed, n_map;
+    size_t n_slot_pos, n_freed, n_map, n_lists;
     kve_state_job jobs[200];
 } kve_job_case;
 
@@ -95,38 +95,44 @@ static void kve_job_case_make(uint64_t *rng, kve_job_case *jc, uint32_t rows)
     uint32_t order[200], tokens = 0;
     kve_rand_perm(rng, order, rows);
     u->n_jobs = kve_rand_below(rng, rows + 1);
+    u->move_rows = u->n_jobs ? u->n_jobs : 1;
+    u->max_moves = (uint32_t)u->freed_table_stride;
     for (uint32_t i = 0; i < u->n_jobs; i++) {
         kve_state_job *j = &jc->jobs[i];
         j->kind = kve_rand_below(rng, 6);
         j->row = order[i];
         uint32_t fts = (uint32_t)u->freed_table_stride, st = (uint32_t)u->table_stride;
+        j->pos = kve_rand_below(rng, 60);
+        j->token = tokens;
         if (j->kind == KVE_JOB_LINEAR) {
             j->first = kve_rand_below(rng, st);
             j->count = kve_rand_below(rng, st - j->first + 1);
-        } else if (j->kind == KVE_JOB_FREED) {
-            j->first = kve_rand_below(rng, fts);
-            j->count = kve_rand_below(rng, fts - j->first + 1);
-        } else if (j->kind == KVE_JOB_CLEAR) {
+        } else if (j->kind == KVE_JOB_ROUND) { /* a full table of st slots */
+            j->first = st;
             j->count = kve_rand_below(rng, fts + 1);
-        } else if (j->kind == KVE_JOB_VERIFY) {
+        } else if (j->kind == KVE_JOB_FINAL) {
+            j->first = kve_rand_below(rng, st + 1);
             j->count = kve_rand_below(rng, 20);
         }
-        j->pos = kve_rand_below(rng, 1000);
-        j->token = tokens;
+        if (j->kind == KVE_JOB_ROUND || j->kind == KVE_JOB_MOVES_CLEAR)
+            j->token = i; /* the job's call row: its own move lists */
         j->seq = (kve_seq){kve_rand(rng), kve_rand_below(rng, 50), kve_rand_below(rng, 9)};
-        if (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FREED || j->kind == KVE_JOB_VERIFY)
+        if (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FINAL)
             tokens += j->count;
     }
     u->map_layer_stride = (size_t)tokens * u->table_heads;
     jc->n_map = kve_chance(rng, 15) ? 0 : u->table_layers * u->map_layer_stride;
+    jc->n_lists = kve_chance(rng, 15) ? 0 : (size_t)tables * u->move_rows;
     u->jobs = jc->jobs;
 }
 
-/* Buffers of a job case: slot_pos, freed, seqs, mapping (host memory). */
+/* Buffers of a job case: slot_pos, freed, seqs, mapping, moves (host memory). */
 typedef struct {
     int32_t *slot_pos, *freed;
     kve_seq *seqs;
     int64_t *map;
+    int32_t *moves;
+    uint32_t *n_moves;
 } kve_job_bufs;
 
 static void kve_job_bufs_fill(uint64_t *rng, const kve_job_case *jc, uint32_t rows, kve_job_bufs *b)
@@ -136,10 +142,12 @@ static void kve_job_bufs_fill(uint64_t *rng, const kve_job_case *jc, uint32_t ro
     b->freed = malloc(jc->n_freed * 4 + 4);
     b->seqs = calloc(rows, sizeof *b->seqs);
     b->map = jc->n_map ? malloc(jc->n_map * 8) : NULL;
+    b->moves = jc->n_lists ? malloc(jc->n_lists * u->max_moves * 8) : NULL;
+    b->n_moves = jc->n_lists ? calloc(jc->n_lists, 4) : NULL;
     ck_assert(b->slot_pos && b->freed && b->seqs);
     for (size_t i = 0; i < jc->n_slot_pos; i++)
         b->slot_pos[i] = (int32_t)kve_rand_below(rng, 60) - 1;
-    /* each freed list: distinct slots of its table, as kve_evict leaves them */
+    /* each freed list: distinct slots of its table, ascending, as kve_evict leaves them */
     uint32_t perm[40], st = (uint32_t)u->table_stride;
     size_t tables = (size_t)u->table_layers * u->table_heads;
     memset(b->freed, 0, jc->n_freed * 4);
@@ -147,11 +155,19 @@ static void kve_job_bufs_fill(uint64_t *rng, const kve_job_case *jc, uint32_t ro
         kve_rand_perm(rng, perm, st);
         int32_t *list =
             b->freed + (l / tables) * u->freed_row_stride + (l % tables) * u->freed_table_stride;
-        for (size_t i = 0; i < u->freed_table_stride; i++)
-            list[i] = (int32_t)perm[i];
+        for (size_t i = 0; i < u->freed_table_stride; i++) /* insertion into order */
+            for (size_t k = i + 1; k-- > 0;) {
+                if (k == 0 || list[k - 1] < (int32_t)perm[i]) {
+                    list[k] = (int32_t)perm[i];
+                    break;
+                }
+                list[k] = list[k - 1];
+            }
     }
     for (size_t i = 0; i < jc->n_map; i++)
         b->map[i] = (int64_t)kve_rand_below(rng, st + 1) - 1;
+    for (size_t i = 0; i < jc->n_lists * u->max_moves * 2; i++)
+        b->moves[i] = (int32_t)kve_rand_below(rng, st);
 }
 
 static void kve_job_bufs_free(kve_job_bufs *b)
@@ -160,18 +176,29 @@ static void kve_job_bufs_free(kve_job_bufs *b)
     free(b->freed);
     free(b->seqs);
     free(b->map);
+    free(b->moves);
+    free(b->n_moves);
 }
 
 static kve_job_bufs kve_job_bufs_clone(const kve_job_case *jc, uint32_t rows, const kve_job_bufs *b)
 {
-    kve_job_bufs c = {malloc(jc->n_slot_pos * 4 + 4), malloc(jc->n_freed * 4 + 4),
-                      malloc(rows * sizeof(kve_seq)), jc->n_map ? malloc(jc->n_map * 8) : NULL};
+    size_t pairs = jc->n_lists * jc->u.max_moves * 2;
+    kve_job_bufs c = {malloc(jc->n_slot_pos * 4 + 4),
+                      malloc(jc->n_freed * 4 + 4),
+                      malloc(rows * sizeof(kve_seq)),
+                      jc->n_map ? malloc(jc->n_map * 8) : NULL,
+                      pairs ? malloc(pairs * 4) : NULL,
+                      jc->n_lists ? malloc(jc->n_lists * 4) : NULL};
     ck_assert(c.slot_pos && c.freed && c.seqs);
     memcpy(c.slot_pos, b->slot_pos, jc->n_slot_pos * 4);
     memcpy(c.freed, b->freed, jc->n_freed * 4);
     memcpy(c.seqs, b->seqs, rows * sizeof(kve_seq));
     if (jc->n_map)
         memcpy(c.map, b->map, jc->n_map * 8);
+    if (pairs)
+        memcpy(c.moves, b->moves, pairs * 4);
+    if (jc->n_lists)
+        memcpy(c.n_moves, b->n_moves, jc->n_lists * 4);
     return c;
 }
 
@@ -182,6 +209,8 @@ static kve_state_update kve_job_bind(const kve_job_case *jc, const kve_job_bufs 
     u.freed = b->freed;
     u.seqs = b->seqs;
     u.mapping = b->map;
+    u.moves = b->moves;
+    u.n_moves = b->n_moves;
     return u;
 }
 
@@ -201,10 +230,14 @@ START_TEST(test_state_jobs_random)
         size_t s = kve_use_random(&rng, 0, NULL);
         ck_assert_int_eq(kve_emu->ops->state_update(kve_emu, &ug), KVE_OK);
         ck_assert_int_eq(kve_context_synchronize(kve_emu), KVE_OK);
+        size_t pairs = jc.n_lists * jc.u.max_moves * 2;
         const char *what = memcmp(want.slot_pos, got.slot_pos, jc.n_slot_pos * 4) ? "slot_pos"
                            : memcmp(want.seqs, got.seqs, rows * sizeof(kve_seq))  ? "seqs"
                            : jc.n_map && memcmp(want.map, got.map, jc.n_map * 8)  ? "mapping"
-                                                                                  : NULL;
+                           : pairs && memcmp(want.moves, got.moves, pairs * 4)    ? "moves"
+                           : jc.n_lists && memcmp(want.n_moves, got.n_moves, jc.n_lists * 4)
+                               ? "n_moves"
+                               : NULL;
         ck_assert_msg(!what, "job list %u (%u jobs, %u rows, %ux%u tables of %zu) [%s]: %s differs",
                       i, jc.u.n_jobs, rows, jc.u.table_layers, jc.u.table_heads, jc.u.table_stride,
                       kve_shape_name(s), what);
@@ -307,28 +340,22 @@ END_TEST
 
 /* ---- errors --------------------------------------------------------------- */
 
-/* The (row << 32 | table) of the first item of @p jc that reads a slot
- * outside its table, or all ones. */
+/* The (row << 32 | table) of the first round of @p jc whose evicted slots
+ * are not ascending within its table, or all ones. */
 static uint64_t kve_first_bad_item(const kve_job_case *jc, const kve_job_bufs *b)
 {
     const kve_state_update *u = &jc->u;
-    uint64_t first = ~0ull, st = u->table_stride;
+    uint64_t first = ~0ull;
     size_t tables = (size_t)u->table_layers * u->table_heads;
     for (uint32_t k = 0; k < u->n_jobs; k++) {
         const kve_state_job *j = &jc->jobs[k];
+        if (j->kind != KVE_JOB_ROUND)
+            continue;
         for (size_t t = 0; t < tables; t++) {
             const int32_t *fr = b->freed + j->row * u->freed_row_stride + t * u->freed_table_stride;
             int bad = 0;
-            for (uint32_t i = 0; i < j->count; i++) {
-                if (j->kind == KVE_JOB_FREED || j->kind == KVE_JOB_CLEAR) {
-                    int32_t v = fr[(j->kind == KVE_JOB_FREED ? j->first : 0) + i];
-                    bad |= v < 0 || (uint64_t)v >= st;
-                } else if (j->kind == KVE_JOB_VERIFY && b->map) {
-                    bad |= b->map[(t / u->table_heads) * u->map_layer_stride +
-                                  (size_t)(j->token + i) * u->table_heads + t % u->table_heads] >=
-                           (int64_t)st;
-                }
-            }
+            for (uint32_t i = 0; i < j->count; i++)
+                bad |= fr[i] < 0 || (uint32_t)fr[i] >= j->first || (i && fr[i] <= fr[i - 1]);
             uint64_t at = (uint64_t)j->row << 32 | t;
             first = bad && at < first ? at : first;
         }
@@ -336,26 +363,22 @@ static uint64_t kve_first_bad_item(const kve_job_case *jc, const kve_job_bufs *b
     return first;
 }
 
-/* Freed lists and mappings holding slots outside their tables: skipped,
- * and the lowest (row, table) reported, within bounds (ASan watches). */
+/* Freed lists holding slots outside their tables or out of order: the
+ * table is skipped, and the lowest (row, table) reported, within bounds
+ * (ASan watches). */
 START_TEST(test_state_update_errors)
 {
     uint64_t rng = 0x5eed0106;
     unsigned raised = 0;
-    for (unsigned i = 0; i < 200; i++) {
+    for (unsigned i = 0; i < 500; i++) { /* rounds read freed lists: a sixth of the jobs */
         uint32_t rows = 1 + kve_rand_below(&rng, 6);
         static kve_job_case jc;
         kve_job_case_make(&rng, &jc, rows);
         kve_job_bufs b;
         kve_job_bufs_fill(&rng, &jc, rows, &b);
         static const int32_t bad[] = {-1, -2, -1000, INT32_MIN, 40, 41, 1 << 30, INT32_MAX};
-        for (uint32_t k = 1 + kve_rand_below(&rng, 3); k > 0; k--) {
-            if (kve_chance(&rng, 60) || !jc.n_map)
-                b.freed[kve_rand_below(&rng, (uint32_t)jc.n_freed)] = bad[kve_rand_below(&rng, 8)];
-            else
-                b.map[kve_rand_below(&rng, (uint32_t)jc.n_map)] =
-                    (int64_t)jc.u.table_stride + kve_rand_below(&rng, 5) * 1000000007ll;
-        }
+        for (uint32_t k = 1 + kve_rand_below(&rng, 3); k > 0; k--)
+            b.freed[kve_rand_below(&rng, (uint32_t)jc.n_freed)] = bad[kve_rand_below(&rng, 8)];
         uint64_t first = kve_first_bad_item(&jc, &b);
         kve_state_update u = kve_job_bind(&jc, &b);
         kve_use_random(&rng, 0, NULL);

@@ -430,4 +430,89 @@ static const kve_golden_digest_case kve_golden_digest = {
     kve_golden_digest_slot_pos, 0xd85ff2bd3223651full
 };
 
+/* ---------------------------------------------------------------- */
+/* Placement cases (spec "Placement", version 1): one head at the    */
+/* basic coordinates (seed 42, seq_id 7, layer 2, head 1), a history */
+/* of n_steps appends; slot_pos is the head's table after the last   */
+/* one (n_slots = the capacity), moves that append's moves as pairs  */
+/* (slot before, slot after) by destination, mapping the slot of     */
+/* each of its tokens (-1: evicted within it).                       */
+/* ---------------------------------------------------------------- */
+
+typedef struct kve_golden_placement {
+    const char *name;
+    uint32_t prompt, window, budget, interval, flags, rounds;
+    uint32_t n_steps; const uint32_t *steps;
+    uint32_t n_slots; const int32_t *slot_pos;
+    uint32_t n_moves; const int32_t *moves;     /* [n_moves][2] */
+    uint32_t n_mapped; const int32_t *mapping;  /* [n_mapped] = last step's tokens */
+} kve_golden_placement;
+
+/* one_token: one token per append after the prompt; the last append runs round 2 */
+static const uint32_t kve_golden_place_one_token_steps[] = {4u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u};
+static const int32_t kve_golden_place_one_token_slot_pos[14] = {
+    0, 1, 2, 3, 18, 19, 20, 21, 16, 17, 22, -1,
+    -1, -1,
+};
+static const int32_t kve_golden_place_one_token_moves[8] = {
+    10, 4, 11, 5, 12, 6, 13, 7,
+};
+static const int32_t kve_golden_place_one_token_mapping[1] = {
+    10,
+};
+
+/* straddle: an append of 5 tokens whose first 2 fill the head: round 1 runs between them */
+static const uint32_t kve_golden_place_straddle_steps[] = {4u, 10u, 2u, 5u};
+static const int32_t kve_golden_place_straddle_slot_pos[14] = {
+    0, 1, 2, 3, 10, 11, 14, 15, 16, 17, 18, 19,
+    20, -1,
+};
+static const int32_t kve_golden_place_straddle_moves[4] = {
+    10, 6, 11, 7,
+};
+static const int32_t kve_golden_place_straddle_mapping[5] = {
+    8, 9, 10, 11, 12,
+};
+
+/* self_evict: one append of 20 generated tokens, more than W = 2, across two rounds */
+static const uint32_t kve_golden_place_self_evict_steps[] = {4u, 20u};
+static const int32_t kve_golden_place_self_evict_slot_pos[14] = {
+    0, 1, 2, 3, 16, 17, 18, 19, 20, 21, 22, 23,
+    -1, -1,
+};
+static const int32_t kve_golden_place_self_evict_moves[1] = {0}; /* empty list (count 0) */
+static const int32_t kve_golden_place_self_evict_mapping[20] = {
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    4, 5, 6, 7, 8, 9, 10, 11,
+};
+
+/* persistent_shared: persistent keys, shared heads, appends of 1 to 6 tokens */
+static const uint32_t kve_golden_place_persistent_shared_steps[] = {6u, 3u, 6u, 1u, 4u, 6u, 2u, 5u, 3u, 6u};
+static const int32_t kve_golden_place_persistent_shared_slot_pos[17] = {
+    0, 1, 2, 3, 4, 5, 22, 13, 33, 34, 35, 36,
+    37, 38, 39, 40, 41,
+};
+static const int32_t kve_golden_place_persistent_shared_moves[6] = {
+    13, 8, 14, 9, 15, 10,
+};
+static const int32_t kve_golden_place_persistent_shared_mapping[6] = {
+    11, 12, 13, 14, 15, 16,
+};
+
+static const kve_golden_placement kve_golden_placements[] = {
+    {"one_token", 4u, 3u, 10u, 4u, 0u, 3u,
+     20u, kve_golden_place_one_token_steps, 14u, kve_golden_place_one_token_slot_pos,
+     4u, kve_golden_place_one_token_moves, 1u, kve_golden_place_one_token_mapping},
+    {"straddle", 4u, 3u, 10u, 4u, 0u, 2u,
+     4u, kve_golden_place_straddle_steps, 14u, kve_golden_place_straddle_slot_pos,
+     2u, kve_golden_place_straddle_moves, 5u, kve_golden_place_straddle_mapping},
+    {"self_evict", 4u, 2u, 10u, 4u, 0u, 3u,
+     2u, kve_golden_place_self_evict_steps, 14u, kve_golden_place_self_evict_slot_pos,
+     0u, kve_golden_place_self_evict_moves, 20u, kve_golden_place_self_evict_mapping},
+    {"persistent_shared", 6u, 4u, 12u, 5u, 3u, 5u,
+     10u, kve_golden_place_persistent_shared_steps, 17u, kve_golden_place_persistent_shared_slot_pos,
+     3u, kve_golden_place_persistent_shared_moves, 6u, kve_golden_place_persistent_shared_mapping},
+};
+#define KVE_GOLDEN_N_PLACEMENTS (sizeof kve_golden_placements / sizeof kve_golden_placements[0])
+
 #endif /* KVE_GOLDEN_VECTORS_H */

@@ -78,7 +78,7 @@ START_TEST(test_state_caller_memory)
     ck_assert_int_eq(kve_state_create(kve_gpu, &d, mem, bytes, &st), KVE_OK);
     ck_assert_int_eq(kve_state_admit(st, 1, 99, 10), KVE_OK);
     uint32_t row = 1, n = 100;
-    ck_assert_int_eq(kve_state_append(st, 1, &row, &n, NULL, 0), KVE_OK);
+    ck_assert_int_eq(kve_state_append(st, 1, &row, &n, NULL), KVE_OK);
     kve_state_layout lay;
     ck_assert_int_eq(kve_state_get_layout(st, &lay), KVE_OK);
     int32_t tab[8 * 64];

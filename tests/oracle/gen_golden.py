@@ -88,17 +88,45 @@ BASIC = dict(seed=42, seq_id=7, layer=2, head=1, prompt=4, window=2, budget=8, r
 
 
 def reuse_table():
-    """A table from running the schedule: after two evictions, full again."""
-    p = dict(prompt=4, window=3, budget=10, r=4)
-    cap = max(p["budget"], p["prompt"] + p["window"]) + p["r"]
-    # Tokens up to the moment the head is full for the third time, minus one
-    # so the simulator has not evicted it yet; then write the last one.
-    n = cap + 2 * p["r"] - 1
-    table, rounds, _ = kve.schedule(p["prompt"], p["window"], p["budget"], p["r"], n,
-                                    BASIC["seed"], BASIC["seq_id"], BASIC["layer"], BASIC["head"])
-    table[table.index(-1)] = n
-    assert rounds == 2 and -1 not in table
-    return table
+    """A table with positions out of slot order, as the slot-reusing schedule
+    of earlier releases reached it before its third eviction (P=4, W=3,
+    B=10, r=4): fixed input data of the keep-set case."""
+    return [0, 1, 2, 3, 14, 15, 16, 18, 17, 19, 10, 11, 20, 21]
+
+
+# Placement cases (docs/SPEC.md "Placement"): one head, the basic
+# coordinates, a history of appends; the table after the last append, that
+# append's moves (slot before, slot after) and its tokens' slots.
+PLACEMENT_SPECS = [
+    ("one_token", "one token per append after the prompt; the last append runs round 2",
+     dict(prompt=4, window=3, budget=10, r=4, flags=0), [4] + [1] * 19),
+    ("straddle", "an append of 5 tokens whose first 2 fill the head: round 1 runs between them",
+     dict(prompt=4, window=3, budget=10, r=4, flags=0), [4, 10, 2, 5]),
+    ("self_evict", "one append of 20 generated tokens, more than W = 2, across two rounds",
+     dict(prompt=4, window=2, budget=10, r=4, flags=0), [4, 20]),
+    ("persistent_shared", "persistent keys, shared heads, appends of 1 to 6 tokens",
+     dict(prompt=6, window=4, budget=12, r=5, flags=3), [6, 3, 6, 1, 4, 6, 2, 5, 3, 6]),
+]
+
+
+def placement_cases():
+    out = []
+    for name, comment, p, steps in PLACEMENT_SPECS:
+        b = BASIC
+        n = sum(steps)
+        before, _, _ = kve.schedule(p["prompt"], p["window"], p["budget"], p["r"], n - steps[-1],
+                                    b["seed"], b["seq_id"], b["layer"], b["head"], p["flags"],
+                                    steps=steps[:-1])
+        table, rounds, log = kve.schedule(p["prompt"], p["window"], p["budget"], p["r"], n,
+                                          b["seed"], b["seq_id"], b["layer"], b["head"],
+                                          p["flags"], steps=steps)
+        pos0 = n - steps[-1]
+        moves = kve.net_moves(before, table, pos0)
+        where = {q: s for s, q in enumerate(table) if q >= 0}
+        mapping = [where.get(q, -1) for q in range(pos0, n)]
+        out.append(dict(name=name, comment=comment, steps=steps, table=table, rounds=rounds,
+                        moves=moves, mapping=mapping, **p))
+    return out
 
 
 def holes_table():
@@ -231,7 +259,7 @@ def c_u32(v):
     return "0x%08xu" % v if v >= 1 << 20 else "%du" % v
 
 
-def header_text(keys, cs, dg):
+def header_text(keys, cs, dg, pc):
     o = []
     o.append("""/*
  * golden_vectors.h -- kvevict keep-set v1 golden vectors.
@@ -332,6 +360,45 @@ typedef struct kve_golden_digest_case {
              % (dg["name"], c_u64(dg["seed"]), c_u64(dg["seq_id"]), dg["n_layers"], dg["n_heads"],
                 dg["layer_offset"], dg["head_offset"], dg["prompt"], dg["window"], dg["budget"],
                 dg["round"], dg["flags"], len(dg["slot_pos"]), c_u64(dg["digest"])))
+    o.append("""/* ---------------------------------------------------------------- */
+/* Placement cases (spec "Placement", version 1): one head at the    */
+/* basic coordinates (seed 42, seq_id 7, layer 2, head 1), a history */
+/* of n_steps appends; slot_pos is the head's table after the last   */
+/* one (n_slots = the capacity), moves that append's moves as pairs  */
+/* (slot before, slot after) by destination, mapping the slot of     */
+/* each of its tokens (-1: evicted within it).                       */
+/* ---------------------------------------------------------------- */
+
+typedef struct kve_golden_placement {
+    const char *name;
+    uint32_t prompt, window, budget, interval, flags, rounds;
+    uint32_t n_steps; const uint32_t *steps;
+    uint32_t n_slots; const int32_t *slot_pos;
+    uint32_t n_moves; const int32_t *moves;     /* [n_moves][2] */
+    uint32_t n_mapped; const int32_t *mapping;  /* [n_mapped] = last step's tokens */
+} kve_golden_placement;
+
+""")
+    for c in pc:
+        n = c["name"]
+        o.append("/* %s: %s */\n" % (n, c["comment"]))
+        o.append("static const uint32_t kve_golden_place_%s_steps[] = {%s};\n"
+                 % (n, ", ".join("%du" % k for k in c["steps"])))
+        o.append(c_array("kve_golden_place_%s_slot_pos" % n, c["table"]))
+        o.append(c_array("kve_golden_place_%s_moves" % n, [v for m in c["moves"] for v in m]))
+        o.append(c_array("kve_golden_place_%s_mapping" % n, c["mapping"]))
+        o.append("\n")
+    o.append("static const kve_golden_placement kve_golden_placements[] = {\n")
+    for c in pc:
+        n = c["name"]
+        o.append('    {"%s", %du, %du, %du, %du, %du, %du,\n     %du, kve_golden_place_%s_steps, '
+                 '%du, kve_golden_place_%s_slot_pos,\n     %du, kve_golden_place_%s_moves, %du, '
+                 'kve_golden_place_%s_mapping},\n'
+                 % (n, c["prompt"], c["window"], c["budget"], c["r"], c["flags"], c["rounds"],
+                    len(c["steps"]), n, len(c["table"]), n, len(c["moves"]), n,
+                    len(c["mapping"]), n))
+    o.append("};\n#define KVE_GOLDEN_N_PLACEMENTS "
+             "(sizeof kve_golden_placements / sizeof kve_golden_placements[0])\n\n")
     o.append("#endif /* KVE_GOLDEN_VECTORS_H */\n")
     return "".join(o)
 
@@ -355,7 +422,7 @@ def listing(values):
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
-def golden_markdown(keys, cs, dg):
+def golden_markdown(keys, cs, dg, pc):
     o = []
     o.append("<!-- generated by tests/oracle/gen_golden.py; edit the script, not this region -->\n\n")
     o.append("### Keys\n\n")
@@ -399,6 +466,22 @@ def golden_markdown(keys, cs, dg):
              "ends with `digest=%s`.\n"
              % (dg["seed"], dg["seq_id"], dg["layer_offset"], dg["head_offset"], dg["prompt"],
                 dg["window"], dg["budget"], hx(dg["digest"])))
+    o.append("\n### Placement\n\n")
+    o.append("Each case is one head at the `basic` coordinates (seed 42, seq_id 7, layer 2, head 1) "
+             "fed the listed appends after admission. The table is the head's after the last "
+             "append; the moves are that append's (slot before → slot after, by destination); "
+             "the mapping is the slot of each of its tokens (−1: evicted within the append).\n\n")
+    for c in pc:
+        o.append("#### `%s`\n\n%s.\n\n" % (c["name"], c["comment"][0].upper() + c["comment"][1:]))
+        o.append("- P = %d, W = %d, B = %d, r = %d, flags %s; capacity %d\n"
+                 % (c["prompt"], c["window"], c["budget"], c["r"], flag_text(c["flags"]),
+                    len(c["table"])))
+        o.append("- appends = `%s` (%d tokens, %d rounds)\n"
+                 % (listing(c["steps"]), sum(c["steps"]), c["rounds"]))
+        o.append("- slot_pos = `%s`\n" % listing(c["table"]))
+        o.append("- moves of the last append = `%s`\n"
+                 % (", ".join("%d→%d" % m for m in c["moves"]) or "none"))
+        o.append("- mapping of the last append = `%s`\n\n" % listing(c["mapping"]))
     return "".join(o)
 
 
@@ -439,23 +522,30 @@ def example_markdown():
     o.append("6. evicted = `%s`; kept = `%s` (kept positions %s); not over budget. "
              "16 − 8 = %d slots were evicted, as the count rule of section 3 says (|valid| − B when the protected slots fit in B).\n"
              % (listing(ev), listing(kp), listing(sorted(table[s] for s in kp)), len(ev)))
-    # Schedule example.
+    # Schedule and placement example.
     P, W, B, r = 4, 3, 10, 4
     cap = max(B, P + W) + r
-    n = cap + 2 * r
+    n = cap + 2 * r + 1
     table, rounds, log = kve.schedule(P, W, B, r, n, b["seed"], b["seq_id"], b["layer"], b["head"])
     o.append("\n**The schedule on one head** (same seed, sequence, layer and head; P = %d, W = %d, "
-             "B = %d, r = %d, so capacity = max(%d, %d) + %d = %d slots):\n\n"
+             "B = %d, r = %d, so capacity = max(%d, %d) + %d = %d slots; one token per append):\n\n"
              % (P, W, B, r, B, P + W, r, cap))
-    o.append("- Tokens 0..%d fill slots 0..%d. The head is full: round 0 evicts slots %s "
-             "(positions %s).\n" % (cap - 1, cap - 1, listing(log[0][1]), listing(log[0][2])))
-    o.append("- Tokens %d..%d go into those slots in ascending slot order. Full again: round 1 "
-             "evicts slots %s (positions %s).\n"
-             % (cap, cap + r - 1, listing(log[1][1]), listing(log[1][2])))
-    o.append("- Tokens %d..%d refill them; round 2 evicts slots %s (positions %s), leaving "
-             "slot_pos = `%s`, with the freed slots shown as −1. The table just before round 2 "
-             "is the golden case `slot_reuse`.\n"
-             % (cap + r, cap + 2 * r - 1, listing(log[2][1]), listing(log[2][2]), listing(table)))
+    t = [-1] * cap
+    o.append("- Tokens 0..%d fill slots 0..%d. Token %d finds the head full: round 0 evicts slots "
+             "%s (positions %s); the survivors in slots %d..%d move down into the holes (%s), so "
+             "slots 0..%d are valid, and token %d goes to slot %d.\n"
+             % (cap - 1, cap - 1, cap, listing(log[0][1]), listing(log[0][2]), cap - r, cap - 1,
+                ", ".join("%d→%d" % m for m in log[0][3]) or "none", cap - r - 1, cap, cap - r))
+    o.append("- Tokens %d..%d follow in slots %d..%d. Token %d: round 1 evicts slots %s "
+             "(positions %s); moves %s.\n"
+             % (cap + 1, cap + r - 1, cap - r + 1, cap - 1, cap + r, listing(log[1][1]),
+                listing(log[1][2]), ", ".join("%d→%d" % m for m in log[1][3]) or "none"))
+    o.append("- Token %d: round 2 evicts slots %s (positions %s); moves %s; token %d goes to slot "
+             "%d, leaving slot_pos = `%s`: every valid slot first, the newest token last.\n"
+             % (cap + 2 * r, listing(log[2][1]), listing(log[2][2]),
+                ", ".join("%d→%d" % m for m in log[2][3]) or "none", n - 1, cap - r,
+                listing(table)))
+    del t
     return "".join(o)
 
 
@@ -516,13 +606,14 @@ def main(argv):
     check_cases(cs)
     dg = digest_batch()
     assert len(keys) >= 24
-    md = golden_markdown(keys, cs, dg)
+    pc = placement_cases()
+    md = golden_markdown(keys, cs, dg, pc)
     ex = example_markdown()
     if "--print" in argv:
         print(ex)
         print(md)
         return 0
-    header = header_text(keys, cs, dg)
+    header = header_text(keys, cs, dg, pc)
     with open(SPEC_PATH) as f:
         spec = f.read()
     new_spec = replace_region(replace_region(spec, "golden", md), "example", ex)

@@ -259,32 +259,73 @@ def select_digest(config):
 # The schedule (one head), for examples and tests
 # ---------------------------------------------------------------------------
 
-def schedule(prompt, window, budget, r, n_tokens, seed, seq_id, layer, head, flags=0):
-    """Run the spec's schedule on one head for tokens 0..n_tokens-1.
+def place_round(slot_pos, evicted, pos0):
+    """docs/SPEC.md "Placement" after one round of a full head: the evicted
+    slots emptied, the surviving tokens older than pos0 (the current call's
+    first position) kept where they are when below their count and moved,
+    lowest slot first, into the free slots there, lowest first; the call's
+    survivors after them in position order. Returns the new table and the
+    moves of old tokens as (from_slot, to_slot)."""
+    kept = [p if s not in evicted else -1 for s, p in enumerate(slot_pos)]
+    old = [s for s, p in enumerate(kept) if 0 <= p < pos0]
+    mine = sorted(p for p in kept if p >= pos0)
+    bound = len(old)
+    out = [-1] * len(slot_pos)
+    for s in old:
+        if s < bound:
+            out[s] = kept[s]
+    holes = [s for s in range(bound) if out[s] < 0]
+    movers = [s for s in old if s >= bound]
+    moves = list(zip(movers, holes))
+    for src, dst in moves:
+        out[dst] = kept[src]
+    for i, p in enumerate(mine):
+        out[bound + i] = p
+    return out, moves
 
-    Capacity is max(budget, prompt + window) + r slots.  Tokens are written
-    in order: first into slots 0, 1, ...; after an eviction, into the freed
-    slots in ascending slot order.  Whenever every slot is full the head
-    evicts (round = evictions so far) and the round count goes up by one.
-    Returns (slot_pos, rounds, log) where log lists, per eviction,
-    (round, evicted_slots, evicted_positions).
+
+def schedule(prompt, window, budget, r, n_tokens, seed, seq_id, layer, head, flags=0,
+             steps=None):
+    """Run the spec's schedule and placement on one head.
+
+    Capacity is max(budget, prompt + window) + r slots. The tokens come in
+    appends of steps[i] tokens (default: one token each), in order, each at
+    the first free slot. A token that finds every slot full first evicts one
+    round (round = evictions so far), placed by place_round with the current
+    append's first position. Returns (slot_pos, rounds, log) where log
+    lists, per eviction, (round, evicted_slots, evicted_positions, moves),
+    moves being that round's moves of tokens older than the append.
     """
     capacity = max(budget, prompt + window) + r
+    if steps is None:
+        steps = [1] * n_tokens
+    assert sum(steps) == n_tokens
     slot_pos = [-1] * capacity
-    free = list(range(capacity))
-    rounds = 0
-    log = []
-    for pos in range(n_tokens):
-        slot_pos[free.pop(0)] = pos
-        if not free:
-            ev, _, _ = evict_head(slot_pos, prompt, window, budget, seed, seq_id,
-                                  layer, head, rounds, flags)
-            log.append((rounds, ev, [slot_pos[s] for s in ev]))
-            for s in ev:
-                slot_pos[s] = -1
-            free = sorted(ev)
-            rounds += 1
+    n_valid, pos, rounds, log = 0, 0, 0, []
+    for k in steps:
+        pos0 = pos
+        for _ in range(k):
+            if n_valid == capacity:
+                ev, _, _ = evict_head(slot_pos, prompt, window, budget, seed, seq_id,
+                                      layer, head, rounds, flags)
+                gone = [slot_pos[s] for s in ev]
+                slot_pos, moves = place_round(slot_pos, set(ev), pos0)
+                log.append((rounds, ev, gone, moves))
+                rounds += 1
+                n_valid = capacity - r
+            slot_pos[n_valid] = pos
+            n_valid += 1
+            pos += 1
     return slot_pos, rounds, log
+
+
+def net_moves(before, after, pos0):
+    """The moves an engine runs for one append: every token older than pos0
+    held in both tables at different slots, as (slot before, slot after),
+    by destination."""
+    where = {p: s for s, p in enumerate(before) if p >= 0}
+    return sorted(((where[p], s) for s, p in enumerate(after)
+                   if 0 <= p < pos0 and where.get(p, s) != s), key=lambda m: m[1])
 
 
 # ---------------------------------------------------------------------------
@@ -459,9 +500,23 @@ def self_test(n=3000, seed=1, verbose=True):
     for _ in range(30):
         P, W, B, r = rng.randint(0, 20), rng.randint(0, 10), rng.randint(1, 40), rng.randint(1, 8)
         n_tok = rng.randint(0, 150)
-        tables = [schedule(P, W, B, r, n_tok, 5, 6, 0, h) for h in range(3)]
-        expect(all(len(ev) == r for t in tables for _, ev, _ in t[2]), "schedule frees r slots")
+        steps, left = [], n_tok
+        while left:
+            steps.append(min(left, rng.choice([1, 1, 2, 5, 13])))
+            left -= steps[-1]
+        tables = [schedule(P, W, B, r, n_tok, 5, 6, 0, h, steps=steps) for h in range(3)]
+        expect(all(len(ev) == r for t in tables for _, ev, _, _ in t[2]), "schedule frees r slots")
         expect(len({sum(p >= 0 for p in t[0]) for t in tables}) == 1, "heads in step")
+        # Placement: the valid slots come first; the last append's tokens last, in order.
+        for t in tables:
+            n_valid = sum(p >= 0 for p in t[0])
+            expect(all(p >= 0 for p in t[0][:n_valid]), "valid slots first")
+            last = [p for p in t[0][:n_valid] if p >= n_tok - (steps[-1] if steps else 0)]
+            expect(t[0][n_valid - len(last):n_valid] == sorted(last), "the append's tokens last")
+            expect(all(len(mv) <= r for _, _, _, mv in t[2]), "at most r moves a round")
+        # Keep-sets never depend on the grouping.
+        ones = [schedule(P, W, B, r, n_tok, 5, 6, 0, h) for h in range(3)]
+        expect(all(sorted(a[0]) == sorted(b[0]) for a, b in zip(tables, ones)), "grouping")
 
     # Bad input.
     for bad in ([0, 1, 1], [0, -2], [3, -1, 3]):

@@ -43,20 +43,19 @@ class StateVsOracle(unittest.TestCase):
                 seq_id = 1000 + flags
                 st.admit(0, seq_id, prompt)
                 C = kvevict.capacity(prompt, budget=self.B, window=self.W, interval=self.R)
-                # The oracle evicts as soon as the heads fill, the state when the
-                # next token comes: their tables agree unless (n - C) % r == 0.
                 n = C + 7 * self.R + 2
-                done = 0
+                done, steps = 0, []
                 while done < n:
                     k = min(n - done, rng.choice([1, 1, 1, 2, 4, 9]))
                     st.append([0], [k])
+                    steps.append(k)
                     done += k
                 tables = st.slots(0)
                 for l in range(self.L):
                     for h in range(self.H):
                         want, rounds, _ = kve_oracle.schedule(
                             prompt, self.W, self.B, self.R, n, self.SEED, seq_id,
-                            self.LOFF + l, self.HOFF + h, flags)
+                            self.LOFF + l, self.HOFF + h, flags, steps=steps)
                         tl = l if st.table_layers > 1 else 0
                         th = h if st.table_heads > 1 else 0
                         got = tables[tl, th, :C].tolist()
@@ -75,7 +74,7 @@ class StateVsOracle(unittest.TestCase):
             st.admit(0, 77, 7)
             for _ in range(200):
                 st.append([0], [3])
-            m = st.rebuild(1, 77, 7, 600, mapping=True)
+            m = st.rebuild(1, 77, 7, 600, mapping=True, steps=[3] * 200)
             self.assertIsInstance(m, torch.Tensor)
             self.assertEqual(tuple(m.shape), (st.table_layers, 600, st.table_heads))
             live, rebuilt = st.slots(0), st.slots(1)

@@ -1,6 +1,7 @@
 /* kve_state_test.h — helpers of the state suite: a state on the CPU, and a
- * straightforward reference of docs/SPEC.md "Schedule" for one row (one
- * kve_evict call per table, one token at a time). */
+ * straightforward reference of docs/SPEC.md "Schedule" and "Placement"
+ * for one row (one kve_evict call per table), step buffers, and a model of
+ * an engine's cache that the steps' moves and writes drive. */
 #ifndef KVE_STATE_TEST_H
 #define KVE_STATE_TEST_H
 
@@ -47,12 +48,13 @@ static inline kve_state *ks_create(kve_context *ctx, const kve_state_desc *d, kv
     return st;
 }
 
-/* The reference row: tables [tables][capacity] in host memory. */
+/* The reference row: tables [tables][capacity] in host memory, placed by
+ * docs/SPEC.md "Placement" as written there (not the library's code). */
 typedef struct {
     kve_state_desc d;
-    uint32_t tl, th, C, P, n, round, free_left;
+    uint32_t tl, th, C, P, n, nv, round;
     uint64_t seq_id;
-    int32_t *tab, *freed; /* freed: [tables][C] */
+    int32_t *tab, *tmp; /* [tables][C] */
 } ks_ref;
 
 static inline void ks_ref_init(ks_ref *r, const kve_state_desc *d, uint64_t seq_id, uint32_t P)
@@ -66,7 +68,7 @@ static inline void ks_ref_init(ks_ref *r, const kve_state_desc *d, uint64_t seq_
     r->seq_id = seq_id;
     size_t n = (size_t)r->tl * r->th * r->C;
     r->tab = (int32_t *)malloc(n * 4);
-    r->freed = (int32_t *)malloc(n * 4);
+    r->tmp = (int32_t *)malloc(r->C * 4);
     for (size_t i = 0; i < n; i++)
         r->tab[i] = -1;
 }
@@ -74,52 +76,219 @@ static inline void ks_ref_init(ks_ref *r, const kve_state_desc *d, uint64_t seq_
 static inline void ks_ref_free(ks_ref *r)
 {
     free(r->tab);
-    free(r->freed);
+    free(r->tmp);
 }
 
-/* Append one token; returns its slot in table t via @p slots [tables]. */
-static inline void ks_ref_append(kve_context *ctx, ks_ref *r, int64_t *slots)
+/* One round of table @p t (full): evict by kve_evict, then the old
+ * survivors (positions < pos0) keep their slot below their count and the
+ * others fill the free slots there, lowest to lowest; the call's survivors
+ * follow in position order. */
+static inline void ks_ref_round(kve_context *ctx, ks_ref *r, size_t t, uint32_t pos0)
 {
     const kve_schedule *s = &r->d.schedule;
-    size_t tables = (size_t)r->tl * r->th;
-    if (r->n >= r->C && r->free_left == 0) {
-        kve_seq seq = {r->seq_id, r->P, r->round};
-        for (size_t t = 0; t < tables; t++) {
-            kve_batch b = {s->seed,
-                           s->flags,
-                           1,
-                           &seq,
-                           1,
-                           1,
-                           r->d.layer_offset + (uint32_t)(t / r->th),
-                           r->d.head_offset + (uint32_t)(t % r->th),
-                           r->C,
-                           s->budget,
-                           s->window,
-                           r->tab + t * r->C,
-                           r->C};
-            kt_out o;
-            KT_OK(kt_evict(ctx, &b, &o));
-            ck_assert_uint_eq(o.n_evicted[0], s->interval);
-            for (uint32_t i = 0; i < o.n_evicted[0]; i++) {
-                r->freed[t * r->C + i] = o.evicted[i];
-                r->tab[t * r->C + o.evicted[i]] = -1;
-            }
-            kt_out_free(&o);
+    kve_seq seq = {r->seq_id, r->P, r->round};
+    int32_t *sp = r->tab + t * r->C;
+    kve_batch b = {s->seed, s->flags, 1, &seq, 1, 1, r->d.layer_offset + (uint32_t)(t / r->th),
+                   r->d.head_offset + (uint32_t)(t % r->th), r->C, s->budget, s->window, sp, r->C};
+    kt_out o;
+    KT_OK(kt_evict(ctx, &b, &o));
+    ck_assert_uint_eq(o.n_evicted[0], s->interval);
+    for (uint32_t i = 0; i < o.n_evicted[0]; i++)
+        sp[o.evicted[i]] = -1;
+    kt_out_free(&o);
+    uint32_t old = 0, mine = 0;
+    for (uint32_t i = 0; i < r->C; i++)
+        old += sp[i] >= 0 && sp[i] < (int32_t)pos0;
+    for (uint32_t i = 0; i < r->C; i++)
+        r->tmp[i] = -1;
+    for (uint32_t i = 0; i < old; i++) /* old survivors already below their count stay */
+        if (sp[i] >= 0 && sp[i] < (int32_t)pos0)
+            r->tmp[i] = sp[i];
+    for (uint32_t i = old, hole = 0; i < r->C; i++)
+        if (sp[i] >= 0 && sp[i] < (int32_t)pos0) {
+            while (r->tmp[hole] >= 0)
+                hole++;
+            r->tmp[hole] = sp[i];
         }
-        r->round++;
-        r->free_left = s->interval;
+    for (int32_t p = (int32_t)pos0; p < (int32_t)r->n; p++) /* positions in order */
+        for (uint32_t i = 0; i < r->C; i++)
+            if (sp[i] == p)
+                r->tmp[old + mine++] = p;
+    memcpy(sp, r->tmp, r->C * 4);
+}
+
+/* One append of @p k tokens; @p map [tables][k] gets each token's final
+ * slot or -1 (NULL: none). */
+static inline void ks_ref_call(kve_context *ctx, ks_ref *r, uint32_t k, int64_t *map)
+{
+    size_t tables = (size_t)r->tl * r->th;
+    uint32_t pos0 = r->n, left = k;
+    while (left) {
+        if (r->nv == r->C) {
+            for (size_t t = 0; t < tables; t++)
+                ks_ref_round(ctx, r, t, pos0);
+            r->round++;
+            r->nv = r->C - r->d.schedule.interval;
+        }
+        uint32_t cnt = left < r->C - r->nv ? left : r->C - r->nv;
+        for (size_t t = 0; t < tables; t++)
+            for (uint32_t i = 0; i < cnt; i++)
+                r->tab[t * r->C + r->nv + i] = (int32_t)(r->n + i);
+        r->nv += cnt;
+        r->n += cnt;
+        left -= cnt;
     }
+    for (size_t t = 0; t < tables && map; t++)
+        for (uint32_t i = 0; i < k; i++) {
+            map[t * k + i] = -1;
+            for (uint32_t s = 0; s < r->C; s++)
+                if (r->tab[t * r->C + s] == (int32_t)(pos0 + i))
+                    map[t * k + i] = s;
+        }
+}
+
+/* The step buffers of a state, sized for @p max_tokens and @p max_rows. */
+typedef struct {
+    kve_step_buffers b;
+    uint32_t tl, th;
+} ks_step;
+
+static inline void ks_step_init(ks_step *s, kve_state *st, uint32_t max_tokens, uint32_t max_rows,
+                                uint32_t max_new)
+{
+    kve_state_layout lay;
+    KT_OK(kve_state_get_layout(st, &lay));
+    s->tl = lay.table_layers;
+    s->th = lay.table_heads;
+    memset(&s->b, 0, sizeof s->b);
+    s->b.max_tokens = max_tokens;
+    s->b.max_rows = max_rows;
+    KT_OK(kve_state_max_moves(st, max_new, &s->b.max_moves));
+    size_t lists = (size_t)s->tl * max_rows * s->th;
+    s->b.slot_mapping = (int64_t *)malloc((size_t)s->tl * max_tokens * s->th * 8);
+    s->b.moves = (int32_t *)malloc(lists * s->b.max_moves * 8);
+    s->b.n_moves = (uint32_t *)malloc(lists * 4);
+    ck_assert(s->b.slot_mapping && s->b.moves && s->b.n_moves);
+}
+
+static inline void ks_step_free(ks_step *s)
+{
+    free(s->b.slot_mapping);
+    free(s->b.moves);
+    free(s->b.n_moves);
+}
+
+/* Slot of token @p tok in table t of a step's mapping. */
+static inline int64_t ks_map_at(const ks_step *s, size_t t, uint32_t tok)
+{
+    return s->b.slot_mapping[((t / s->th) * s->b.max_tokens + tok) * s->th + t % s->th];
+}
+
+/*
+ * A model of an engine's cache for one state: per row and table, the
+ * position whose bytes each slot holds (KS_FOREIGN: another request's).
+ * ks_apply runs a step's moves (reading the cache as it was before the
+ * call, and checking that no slot of a list is both a source and a
+ * destination) and then its writes.
+ */
+#define KS_FOREIGN (-7)
+typedef struct {
+    uint32_t rows, tables, slots;
+    int32_t *pos, *before; /* [rows][tables][slots] */
+} ks_cache;
+
+static inline void ks_cache_init(ks_cache *c, uint32_t rows, uint32_t tables, uint32_t slots)
+{
+    c->rows = rows;
+    c->tables = tables;
+    c->slots = slots;
+    size_t n = (size_t)rows * tables * slots;
+    c->pos = (int32_t *)malloc(n * 4);
+    c->before = (int32_t *)malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        c->pos[i] = KS_FOREIGN;
+}
+
+static inline void ks_cache_free(ks_cache *c)
+{
+    free(c->pos);
+    free(c->before);
+}
+
+/* Apply one append's outputs (rows[i] got n_new[i] tokens from pos0[i]). */
+static inline void ks_apply(ks_cache *c, const ks_step *s, uint32_t n_rows, const uint32_t *rows,
+                            const uint32_t *n_new, const uint32_t *pos0)
+{
+    size_t per_row = (size_t)c->tables * c->slots;
+    memcpy(c->before, c->pos, c->rows * per_row * 4);
+    uint32_t tok = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        for (uint32_t t = 0; t < c->tables; t++) {
+            size_t l = ((size_t)(t / s->th) * s->b.max_rows + i) * s->th + t % s->th;
+            uint32_t n = s->b.n_moves[l];
+            const int32_t *mv = s->b.moves + l * s->b.max_moves * 2;
+            int32_t *dst = c->pos + rows[i] * per_row + (size_t)t * c->slots;
+            const int32_t *src = c->before + rows[i] * per_row + (size_t)t * c->slots;
+            ck_assert_uint_le(n, s->b.max_moves);
+            for (uint32_t k = 0; k < n; k++) {
+                for (uint32_t q = 0; q < n; q++)
+                    ck_assert_msg(mv[2 * k] != mv[2 * q + 1],
+                                  "row %u table %u: slot %d is a move's source and destination",
+                                  rows[i], t, mv[2 * k]);
+                ck_assert(mv[2 * k] >= 0 && (uint32_t)mv[2 * k] < c->slots);
+                ck_assert(mv[2 * k + 1] >= 0 && mv[2 * k + 1] < mv[2 * k]);
+                dst[mv[2 * k + 1]] = src[mv[2 * k]];
+            }
+            for (uint32_t q = 0; q < n_new[i]; q++) {
+                int64_t slot = ks_map_at(s, t, tok + q);
+                if (slot >= 0)
+                    dst[slot] = (int32_t)(pos0[i] + q);
+            }
+        }
+        tok += n_new[i];
+    }
+}
+
+/*
+ * The placement after an append to row @p row whose tokens started at
+ * @p pos0: in every table the valid slots are exactly 0 .. n_valid-1, the
+ * call's tokens are the last ones in position order, every other one is
+ * older, and (with @p c) the cache holds at every valid slot the token the
+ * table names.
+ */
+static inline void ks_expect_placement(kve_state *st, uint32_t row, uint32_t pos0,
+                                       const ks_cache *c)
+{
+    kve_state_layout lay;
+    KT_OK(kve_state_get_layout(st, &lay));
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, row, &info));
+    ck_assert_uint_eq(info.n_used, info.n_valid);
+    int32_t *buf = (int32_t *)malloc(lay.row_stride * 4);
+    KT_OK(kve_state_read_slots(st, row, buf, lay.row_stride));
+    size_t tables = (size_t)lay.table_layers * lay.table_heads;
     for (size_t t = 0; t < tables; t++) {
-        uint32_t slot =
-            r->n < r->C ? r->n : (uint32_t)r->freed[t * r->C + s->interval - r->free_left];
-        r->tab[t * r->C + slot] = (int32_t)r->n;
-        if (slots)
-            slots[t] = slot;
+        const int32_t *sp = buf + t * lay.max_slots;
+        int mine = 1; /* scanning down: the call's block, then older tokens */
+        for (uint32_t i = lay.max_slots; i-- > 0;) {
+            ck_assert_msg((sp[i] >= 0) == (i < info.n_valid),
+                          "row %u table %zu slot %u = %d with n_valid = %u", row, t, i, sp[i],
+                          info.n_valid);
+            if (i >= info.n_valid)
+                continue;
+            if (mine && sp[i] < (int32_t)pos0)
+                mine = 0;
+            ck_assert_msg(mine ? (i + 1 >= info.n_valid || sp[i] < sp[i + 1])
+                               : sp[i] < (int32_t)pos0,
+                          "row %u table %zu slot %u = %d: out of place (call from %u)", row, t, i,
+                          sp[i], pos0);
+            if (c)
+                ck_assert_msg(c->pos[((size_t)row * c->tables + t) * c->slots + i] == sp[i],
+                              "row %u table %zu slot %u: cache holds %d, table says %d", row, t, i,
+                              c->pos[((size_t)row * c->tables + t) * c->slots + i], sp[i]);
+        }
     }
-    if (r->n >= r->C)
-        r->free_left--;
-    r->n++;
+    free(buf);
 }
 
 /* Row @p row of @p st equals the reference (tables and counts). */

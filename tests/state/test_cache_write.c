@@ -241,13 +241,14 @@ START_TEST(state_drives_writes)
     KT_OK(kve_state_admit(st, 0, 1, 5));
     KT_OK(kve_state_admit(st, 1, 2, 12));
     uint32_t rows[2] = {0, 1};
+    ks_step sb;
+    ks_step_init(&sb, st, 20, 2, 12);
     for (uint32_t step = 0; step < 300; step++) {
         uint32_t n_new[2] = {step ? 1 : 5, step ? 1 + step % 3 : 12};
         uint32_t T = n_new[0] + n_new[1];
-        int64_t map[2 * 20 * H];
         int32_t token_row[20];
         uint32_t tag[20 * H * 2]; /* entry = (pos, layer * H + head) */
-        KT_OK(kve_state_append(st, 2, rows, n_new, map, sizeof map / 8));
+        KT_OK(kve_state_append(st, 2, rows, n_new, &sb.b));
         kve_state_seq_info i0, i1;
         KT_OK(kve_state_get_seq(st, 0, &i0));
         KT_OK(kve_state_get_seq(st, 1, &i1));
@@ -261,7 +262,7 @@ START_TEST(state_drives_writes)
         for (uint32_t l = 0; l < L; l++) {
             for (uint32_t t = 0; t < T * H; t++)
                 tag[t * 2 + 1] = l * H + t % H;
-            uint32_t tl = lay.table_layers > 1 ? l : 0;
+            uint32_t tl = lay.table_layers > 1 ? l : 0, th = lay.table_heads;
             kve_cache_write_desc w = {.n_tokens = T,
                                       .n_heads = H,
                                       .entry_bytes = E,
@@ -271,17 +272,24 @@ START_TEST(state_drives_writes)
                                       .layout = KVE_LAYOUT_NHD,
                                       .page_size = PS,
                                       .n_pages = 2 * ROWS * BPR,
-                                      .slots = map + (size_t)tl * T * lay.table_heads,
-                                      .slots_stride_token = lay.table_heads,
-                                      .slots_stride_head = lay.table_heads > 1,
+                                      .slots = sb.b.slot_mapping + (size_t)tl * 20 * th,
+                                      .slots_stride_token = th,
+                                      .slots_stride_head = th > 1,
                                       .token_row = token_row,
                                       .n_rows = ROWS,
                                       .page_table = KVE_PAGES_BLOCK_TABLE,
                                       .block_table = bt,
-                                      .blocks_per_row = BPR};
+                                      .blocks_per_row = BPR,
+                                      .moves = sb.b.moves + (size_t)tl * 2 * th * sb.b.max_moves * 2,
+                                      .n_moves = sb.b.n_moves + (size_t)tl * 2 * th,
+                                      .n_move_rows = 2,
+                                      .max_moves = sb.b.max_moves,
+                                      .moves_stride_row = th,
+                                      .moves_stride_head = th > 1};
             KT_OK(kve_cache_write(ctx, &w));
         }
     }
+    ks_step_free(&sb);
     int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
     for (uint32_t r = 0; r < ROWS; r++) {
         KT_OK(kve_state_read_slots(st, r, tab, lay.row_stride));
@@ -350,24 +358,47 @@ START_TEST(state_bad_input)
 
     uint32_t rows[2] = {0, 0}, n_new[2] = {3, 3};
     int64_t map[64];
-    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, map, 64), KVE_ERR_INVALID, "appears twice");
+    int32_t mv[64];
+    uint32_t n_mv[8];
+    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4};
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID, "appears twice");
     rows[1] = 1;
-    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, map, 64), KVE_ERR_INVALID,
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID,
                "rows[1] = 1: holds no sequence");
-    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, map, 64), KVE_ERR_NULL, "rows is NULL");
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, map, 11), KVE_ERR_RANGE, "mapping_len = 11");
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL, 12), KVE_ERR_NULL, "slot_mapping");
+    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, &out), KVE_ERR_NULL, "rows is NULL");
+    out.max_tokens = 2;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_tokens = 2");
+    out.max_tokens = 3;
+    out.n_moves = NULL;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_NULL, "out->n_moves");
+    out.n_moves = n_mv;
+    out.max_rows = 0;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_rows = 0");
+    out.max_rows = 2;
+    n_new[0] = 30; /* 20 slots: 10 past a full row, 3 rounds of r = 4 */
+    out.max_tokens = 30;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_moves = 4");
+    out.max_tokens = 3;
     n_new[0] = 0x80000000u;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL, 0), KVE_ERR_RANGE, "n_new[0] = ");
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL), KVE_ERR_RANGE, "n_new[0] = ");
     kve_state_seq_info info;
     KT_OK(kve_state_get_seq(st, 0, &info));
     ck_assert_uint_eq(info.n_tokens, 0); /* failed calls changed nothing */
     n_new[0] = 3;
-    KT_OK(kve_state_append(st, 1, rows, n_new, map, 12)); /* and the marks were cleared */
+    KT_OK(kve_state_append(st, 1, rows, n_new, &out)); /* and the marks were cleared */
+    uint32_t moves_for = 0;
+    KT_OK(kve_state_max_moves(st, 9, &moves_for));
+    ck_assert_uint_eq(moves_for, 12);
 
-    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0), KVE_ERR_RANGE, "row = 5");
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0), KVE_ERR_RANGE, "prompt_len = 40");
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, map, 5), KVE_ERR_RANGE, "mapping_len = 5");
+    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE, "row = 5");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE,
+               "prompt_len = 40");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 0, map, 5), KVE_ERR_RANGE,
+               "mapping_len = 5");
+    uint32_t steps[2] = {4, 5};
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, steps, 2, NULL, 0), KVE_ERR_INVALID,
+               "steps sum to 9");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 2, NULL, 0), KVE_ERR_NULL, "steps is NULL");
     int32_t tab[4 * 32];
     EXPECT_ERR(kve_state_read_slots(st, 1, tab, 128), KVE_ERR_INVALID, "row = 1");
     EXPECT_ERR(kve_state_read_slots(st, 0, tab, 100), KVE_ERR_RANGE, "out_len = 100");

@@ -1,7 +1,10 @@
-/* test_state.c — the cache state against a plain reference of the schedule,
- * rebuild against the live state after thousands of steps (fresh and
- * persistent keys, every sharing mode, rows admitted and retired at
- * different times), appends in any grouping, persistent bottom-k. */
+/* test_state.c — the cache state against a plain reference of the schedule
+ * and the placement (one-token and multi-token appends, a model cache
+ * driven by the moves and writes), rebuild against the live state after
+ * thousands of steps (fresh and persistent keys, every sharing mode, rows
+ * admitted and retired at different times, the appends' history given),
+ * keep-sets independent of the grouping, persistent bottom-k. */
+#include "golden_vectors.h"
 #include "kve_state_test.h"
 
 static const uint32_t kModes[] = {
@@ -19,7 +22,10 @@ static const uint32_t kModes[] = {
 /* Prompts: empty, short, long, and over budget (P + W > B = 20). */
 static const uint32_t kPrompts[] = {0, 3, 11, 26};
 
-/* One token at a time, with the mapping checked against the reference. */
+/* Appends of 1 token, and now and then of 2..12 (across rounds, and past
+ * the window: some of a call's own tokens evicted within it), each checked
+ * against the reference: tables, mapping, placement, and the model cache
+ * the moves and writes keep. */
 START_TEST(matches_reference)
 {
     kve_context *ctx = ks_context();
@@ -27,163 +33,206 @@ START_TEST(matches_reference)
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
+    ks_step step;
+    ks_step_init(&step, st, 64, 1, 64);
+    ks_cache cache;
+    ks_cache_init(&cache, 2, (uint32_t)tables, lay.max_slots);
+    uint64_t rng = 11 + _i;
     for (size_t pi = 0; pi < 4; pi++) {
         uint32_t row = (uint32_t)(pi & 1), P = kPrompts[pi];
         ks_ref ref;
         ks_ref_init(&ref, &d, 1000 + pi, P);
         KT_OK(kve_state_admit(st, row, 1000 + pi, P));
-        int64_t got[6], want[6];
-        uint32_t one = 1;
-        for (uint32_t step = 0; step < 400; step++) {
-            ks_ref_append(ctx, &ref, want);
-            KT_OK(kve_state_append(st, 1, &row, &one, got, tables));
+        int64_t want[6 * 64];
+        for (uint32_t call = 0; call < 400; call++) {
+            uint32_t k = call == 0 ? P : kt_below(&rng, 6) == 0 ? 2 + kt_below(&rng, 11) : 1;
+            uint32_t pos0 = ref.n;
+            ks_ref_call(ctx, &ref, k, want);
+            KT_OK(kve_state_append(st, 1, &row, &k, &step.b));
             for (size_t t = 0; t < tables; t++)
-                ck_assert_msg(got[t] == want[t], "P %u token %u table %zu: slot %lld, want %lld", P,
-                              step, t, (long long)got[t], (long long)want[t]);
-            if (step % 37 == 0 || step == 399)
-                ks_expect_row(st, row, &ref);
+                for (uint32_t i = 0; i < k; i++)
+                    ck_assert_msg(ks_map_at(&step, t, i) == want[t * k + i],
+                                  "P %u call %u token %u table %zu: slot %lld, want %lld", P, call,
+                                  i, t, (long long)ks_map_at(&step, t, i),
+                                  (long long)want[t * k + i]);
+            ks_apply(&cache, &step, 1, &row, &k, &pos0);
+            ks_expect_row(st, row, &ref);
+            ks_expect_placement(st, row, pos0, &cache);
             kve_state_seq_info info;
             KT_OK(kve_state_get_seq(st, row, &info));
-            ck_assert_uint_eq(info.n_used, ref.n < ref.C ? ref.n : ref.C);
+            ck_assert_uint_eq(info.n_valid, ref.nv);
         }
-        /* Every head: n_valid valid slots, all below n_used, prompt intact. */
-        kve_state_seq_info info;
-        KT_OK(kve_state_get_seq(st, row, &info));
-        int32_t *buf = (int32_t *)malloc(lay.row_stride * 4);
-        KT_OK(kve_state_read_slots(st, row, buf, lay.row_stride));
-        for (size_t t = 0; t < tables; t++) {
-            uint32_t valid = 0, prompt = 0;
-            for (uint32_t i = 0; i < lay.max_slots; i++) {
-                int32_t p = buf[t * lay.max_slots + i];
-                valid += p >= 0;
-                prompt += p >= 0 && (uint32_t)p < P;
-                ck_assert(p < 0 || i < info.n_used);
-            }
-            ck_assert_uint_eq(valid, info.n_valid);
-            ck_assert_uint_eq(prompt, P);
-        }
-        free(buf);
         KT_OK(kve_state_retire(st, row));
         ks_ref_free(&ref);
     }
+    ks_cache_free(&cache);
+    ks_step_free(&step);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }
 END_TEST
 
 /* Thousands of steps over rows admitted and retired at random times, with
- * multi-token appends; rebuilds of live rows into spare rows must equal
- * them, also after more appends to both. */
+ * multi-token appends driving a model cache; rebuilds of live rows (given
+ * their appends) into spare rows must equal them, also after more appends
+ * to both, and a rebuild's mapping names every valid slot once. */
 START_TEST(rebuild_equals_live)
 {
     kve_context *ctx = ks_context();
-    enum { ROWS = 5, LIVE = 3, SPARE = 4 };
+    enum { ROWS = 5, LIVE = 3, SPARE = 4, HIST = 4096 };
     kve_state_desc d = ks_desc(kModes[_i], ROWS, 2, 3, 20, 3, 5, 40);
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
+    ks_step step;
+    ks_step_init(&step, st, 64, ROWS, 26);
+    ks_cache cache;
+    ks_cache_init(&cache, ROWS, (uint32_t)tables, lay.max_slots);
     uint64_t rng = 77 + _i;
     uint64_t next_id = 1;
     int active[LIVE] = {0};
-    uint32_t rebuilds = 0, prompt[LIVE] = {0};
-    int64_t *map = (int64_t *)malloc(4096 * tables * 8);
-    for (uint32_t step = 0; step < 3000; step++) {
+    uint32_t rebuilds = 0, prompt[LIVE] = {0}, hist_n[LIVE] = {0};
+    uint32_t *hist = (uint32_t *)malloc((size_t)LIVE * HIST * 4);
+    int64_t *map = (int64_t *)malloc(8192 * tables * 8);
+    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
+    for (uint32_t s = 0; s < 3000; s++) {
+        uint32_t rows[LIVE], n_new[LIVE], pos0[LIVE], n = 0;
         for (uint32_t r = 0; r < LIVE; r++) {
             if (!active[r] && kt_below(&rng, 20) == 0) {
                 prompt[r] = kPrompts[kt_below(&rng, 4)];
                 KT_OK(kve_state_admit(st, r, next_id++ * 0x9E3779B97F4A7C15ULL, prompt[r]));
-                uint32_t n = prompt[r];
-                KT_OK(kve_state_append(st, 1, &r, &n, map, 4096 * tables));
                 active[r] = 1;
+                hist_n[r] = 0;
+                for (size_t i = 0; i < tables * lay.max_slots; i++) /* another request's bytes */
+                    cache.pos[(size_t)r * tables * lay.max_slots + i] = KS_FOREIGN;
+                rows[n] = r;
+                n_new[n++] = prompt[r]; /* the prefill in this step */
             } else if (active[r] && kt_below(&rng, 1500) == 0) {
                 KT_OK(kve_state_retire(st, r));
                 active[r] = 0;
-            }
-        }
-        uint32_t rows[LIVE], n_new[LIVE], n = 0;
-        for (uint32_t r = 0; r < LIVE; r++)
-            if (active[r]) {
+            } else if (active[r]) {
                 rows[n] = r;
                 n_new[n++] = kt_below(&rng, 10) == 0 ? 1 + kt_below(&rng, 12) : 1;
             }
-        KT_OK(kve_state_append(st, n, rows, n_new, map, 4096 * tables));
-        if (step % 150 != 149 || n == 0)
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            kve_state_seq_info info;
+            KT_OK(kve_state_get_seq(st, rows[i], &info));
+            pos0[i] = info.n_tokens;
+            if (hist_n[rows[i]] < HIST)
+                hist[rows[i] * HIST + hist_n[rows[i]]] = n_new[i];
+            hist_n[rows[i]]++;
+        }
+        KT_OK(kve_state_append(st, n, rows, n_new, &step.b));
+        ks_apply(&cache, &step, n, rows, n_new, pos0);
+        for (uint32_t i = 0; i < n; i++)
+            ks_expect_placement(st, rows[i], pos0[i], &cache);
+        if (s % 150 != 149 || n == 0)
             continue;
         /* Rebuild one live row into the spare, compare, advance both, compare. */
         uint32_t r = rows[kt_below(&rng, n)];
+        if (hist_n[r] > HIST)
+            continue;
         kve_state_seq_info info;
         KT_OK(kve_state_get_seq(st, r, &info));
-        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens, NULL, 0));
+        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
+                                hist + r * HIST, hist_n[r], map, 8192 * tables));
         ks_expect_same(st, r, st, SPARE);
+        KT_OK(kve_state_read_slots(st, SPARE, tab, lay.row_stride));
+        for (size_t t = 0; t < tables; t++) { /* the recompute mapping names slots 0..n_valid-1 */
+            uint32_t named = 0;
+            for (uint32_t p = 0; p < info.n_tokens; p++) {
+                int64_t m = map[((t / lay.table_heads) * info.n_tokens + p) * lay.table_heads +
+                                t % lay.table_heads];
+                ck_assert(m >= -1 && m < (int64_t)info.n_valid);
+                if (m >= 0) {
+                    ck_assert_int_eq(tab[t * lay.max_slots + m], (int32_t)p);
+                    named++;
+                }
+            }
+            ck_assert_uint_eq(named, info.n_valid);
+        }
         for (uint32_t k = 0; k < 7; k++) {
             uint32_t both[2] = {r, SPARE}, cnt[2];
             cnt[0] = cnt[1] = 1 + kt_below(&rng, 3);
-            KT_OK(kve_state_append(st, 2, both, cnt, NULL, 0));
+            KT_OK(kve_state_append(st, 2, both, cnt, NULL));
+            if (hist_n[r] < HIST)
+                hist[r * HIST + hist_n[r]] = cnt[0];
+            hist_n[r]++;
         }
         ks_expect_same(st, r, st, SPARE);
         KT_OK(kve_state_retire(st, SPARE));
         rebuilds++;
+        /* the model cache of r no longer follows (appends without outputs): refill it */
+        KT_OK(kve_state_read_slots(st, r, tab, lay.row_stride));
+        memcpy(cache.pos + (size_t)r * tables * lay.max_slots, tab, lay.row_stride * 4);
     }
     ck_assert_uint_ge(rebuilds, 15);
     /* And every row still live after the whole run, in place. */
     for (uint32_t r = 0; r < LIVE; r++) {
-        if (!active[r])
+        if (!active[r] || hist_n[r] > HIST)
             continue;
         kve_state_seq_info info;
         KT_OK(kve_state_get_seq(st, r, &info));
         ck_assert_uint_gt(info.round, 0);
-        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens, NULL, 0));
+        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
+                                hist + r * HIST, hist_n[r], NULL, 0));
         ks_expect_same(st, r, st, SPARE);
         KT_OK(kve_state_retire(st, SPARE));
     }
+    free(tab);
+    free(hist);
     free(map);
+    ks_cache_free(&cache);
+    ks_step_free(&step);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }
 END_TEST
 
-/* One row fed in random chunks equals the same row fed token by token, and
- * each chunk's mapping says exactly which of its tokens stayed, and where. */
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* One row fed in random chunks keeps, in every head, the same positions as
+ * the same row fed token by token (the keep-sets never depend on the
+ * grouping); a rebuild with no history is the token-by-token row. */
 START_TEST(append_grouping)
 {
     kve_context *ctx = ks_context();
-    kve_state_desc d = ks_desc(kModes[_i], 2, 2, 2, 16, 2, 6, 40);
+    kve_state_desc d = ks_desc(kModes[_i], 3, 2, 2, 16, 2, 6, 40);
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
-    uint32_t tl = lay.table_layers, th = lay.table_heads;
-    size_t tables = (size_t)tl * th;
+    size_t tables = (size_t)lay.table_layers * lay.table_heads;
     uint64_t rng = 5 + _i;
     KT_OK(kve_state_admit(st, 0, 42, 5));
     KT_OK(kve_state_admit(st, 1, 42, 5));
-    int32_t *tab = (int32_t *)malloc(lay.row_stride * 4);
-    int64_t *map = (int64_t *)malloc(64 * tables * 8);
-    uint32_t one = 1, row1 = 1;
-    for (uint32_t done = 0; done < 1500;) {
-        uint32_t k = 1 + kt_below(&rng, 40), row0 = 0;
-        KT_OK(kve_state_append(st, 1, &row0, &k, map, 64 * tables));
+    int32_t *a = (int32_t *)malloc(lay.row_stride * 4), *b = (int32_t *)malloc(lay.row_stride * 4);
+    uint32_t one = 1, row0 = 0, row1 = 1, five = 5;
+    KT_OK(kve_state_append(st, 1, &row0, &five, NULL));
+    KT_OK(kve_state_append(st, 1, &row1, &five, NULL));
+    for (uint32_t done = 5; done < 1500;) {
+        uint32_t k = 1 + kt_below(&rng, 40);
+        KT_OK(kve_state_append(st, 1, &row0, &k, NULL));
         for (uint32_t i = 0; i < k; i++)
-            KT_OK(kve_state_append(st, 1, &row1, &one, NULL, 0));
-        ks_expect_same(st, 0, st, 1);
-        KT_OK(kve_state_read_slots(st, 0, tab, lay.row_stride));
-        for (size_t t = 0; t < tables; t++) {
-            const int32_t *sp = tab + t * lay.max_slots;
-            uint32_t kept_here = 0;
-            for (uint32_t i = 0; i < lay.max_slots; i++)
-                kept_here += sp[i] >= (int32_t)done;
-            for (uint32_t i = 0; i < k; i++) {
-                int64_t m = map[((t / th) * k + i) * th + t % th];
-                ck_assert(m >= -1 && m < (int64_t)lay.max_slots);
-                if (m >= 0) {
-                    ck_assert_int_eq(sp[m], (int32_t)(done + i));
-                    kept_here--;
-                }
-            }
-            ck_assert_uint_eq(kept_here, 0); /* every kept token of the chunk is mapped */
-        }
+            KT_OK(kve_state_append(st, 1, &row1, &one, NULL));
         done += k;
+        KT_OK(kve_state_read_slots(st, 0, a, lay.row_stride));
+        KT_OK(kve_state_read_slots(st, 1, b, lay.row_stride));
+        for (size_t t = 0; t < tables; t++) {
+            qsort(a + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
+            qsort(b + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
+        }
+        ck_assert(!memcmp(a, b, lay.row_stride * 4));
+        if (done % 7 == 0) {
+            KT_OK(kve_state_rebuild(st, 2, 42, 5, done, NULL, 0, NULL, 0));
+            ks_expect_same(st, 1, st, 2);
+        }
     }
-    free(tab);
-    free(map);
+    free(a);
+    free(b);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }
@@ -207,7 +256,7 @@ START_TEST(persistent_bottom_k)
     kve_state *st = ks_create(ctx, &d, &lay);
     size_t tables = (size_t)lay.table_layers * lay.table_heads;
     int64_t *map = (int64_t *)malloc((size_t)N * tables * 8);
-    KT_OK(kve_state_rebuild(st, 0, 99, P, N, map, (size_t)N * tables));
+    KT_OK(kve_state_rebuild(st, 0, 99, P, N, NULL, 0, map, (size_t)N * tables));
     kve_state_seq_info info;
     KT_OK(kve_state_get_seq(st, 0, &info));
     uint32_t t_last = info.capacity + (info.round - 1) * R, scored = t_last - W - P;
@@ -268,8 +317,8 @@ START_TEST(caller_memory)
     KT_OK(kve_state_admit(a, 2, 7, 40));
     KT_OK(kve_state_admit(b, 0, 7, 40));
     uint32_t r2 = 2, r0 = 0, n = 500;
-    KT_OK(kve_state_append(a, 1, &r2, &n, NULL, 0));
-    KT_OK(kve_state_append(b, 1, &r0, &n, NULL, 0));
+    KT_OK(kve_state_append(a, 1, &r2, &n, NULL));
+    KT_OK(kve_state_append(b, 1, &r0, &n, NULL));
     ks_expect_same(a, 2, b, 0);
     KT_OK(kve_state_destroy(a));
     KT_OK(kve_state_destroy(b));
@@ -280,9 +329,54 @@ START_TEST(caller_memory)
 }
 END_TEST
 
+static int cmp_pair_dst(const void *a, const void *b)
+{
+    const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The golden placement cases of docs/SPEC.md: the state's table, moves and
+ * mapping after each case's appends, and a rebuild from the history. */
+START_TEST(golden_placement)
+{
+    kve_context *ctx = ks_context();
+    const kve_golden_placement *g = &kve_golden_placements[_i];
+    kve_state_desc d = {{42, g->flags, g->budget, g->window, g->interval}, 2, 1, 1, 2, 1,
+                        g->n_slots};
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    KT_OK(kve_state_admit(st, 0, 7, g->prompt));
+    ks_step step;
+    ks_step_init(&step, st, 64, 1, 64);
+    uint32_t row = 0;
+    for (uint32_t i = 0; i < g->n_steps; i++)
+        KT_OK(kve_state_append(st, 1, &row, &g->steps[i], &step.b));
+    int32_t tab[64];
+    KT_OK(kve_state_read_slots(st, 0, tab, 64));
+    for (uint32_t s = 0; s < lay.max_slots; s++)
+        ck_assert_msg(tab[s] == (s < g->n_slots ? g->slot_pos[s] : -1), "%s: slot %u = %d, want %d",
+                      g->name, s, tab[s], g->slot_pos[s]);
+    ck_assert_uint_eq(step.b.n_moves[0], g->n_moves);
+    qsort(step.b.moves, g->n_moves, 8, cmp_pair_dst);
+    for (uint32_t k = 0; k < 2 * g->n_moves; k++)
+        ck_assert_int_eq(step.b.moves[k], g->moves[k]);
+    for (uint32_t k = 0; k < g->n_mapped; k++)
+        ck_assert_int_eq(ks_map_at(&step, 0, k), g->mapping[k]);
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    ck_assert_uint_eq(info.round, g->rounds);
+    KT_OK(kve_state_rebuild(st, 1, 7, g->prompt, info.n_tokens, g->steps, g->n_steps, NULL, 0));
+    ks_expect_same(st, 0, st, 1);
+    ks_step_free(&step);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
+        KVE_LOOP_TEST(state, golden_placement, 0, KVE_GOLDEN_N_PLACEMENTS),
         KVE_LOOP_TEST(state, matches_reference, 0, N_MODES),
         KVE_LOOP_TEST(state, rebuild_equals_live, 0, N_MODES),
         KVE_LOOP_TEST(state, append_grouping, 0, N_MODES),
