@@ -28,18 +28,20 @@ struct kve_state {
     kve_state_desc d;
     uint32_t tl, th; /* table layers, table heads */
     size_t tables, row_stride, freed_table_stride, freed_row_stride;
-    size_t offsets[5], memory_bytes, workspace_bytes;
+    size_t offsets[6], memory_bytes, workspace_bytes;
     void *memory;
     int owned;
     /* backend memory */
     int32_t *slot_pos, *freed;
     kve_seq *seqs;
     uint32_t *n_evicted, *n_kept;
+    uint64_t *run_digest; /* [max_seqs], SPEC §11, added to by the eviction kernels */
     void *workspace;
     /* host memory, max_seqs each (one allocation at rows) */
     kve_state_row *rows;
     kve_state_work *work;
     kve_state_job *jobs;
+    uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
 };
 
 /* kve_evict's batch for one row of @p n_slots slots. */

@@ -57,6 +57,7 @@ typedef struct kve_state_update {
     const int32_t *freed;
     size_t freed_row_stride, freed_table_stride;
     kve_seq *seqs; /* [max_seqs] */
+    uint64_t *run_digest; /* [max_seqs]: RESET zeroes the row's */
     int64_t *mapping;
     size_t map_layer_stride; /* elements between table layers */
     int32_t *moves;          /* pairs (src, dst), max_moves per list */

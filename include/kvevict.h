@@ -571,6 +571,18 @@ KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
  * [table_heads][max_slots] (out_len elements at least). Not for hot paths.
  * @return KVE_ERR_INVALID when the row holds no sequence.
  */
+/**
+ * Copy row @p row's running digest (docs/SPEC.md §11) to @p out: the wrapping
+ * sum over every round the row has run of its tables' evicted tokens'
+ * elements, each weighted by the KV heads its table stands for; 0 before the
+ * first round. The eviction kernels add to it as they evict (no extra pass,
+ * no host synchronization); admit and rebuild set it (rebuild to what the
+ * uninterrupted row would hold). Log it at retire: the shards' values sum
+ * to the unsharded model's. Synchronizes with the backend: not for hot paths.
+ * @return KVE_ERR_INVALID when the row holds no sequence.
+ */
+KVE_API kve_status kve_state_read_digest(kve_state *state, uint32_t row, uint64_t *out);
+
 KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,
                                         size_t out_len);
 

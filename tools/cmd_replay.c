@@ -259,6 +259,17 @@ static int kve_replay_run(kve_replay *r, const kve_replay_opts *o)
         if ((st = kve_replay_round_digest(r, o, round, &rd)) != KVE_OK)
             return kve_cli_fail("replay: digest", st);
         running += rd;
+        uint64_t backend_digest = 0;
+        if ((st = kve_state_read_digest(r->state, 0, &backend_digest)) != KVE_OK)
+            return kve_cli_fail("replay: digest", st);
+        if (backend_digest != running) {
+            fprintf(stderr,
+                    "kvevict: replay: round %u: the cache state's running digest 0x%016llx "
+                    "differs from the sum of its evictions' elements 0x%016llx (a bug: report "
+                    "it with this command line)\n",
+                    round, (unsigned long long)backend_digest, (unsigned long long)running);
+            return 1;
+        }
         if (!o->summary)
             kve_replay_print_round(r, o, round, rd, running);
         round++;

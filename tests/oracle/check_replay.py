@@ -44,7 +44,7 @@ class Runner:
             self.failed.append("%s: %s" % (name, detail))
 
     def run(self, args, extra=True):
-        argv = [self.exe] + args + (self.extra if extra else [])
+        argv = [self.exe] + args + (self.extra if extra and args[0] == "replay" else [])
         return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
