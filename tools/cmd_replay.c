@@ -217,7 +217,9 @@ static kve_status kve_replay_append(kve_replay *r, uint32_t n)
 
 static int kve_replay_run(kve_replay *r, const kve_replay_opts *o)
 {
-    kve_state_desc d = {o->sched, 1, o->layers, o->heads, o->layer_offset, o->head_offset, 0};
+    kve_state_desc d = {.schedule = o->sched, .max_seqs = 1, .n_layers = o->layers,
+                        .n_heads = o->heads, .layer_offset = o->layer_offset,
+                        .head_offset = o->head_offset};
     kve_status st = kve_schedule_capacity(&o->sched, o->prompt, &d.max_slots);
     if (st != KVE_OK)
         return kve_cli_fail("replay: schedule", st);
