@@ -37,13 +37,14 @@ struct kve_state {
     uint32_t tl, th; /* table layers, table heads */
     size_t tables, row_elems;
     uint64_t pool; /* slots per table in the pool */
-    size_t offsets[5], memory_bytes, workspace_bytes;
+    size_t offsets[6], memory_bytes, workspace_bytes;
     void *memory;
     int owned;
     /* backend memory */
     int32_t *slot_pos, *freed;
     kve_seq *seqs;
     uint32_t *n_evicted, *n_kept;
+    uint64_t *run_digest; /* [max_seqs], SPEC §11, added to by the eviction kernels */
     void *workspace;
     /* host memory, max_seqs each (one allocation at rows) */
     kve_state_row *rows;
@@ -51,6 +52,7 @@ struct kve_state {
     kve_state_job *jobs;
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
+    uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
 };
 
 /* A job of @p kind on row @p row (its place in the pool filled in). */

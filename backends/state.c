@@ -71,7 +71,7 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
                         "desc.pool_slots = %llu: below max_slots = %u (0: max_seqs x max_slots)",
                         (unsigned long long)d->pool_slots, d->max_slots);
     s->pool = d->pool_slots ? d->pool_slots : (uint64_t)d->max_seqs * d->max_slots;
-    size_t sizes[5];
+    size_t sizes[6];
     /* Tables and freed lists (kve_evict wants capacity - B entries a head,
      * so a row's freed lists take its capacity too) share the pool's layout. */
     KVE_RETURN_ERROR_IF(s->pool > SIZE_MAX / 4 ||
@@ -83,8 +83,11 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     sizes[3] = s->tables * 4 * 2;                      /* n_evicted, n_kept */
     kve_batch b = kve_state_batch(s, 0, d->max_slots); /* the shape of every eviction */
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[4]));
+    sizes[5] = (size_t)d->max_seqs * 8; /* running digests */
+    s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
+                       ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         s->offsets[i] = off;
         KVE_RETURN_ERROR_IF(off + KVE_ALIGN256(sizes[i]) < off, KVE_ERR_OVERFLOW,
                             "desc: state memory overflows");
@@ -186,6 +189,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->n_evicted = (uint32_t *)(base + s->offsets[3]);
     s->n_kept = s->n_evicted + s->tables;
     s->workspace = s->workspace_bytes ? base + s->offsets[4] : NULL;
+    s->run_digest = (uint64_t *)(base + s->offsets[5]);
     kve_error_clear();
     *out = s;
     return KVE_OK;
@@ -214,6 +218,7 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *
                           .slot_pos = s->slot_pos,
                           .freed = s->freed,
                           .seqs = s->seqs,
+                          .run_digest = s->run_digest,
                           .n_jobs = n_jobs,
                           .jobs = s->jobs};
     if (out) {
@@ -405,13 +410,12 @@ static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
 {
     kve_state_row *r = &s->rows[row];
     kve_batch b = kve_state_batch(s, row, r->capacity);
-    kve_evict_out o = {s->freed + r->off * s->tables,
-                       r->capacity,
-                       s->n_evicted,
-                       s->n_kept,
-                       NULL,
-                       NULL,
-                       0};
+    kve_evict_out o = {.evicted = s->freed + r->off * s->tables,
+                       .evicted_stride = r->capacity,
+                       .n_evicted = s->n_evicted,
+                       .n_kept = s->n_kept,
+                       .run_digest = s->run_digest + row,
+                       .run_digest_weight = s->digest_weight};
     size_t need;
     KVE_TRY(s->ctx->ops->evict_workspace_size(s->ctx, &b, &need));
     int fits = need <= s->workspace_bytes;
@@ -592,6 +596,13 @@ kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_inf
     *out = (kve_state_seq_info){r->active, r->prompt,  r->seq_id,  r->capacity,           r->n_tokens,
                                 r->round,  r->n_valid, r->n_valid, r->off * s->tables};
     return KVE_OK;
+}
+
+kve_status kve_state_read_digest(kve_state *s, uint32_t row, uint64_t *out)
+{
+    KVE_TRY(kve_check_row(s, row, 1));
+    KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
+    return kve_copy(s->ctx, out, s->run_digest + row, 8, KVE_COPY_BACKEND_TO_HOST);
 }
 
 kve_status kve_state_read_slots(kve_state *s, uint32_t row, int32_t *out, size_t out_len)

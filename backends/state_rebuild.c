@@ -119,6 +119,8 @@ typedef struct {
     int32_t *freed;   /* [r] */
     int32_t *slot_of; /* [n]: slot of each position, while it is held */
     kve_cand *heap;   /* [capacity] */
+    uint32_t round;   /* of the table being rebuilt */
+    uint64_t digest;  /* running digest of the row, all tables so far */
     int64_t *map;     /* [table_layers][n][table_heads] or NULL */
     uint32_t *steps;  /* the row's merged appends */
 } kve_rebuild_bufs;
@@ -127,7 +129,7 @@ typedef struct {
  * (after scoring every candidate up to the trigger token @p tm), then place
  * the round. Returns 1 when it did not free exactly r slots (a bug). */
 static int kve_rebuild_round(const kve_state *s, const kve_state_row *r, size_t t, uint32_t tm,
-                             uint32_t pos0, const kve_rebuild_bufs *b, size_t *hn, uint32_t *next)
+                             uint32_t pos0, kve_rebuild_bufs *b, size_t *hn, uint32_t *next)
 {
     const kve_schedule *sc = &s->d.schedule;
     uint32_t C = r->capacity, P = r->prompt, W = sc->window, rs = sc->interval;
@@ -142,8 +144,15 @@ static int kve_rebuild_round(const kve_state *s, const kve_state_row *r, size_t 
     size_t keep = *hn < keep_max ? *hn : (size_t)keep_max;
     if (*hn - keep != rs)
         return 1;
-    for (uint32_t i = 0; i < rs; i++)
-        b->freed[i] = b->slot_of[kve_heap_pop(b->heap, hn).pos];
+    /* SPEC §11: each evicted token's element, at this round, weighted. */
+    uint64_t dseed = kve_seq_seed(sc->seed ^ KVE_RUN_DIGEST_TWEAK, r->seq_id);
+    uint32_t dflags = sc->flags & KVE_KEY_FLAGS & ~(uint32_t)KVE_PERSISTENT;
+    for (uint32_t i = 0; i < rs; i++) {
+        uint32_t p = kve_heap_pop(b->heap, hn).pos;
+        b->freed[i] = b->slot_of[p];
+        b->digest += s->digest_weight * kve_key(dseed, dflags, layer, head, p, b->round);
+    }
+    b->round++;
     qsort(b->freed, rs, sizeof *b->freed, kve_cmp_i32);
     if (kve_round_table(b->tab, b->freed, C, rs, (int32_t)pos0, NULL, NULL, 0))
         return 1;
@@ -154,8 +163,9 @@ static int kve_rebuild_round(const kve_state *s, const kve_state_row *r, size_t 
 
 /* One table through the row's merged appends (b->steps[0 .. n_calls)). */
 static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t t, uint32_t n_calls,
-                             const kve_rebuild_bufs *b)
+                             kve_rebuild_bufs *b)
 {
+    b->round = 0;
     uint32_t C = r->capacity, nv = 0, pos = 0, next = r->prompt;
     size_t hn = 0;
     for (uint32_t i = 0; i < C; i++)
@@ -196,6 +206,7 @@ static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, uin
     b->slot_of = (int32_t *)malloc(((size_t)n + 1) * 4);
     b->heap = (kve_cand *)malloc((size_t)r->capacity * sizeof(kve_cand));
     b->map = map_n ? (int64_t *)malloc(map_n * 8) : NULL;
+    b->digest = 0;
     kve_status st = KVE_OK;
     if (!tables || !b->freed || !b->slot_of || !b->heap || (map_n && !b->map))
         st = kve_error_set(KVE_ERR_NOMEM,
@@ -216,6 +227,8 @@ static kve_status kve_rebuild_direct(kve_state *s, uint32_t row, uint32_t n, uin
                       KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK && map_n)
         st = kve_copy(s->ctx, mapping, b->map, map_n * 8, KVE_COPY_HOST_TO_BACKEND);
+    if (st == KVE_OK)
+        st = kve_copy(s->ctx, s->run_digest + row, &b->digest, 8, KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK) {
         r->n_tokens = n;
         r->round = n > r->capacity ? (uint32_t)((n - r->capacity + s->d.schedule.interval - 1) /

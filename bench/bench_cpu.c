@@ -126,6 +126,7 @@ kve_context *cpu_context(int isa, int threads)
 
 typedef struct {
     double checked, trusted, floor;
+    double digest_on, digest_off; /* checked, with and without round_digest, paired */
 } evict_result;
 
 typedef struct {
@@ -190,7 +191,8 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
     uint8_t *flags = (uint8_t *)malloc(heads);
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, flags, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept, .head_flags = flags};
     kve_context *ctx = cpu_context(isa, threads);
     size_t ws_bytes = 0;
     kve_status st = kve_evict_workspace_size(ctx, &b, &ws_bytes);
@@ -205,6 +207,20 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
         b.flags = trusted ? KVE_TRUSTED_SLOTS : 0;
         *(trusted ? &r.trusted : &r.checked) = time_median(min_time, evict_next_round, evict_once, &run);
     }
+    /* The running digest's cost (SPEC §11): checked rounds with round_digest
+     * on and off, measured back to back, three times; the smallest of each. */
+    b.flags = 0;
+    uint64_t *digest = (uint64_t *)malloc(heads * 8);
+    r.digest_on = r.digest_off = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        out.round_digest = digest;
+        double on = time_median(min_time / 3, evict_next_round, evict_once, &run);
+        out.round_digest = NULL;
+        double off = time_median(min_time / 3, evict_next_round, evict_once, &run);
+        r.digest_on = on < r.digest_on ? on : r.digest_on;
+        r.digest_off = off < r.digest_off ? off : r.digest_off;
+    }
+    free(digest);
     /* The floor: keys of the same candidates (positions P..B-1 of each head),
      * nothing else, on the same ISA and threads. */
     run.kernels = kve_cpu_kernels_get((kve_cpu_isa)isa);
@@ -242,7 +258,8 @@ static double bench_scaling(const workload *w, int isa, int threads, int pairs)
         seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
     kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
                    G_WINDOW, slots, G_SLOTS};
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept};
     kve_context *one = cpu_context(isa, 1), *many = cpu_context(isa, threads);
     size_t bytes = 0;
     kve_status st = kve_evict_workspace_size(many, &b, &bytes);
@@ -336,7 +353,8 @@ static compact_result bench_compact(int isa, int threads, int token_rows, int ou
     size_t ev_stride = G_SLOTS - G_BUDGET;
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
-    kve_evict_out out = {evicted, ev_stride, n_ev, n_kept, NULL, NULL, 0};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
+                         .n_kept = n_kept};
     kve_context *ctx = cpu_context(isa, threads);
     kve_status st = kve_evict(ctx, &b, &out, NULL, 0);
     if (st != KVE_OK)
@@ -530,6 +548,7 @@ int main(int argc, char **argv)
         for (int w = 0; w < 3; w++)
             peers.numpy[w] = peers.torch[w] = -1;
 
+    evict_result digest_rows[3][4][8];
     printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)\n");
     printf("%-4s %-7s %3s | %10s %8s %9s | %10s %8s | %9s %8s | %8s %8s\n", "wl", "isa", "thr",
            "checked ms", "ns/cand", "x floor", "trusted ms", "x floor", "floor ms", "ns/key",
@@ -541,6 +560,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < o.n_isas; i++)
             for (int t = 0; t < o.n_threads; t++) {
                 evict_result r = bench_evict(&kWorkloads[w], o.isas[i], o.threads[t], o.min_time);
+                digest_rows[w][i][t] = r;
                 printf("%-4s %-7s %3d | %10.3f %8.2f %9.2f | %10.3f %8.2f | %9.3f %8.2f |",
                        kWorkloads[w].name, isa_names[o.isas[i]], o.threads[t], r.checked * 1e3,
                        r.checked * 1e9 / cands, r.checked / r.floor, r.trusted * 1e3,
@@ -556,6 +576,15 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
     }
+    printf("\nrunning digest (round_digest on vs off, checked round, same run):\n");
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; o.run[w] && i < o.n_isas; i++)
+            for (int t = 0; t < o.n_threads; t++) {
+                const evict_result *r = &digest_rows[w][i][t];
+                printf("%-4s %-7s %3d | on %.3f ms, off %.3f ms: %+.1f%%\n", kWorkloads[w].name,
+                       isa_names[o.isas[i]], o.threads[t], r->digest_on * 1e3,
+                       r->digest_off * 1e3, (r->digest_on / r->digest_off - 1) * 100);
+            }
     if (o.peers)
         for (int w = 0; w < 3; w++)
             if (o.run[w])

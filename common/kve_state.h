@@ -60,6 +60,7 @@ typedef struct kve_state_update {
     int32_t *slot_pos;    /* the pool of tables */
     const int32_t *freed; /* the pool of freed lists, laid out as slot_pos */
     kve_seq *seqs;        /* [max_seqs] */
+    uint64_t *run_digest; /* [max_seqs]: RESET zeroes the row's */
     int64_t *mapping;
     size_t map_layer_stride; /* elements between table layers */
     int32_t *moves;          /* pairs (src, dst), max_moves per list */

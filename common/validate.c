@@ -119,7 +119,7 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
                                 kept_span > SIZE_MAX / 4,
                             KVE_ERR_OVERFLOW, "out.kept_stride = %zu overflows over %zu heads",
                             o->kept_stride, heads);
-    KVE_RETURN_ERROR_IF(heads > SIZE_MAX / 4, KVE_ERR_OVERFLOW, "%zu heads overflow", heads);
+    KVE_RETURN_ERROR_IF(heads > SIZE_MAX / 8, KVE_ERR_OVERFLOW, "%zu heads overflow", heads);
     if (b->n_slots)
         kve_rows_span(heads, b->slot_pos_stride, b->n_slots, &in_span);
     const kve_range r[] = {
@@ -129,6 +129,8 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
         {"out.n_kept", (const char *)o->n_kept, heads * 4},
         {"out.head_flags", (const char *)o->head_flags, o->head_flags ? heads : 0},
         {"out.kept", (const char *)o->kept, kept_span * 4},
+        {"out.round_digest", (const char *)o->round_digest, o->round_digest ? heads * 8 : 0},
+        {"out.run_digest", (const char *)o->run_digest, o->run_digest ? (size_t)b->n_seqs * 8 : 0},
     };
     return kve_check_disjoint(r, sizeof r / sizeof r[0]);
 }

@@ -31,6 +31,10 @@ extern "C" {
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 1
+/** Version of the running digest (docs/SPEC.md section 11). */
+#define KVE_RUN_DIGEST_VERSION 1
+/** XORed into the seed for the running digest's elements ("kve-run1"). */
+#define KVE_RUN_DIGEST_TWEAK 0x6b76652d72756e31ull
 /** Version of the cache state's slot placement (docs/SPEC.md "Placement"). */
 #define KVE_PLACEMENT_VERSION 1
 
@@ -266,6 +270,15 @@ typedef struct kve_evict_out {
     uint8_t *head_flags;     /**< optional: [heads] KVE_HEAD_* bits */
     int32_t *kept;           /**< optional: kept slots, ascending, row i at kept + i*kept_stride */
     size_t kept_stride;      /**< >= n_slots when kept != NULL */
+    /** optional: [heads] each head's part of the round digest (SPEC §11):
+     *  the wrapping sum of the elements of the tokens it evicted, weight 1,
+     *  0 when it evicted none */
+    uint64_t *round_digest;
+    /** optional: [n_seqs] running digests (SPEC §11): the call adds, wrapping,
+     *  run_digest_weight x the round digests of each sequence's heads to its
+     *  element — the cache state's per-row digest, with its table weight */
+    uint64_t *run_digest;
+    uint64_t run_digest_weight; /**< 0 counts as 1 */
 } kve_evict_out;
 
 /**
@@ -579,6 +592,18 @@ KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
  * capacity read -1). Not for hot paths.
  * @return KVE_ERR_INVALID when the row holds no sequence.
  */
+/**
+ * Copy row @p row's running digest (docs/SPEC.md §11) to @p out: the wrapping
+ * sum over every round the row has run of its tables' evicted tokens'
+ * elements, each weighted by the KV heads its table stands for; 0 before the
+ * first round. The eviction kernels add to it as they evict (no extra pass,
+ * no host synchronization); admit and rebuild set it (rebuild to what the
+ * uninterrupted row would hold). Log it at retire: the shards' values sum
+ * to the unsharded model's. Synchronizes with the backend: not for hot paths.
+ * @return KVE_ERR_INVALID when the row holds no sequence.
+ */
+KVE_API kve_status kve_state_read_digest(kve_state *state, uint32_t row, uint64_t *out);
+
 KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,
                                         size_t out_len);
 
@@ -730,7 +755,9 @@ typedef struct kve_cache_write_desc {
  * launch each on a GPU (the writes alone when moves is NULL). Checks shapes,
  * strides (no two destination entries overlap, no source overlaps a
  * destination) and, on backends with host memory, every token_row, slot,
- * page id, move row, move count and moved slot.
+ * page id, move row, move count and moved slot, and with KVE_PAGES_INDPTR
+ * that indptr starts at 0 and never decreases (so indices is read only
+ * within its indptr[n_rows] entries).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

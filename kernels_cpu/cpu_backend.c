@@ -107,6 +107,27 @@ static kve_status cpu_evict_workspace_size(kve_context *ctx, const kve_batch *b,
     return KVE_OK;
 }
 
+/* docs/SPEC.md §11: the wrapping sum of the running digest's elements of the
+ * head's evicted tokens — the spec's key with the digest seed and the real
+ * round — through the ISA's own key kernel, while the head is hot. */
+static uint64_t kve_cpu_round_digest(const kve_cpu_kernels *k, const kve_head_job *job)
+{
+    kve_head_job e = *job;
+    e.seed ^= KVE_RUN_DIGEST_TWEAK;
+    e.key_flags &= ~(uint32_t)KVE_PERSISTENT;
+    int32_t pos[64];
+    uint64_t keys[64], sum = 0;
+    for (uint32_t i = 0; i < job->n_evicted;) {
+        uint32_t n = 0;
+        for (; n < 64 && i < job->n_evicted; n++, i++)
+            pos[n] = job->slot_pos[job->evicted[i]];
+        k->head_keys(&e, pos, n, keys);
+        for (uint32_t j = 0; j < n; j++)
+            sum += keys[j];
+    }
+    return sum;
+}
+
 static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
@@ -148,6 +169,15 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
             k->evict_head(&job, scratch);
             o->n_evicted[i] = job.n_evicted;
             o->n_kept[i] = job.n_kept;
+            if (o->round_digest || o->run_digest) {
+                uint64_t d = kve_cpu_round_digest(k, &job);
+                if (o->round_digest)
+                    o->round_digest[i] = d;
+                if (o->run_digest) /* wrapping sums: any thread order gives one value */
+                    __atomic_fetch_add(&o->run_digest[i / per_seq],
+                                       (o->run_digest_weight ? o->run_digest_weight : 1) * d,
+                                       __ATOMIC_RELAXED);
+            }
             if (o->head_flags)
                 o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
         }

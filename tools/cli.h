@@ -67,5 +67,7 @@ int kve_cmd_key(int argc, char **argv);
 int kve_cmd_digest(int argc, char **argv);
 int kve_cmd_vectors(int argc, char **argv);
 int kve_cmd_demo(int argc, char **argv);
+int kve_cmd_replay(int argc, char **argv);
+int kve_cmd_diff(int argc, char **argv);
 
 #endif

@@ -398,8 +398,10 @@ kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_re
         st = kve_copy(ctx, dev[1], cfg->slot_pos, heads * cfg->n_slots * 4,
                       KVE_COPY_HOST_TO_BACKEND);
     kve_batch b = kve_cli_batch(cfg, (const kve_seq *)dev[0], (const int32_t *)dev[1]);
-    kve_evict_out o = {(int32_t *)dev[2], r->evicted_stride, (uint32_t *)dev[4],
-                       (uint32_t *)dev[5], (uint8_t *)dev[6], (int32_t *)dev[3], r->kept_stride};
+    kve_evict_out o = {.evicted = (int32_t *)dev[2], .evicted_stride = r->evicted_stride,
+                       .n_evicted = (uint32_t *)dev[4], .n_kept = (uint32_t *)dev[5],
+                       .head_flags = (uint8_t *)dev[6], .kept = (int32_t *)dev[3],
+                       .kept_stride = r->kept_stride};
     if (st == KVE_OK)
         st = kve_evict(ctx, &b, &o, NULL, 0);
     if (st == KVE_OK)

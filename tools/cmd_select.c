@@ -221,7 +221,8 @@ static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const 
         st = kve_context_create(KVE_BACKEND_CPU, &host);
         kve_seq seq = {cfg->seq_id, cfg->prompt, cfg->round};
         kve_batch b = kve_cli_batch(cfg, &seq, cfg->slot_pos);
-        kve_evict_out o = {r.evicted, r.evicted_stride, r.n_evicted, r.n_kept, NULL, NULL, 0};
+        kve_evict_out o = {.evicted = r.evicted, .evicted_stride = r.evicted_stride,
+                           .n_evicted = r.n_evicted, .n_kept = r.n_kept};
         if (st == KVE_OK)
             st = kve_digest(host, &b, &o, out);
         kve_context_destroy(host);

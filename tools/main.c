@@ -14,6 +14,8 @@ static const char kve_usage[] =
     "  key       the spec's key for coordinates\n"
     "  digest    the keep-sets' digest on each backend; fails when they disagree\n"
     "  vectors   the golden vectors of docs/SPEC.md, checked on this machine\n"
+    "  replay    one request's rounds and running digest from ids alone, JSON lines\n"
+    "  diff      compare two replay (or digest) logs; name the first divergence\n"
     "  version   library and spec versions, backends available here\n";
 
 static int kve_cmd_version(void)
@@ -63,6 +65,10 @@ int main(int argc, char **argv)
         return kve_cmd_digest(argc, argv);
     if (!strcmp(cmd, "vectors"))
         return kve_cmd_vectors(argc, argv);
+    if (!strcmp(cmd, "replay"))
+        return kve_cmd_replay(argc, argv);
+    if (!strcmp(cmd, "diff"))
+        return kve_cmd_diff(argc, argv);
     if (!strcmp(cmd, "demo"))
         return kve_cmd_demo(argc, argv);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))

@@ -199,13 +199,35 @@ KVE_FN void kve_evict_write(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args
     uint32_t n = hd->n, per = (n + tc->nt - 1) / tc->nt;
     uint32_t t0 = tc->tid * per < n ? tc->tid * per : n, t1 = t0 + per < n ? t0 + per : n;
     uint32_t ne = 0, nk = 0;
+    /* SPEC §11: the running digest's elements of the evicted tokens, summed
+     * (wrapping, so order-free) when asked for, while the positions are
+     * still there; a->o is uniform, so is the second scan's barrier. */
+    const kve_batch *b = &a->b;
+    const kve_seq *seq = &b->seqs[h / ((uint64_t)b->n_layers * b->n_heads)];
+    int want_digest = a->o.round_digest || a->o.run_digest;
+    uint64_t dseed = want_digest ? kve_seq_seed(b->seed ^ KVE_RUN_DIGEST_TWEAK, seq->seq_id) : 0;
+    uint32_t dflags = b->flags & KVE_KEY_FLAGS & ~(uint32_t)KVE_PERSISTENT;
+    uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
+    uint32_t head = b->head_offset + (uint32_t)(h % b->n_heads);
+    uint64_t dsum = 0;
     for (uint32_t t = t0; t < t1; t++) {
         int f = kve_slot_fate(hd, t, n_keep, thr);
+        if (f == 2 && want_digest)
+            dsum += kve_key(dseed, dflags, layer, head, (uint32_t)hd->pos[t], seq->round);
         fate[t] = f;
         ne += f == 2;
         nk += f == 1;
     }
     uint64_t total, at = kve_block_exscan(tc, sm->wsum, ne | (uint64_t)nk << 32, &total);
+    if (want_digest) {
+        uint64_t dtotal;
+        kve_block_exscan(tc, sm->wsum, dsum, &dtotal);
+        if (tc->tid == 0 && a->o.round_digest)
+            a->o.round_digest[h] = dtotal;
+        if (tc->tid == 0 && a->o.run_digest)
+            kve_atomic_add_u64(&a->o.run_digest[h / ((uint64_t)b->n_layers * b->n_heads)],
+                               (a->o.run_digest_weight ? a->o.run_digest_weight : 1) * dtotal);
+    }
     uint32_t tot_ev = (uint32_t)total, tot_kp = (uint32_t)(total >> 32);
     uint32_t ei = (uint32_t)at, ki = tot_ev + (uint32_t)(at >> 32);
     for (uint32_t t = t0; t < t1; t++) {

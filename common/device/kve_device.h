@@ -74,6 +74,11 @@ KVE_FN uint32_t kve_atomic_add_u32(uint32_t *p, uint32_t v)
 {
     return atomicAdd((unsigned int *)p, v);
 }
+/* Wrapping: sums of u64 are exact in any order, so results stay deterministic. */
+KVE_FN void kve_atomic_add_u64(uint64_t *p, uint64_t v)
+{
+    atomicAdd((unsigned long long *)p, (unsigned long long)v);
+}
 KVE_FN void kve_atomic_min_u32(uint32_t *p, uint32_t v) { atomicMin((unsigned int *)p, v); }
 KVE_FN void kve_atomic_max_u32(uint32_t *p, uint32_t v) { atomicMax((unsigned int *)p, v); }
 KVE_FN void kve_atomic_min_u64(uint64_t *p, uint64_t v)
@@ -121,6 +126,10 @@ KVE_FN uint64_t kve_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d)
 KVE_FN uint32_t kve_atomic_add_u32(uint32_t *p, uint32_t v)
 {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+KVE_FN void kve_atomic_add_u64(uint64_t *p, uint64_t v)
+{
+    __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 
 #define KVE_EMU_ATOMIC_EXTREMUM(name, type, better)                                              \

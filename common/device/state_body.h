@@ -180,7 +180,11 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
     if (u->moves && (j->kind == KVE_JOB_ROUND || j->kind == KVE_JOB_MOVES_CLEAR))
         mv = kve_move_list(u, j->token, t, &n_mv);
     switch (j->kind) {
-    case KVE_JOB_RESET: sp[i] = -1; return 0;
+    case KVE_JOB_RESET:
+        sp[i] = -1;
+        if (e == 0 && u->run_digest)
+            u->run_digest[j->row] = 0;
+        return 0;
     case KVE_JOB_LINEAR:
         if ((uint64_t)j->first + i >= j->stride)
             return 1;

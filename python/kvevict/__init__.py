@@ -308,6 +308,14 @@ class State(_Handle):
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
                        i.n_valid, i.n_used, i.table_offset)
 
+    def digest(self, row: int) -> int:
+        """The row's running digest (docs/SPEC.md section 11), an int: log it at retire.
+        Waits for the backend, so not for the decode loop."""
+        out = ctypes.c_uint64(0)
+        check(lib.kve_state_read_digest(self.handle, row, ctypes.byref(out)),
+              "kve_state_read_digest")
+        return out.value
+
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
         out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)

@@ -136,7 +136,8 @@ class Batch(ctypes.Structure):
 
 class EvictOut(ctypes.Structure):
     _fields_ = [("evicted", vp), ("evicted_stride", sz), ("n_evicted", vp), ("n_kept", vp),
-                ("head_flags", vp), ("kept", vp), ("kept_stride", sz)]
+                ("head_flags", vp), ("kept", vp), ("kept_stride", sz), ("round_digest", vp),
+                ("run_digest", vp), ("run_digest_weight", u64)]
 
 
 class CacheView(ctypes.Structure):
@@ -177,6 +178,7 @@ _PROTOS = {
     "kve_state_get_layout": (ctypes.c_int, [vp, P(StateLayout)]),
     "kve_state_get_seq": (ctypes.c_int, [vp, u32, P(SeqInfo)]),
     "kve_state_read_slots": (ctypes.c_int, [vp, u32, P(ctypes.c_int32), sz]),
+    "kve_state_read_digest": (ctypes.c_int, [vp, u32, P(u64)]),
     "kve_cache_write": (ctypes.c_int, [vp, P(CacheWriteDesc)]),
     "kve_evict": (ctypes.c_int, [vp, P(Batch), P(EvictOut), vp, sz]),
     "kve_compact": (ctypes.c_int, [vp, P(CompactDesc)]),

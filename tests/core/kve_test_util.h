@@ -45,6 +45,9 @@ typedef struct {
     int32_t *evicted, *kept;
     uint32_t *n_evicted, *n_kept;
     uint8_t *flags;
+    uint64_t *digest; /* round_digest per head (SPEC §11) */
+    uint64_t *run;    /* run_digest per sequence, from 0, weight 3 */
+    size_t seqs;
 } kt_out;
 
 static inline void kt_out_init(kt_out *o, const kve_batch *b)
@@ -58,6 +61,9 @@ static inline void kt_out_init(kt_out *o, const kve_batch *b)
     o->n_evicted = (uint32_t *)calloc(h, 4);
     o->n_kept = (uint32_t *)calloc(h, 4);
     o->flags = (uint8_t *)calloc(h, 1);
+    o->digest = (uint64_t *)calloc(h, 8);
+    o->seqs = b->n_seqs;
+    o->run = (uint64_t *)calloc(b->n_seqs ? b->n_seqs : 1, 8);
 }
 
 static inline void kt_out_free(kt_out *o)
@@ -67,12 +73,16 @@ static inline void kt_out_free(kt_out *o)
     free(o->n_evicted);
     free(o->n_kept);
     free(o->flags);
+    free(o->digest);
+    free(o->run);
 }
 
 static inline kve_evict_out kt_out_view(const kt_out *o)
 {
-    kve_evict_out v = {o->evicted, o->ev_stride, o->n_evicted, o->n_kept, o->flags, o->kept,
-                       o->kept_stride};
+    kve_evict_out v = {.evicted = o->evicted, .evicted_stride = o->ev_stride,
+                       .n_evicted = o->n_evicted, .n_kept = o->n_kept, .head_flags = o->flags,
+                       .kept = o->kept, .kept_stride = o->kept_stride, .round_digest = o->digest,
+                       .run_digest = o->run, .run_digest_weight = 3};
     return v;
 }
 

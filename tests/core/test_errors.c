@@ -30,7 +30,8 @@ static void fixture_init(fixture *f)
     f->b = (kve_batch){7, 0, 1, &f->seq, 1, HEADS, 0, 0, N, 8, 2, f->slots, N};
     for (int i = 0; i < HEADS; i++)
         f->n_evicted[i] = 0xDEAD;
-    f->o = (kve_evict_out){f->evicted, N, f->n_evicted, f->n_kept, f->flags, NULL, 0};
+    f->o = (kve_evict_out){.evicted = f->evicted, .evicted_stride = N, .n_evicted = f->n_evicted,
+                           .n_kept = f->n_kept, .head_flags = f->flags};
 }
 
 /* No output was written by a failed call. */
@@ -87,6 +88,8 @@ START_TEST(evict_bad_arguments)
     EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_ALIAS, "overlaps");
     o = f.o, o.n_kept = f.n_evicted;
     EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_ALIAS, "out.n_evicted");
+    o = f.o, o.round_digest = (uint64_t *)(void *)f.n_kept; /* over n_kept */
+    EXPECT_ERR(kve_evict(f.ctx, &f.b, &o, NULL, 0), KVE_ERR_ALIAS, "out.round_digest");
     EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, NULL, 64), KVE_ERR_NULL, "workspace");
     char small[8];
     EXPECT_ERR(kve_evict(f.ctx, &f.b, &f.o, small, sizeof small), KVE_ERR_WORKSPACE,

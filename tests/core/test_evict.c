@@ -3,6 +3,7 @@
  * persistent bottom-k, uniformity and independence across heads. */
 #include <math.h>
 #include <stdio.h>
+#include <xxhash.h>
 
 #include "golden_vectors.h"
 #include "kve_suite.h"
@@ -423,6 +424,64 @@ START_TEST(workspace_caller_memory)
 }
 END_TEST
 
+/* SPEC §11 straight from the text, through libxxhash: a head's part of the
+ * round digest is the wrapping sum over its evicted tokens of
+ * XXH3(LE32 layer|head|pos|round, seq_seed(seed ^ tweak)), with the key's
+ * shared-field switches and the real round. */
+static uint64_t ref_round_digest(const kve_batch *b, size_t i, const int32_t *ev, uint32_t n)
+{
+    size_t per_seq = (size_t)b->n_layers * b->n_heads;
+    const kve_seq *seq = &b->seqs[i / per_seq];
+    unsigned char id[8], m[16];
+    for (int k = 0; k < 8; k++)
+        id[k] = (unsigned char)(seq->seq_id >> (8 * k));
+    uint64_t seed = XXH3_64bits_withSeed(id, 8, b->seed ^ KVE_RUN_DIGEST_TWEAK);
+    uint32_t f[4] = {(b->flags & KVE_SHARED_LAYERS) ? UINT32_MAX
+                                                    : b->layer_offset + (uint32_t)(i / b->n_heads % b->n_layers),
+                     (b->flags & KVE_SHARED_HEADS) ? UINT32_MAX : b->head_offset + (uint32_t)(i % b->n_heads),
+                     0, seq->round};
+    uint64_t sum = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        f[2] = (uint32_t)b->slot_pos[i * b->slot_pos_stride + (size_t)ev[e]];
+        for (int k = 0; k < 16; k++)
+            m[k] = (unsigned char)(f[k / 4] >> (8 * (k % 4)));
+        sum += XXH3_64bits_withSeed(m, 16, seed);
+    }
+    return sum;
+}
+
+START_TEST(round_digest_reference)
+{
+    kve_context *ctx = new_cpu(0);
+    uint64_t rng = 1109;
+    size_t nonzero = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        rand_batch r;
+        rand_batch_make(&rng, &r);
+        kt_out o;
+        KT_OK(kt_evict(ctx, &r.b, &o));
+        size_t per_seq = (size_t)r.b.n_layers * r.b.n_heads;
+        uint64_t run[64] = {0};
+        ck_assert_uint_le(r.b.n_seqs, 64);
+        for (size_t i = 0; i < o.heads; i++) {
+            uint64_t want = ref_round_digest(&r.b, i, kt_ev(&o, i), o.n_evicted[i]);
+            ck_assert_msg(o.digest[i] == want, "batch %d head %zu (flags %u): 0x%016llx, spec 0x%016llx",
+                          iter, i, r.b.flags, (unsigned long long)o.digest[i],
+                          (unsigned long long)want);
+            run[i / per_seq] += 3 * want; /* kt_out asks for weight 3 */
+            nonzero += o.n_evicted[i] > 0;
+        }
+        for (uint32_t q = 0; q < r.b.n_seqs; q++)
+            ck_assert_msg(o.run[q] == run[q], "batch %d seq %u: run_digest 0x%016llx, spec 0x%016llx",
+                          iter, q, (unsigned long long)o.run[q], (unsigned long long)run[q]);
+        kt_out_free(&o);
+        free(r.slots);
+    }
+    ck_assert_uint_gt(nonzero, 1000); /* the batches did evict */
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -434,6 +493,7 @@ int main(void)
         KVE_TEST(evict, uniform_inclusion),
         KVE_TEST(evict, heads_independent),
         KVE_TEST(evict, workspace_caller_memory),
+        KVE_TEST(evict, round_digest_reference),
     };
     const kve_suite_spec spec = {"evict", 300, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

@@ -169,7 +169,9 @@ START_TEST(empty_rows_without_memory)
         memset(n_ev, 0xff, sizeof n_ev);
         memset(n_kept, 0xff, sizeof n_kept);
         memset(flags, 0xff, sizeof flags);
-        kve_evict_out o = {evicted, SIZE_MAX / 2, n_ev, n_kept, flags, kept, SIZE_MAX / 3};
+        kve_evict_out o = {.evicted = evicted, .evicted_stride = SIZE_MAX / 2, .n_evicted = n_ev,
+                           .n_kept = n_kept, .head_flags = flags, .kept = kept,
+                           .kept_stride = SIZE_MAX / 3};
         KT_OK(kve_evict(ctx, &b, &o, NULL, 0));
         for (int i = 0; i < 12; i++)
             ck_assert(n_ev[i] == 0 && n_kept[i] == 0 && flags[i] == 0);

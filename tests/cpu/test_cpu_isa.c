@@ -192,6 +192,9 @@ static void batch_with_candidates(uint64_t *rng, batch *r, uint32_t cand)
 
 static void expect_same(const char *who, int iter, const kt_out *a, const kt_out *b, int with_kept)
 {
+    for (size_t q = 0; q < a->seqs; q++)
+        ck_assert_msg(a->run[q] == b->run[q], "%s, batch %d, seq %zu: run_digest differs", who, iter,
+                      q);
     for (size_t i = 0; i < a->heads; i++) {
         ck_assert_msg(a->n_evicted[i] == b->n_evicted[i] && a->n_kept[i] == b->n_kept[i] &&
                           a->flags[i] == b->flags[i],
@@ -200,6 +203,9 @@ static void expect_same(const char *who, int iter, const kt_out *a, const kt_out
                       a->n_kept[i], a->flags[i]);
         ck_assert_msg(!memcmp(kt_ev(a, i), kt_ev(b, i), a->n_evicted[i] * 4),
                       "%s, batch %d, head %zu: evicted slots differ", who, iter, i);
+        ck_assert_msg(a->digest[i] == b->digest[i],
+                      "%s, batch %d, head %zu: round digest 0x%016llx, scalar 0x%016llx", who,
+                      iter, i, (unsigned long long)b->digest[i], (unsigned long long)a->digest[i]);
         ck_assert_msg(!with_kept || !memcmp(kt_kept(a, i), kt_kept(b, i), a->n_kept[i] * 4),
                       "%s, batch %d, head %zu: kept slots differ", who, iter, i);
     }

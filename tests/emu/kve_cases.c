@@ -6,7 +6,7 @@
 #include "kve_cases.h"
 #include "kve_engine_cases.h"
 
-enum { B_SEQS, B_SLOTS, B_EVICTED, B_NEVICTED, B_NKEPT, B_FLAGS, B_KEPT };
+enum { B_SEQS, B_SLOTS, B_EVICTED, B_NEVICTED, B_NKEPT, B_FLAGS, B_KEPT, B_DIGEST, B_RUN };
 enum { C_SLOTS, C_EVICTED, C_NEVICTED, C_CACHES };
 
 uint64_t kve_rand(uint64_t *s) /* splitmix64 */
@@ -153,12 +153,16 @@ int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim)
         (max_ev ? max_ev : 1) + (kve_chance(rng, 30) ? kve_rand_below(rng, 5) : 0);
     c->out.kept_stride = n + (kve_chance(rng, 30) ? kve_rand_below(rng, 5) : 0);
     int want_flags = kve_chance(rng, 70), want_kept = kve_chance(rng, 70);
+    int want_digest = kve_chance(rng, 70);
     size_t rows = (c->heads - 1) * b->slot_pos_stride + n;
     if (kve_case_add(c, b->n_seqs * sizeof(kve_seq)) || kve_case_add(c, rows * 4) ||
         kve_case_add(c, c->heads * c->out.evicted_stride * 4) || kve_case_add(c, c->heads * 4) ||
         kve_case_add(c, c->heads * 4) || kve_case_add(c, want_flags ? c->heads : 0) ||
-        kve_case_add(c, want_kept ? c->heads * c->out.kept_stride * 4 : 0))
+        kve_case_add(c, want_kept ? c->heads * c->out.kept_stride * 4 : 0) ||
+        kve_case_add(c, want_digest ? c->heads * 8 : 0) ||
+        kve_case_add(c, kve_chance(rng, 50) ? b->n_seqs * 8 : 0))
         return -1;
+    c->out.run_digest_weight = kve_chance(rng, 50) ? 0 : kve_rand(rng);
     uint32_t *scratch = (uint32_t *)malloc((4 * (size_t)n + 8) * sizeof *scratch);
     if (!scratch)
         return -1;
@@ -222,6 +226,8 @@ void kve_case_bind_evict(const kve_case *c, const kve_case_bufs *bufs, kve_batch
     o->n_kept = (uint32_t *)bufs->p[B_NKEPT];
     o->head_flags = c->bytes[B_FLAGS] ? (uint8_t *)bufs->p[B_FLAGS] : NULL;
     o->kept = c->bytes[B_KEPT] ? (int32_t *)bufs->p[B_KEPT] : NULL;
+    o->round_digest = c->bytes[B_DIGEST] ? (uint64_t *)bufs->p[B_DIGEST] : NULL;
+    o->run_digest = c->bytes[B_RUN] ? (uint64_t *)bufs->p[B_RUN] : NULL;
     if (!o->kept)
         o->kept_stride = 0;
 }
@@ -365,7 +371,8 @@ int kve_case_compare(const kve_case *c, const kve_case_bufs *x, const kve_case_b
             }
     }
     static const char *const evict_names[] = {"seqs", "slot_pos", "evicted", "n_evicted",
-                                              "n_kept", "head_flags", "kept"};
+                                              "n_kept", "head_flags", "kept", "round_digest",
+                                              "run_digest"};
     for (int i = 0; i < c->n_bufs; i++) {
         if (!c->bytes[i] || !memcmp(x->p[i], y->p[i], c->bytes[i]))
             continue;

@@ -462,6 +462,15 @@ int kve_cw_check_blame(kve_context *cpu, const kve_case *c, const char *msg, cha
         return 1;
     }
     uint32_t tt = (uint32_t)t, hh = h < 0 ? 0 : (uint32_t)h;
+    /* A decreasing indptr is one check of the whole call on the host, before
+     * any token; the device, which cannot read indptr from the host, meets
+     * it as some token's slot beyond its row's length. */
+    if (d->page_table == KVE_PAGES_INDPTR) {
+        const int32_t *ip = (const int32_t *)c->master[kve_cw_buf(d, CW_INDPTR)];
+        for (uint32_t r = 0; r < d->n_rows; r++)
+            if (ip[r + 1] < ip[r])
+                return 0;
+    }
     if (t > 0 && kve_cw_probe(cpu, c, tt, 0, 0, 0) != KVE_OK) {
         snprintf(why, why_bytes, "\"%s\": the CPU rejects an earlier token (%s)", msg,
                  kve_last_error());

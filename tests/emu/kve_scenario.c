@@ -226,6 +226,13 @@ static int kve_sc_check_rows(kve_sc_run *r, uint32_t step)
             if (r->tab_h[0][i] != r->tab_h[1][i])
                 SC_FAIL(r, "step %u, row %u, table %zu, slot %zu: %d (reference) vs %d", step, row,
                         i / d->max_slots, i % d->max_slots, r->tab_h[0][i], r->tab_h[1][i]);
+        uint64_t dg[2] = {0, 1};
+        for (int k = 0; k < 2; k++)
+            if (kve_state_read_digest(r->side[k].st, row, &dg[k]) != KVE_OK)
+                SC_FAIL(r, "step %u, row %u: read_digest: %s", step, row, kve_last_error());
+        if (dg[0] != dg[1])
+            SC_FAIL(r, "step %u, row %u: running digest 0x%016llx (reference) vs 0x%016llx", step,
+                    row, (unsigned long long)dg[0], (unsigned long long)dg[1]);
     }
     kve_status sync = kve_context_synchronize(r->side[1].ctx);
     if (sync != KVE_OK)

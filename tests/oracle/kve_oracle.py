@@ -329,6 +329,69 @@ def net_moves(before, after, pos0):
 
 
 # ---------------------------------------------------------------------------
+# Running digest (section 11)
+# ---------------------------------------------------------------------------
+
+RUN_DIGEST_TWEAK = 0x6B76652D72756E31  # "kve-run1", big-endian
+U64_MOD = 1 << 64
+
+
+def run_element(seed, seq_id, layer, head, pos, round_, flags=0):
+    """The running digest's element of one evicted token (section 11)."""
+    return key(seed ^ RUN_DIGEST_TWEAK, seq_id, layer, head, pos, round_, flags & ~PERSISTENT)
+
+
+def table_weight(flags, n_layers, n_heads):
+    """KV heads one slot table stands for in a shard of n_layers x n_heads."""
+    w = 1
+    if flags & SHARED_HEADS:
+        w *= n_heads
+    if flags & SHARED_LAYERS:
+        w *= n_layers
+    return w
+
+
+def round_digest(seed, seq_id, round_, tables, flags=0, n_layers=1, n_heads=1):
+    """tables: iterable of (layer, head, evicted_positions) for one round,
+    with global indices.  Wrapping sum of weight x element."""
+    w = table_weight(flags, n_layers, n_heads)
+    total = 0
+    for layer, head, positions in tables:
+        for p in positions:
+            total += w * run_element(seed, seq_id, layer, head, p, round_, flags)
+    return total % U64_MOD
+
+
+def replay(seed, seq_id, prompt, window, budget, r, n_tokens, n_layers, n_heads,
+           layer_offset=0, head_offset=0, flags=0):
+    """Per round of one sequence: (round, [(layer, head, evicted positions)],
+    round_digest, running_digest), from the schedule of section 5."""
+    t_layers = 1 if flags & SHARED_LAYERS else n_layers
+    t_heads = 1 if flags & SHARED_HEADS else n_heads
+    per_table = []
+    for tl in range(t_layers):
+        for th in range(t_heads):
+            layer = U32_MAX if flags & SHARED_LAYERS else layer_offset + tl
+            head = U32_MAX if flags & SHARED_HEADS else head_offset + th
+            _, _, log = schedule(prompt, window, budget, r, n_tokens, seed, seq_id,
+                                 layer, head, flags)
+            per_table.append((layer, head, log))
+    # A round runs when a token finds its heads full (lazily, as the cache
+    # state does): max(0, ceil((n_tokens - C) / r)) rounds; schedule() also
+    # counts a round that only the next token would trigger.
+    capacity = max(budget, prompt + window) + r
+    n_rounds = max(0, -(-(n_tokens - capacity) // r))
+    rounds = []
+    running = 0
+    for k in range(n_rounds):
+        tables = [(layer, head, sorted(log[k][2])) for layer, head, log in per_table]
+        rd = round_digest(seed, seq_id, k, tables, flags, n_layers, n_heads)
+        running = (running + rd) % U64_MOD
+        rounds.append((k, tables, rd, running))
+    return rounds
+
+
+# ---------------------------------------------------------------------------
 # Self-test
 # ---------------------------------------------------------------------------
 

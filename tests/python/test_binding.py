@@ -63,6 +63,12 @@ class StateVsOracle(unittest.TestCase):
                                          % (flags, prompt, l, h))
                         self.assertTrue(all(v == -1 for v in tables[tl, th, C:]))
                         self.assertEqual(st.seq(0).round, rounds)
+                # The running digest the kernels added up, against the oracle's.
+                log = kve_oracle.replay(self.SEED, seq_id, prompt, self.W, self.B, self.R, n,
+                                        self.L, self.H, self.LOFF, self.HOFF, flags)
+                self.assertEqual(len(log), st.seq(0).round)
+                self.assertEqual(st.digest(0), log[-1][3] if log else 0,
+                                 "flags %d prompt %d" % (flags, prompt))
                 st.close()
 
     def test_rebuild_and_mapping(self):

@@ -55,6 +55,7 @@ typedef struct {
     kve_state_desc d;
     uint32_t tl, th, C, P, n, nv, round;
     uint64_t seq_id;
+    uint64_t digest; /* running digest, SPEC §11, from kve_evict's round digests */
     int32_t *tab, *tmp; /* [tables][C] */
 } ks_ref;
 
@@ -94,6 +95,9 @@ static inline void ks_ref_round(kve_context *ctx, ks_ref *r, size_t t, uint32_t 
     kt_out o;
     KT_OK(kt_evict(ctx, &b, &o));
     ck_assert_uint_eq(o.n_evicted[0], s->interval);
+    uint64_t w = ((s->flags & KVE_SHARED_HEADS) ? r->d.n_heads : 1) *
+                 (uint64_t)((s->flags & KVE_SHARED_LAYERS) ? r->d.n_layers : 1);
+    r->digest += w * o.digest[0];
     for (uint32_t i = 0; i < o.n_evicted[0]; i++)
         sp[o.evicted[i]] = -1;
     kt_out_free(&o);
@@ -313,6 +317,10 @@ static inline void ks_expect_row(kve_state *st, uint32_t row, const ks_ref *r)
     ck_assert_uint_eq(info.n_tokens, r->n);
     ck_assert_uint_eq(info.round, r->round);
     ck_assert_uint_eq(info.capacity, r->C);
+    uint64_t digest = 1;
+    KT_OK(kve_state_read_digest(st, row, &digest));
+    ck_assert_msg(digest == r->digest, "row %u: running digest 0x%016llx, reference 0x%016llx (n = %u)",
+                  row, (unsigned long long)digest, (unsigned long long)r->digest, r->n);
 }
 
 /* Two rows (possibly of two states) hold identical tables and counts. */
@@ -334,6 +342,11 @@ static inline void ks_expect_same(kve_state *a, uint32_t ra, kve_state *b, uint3
     ck_assert(p.active == q.active && p.prompt_len == q.prompt_len && p.seq_id == q.seq_id);
     ck_assert(p.capacity == q.capacity && p.n_tokens == q.n_tokens && p.round == q.round);
     ck_assert(p.n_valid == q.n_valid && p.n_used == q.n_used);
+    uint64_t dp = 1, dq = 2;
+    KT_OK(kve_state_read_digest(a, ra, &dp));
+    KT_OK(kve_state_read_digest(b, rb, &dq));
+    ck_assert_msg(dp == dq, "rows %u and %u: running digests 0x%016llx vs 0x%016llx", ra, rb,
+                  (unsigned long long)dp, (unsigned long long)dq);
 }
 
 #endif

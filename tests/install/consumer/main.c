@@ -15,7 +15,8 @@ int main(void)
     kve_seq seq = {7, 4, 0};
     kve_batch b = {42, 0, 1, &seq, 1, 1, 0, 0, 16, 8, 2, slots, 16};
     uint32_t n_evicted = 0, n_kept = 0;
-    kve_evict_out out = {evicted, 8, &n_evicted, &n_kept, NULL, kept, 16};
+    kve_evict_out out = {.evicted = evicted, .evicted_stride = 8, .n_evicted = &n_evicted,
+                         .n_kept = &n_kept, .kept = kept, .kept_stride = 16};
     kve_status st = kve_evict(ctx, &b, &out, NULL, 0);
     printf("status %s, evicted %u, kept %u\n", kve_status_string(st), n_evicted, n_kept);
     kve_context_destroy(ctx);
