@@ -11,6 +11,8 @@
 #include "kve_error.h"
 #include "kve_validate.h"
 
+#define KVE_ALLOC_ALIGN 256
+
 #define KVE_CHECK_CTX(ctx) KVE_RETURN_ERROR_IF(!(ctx), KVE_ERR_NULL, "ctx is NULL")
 #define KVE_CHECK_OUT(p) KVE_RETURN_ERROR_IF(!(p), KVE_ERR_NULL, #p " is NULL")
 
@@ -27,7 +29,7 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
                         "backend = %s: not available here (no library, no runtime or no device)",
                         kve_backend_name(resolved));
     kve_context *ctx = (kve_context *)calloc(1, sizeof *ctx);
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NOMEM, "cannot allocate a context");
+    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NOMEM, "cannot allocate a context (%zu bytes)", sizeof *ctx);
     ctx->backend = resolved;
     ctx->ops = ops;
     ctx->threads = kve_cpu_default_threads();
@@ -135,6 +137,11 @@ kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out)
     KVE_CHECK_OUT(out);
     *out = NULL;
     KVE_RETURN_ERROR_IF(bytes == 0, KVE_ERR_RANGE, "bytes = 0: must be > 0");
+    /* Every backend rounds a request up to its 256-byte alignment; that
+     * rounding must not wrap to a tiny buffer. */
+    KVE_RETURN_ERROR_IF(bytes > SIZE_MAX - (KVE_ALLOC_ALIGN - 1), KVE_ERR_OVERFLOW,
+                        "bytes = %zu: rounding up to a multiple of %d overflows size_t", bytes,
+                        KVE_ALLOC_ALIGN);
     return ctx->ops->alloc(ctx, bytes, out);
 }
 
@@ -198,7 +205,7 @@ kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_o
     if (heads == 0)
         return KVE_OK;
     if (ctx->ops->host_memory)
-        KVE_TRY(kve_validate_slot_contents(batch, heads, ctx->threads));
+        KVE_TRY(kve_validate_slot_contents(batch, heads, ctx->threads, ctx->isa));
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, batch, &need));
     void *owned = NULL;
     if (!workspace && need) {
@@ -242,7 +249,7 @@ static kve_status kve_host_view(kve_context *ctx, const void *src, size_t bytes,
         return KVE_OK;
     }
     *owned = malloc(bytes);
-    KVE_RETURN_ERROR_IF(!*owned, KVE_ERR_NOMEM, "cannot allocate %zu bytes for a host copy", bytes);
+    KVE_RETURN_ERROR_IF(!*owned, KVE_ERR_NOMEM, "cannot allocate %zu bytes of host memory to read backend memory", bytes);
     kve_status st = ctx->ops->copy(ctx, *owned, src, bytes, KVE_COPY_BACKEND_TO_HOST);
     *view = *owned;
     return st;
@@ -262,7 +269,13 @@ kve_status kve_digest(kve_context *ctx, const kve_batch *batch, const kve_evict_
                             "evicted.evicted_stride = 0: must be >= 1");
     }
     size_t rows = heads && batch->n_slots ? (heads - 1) * batch->slot_pos_stride + batch->n_slots : 0;
-    size_t ev_rows = heads && evicted ? heads * evicted->evicted_stride : 0;
+    /* Evicted lists hold at most n_slots entries: none to read without slots. */
+    size_t ev_rows = 0;
+    if (heads && evicted && batch->n_slots)
+        KVE_RETURN_ERROR_IF(__builtin_mul_overflow(heads, evicted->evicted_stride, &ev_rows) ||
+                                ev_rows > SIZE_MAX / 4,
+                            KVE_ERR_OVERFLOW, "evicted.evicted_stride = %zu overflows over %zu heads",
+                            evicted->evicted_stride, heads);
     void *own[4] = {NULL, NULL, NULL, NULL};
     const void *seqs = NULL, *slots = NULL, *ev = NULL, *nev = NULL;
     kve_status st = kve_host_view(ctx, batch->seqs, batch->n_seqs * sizeof(kve_seq), &own[0], &seqs);

@@ -33,17 +33,20 @@ kve_status kve_digest_host(const kve_batch *b, const kve_seq *seqs,
         XXH3_freeState(state);
         free(kept);
         free(bytes);
-        return kve_error_set(KVE_ERR_NOMEM, "cannot allocate the digest's scratch for %u slots",
-                             b->n_slots);
+        return kve_error_set(KVE_ERR_NOMEM,
+                             "cannot allocate the digest's scratch for %u slots (%zu bytes and "
+                             "an XXH3 state)",
+                             b->n_slots, ((size_t)b->n_slots + 1) * 8);
     }
     XXH3_64bits_reset(state);
     size_t i = 0;
     for (uint32_t s = 0; s < b->n_seqs; s++)
         for (uint32_t l = 0; l < b->n_layers; l++)
             for (uint32_t h = 0; h < b->n_heads; h++, i++) {
-                const int32_t *row = slot_pos + i * b->slot_pos_stride;
-                const int32_t *ev = evicted ? evicted + i * evicted_stride : NULL;
                 uint32_t ne = n_evicted ? n_evicted[i] : 0, e = 0, count = 0;
+                /* Empty rows may have a NULL base and any stride: no offset. */
+                const int32_t *row = b->n_slots ? slot_pos + i * b->slot_pos_stride : slot_pos;
+                const int32_t *ev = evicted && ne ? evicted + i * evicted_stride : evicted;
                 if (ne > b->n_slots || ne > evicted_stride) {
                     XXH3_freeState(state);
                     free(kept);

@@ -11,8 +11,11 @@ kve_status kve_validate_batch(const kve_batch *batch, size_t *out_heads);
 kve_status kve_validate_evict_out(const kve_batch *batch, size_t heads, const kve_evict_out *out);
 
 /* Contents of slot_pos (host memory): values >= -1 and, unless
- * KVE_TRUSTED_SLOTS, no position twice in a head. */
-kve_status kve_validate_slot_contents(const kve_batch *batch, size_t heads, int threads);
+ * KVE_TRUSTED_SLOTS, no position twice in a head. The checks run on
+ * @p isa's vector passes (the context's, resolved); every ISA reports the
+ * same first problem. */
+kve_status kve_validate_slot_contents(const kve_batch *batch, size_t heads, int threads,
+                                      kve_cpu_isa isa);
 
 /* Shape, strides (no two entries of one cache overlap) and buffers. */
 kve_status kve_validate_compact(const kve_compact_desc *desc, size_t *out_heads);

@@ -216,7 +216,7 @@ static int kve_head_problem_exact(const int32_t *row, uint32_t n, int check_dups
  * one), the smallest and largest valid position, the valid slots, and the
  * adjacent pairs breaking "strictly ascending positions, then only empty
  * slots" (0: sorted, hence distinct). Scalar reference, then AVX2 and
- * AVX-512 versions chosen once by cpuid (with the OS's register state). */
+ * AVX-512 versions (kve_row_ops_for picks by the context's ISA). */
 typedef struct {
     int32_t min, hi;
     uint32_t lo, valid, unordered;
@@ -331,14 +331,24 @@ static int kve_distinct_scalar(const int32_t *row, uint32_t n, int32_t lo, size_
 }
 
 #ifdef KVE_HAVE_X86_FACTS
+/* Slots a run from @p first can span before its next position would pass
+ * INT32_MAX: the vector passes build expected positions with 32-bit adds,
+ * which must not wrap into negative values (then a run crossing INT32_MAX
+ * would hide them, and the duplicates after them, from every check). */
+static uint32_t kve_run_room(int32_t first, uint32_t n)
+{
+    uint64_t room = (uint64_t)INT32_MAX - (uint64_t)first + 1;
+    return room < n ? (uint32_t)room : n;
+}
+
 __attribute__((target("avx512f"))) static uint32_t kve_run_avx512(const int32_t *row, uint32_t n)
 {
     if (row[0] < 0)
         return 0;
     __m512i expect = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                       _mm512_set1_epi32(row[0]));
-    uint32_t t = 0;
-    for (; t + 16 <= n; t += 16, expect = _mm512_add_epi32(expect, _mm512_set1_epi32(16)))
+    uint32_t t = 0, lanes = kve_run_room(row[0], n);
+    for (; t + 16 <= lanes; t += 16, expect = _mm512_add_epi32(expect, _mm512_set1_epi32(16)))
         if (_mm512_cmpneq_epi32_mask(_mm512_loadu_si512(row + t), expect))
             break;
     return kve_run_tail(row, t, n);
@@ -349,8 +359,8 @@ __attribute__((target("avx2"))) static uint32_t kve_run_avx2(const int32_t *row,
     if (row[0] < 0)
         return 0;
     __m256i expect = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(row[0]));
-    uint32_t t = 0;
-    for (; t + 8 <= n; t += 8, expect = _mm256_add_epi32(expect, _mm256_set1_epi32(8))) {
+    uint32_t t = 0, lanes = kve_run_room(row[0], n);
+    for (; t + 8 <= lanes; t += 8, expect = _mm256_add_epi32(expect, _mm256_set1_epi32(8))) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + t));
         if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(v, expect)) != -1)
             break;
@@ -381,8 +391,9 @@ __attribute__((target("avx512f"))) static int kve_distinct_avx512(const int32_t 
 }
 #endif
 
-/* The row passes, picked once per process by cpuid (GCC's and Clang's
- * __builtin_cpu_supports also check that the OS saves the registers). */
+/* The row passes of the context's ISA (resolved: this CPU runs it), so
+ * KVE_CPU_ISA and kve_context_set_cpu_isa() choose the checks as they
+ * choose the kernels, and every ISA's checks can be tested on one machine. */
 typedef struct {
     void (*facts)(const int32_t *, uint32_t, kve_row_facts *);
     uint32_t (*run)(const int32_t *, uint32_t);
@@ -390,14 +401,15 @@ typedef struct {
     size_t map_bytes; /* per position */
 } kve_row_ops;
 
-static kve_row_ops kve_row_ops_pick(void)
+static kve_row_ops kve_row_ops_for(kve_cpu_isa isa)
 {
 #ifdef KVE_HAVE_X86_FACTS
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
+    if (isa == KVE_CPU_ISA_AVX512)
         return (kve_row_ops){kve_facts_avx512, kve_run_avx512, kve_distinct_avx512, 4};
-    if (__builtin_cpu_supports("avx2"))
+    if (isa == KVE_CPU_ISA_AVX2)
         return (kve_row_ops){kve_facts_avx2, kve_run_avx2, kve_distinct_scalar, 1};
+#else
+    (void)isa;
 #endif
     return (kve_row_ops){kve_facts_scalar, kve_run_scalar, kve_distinct_scalar, 1};
 }
@@ -443,7 +455,8 @@ static int kve_head_suspect(const int32_t *row, uint32_t n, int check_dups, cons
     return !ops->distinct(rest, n - r, (int32_t)q.lo, span, q.valid, map);
 }
 
-kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int threads)
+kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int threads,
+                                      kve_cpu_isa isa)
 {
     if (heads == 0 || b->n_slots == 0)
         return KVE_OK;
@@ -454,7 +467,7 @@ kve_status kve_validate_slot_contents(const kve_batch *b, size_t heads, int thre
     size_t first_bad = SIZE_MAX;
     kve_slot_problem found = {0, 0, 0, 0};
     int nomem = 0;
-    const kve_row_ops ops = kve_row_ops_pick();
+    const kve_row_ops ops = kve_row_ops_for(isa);
 #pragma omp parallel num_threads(threads)
     {
         uint64_t map[KVE_MAP_BYTES / 8 + 2]; /* + one spare word for empty slots */

@@ -163,7 +163,9 @@ typedef enum kve_copy_kind {
     KVE_COPY_BACKEND_TO_BACKEND = 2
 } kve_copy_kind;
 
-/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned. */
+/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned.
+ *  @return KVE_ERR_OVERFLOW when @p bytes rounded up to 256 exceeds SIZE_MAX;
+ *          KVE_ERR_NOMEM (the message gives the bytes) when it cannot. */
 KVE_API kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out);
 /** Free backend memory from kve_alloc(); NULL is accepted. */
 KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
@@ -563,8 +565,11 @@ typedef struct kve_cache_write_desc {
     kve_page_table page_table;
     const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row] */
     uint32_t blocks_per_row;
-    const int32_t *indptr;        /**< INDPTR: [n_rows + 1] */
-    const int32_t *indices;       /**< INDPTR: page ids */
+    /** INDPTR: [n_rows + 1], indptr[0] = 0 and non-decreasing: row r's
+     *  pages are indices[indptr[r] .. indptr[r+1]) */
+    const int32_t *indptr;
+    /** INDPTR: page ids, [indptr[n_rows]] entries (read only through indptr) */
+    const int32_t *indices;
     const int32_t *last_page_len; /**< INDPTR: [n_rows] */
 } kve_cache_write_desc;
 
@@ -573,7 +578,9 @@ typedef struct kve_cache_write_desc {
  * drop-in for vLLM's reshape_and_cache_flash (and FlashInfer's
  * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
  * destination entries overlap, no source overlaps a destination) and, on
- * backends with host memory, every token_row, slot and page id.
+ * backends with host memory, every token_row, slot and page id, and with
+ * KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so indices
+ * is read only within its indptr[n_rows] entries).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

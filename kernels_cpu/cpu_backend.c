@@ -54,7 +54,8 @@ static kve_status cpu_alloc(kve_context *ctx, size_t bytes, void **out)
     size_t rounded = KVE_ALIGN64(bytes);
     KVE_RETURN_ERROR_IF(rounded < bytes, KVE_ERR_OVERFLOW, "bytes = %zu: too large", bytes);
     *out = aligned_alloc(256, (rounded + 255) & ~(size_t)255);
-    KVE_RETURN_ERROR_IF(!*out, KVE_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
+    KVE_RETURN_ERROR_IF(!*out, KVE_ERR_NOMEM, "cannot allocate %zu bytes of CPU backend memory",
+                        bytes);
     return KVE_OK;
 }
 
@@ -116,6 +117,9 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     size_t per_seq = (size_t)b->n_layers * b->n_heads;
     size_t heads = (size_t)b->n_seqs * per_seq;
     uint32_t key_flags = b->flags & KVE_KEY_FLAGS;
+    /* Rows of length 0 have no memory behind them: the validation lets their
+     * pointers be NULL and their strides anything, so no offset is formed. */
+    int has_slots = b->n_slots != 0, has_evicted = b->n_slots > b->budget;
 #pragma omp parallel num_threads(ctx->threads)
     {
         /* Each thread's heads are contiguous (static schedule), so the hint
@@ -127,7 +131,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
         for (size_t i = 0; i < heads; i++) {
             const kve_seq *seq = &b->seqs[i / per_seq];
             kve_head_job job;
-            job.slot_pos = b->slot_pos + i * b->slot_pos_stride;
+            job.slot_pos = has_slots ? b->slot_pos + i * b->slot_pos_stride : b->slot_pos;
             job.n_slots = b->n_slots;
             job.prompt = seq->prompt_len;
             job.window = b->window;
@@ -139,8 +143,8 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
             job.head = b->head_offset + (uint32_t)(i % b->n_heads);
             job.round = seq->round;
             job.hint = &hint;
-            job.evicted = o->evicted + i * o->evicted_stride;
-            job.kept = o->kept ? o->kept + i * o->kept_stride : NULL;
+            job.evicted = has_evicted ? o->evicted + i * o->evicted_stride : o->evicted;
+            job.kept = o->kept && has_slots ? o->kept + i * o->kept_stride : o->kept;
             k->evict_head(&job, scratch);
             o->n_evicted[i] = job.n_evicted;
             o->n_kept[i] = job.n_kept;

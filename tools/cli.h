@@ -30,7 +30,11 @@ typedef struct kve_cli_result {
     size_t evicted_stride, kept_stride;
 } kve_cli_result;
 
-/* Prints "kvevict: <what>: <message>" to stderr and returns 2. */
+/* malloc(count * size) (at least 1 byte); NULL when it overflows or fails,
+ * and then kve_cli_fail(..., KVE_ERR_NOMEM) says what and how many bytes. */
+void *kve_cli_malloc(const char *item, size_t count, size_t size);
+
+/* Prints "kvevict: <what>: <status>: <message>" to stderr and returns 2. */
 int kve_cli_fail(const char *what, kve_status st);
 int kve_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -8,9 +8,30 @@
 
 #include "cli.h"
 
+/* The CLI's own allocation failures: the library's kve_last_error() does
+ * not see them, so kve_cli_fail prints this message instead. */
+static char kve_cli_nomem_message[256];
+
+void *kve_cli_malloc(const char *item, size_t count, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(count, size, &bytes)) {
+        snprintf(kve_cli_nomem_message, sizeof kve_cli_nomem_message,
+                 "cannot allocate %s: %zu x %zu bytes overflows size_t", item, count, size);
+        return NULL;
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        snprintf(kve_cli_nomem_message, sizeof kve_cli_nomem_message,
+                 "cannot allocate %zu bytes of host memory for %s", bytes, item);
+    return p;
+}
+
 int kve_cli_fail(const char *what, kve_status st)
 {
-    fprintf(stderr, "kvevict: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
+    const char *msg = st == KVE_ERR_NOMEM && kve_cli_nomem_message[0] ? kve_cli_nomem_message
+                                                                      : kve_last_error();
+    fprintf(stderr, "kvevict: %s: %s: %s\n", what, kve_status_string(st), msg);
     return 2;
 }
 
@@ -44,6 +65,7 @@ int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t 
 
 typedef struct {
     const char *p;
+    size_t nomem_bytes; /* a failed growth of the table buffer, or 0 */
 } kve_json;
 
 static void kve_json_ws(kve_json *j)
@@ -76,8 +98,10 @@ static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *
         if (*len == *cap) {
             *cap = *cap ? *cap * 2 : 1024;
             int32_t *grown = (int32_t *)realloc(*buf, *cap * sizeof **buf);
-            if (!grown)
+            if (!grown) {
+                j->nomem_bytes = *cap * sizeof **buf;
                 return -1;
+            }
             *buf = grown;
         }
         (*buf)[(*len)++] = (int32_t)v;
@@ -100,7 +124,7 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
     size_t cap = 1 << 16, n = 0;
     char *text = (char *)malloc(cap);
     if (!text)
-        return kve_cli_usage_error("out of memory reading stdin");
+        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes to read stdin", cap);
     size_t got;
     while ((got = fread(text + n, 1, cap - n - 1, stdin)) > 0) {
         n += got;
@@ -108,13 +132,14 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
             char *grown = (char *)realloc(text, cap *= 2);
             if (!grown) {
                 free(text);
-                return kve_cli_usage_error("out of memory reading stdin");
+                return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes to read stdin",
+                                           cap);
             }
             text = grown;
         }
     }
     text[n] = '\0';
-    kve_json j = {text};
+    kve_json j = {text, 0};
     kve_json_ws(&j);
     int32_t *buf = NULL;
     size_t bcap = 0, blen = 0;
@@ -157,8 +182,13 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
             ok = 1;
             cfg->n_slots = (uint32_t)c;
             int32_t *all = (int32_t *)malloc((heads * (size_t)c + 1) * sizeof *all);
-            if (!all)
-                ok = 0;
+            if (!all) {
+                free(text);
+                free(buf);
+                return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for %zu slot "
+                                           "tables",
+                                           (heads * (size_t)c + 1) * sizeof *all, heads);
+            }
             for (size_t h = 0; ok && c > 0 && h < heads; h++)
                 memcpy(all + h * (size_t)c, buf, (size_t)c * sizeof *all);
             free(buf);
@@ -168,12 +198,21 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
     kve_json_ws(&j);
     int trailing = *j.p != '\0';
     free(text);
+    if (j.nomem_bytes) {
+        free(buf);
+        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for the slot tables "
+                                   "on stdin",
+                                   j.nomem_bytes);
+    }
     if (!ok || trailing) {
         free(buf);
         return kve_cli_usage_error("stdin: expected a JSON array of integers, or an array of "
                                    "--layers x --heads such arrays of equal length");
     }
     cfg->slot_pos = buf ? buf : (int32_t *)calloc(1, sizeof(int32_t));
+    if (!cfg->slot_pos)
+        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for an empty slot table",
+                                   sizeof(int32_t));
     return 0;
 }
 
@@ -253,7 +292,8 @@ int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usa
     cfg->n_slots = cfg->cached;
     cfg->slot_pos = (int32_t *)malloc((heads * cfg->n_slots + 1) * sizeof(int32_t));
     if (!cfg->slot_pos)
-        return kve_cli_usage_error("%s: out of memory for %zu slot tables", cmd, heads);
+        return kve_cli_usage_error("%s: KVE_ERR_NOMEM: cannot allocate %zu bytes for %zu slot tables",
+                                   cmd, (heads * cfg->n_slots + 1) * sizeof(int32_t), heads);
     for (size_t h = 0; h < heads; h++)
         for (uint32_t t = 0; t < cfg->n_slots; t++)
             cfg->slot_pos[h * cfg->n_slots + t] = (int32_t)t;
@@ -331,12 +371,12 @@ kve_status kve_cli_evict(kve_context *ctx, const kve_cli_config *cfg, kve_cli_re
     size_t sizes[6] = {sizeof(kve_seq), heads * r->kept_stride * 4, heads * r->evicted_stride * 4,
                        heads * r->kept_stride * 4, heads * 4, heads * 4};
     size_t flag_bytes = heads;
-    r->evicted = (int32_t *)malloc(sizes[2]);
-    r->kept = (int32_t *)malloc(sizes[3]);
-    r->n_evicted = (uint32_t *)malloc(sizes[4]);
-    r->n_kept = (uint32_t *)malloc(sizes[5]);
-    r->head_flags = (uint8_t *)malloc(flag_bytes);
-    if (!r->evicted || !r->kept || !r->n_evicted || !r->n_kept || !r->head_flags) {
+    r->evicted = (int32_t *)kve_cli_malloc("the evicted lists", sizes[2], 1);
+    r->kept = r->evicted ? (int32_t *)kve_cli_malloc("the kept lists", sizes[3], 1) : NULL;
+    r->n_evicted = r->kept ? (uint32_t *)kve_cli_malloc("the evicted counts", sizes[4], 1) : NULL;
+    r->n_kept = r->n_evicted ? (uint32_t *)kve_cli_malloc("the kept counts", sizes[5], 1) : NULL;
+    r->head_flags = r->n_kept ? (uint8_t *)kve_cli_malloc("the head flags", flag_bytes, 1) : NULL;
+    if (!r->head_flags) {
         kve_cli_result_free(r);
         return KVE_ERR_NOMEM;
     }

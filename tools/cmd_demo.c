@@ -140,18 +140,23 @@ int kve_cmd_demo(int argc, char **argv)
         return rc;
     uint32_t protect = o.prompt + o.window;
     uint32_t n_slots = (o.budget > protect ? o.budget : protect) + o.interval;
+    /* heads <= 2^24, entry <= 2^16 and n_slots < 2^26: row_bytes and the
+     * slot tables fit in size_t, a whole cache need not (kve_cli_malloc
+     * checks that product before any buffer is used). */
     size_t heads = (size_t)o.layers * o.heads, row_bytes = heads * o.entry;
-    size_t cache_bytes = row_bytes * n_slots;
     uint64_t full_slots = (uint64_t)o.prompt + o.steps;
 
-    int32_t *slot_pos = (int32_t *)malloc(heads * n_slots * sizeof *slot_pos);
-    unsigned char *row = (unsigned char *)malloc(row_bytes);
-    unsigned char *check = (unsigned char *)malloc(cache_bytes);
+    int32_t *slot_pos = (int32_t *)kve_cli_malloc("the slot tables", heads * n_slots, sizeof *slot_pos);
+    unsigned char *row = slot_pos ? (unsigned char *)kve_cli_malloc("one token's K/V row", row_bytes, 1)
+                                  : NULL;
+    unsigned char *check =
+        row ? (unsigned char *)kve_cli_malloc("a host copy of the K cache", row_bytes, n_slots) : NULL;
+    size_t cache_bytes = check ? row_bytes * n_slots : 0;
     void *dev[8] = {0}; /* K, V, slot_pos, seq, evicted, n_evicted, n_kept, flags */
     size_t ev_stride = n_slots > o.budget ? n_slots - o.budget : 1;
     size_t sizes[8] = {cache_bytes, cache_bytes, heads * n_slots * 4, sizeof(kve_seq),
                        heads * ev_stride * 4, heads * 4, heads * 4, heads};
-    kve_status st = slot_pos && row && check ? KVE_OK : KVE_ERR_NOMEM;
+    kve_status st = check ? KVE_OK : KVE_ERR_NOMEM;
     for (int i = 0; i < 8 && st == KVE_OK; i++)
         st = kve_alloc(ctx, sizes[i], &dev[i]);
     kve_seq seq = {o.seed ^ 0x5eedULL, o.prompt, 0};
@@ -165,7 +170,7 @@ int kve_cmd_demo(int argc, char **argv)
             st = kve_copy(ctx, (char *)dev[kv] + (size_t)count * row_bytes, row, row_bytes,
                           KVE_COPY_HOST_TO_BACKEND);
         }
-    for (size_t i = 0; i < heads * n_slots; i++)
+    for (size_t i = 0; st == KVE_OK && i < heads * n_slots; i++)
         slot_pos[i] = (i % n_slots) < count ? (int32_t)(i % n_slots) : -1;
 
     kve_batch b = {o.seed, o.flags, 1, (const kve_seq *)dev[3], o.layers, o.heads, 0, 0,

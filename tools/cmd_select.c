@@ -116,7 +116,9 @@ int kve_cmd_key(int argc, char **argv)
                     cap = cap ? 2 * cap : 64;
                     uint32_t *grown = (uint32_t *)realloc(pos, cap * sizeof *pos);
                     if (!grown) {
-                        rc = kve_cli_usage_error("key: out of memory");
+                        rc = kve_cli_usage_error("key: KVE_ERR_NOMEM: cannot allocate %zu bytes "
+                                                 "for the positions",
+                                                 cap * sizeof *pos);
                         break;
                     }
                     pos = grown;
@@ -135,10 +137,10 @@ int kve_cmd_key(int argc, char **argv)
     kve_context *ctx = NULL;
     if (!rc)
         rc = kve_cli_context(backend, NULL, 0, &ctx);
-    kve_coord *coords = rc ? NULL : (kve_coord *)malloc(n * sizeof *coords);
-    uint64_t *keys = rc ? NULL : (uint64_t *)malloc(n * sizeof *keys);
-    if (!rc && (!coords || !keys))
-        rc = kve_cli_usage_error("key: out of memory");
+    kve_coord *coords = rc ? NULL : (kve_coord *)kve_cli_malloc("the coordinates", n, sizeof *coords);
+    uint64_t *keys = rc || !coords ? NULL : (uint64_t *)kve_cli_malloc("the keys", n, sizeof *keys);
+    if (!rc && !keys)
+        rc = kve_cli_fail("key", KVE_ERR_NOMEM);
     if (!rc) {
         for (size_t i = 0; i < n; i++)
             coords[i] = (kve_coord){seq, layer, head, pos[i], round};

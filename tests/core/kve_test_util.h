@@ -26,6 +26,19 @@ static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)
                       kve_last_error());                                                         \
     } while (0)
 
+/* @p expr returns @p st with a message naming @p needle. */
+#ifndef EXPECT_ERR
+#define EXPECT_ERR(expr, st, needle)                                                             \
+    do {                                                                                         \
+        kve_status got_ = (expr);                                                                \
+        ck_assert_msg(got_ == (st), "%s -> %s (%s), expected %s", #expr,                        \
+                      kve_status_string(got_), kve_last_error(), kve_status_string(st));         \
+        ck_assert_msg(strstr(kve_last_error(), (needle)) != NULL,                                \
+                      "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),         \
+                      (needle));                                                                 \
+    } while (0)
+#endif
+
 /* Host outputs of one eviction, sized for a batch. */
 typedef struct {
     size_t heads, ev_stride, kept_stride;
@@ -106,24 +119,6 @@ static inline int kt_ascending(const int32_t *v, uint32_t n, uint32_t n_slots)
         if (v[i] < 0 || (uint32_t)v[i] >= n_slots || (i && v[i] <= v[i - 1]))
             return 0;
     return 1;
-}
-
-/* Runs one suite whose tests are @p fns, in one test case; exit status. */
-static inline int kt_run(const char *name, const TTest *const *fns, size_t n, int timeout, int fork)
-{
-    Suite *s = suite_create(name);
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, timeout);
-    for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, fns[i]);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    if (!fork)
-        srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
 }
 
 #endif

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include "golden_vectors.h"
+#include "kve_suite.h"
 #include "kve_test_util.h"
 
 enum { LAYOUT_HF, LAYOUT_TOKEN_ROWS, LAYOUT_HND_PADDED, N_LAYOUTS };
@@ -163,6 +164,10 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {compact_matches_reference, golden_digest};
-    return kt_run("compact_digest", tests, sizeof tests / sizeof tests[0], 120, 1);
+    const kve_suite_test tests[] = {
+        KVE_TEST(compact_digest, compact_matches_reference),
+        KVE_TEST(compact_digest, golden_digest),
+    };
+    const kve_suite_spec spec = {"compact_digest", 120, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

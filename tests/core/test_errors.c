@@ -4,18 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kve_suite.h"
 #include "kve_test_util.h"
-
-/* Expect @p st from @p expr, and a message containing @p needle. */
-#define EXPECT_ERR(expr, st, needle)                                                             \
-    do {                                                                                         \
-        kve_status got_ = (expr);                                                                \
-        ck_assert_msg(got_ == (st), "%s -> %s (%s), expected %s", #expr,                        \
-                      kve_status_string(got_), kve_last_error(), kve_status_string(st));         \
-        ck_assert_msg(strstr(kve_last_error(), (needle)) != NULL,                                \
-                      "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),         \
-                      (needle));                                                                 \
-    } while (0)
 
 enum { N = 16, HEADS = 2 };
 
@@ -265,6 +255,13 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {evict_bad_arguments, evict_bad_slot_contents, context_and_names, compact_bad_arguments, digest_bad_arguments};
-    return kt_run("errors", tests, sizeof tests / sizeof tests[0], 60, 0);
+    const kve_suite_test tests[] = {
+        KVE_TEST(errors, evict_bad_arguments),
+        KVE_TEST(errors, evict_bad_slot_contents),
+        KVE_TEST(errors, context_and_names),
+        KVE_TEST(errors, compact_bad_arguments),
+        KVE_TEST(errors, digest_bad_arguments),
+    };
+    const kve_suite_spec spec = {"errors", 60, 0, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

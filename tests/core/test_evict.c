@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "golden_vectors.h"
+#include "kve_suite.h"
 #include "kve_test_util.h"
 
 static kve_context *new_cpu(int threads)
@@ -424,6 +425,16 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {golden_cases, spec_properties, thread_count_invariance, shards_equal_unsharded, persistent_bottom_k, uniform_inclusion, heads_independent, workspace_caller_memory};
-    return kt_run("evict", tests, sizeof tests / sizeof tests[0], 300, 1);
+    const kve_suite_test tests[] = {
+        KVE_TEST(evict, golden_cases),
+        KVE_TEST(evict, spec_properties),
+        KVE_TEST(evict, thread_count_invariance),
+        KVE_TEST(evict, shards_equal_unsharded),
+        KVE_TEST(evict, persistent_bottom_k),
+        KVE_TEST(evict, uniform_inclusion),
+        KVE_TEST(evict, heads_independent),
+        KVE_TEST(evict, workspace_caller_memory),
+    };
+    const kve_suite_spec spec = {"evict", 300, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

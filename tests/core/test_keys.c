@@ -4,6 +4,7 @@
 
 #include "golden_vectors.h"
 #include "kve_key.h"
+#include "kve_suite.h"
 #include "kve_test_util.h"
 
 static void le32(unsigned char *p, uint32_t v)
@@ -110,6 +111,12 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {port_matches_libxxhash, api_keys_match_spec, golden_keys, switches_replace_fields};
-    return kt_run("keys", tests, sizeof tests / sizeof tests[0], 120, 1);
+    const kve_suite_test tests[] = {
+        KVE_TEST(keys, port_matches_libxxhash),
+        KVE_TEST(keys, api_keys_match_spec),
+        KVE_TEST(keys, golden_keys),
+        KVE_TEST(keys, switches_replace_fields),
+    };
+    const kve_suite_spec spec = {"keys", 120, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

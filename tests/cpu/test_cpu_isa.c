@@ -5,46 +5,9 @@
 #include <stdio.h>
 #include <xxhash.h>
 
+#include "kve_cpu_test.h"
+#include "kve_suite.h"
 #include "kve_test_util.h"
-
-static const int kThreads[] = {1, 2, 3};
-enum { N_THREADS = 3 };
-
-/* Contexts for every available ISA x {1,2,3} threads; [0] is scalar, 1 thread. */
-typedef struct {
-    kve_context *ctx[3 * N_THREADS];
-    char name[3 * N_THREADS][24];
-    int n;
-} isa_set;
-
-static void isa_set_open(isa_set *s)
-{
-    memset(s, 0, sizeof *s);
-    for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
-        int avail = 0;
-        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
-        if (!avail)
-            continue;
-        for (int t = 0; t < N_THREADS; t++) {
-            kve_context *c = NULL;
-            KT_OK(kve_context_create(KVE_BACKEND_CPU, &c));
-            KT_OK(kve_context_set_cpu_isa(c, (kve_cpu_isa)isa));
-            KT_OK(kve_context_set_threads(c, kThreads[t]));
-            kve_cpu_isa got;
-            KT_OK(kve_context_get_cpu_isa(c, &got));
-            ck_assert_int_eq(got, isa);
-            snprintf(s->name[s->n], sizeof s->name[0], "%s/%dt", kve_cpu_isa_name(got), kThreads[t]);
-            s->ctx[s->n++] = c;
-        }
-    }
-    ck_assert_int_ge(s->n, N_THREADS);
-}
-
-static void isa_set_close(isa_set *s)
-{
-    for (int i = 0; i < s->n; i++)
-        kve_context_destroy(s->ctx[i]);
-}
 
 /* ---- keys ------------------------------------------------------------------ */
 
@@ -400,63 +363,10 @@ END_TEST
 
 /* ---- input checks -------------------------------------------------------- */
 
-/* The report kve_evict must give for a batch (common/validate.c's rule): the
- * first bad head; in it, the first slot below -1; else, positions within
- * 64 x n_slots of each other, the first slot repeating an earlier one; else
- * the second slot of the smallest repeated position. 0 when valid. */
-static kve_status expected_report(const kve_batch *b, size_t heads, char *msg, size_t len)
-{
-    uint32_t n = b->n_slots;
-    for (size_t i = 0; i < heads; i++) {
-        const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
-        int32_t lo = INT32_MAX, hi = -1;
-        for (uint32_t t = 0; t < n; t++) {
-            if (row[t] < -1) {
-                snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, t, row[t]);
-                return KVE_ERR_RANGE;
-            }
-            if (row[t] >= 0) {
-                lo = row[t] < lo ? row[t] : lo;
-                hi = row[t] > hi ? row[t] : hi;
-            }
-        }
-        if (b->flags & KVE_TRUSTED_SLOTS || hi < 0)
-            continue;
-        int dense = (uint64_t)(hi - lo) + 1 <= 64ull * n;
-        int64_t best_value = -1;
-        uint32_t best_slot = 0;
-        for (uint32_t t = 0; t < n; t++) /* O(n^2): plain on purpose */
-            for (uint32_t u = 0; u < t && row[t] >= 0; u++)
-                if (row[u] == row[t]) {
-                    if (dense) {
-                        snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, t, row[t]);
-                        return KVE_ERR_DUPLICATE;
-                    }
-                    if (best_value < 0 || row[t] < best_value) {
-                        best_value = row[t];
-                        best_slot = t;
-                    }
-                    break;
-                }
-        if (best_value >= 0) {
-            uint32_t second = 0;
-            for (uint32_t t = 0, seen = 0; t < n; t++)
-                if (row[t] == best_value && seen++) {
-                    second = t;
-                    break;
-                }
-            (void)best_slot;
-            snprintf(msg, len, "batch.slot_pos[head %zu][slot %u] = %d:", i, second, (int)best_value);
-            return KVE_ERR_DUPLICATE;
-        }
-    }
-    return KVE_OK;
-}
-
 START_TEST(input_checks_exact)
 {
-    kve_context *ctx = NULL;
-    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    isa_set s;
+    isa_set_open(&s);
     uint64_t rng = 808;
     for (int iter = 0; iter < 1500; iter++) {
         batch r;
@@ -476,21 +386,12 @@ START_TEST(input_checks_exact)
             default: row[a] = (int32_t)kt_below(&rng, 2 * n + 2) - 1;
             }
         }
-        char want[160], got[160];
-        kve_status expect = expected_report(b, heads, want, sizeof want);
-        kt_out o;
-        kt_out_init(&o, b);
-        kve_evict_out v = kt_out_view(&o);
-        kve_status st = kve_evict(ctx, b, &v, NULL, 0);
-        snprintf(got, sizeof got, "%s", kve_last_error());
-        ck_assert_msg(st == expect, "batch %d: %s, expected %s (%s)", iter, kve_status_string(st),
-                      kve_status_string(expect), got);
-        ck_assert_msg(st == KVE_OK || !strncmp(got, want, strlen(want)),
-                      "batch %d: message \"%s\", expected it to start \"%s\"", iter, got, want);
-        kt_out_free(&o);
+        char label[32];
+        snprintf(label, sizeof label, "batch %d", iter);
+        kve_check_contexts(s.ctx, s.name, s.n, b, label);
         free(r.slots);
     }
-    kve_context_destroy(ctx);
+    isa_set_close(&s);
 }
 END_TEST
 
@@ -549,8 +450,14 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {keys_match_libxxhash, evict_random_batches,
-                                         evict_decode_rounds, compact_matches_scalar,
-                                         input_checks_exact, isa_selection};
-    return kt_run("cpu_isa", tests, sizeof tests / sizeof tests[0], 600, 1);
+    const kve_suite_test tests[] = {
+        KVE_TEST(isa, keys_match_libxxhash),
+        KVE_TEST(isa, evict_random_batches),
+        KVE_TEST(isa, evict_decode_rounds),
+        KVE_TEST(isa, compact_matches_scalar),
+        KVE_TEST(isa, input_checks_exact),
+        KVE_TEST(isa, isa_selection),
+    };
+    const kve_suite_spec spec = {"cpu_isa", 600, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

@@ -47,24 +47,3 @@ unsigned kve_env_count(const char *name, unsigned dflt)
     const char *v = getenv(name);
     return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
 }
-
-void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n, SFun setup,
-                  SFun teardown)
-{
-    TCase *tc = tcase_create(name);
-    tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 1200);
-    for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
-    suite_add_tcase(s, tc);
-}
-
-int kve_run_suite(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}

@@ -9,6 +9,7 @@
 #include <check.h>
 
 #include "emu_harness.h"
+#include "kve_suite.h"
 #include "kvevict.h"
 
 #define KVE_N_SHAPES 6
@@ -29,13 +30,5 @@ kve_context *kve_reference(void);
 
 /* $name as a count, or @p dflt when unset. */
 unsigned kve_env_count(const char *name, unsigned dflt);
-
-/* A TCase @p name of @p tests with an unchecked fixture: one per area, so
- * ctest runs areas side by side (CK_RUN_CASE). */
-void kve_add_case(Suite *s, const char *name, const TTest *const *tests, size_t n, SFun setup,
-                  SFun teardown);
-
-/* Run @p s without forking; the process's exit status. */
-int kve_run_suite(Suite *s);
 
 #endif

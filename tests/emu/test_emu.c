@@ -234,19 +234,19 @@ START_TEST(test_compact_unit)
 }
 END_TEST
 
-static Suite *kve_emu_suite(void)
+int main(void)
 {
-    Suite *s = suite_create("emu");
-    const TTest *keys[] = {test_keys_golden, test_keys_random, test_evict_golden};
-    const TTest *evict[] = {test_evict_random};
-    const TTest *errors[] = {test_evict_errors, test_compact_errors,
-                             test_evict_trusted_duplicates};
-    const TTest *compact[] = {test_compact_random, test_compact_unit};
-    kve_add_case(s, "keys", keys, 3, kve_pools_setup, kve_pools_teardown);
-    kve_add_case(s, "evict", evict, 1, kve_pools_setup, kve_pools_teardown);
-    kve_add_case(s, "errors", errors, 3, kve_pools_setup, kve_pools_teardown);
-    kve_add_case(s, "compact", compact, 2, kve_pools_setup, kve_pools_teardown);
-    return s;
+    const kve_suite_test tests[] = {
+        KVE_TEST(keys, test_keys_golden),
+        KVE_TEST(keys, test_keys_random),
+        KVE_TEST(keys, test_evict_golden),
+        KVE_TEST(evict, test_evict_random),
+        KVE_TEST(errors, test_evict_errors),
+        KVE_TEST(errors, test_compact_errors),
+        KVE_TEST(errors, test_evict_trusted_duplicates),
+        KVE_TEST(compact, test_compact_random),
+        KVE_TEST(compact, test_compact_unit),
+    };
+    const kve_suite_spec spec = {"emu", 1200, 0, kve_pools_setup, kve_pools_teardown};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
-
-int main(void) { return kve_run_suite(kve_emu_suite()); }

@@ -378,14 +378,14 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("emu_engine");
-    const TTest *jobs[] = {test_state_jobs_random};
-    const TTest *cache_write[] = {test_cache_write_random};
-    const TTest *state[] = {test_state_random, test_state_many_rows};
-    const TTest *errors[] = {test_cache_write_errors, test_state_update_errors};
-    kve_add_case(s, "jobs", jobs, 1, kve_engine_setup, kve_engine_teardown);
-    kve_add_case(s, "cache_write", cache_write, 1, kve_engine_setup, kve_engine_teardown);
-    kve_add_case(s, "state", state, 2, kve_engine_setup, kve_engine_teardown);
-    kve_add_case(s, "engine_errors", errors, 2, kve_engine_setup, kve_engine_teardown);
-    return kve_run_suite(s);
+    const kve_suite_test tests[] = {
+        KVE_TEST(jobs, test_state_jobs_random),
+        KVE_TEST(cache_write, test_cache_write_random),
+        KVE_TEST(state, test_state_random),
+        KVE_TEST(state, test_state_many_rows),
+        KVE_TEST(engine_errors, test_cache_write_errors),
+        KVE_TEST(engine_errors, test_state_update_errors),
+    };
+    const kve_suite_spec spec = {"emu_engine", 1200, 0, kve_engine_setup, kve_engine_teardown};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

@@ -308,24 +308,24 @@ int main(int argc, char **argv)
         printf("skipped: no %s device here (or libkvevict_%s.so not found)\n", argv[1], argv[1]);
         return 77;
     }
-    Suite *s = suite_create(argv[1]);
-    TCase *tc = tcase_create("device");
-    tcase_add_unchecked_fixture(tc, kve_setup, kve_teardown);
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, test_host_checks);
-    tcase_add_test(tc, test_keys);
-    tcase_add_test(tc, test_evict_golden);
-    tcase_add_test(tc, test_evict_random);
-    tcase_add_test(tc, test_evict_errors);
-    tcase_add_test(tc, test_compact_random);
-    tcase_add_test(tc, test_compact_errors);
-    tcase_add_test(tc, test_digest_batch);
-    kve_add_engine_tests(tc);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* a GPU runtime does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    const kve_suite_test own[] = {
+        KVE_TEST(device, test_host_checks),
+        KVE_TEST(device, test_keys),
+        KVE_TEST(device, test_evict_golden),
+        KVE_TEST(device, test_evict_random),
+        KVE_TEST(device, test_evict_errors),
+        KVE_TEST(device, test_compact_random),
+        KVE_TEST(device, test_compact_errors),
+        KVE_TEST(device, test_digest_batch),
+    };
+    kve_suite_test all[64];
+    memcpy(all, own, sizeof own);
+    size_t n = KVE_COUNT(own) + kve_engine_tests(all + KVE_COUNT(own), KVE_COUNT(all) - KVE_COUNT(own));
+    if (n > KVE_COUNT(all)) {
+        fprintf(stderr, "test_gpu: %zu tests listed, room for %zu\n", n, KVE_COUNT(all));
+        return EXIT_FAILURE;
+    }
+    /* No fork: a GPU runtime does not survive fork(). */
+    const kve_suite_spec spec = {argv[1], 900, 0, kve_setup, kve_teardown};
+    return kve_suite_main(&spec, all, n);
 }

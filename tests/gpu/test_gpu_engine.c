@@ -91,12 +91,16 @@ START_TEST(test_state_caller_memory)
 }
 END_TEST
 
-void kve_add_engine_tests(TCase *tc)
+size_t kve_engine_tests(kve_suite_test *out, size_t room)
 {
-    tcase_add_test(tc, test_state_caller_memory);
-    tcase_add_test(tc, test_cache_write_random);
-    tcase_add_test(tc, test_cache_write_errors);
-    tcase_add_test(tc, test_state_random);
-    tcase_add_test(tc, test_state_many_rows);
-    tcase_add_test(tc, test_state_large);
+    const kve_suite_test tests[] = {
+        KVE_TEST(device, test_state_caller_memory),
+        KVE_TEST(device, test_cache_write_random),
+        KVE_TEST(device, test_cache_write_errors),
+        KVE_TEST(device, test_state_random),
+        KVE_TEST(device, test_state_many_rows),
+        KVE_TEST(device, test_state_large),
+    };
+    memcpy(out, tests, (KVE_COUNT(tests) < room ? KVE_COUNT(tests) : room) * sizeof *tests);
+    return KVE_COUNT(tests);
 }

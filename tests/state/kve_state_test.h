@@ -4,6 +4,7 @@
 #ifndef KVE_STATE_TEST_H
 #define KVE_STATE_TEST_H
 
+#include "kve_suite.h"
 #include "kve_test_util.h"
 
 /* Expect @p st from @p expr, and a message containing @p needle. */
@@ -44,21 +45,6 @@ static inline kve_state *ks_create(kve_context *ctx, const kve_state_desc *d, kv
     KT_OK(kve_state_create(ctx, d, NULL, 0, &st));
     KT_OK(kve_state_get_layout(st, lay));
     return st;
-}
-
-/* Runs one suite of one test case filled by @p add; the exit status. */
-static inline int ks_run(const char *name, int timeout, void (*add)(TCase *))
-{
-    Suite *s = suite_create(name);
-    TCase *tc = tcase_create(name);
-    tcase_set_timeout(tc, timeout);
-    add(tc);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
 }
 
 /* The reference row: tables [tables][capacity] in host memory. */

@@ -462,14 +462,16 @@ START_TEST(cache_write_bad_input)
 }
 END_TEST
 
-static void add_tests(TCase *tc)
+int main(void)
 {
-    tcase_add_loop_test(tc, layout_nhd_block_table, 0, 2);
-    tcase_add_test(tc, layout_hnd_indptr);
-    tcase_add_test(tc, layout_contiguous_and_strided);
-    tcase_add_loop_test(tc, state_drives_writes, 0, 3);
-    tcase_add_test(tc, state_bad_input);
-    tcase_add_test(tc, cache_write_bad_input);
+    const kve_suite_test tests[] = {
+        KVE_LOOP_TEST(cache_write, layout_nhd_block_table, 0, 2),
+        KVE_TEST(cache_write, layout_hnd_indptr),
+        KVE_TEST(cache_write, layout_contiguous_and_strided),
+        KVE_LOOP_TEST(cache_write, state_drives_writes, 0, 3),
+        KVE_TEST(cache_write, state_bad_input),
+        KVE_TEST(cache_write, cache_write_bad_input),
+    };
+    const kve_suite_spec spec = {"cache_write", 60, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
-
-int main(void) { return ks_run("cache_write", 60, add_tests); }

@@ -280,13 +280,15 @@ START_TEST(caller_memory)
 }
 END_TEST
 
-static void add_tests(TCase *tc)
+int main(void)
 {
-    tcase_add_loop_test(tc, matches_reference, 0, N_MODES);
-    tcase_add_loop_test(tc, rebuild_equals_live, 0, N_MODES);
-    tcase_add_loop_test(tc, append_grouping, 0, N_MODES);
-    tcase_add_loop_test(tc, persistent_bottom_k, 0, 2);
-    tcase_add_test(tc, caller_memory);
+    const kve_suite_test tests[] = {
+        KVE_LOOP_TEST(state, matches_reference, 0, N_MODES),
+        KVE_LOOP_TEST(state, rebuild_equals_live, 0, N_MODES),
+        KVE_LOOP_TEST(state, append_grouping, 0, N_MODES),
+        KVE_LOOP_TEST(state, persistent_bottom_k, 0, 2),
+        KVE_TEST(state, caller_memory),
+    };
+    const kve_suite_spec spec = {"state", 120, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }
-
-int main(void) { return ks_run("state", 120, add_tests); }

@@ -1,0 +1,141 @@
+/* test_checks.c — kve_evict's content checks on every ISA this machine runs
+ * (the context's ISA picks them: scalar, AVX2, AVX-512) and at 1-3 threads,
+ * held against each other and a plain reference on adversarial tables:
+ * runs crossing INT32_MAX, repeats at the vector blocks' edges, -2 and
+ * INT32_MIN, sorted and sparse tables, empty ones. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kve_cpu_test.h"
+#include "kve_suite.h"
+
+/* Slots where a vector pass changes block (8 and 16 lanes, and the "next"
+ * lane their loads look at), and where the tail code takes over. */
+static uint32_t edge_slot(uint64_t *rng, uint32_t n)
+{
+    static const uint32_t edges[] = {0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 47, 48, 63, 64, 65};
+    uint32_t t = edges[kt_below(rng, KVE_COUNT(edges))];
+    if (kt_below(rng, 3) == 0)
+        t = n - 1 - kt_below(rng, n < 3 ? n : 3); /* the last slots */
+    return t < n ? t : n - 1;
+}
+
+/* One head's table of @p n slots (n >= 1), shaped by @p kind. */
+static void adversarial_row(uint64_t *rng, int32_t *row, uint32_t n, unsigned kind)
+{
+    uint32_t run = kt_below(rng, n + 1); /* slots of the leading in-order run */
+    int32_t first;
+    switch (kind % 6) {
+    case 0: /* a run that crosses INT32_MAX: what 32-bit adds wrap to */
+        first = INT32_MAX - (int32_t)kt_below(rng, n + 2);
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = (int32_t)((uint32_t)first + t);
+        break;
+    case 1: /* a run ending at or below INT32_MAX, then the rest */
+        first = INT32_MAX - (int32_t)(run + kt_below(rng, 3));
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = t < run ? first + (int32_t)t : -1;
+        for (uint32_t t = run; t < n; t++)
+            if (kt_below(rng, 2))
+                row[t] = (int32_t)kt_below(rng, 1000);
+        break;
+    case 2: /* ascending positions, then empty slots: the sorted fast path */
+        first = (int32_t)kt_below(rng, 1000);
+        for (uint32_t t = 0, p = (uint32_t)first; t < n; t++, p += 1 + kt_below(rng, 3))
+            row[t] = t < run ? (int32_t)p : -1;
+        break;
+    case 3: /* a prompt run, then a window of decode positions */
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = t < run ? (int32_t)t : (int32_t)(run + 2 * (t - run));
+        break;
+    case 4: /* sparse: positions far apart (the exact check's sort) */
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = kt_below(rng, 4) ? (int32_t)(kt_next(rng) & 0x7fffffff) : -1;
+        break;
+    default: /* all empty */
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = -1;
+    }
+    /* Then the damage: repeats and bad values at block edges, or none. */
+    for (uint32_t k = kt_below(rng, 3); k > 0; k--) {
+        uint32_t a = edge_slot(rng, n), c = kt_below(rng, n);
+        switch (kt_below(rng, 6)) {
+        case 0: row[a] = row[c]; break;
+        case 1: row[a] = row[edge_slot(rng, n)]; break;
+        case 2: row[a] = -2; break;
+        case 3: row[a] = INT32_MIN; break;
+        case 4: row[a] = INT32_MAX; break;
+        default: row[a] = -1;
+        }
+    }
+}
+
+START_TEST(checks_every_isa_adversarial)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 0x15a;
+    kve_seq seqs[2] = {{1, 0, 0}, {2, 3, 1}};
+    for (int iter = 0; iter < 4000; iter++) {
+        /* 0-3 slots a tenth of the time; at most 200 slots (blocks and tails). */
+        uint32_t n = kt_below(&rng, 10) ? 1 + kt_below(&rng, 200) : kt_below(&rng, 4);
+        uint32_t n_seqs = 1 + kt_below(&rng, 2), n_heads = 1 + kt_below(&rng, 3);
+        size_t heads = (size_t)n_seqs * n_heads, stride = n + kt_below(&rng, 3);
+        int32_t *slots = (int32_t *)malloc((heads * stride + 1) * sizeof *slots);
+        for (size_t i = 0; i < heads * stride + 1; i++)
+            slots[i] = INT32_MIN; /* padding: never read */
+        unsigned kind = (unsigned)kt_below(&rng, 6);
+        for (size_t i = 0; n && i < heads; i++) /* mostly one kind per batch */
+            adversarial_row(&rng, slots + i * stride, n, kt_below(&rng, 4) ? kind : (unsigned)i);
+        uint32_t flags = kt_below(&rng, 5) == 0 ? KVE_TRUSTED_SLOTS : 0;
+        kve_batch b = {kt_next(&rng), flags, n_seqs, seqs, 1, n_heads, 0, 0, n,
+                       kt_below(&rng, n + 2), kt_below(&rng, 8), n ? slots : NULL, stride};
+        char label[48];
+        snprintf(label, sizeof label, "table %d (kind %u, %u slots)", iter, kind, n);
+        kve_check_contexts(s.ctx, s.name, s.n, &b, label);
+        free(slots);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
+/* KVE_CPU_ISA picks the checks as it picks the kernels: a context created
+ * under KVE_CPU_ISA=scalar (and each other ISA) reports it, and refuses the
+ * wrapped run the vector checks once missed. */
+START_TEST(checks_follow_env_isa)
+{
+    int32_t row[32]; /* two AVX-512 blocks, four AVX2 blocks: no tail */
+    for (uint32_t t = 0; t < 32; t++)
+        row[t] = (int32_t)((uint32_t)INT32_MAX - 20 + t);
+    kve_seq seq = {5, 0, 0};
+    kve_batch b = {1, 0, 1, &seq, 1, 1, 0, 0, 32, 4, 2, row, 32};
+    for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
+        int avail = 0;
+        KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));
+        if (!avail)
+            continue;
+        setenv("KVE_CPU_ISA", kve_cpu_isa_name((kve_cpu_isa)isa), 1);
+        kve_context *ctx = NULL;
+        KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+        unsetenv("KVE_CPU_ISA");
+        kve_cpu_isa got;
+        KT_OK(kve_context_get_cpu_isa(ctx, &got));
+        ck_assert_int_eq(got, isa);
+        kt_out o;
+        EXPECT_ERR(kt_evict(ctx, &b, &o), KVE_ERR_RANGE,
+                   "batch.slot_pos[head 0][slot 21] = -2147483648");
+        kt_out_free(&o);
+        kve_context_destroy(ctx);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    const kve_suite_test tests[] = {
+        KVE_TEST(checks, checks_every_isa_adversarial),
+        KVE_TEST(checks, checks_follow_env_isa),
+    };
+    const kve_suite_spec spec = {"checks", 600, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
+}
