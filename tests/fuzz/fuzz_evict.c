@@ -98,7 +98,7 @@ static uint64_t ref_digest(const kve_batch *bt, const int32_t *slots, const uint
     for (uint32_t s = 0; s < bt->n_seqs; s++)
         for (uint32_t l = 0; l < bt->n_layers; l++)
             for (uint32_t h = 0; h < bt->n_heads; h++, i++) {
-                const int32_t *row = slots + i * bt->slot_pos_stride;
+                const int32_t *row = bt->n_slots ? slots + i * bt->slot_pos_stride : slots;
                 uint32_t count = 0;
                 for (uint32_t t = 0; t < bt->n_slots; t++)
                     if (row[t] >= 0 && !(ev && ev[i * bt->n_slots + t]))
@@ -246,7 +246,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     ref_head rh = {bt.seed, seqs[s].seq_id, bt.flags & KVE_KEY_FLAGS,
                                    bt.layer_offset + l, bt.head_offset + h, seqs[s].round,
                                    seqs[s].prompt_len, bt.window, bt.budget};
-                    const int32_t *row = slots + i * bt.slot_pos_stride;
+                    const int32_t *row = n ? slots + i * bt.slot_pos_stride : slots;
                     uint32_t ne, nk;
                     int over = ref_evict_head(&rh, row, n, ev + i * n, &ne, &nk);
                     FZ_CHECK(n_evicted[i] == ne, "head %zu: n_evicted %u, spec %u", i, n_evicted[i], ne);
