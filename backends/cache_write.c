@@ -151,8 +151,23 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
         if (slot >= 0 && slot < limit)
             page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)blk];
     } else if (d->page_table == KVE_PAGES_INDPTR) {
-        /* kve_check_indptr: 0 <= lo <= hi <= indptr[n_rows], the length of indices. */
+        /* indptr[0] = 0 and 0 <= lo <= hi <= indptr[n_rows], the length of
+         * indices: the row's pages are read within indices. Checked for the
+         * rows tokens use, token by token, as the device checks them. */
         int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
+        int32_t end = d->indptr[d->n_rows];
+        KVE_RETURN_ERROR_IF(d->indptr[0] != 0, KVE_ERR_RANGE,
+                            "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; token "
+                            "%u uses row %d)",
+                            d->indptr[0], t, row);
+        KVE_RETURN_ERROR_IF(lo < 0 || hi < lo, KVE_ERR_RANGE,
+                            "desc.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
+                            "(indptr must not decrease)",
+                            row, lo, row + 1, hi, row);
+        KVE_RETURN_ERROR_IF(hi > end, KVE_ERR_RANGE,
+                            "desc.indptr[%d] = %d, indptr[%u] = %d: row %d ends past "
+                            "indptr[n_rows], the length of indices",
+                            row + 1, hi, d->n_rows, end, row);
         KVE_RETURN_ERROR_IF(hi > lo && (last < 1 || (uint32_t)last > d->page_size), KVE_ERR_RANGE,
                             "desc.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
                             d->page_size);
@@ -172,25 +187,8 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
     return KVE_OK;
 }
 
-/* indptr[0] = 0 and never decreasing: then every row's pages lie in
- * indices[0 .. indptr[n_rows]), the length the header gives indices. */
-static kve_status kve_check_indptr(const kve_cache_write_desc *d)
-{
-    KVE_RETURN_ERROR_IF(d->indptr[0] != 0, KVE_ERR_RANGE,
-                        "desc.indptr[0] = %d: must be 0 (row 0's pages start indices)",
-                        d->indptr[0]);
-    for (uint32_t r = 0; r < d->n_rows; r++)
-        KVE_RETURN_ERROR_IF(d->indptr[r + 1] < d->indptr[r], KVE_ERR_RANGE,
-                            "desc.indptr[%u] = %d, indptr[%u] = %d: row %u ends before it "
-                            "starts (indptr must not decrease)",
-                            r, d->indptr[r], r + 1, d->indptr[r + 1], r);
-    return KVE_OK;
-}
-
 static kve_status kve_check_contents(const kve_cache_write_desc *d)
 {
-    if (d->page_table == KVE_PAGES_INDPTR)
-        KVE_TRY(kve_check_indptr(d));
     for (uint32_t t = 0; t < d->n_tokens; t++) {
         int32_t row = d->token_row[t];
         KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,

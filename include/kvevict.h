@@ -137,7 +137,9 @@ KVE_API kve_status kve_context_set_threads(kve_context *ctx, int threads);
 KVE_API kve_status kve_context_get_threads(const kve_context *ctx, int *out);
 
 /**
- * Select the CPU ISA. AUTO re-resolves ($KVE_CPU_ISA, then the best).
+ * Select the CPU ISA. AUTO re-resolves ($KVE_CPU_ISA, then the best). The
+ * ISA runs the CPU kernels and kve_evict's checks of slot_pos alike (every
+ * ISA's checks report the same first problem).
  * @return KVE_ERR_UNAVAILABLE when this CPU cannot run @p isa.
  */
 KVE_API kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa);
@@ -579,8 +581,9 @@ typedef struct kve_cache_write_desc {
  * append_paged_kv_cache) under slot reuse. Checks shapes, strides (no two
  * destination entries overlap, no source overlaps a destination) and, on
  * backends with host memory, every token_row, slot and page id, and with
- * KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so indices
- * is read only within its indptr[n_rows] entries).
+ * KVE_PAGES_INDPTR, for each row a token uses, that indptr[0] = 0 and
+ * 0 <= indptr[row] <= indptr[row+1] <= indptr[n_rows] (so indices is read
+ * only within its indptr[n_rows] entries; the GPU kernels check the same).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

@@ -55,7 +55,9 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
             page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
     } else if (d->page_table == KVE_PAGES_INDPTR) {
         int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-        int ok = lo >= 0 && hi >= lo && (hi == lo || (last >= 1 && last <= ps));
+        /* the host's rule: indptr[0] = 0, and the row within indices */
+        int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
+                 (hi == lo || (last >= 1 && last <= ps));
         limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
         if (slot >= 0 && slot < limit)
             page = d->indices[(size_t)lo + (size_t)(slot / ps)];

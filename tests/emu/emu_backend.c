@@ -1,5 +1,6 @@
 /* emu_backend.c — a CPU context with the emulator as its device. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emu_backend.h"
@@ -26,17 +27,79 @@ const char *kve_emu_context_message(void) { return kve_emu_message_now; }
 
 uint32_t kve_emu_context_last_unit(void) { return kve_emu_unit; }
 
+/* ---- injected faults ------------------------------------------------------ */
+
+static kve_emu_fault kve_emu_pending;       /* one shot, taken by the next op it fits */
+static const char *kve_emu_failed_launch;   /* the kernel whose launch failed, until synchronize */
+
+void kve_emu_inject(const kve_emu_fault *fault) { kve_emu_pending = *fault; }
+
+int kve_emu_fault_pending(void) { return kve_emu_pending.kind != KVE_EMU_FAULT_NONE; }
+
+static int kve_emu_take(kve_emu_fault_kind kind, kve_emu_fault *out)
+{
+    if (kve_emu_pending.kind != kind)
+        return 0;
+    *out = kve_emu_pending;
+    kve_emu_pending.kind = KVE_EMU_FAULT_NONE;
+    return 1;
+}
+
+/* A launch that fails as a faulting kernel does on a GPU: nothing runs, the
+ * call returns, and the next synchronize reports it. */
+static int kve_emu_launch_fails(const char *kernel)
+{
+    kve_emu_fault f;
+    if (!kve_emu_take(KVE_EMU_FAULT_LAUNCH, &f))
+        return 0;
+    kve_emu_failed_launch = kernel;
+    return 1;
+}
+
+/* A copy of @p n entries of @p table with entry @p f->index set to
+ * f->value (NULL when out of memory or the index is outside). */
+static int32_t *kve_emu_corrupt(const int32_t *table, size_t n, const kve_emu_fault *f)
+{
+    int32_t *copy = f->index < n ? (int32_t *)malloc(n * sizeof *copy) : NULL;
+    if (copy) {
+        memcpy(copy, table, n * sizeof *copy);
+        copy[f->index] = f->value;
+    }
+    return copy;
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
 static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     (void)ctx;
+    if (kve_emu_launch_fails("kve_state_kernel"))
+        return KVE_OK;
     return kve_emu_state_update(kve_emu_pool_now, kve_emu_max_grid, u, &kve_emu_records)
-               ? KVE_ERR_NOMEM
+               ? KVE_ERR_INTERNAL
                : KVE_OK;
 }
 
 static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     (void)ctx;
+    if (kve_emu_launch_fails("kve_cache_write_kernel"))
+        return KVE_OK;
+    kve_emu_fault f;
+    if (d->page_table != KVE_PAGES_NONE && kve_emu_take(KVE_EMU_FAULT_PAGE, &f)) {
+        int blocks = d->page_table == KVE_PAGES_BLOCK_TABLE;
+        const int32_t *table = blocks ? d->block_table : d->indices;
+        size_t n = blocks ? (size_t)d->n_rows * d->blocks_per_row : (size_t)d->indptr[d->n_rows];
+        int32_t *bad = kve_emu_corrupt(table, n, &f);
+        if (!bad)
+            return KVE_ERR_INTERNAL;
+        kve_cache_write_desc t = *d;
+        *(blocks ? &t.block_table : &t.indices) = bad;
+        kve_status st = kve_emu_cache_write(kve_emu_pool_now, kve_emu_max_grid, &t,
+                                            &kve_emu_records, &kve_emu_unit);
+        free(bad);
+        return st;
+    }
     return kve_emu_cache_write(kve_emu_pool_now, kve_emu_max_grid, d, &kve_emu_records,
                                &kve_emu_unit);
 }
@@ -46,9 +109,25 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 {
     if (!kve_emu_evict_pool)
         return kve_emu_cpu_evict(ctx, b, o, workspace, workspace_bytes);
+    if (kve_emu_launch_fails("kve_evict_kernel"))
+        return KVE_OK;
     uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
     uint32_t grid = kve_launch_grid(heads, 1, kve_emu_max_grid);
-    return kve_emu_evict(kve_emu_evict_pool, grid, 0, b, o, &kve_emu_records) ? KVE_ERR_NOMEM
+    kve_emu_fault f;
+    if (b->n_slots && kve_emu_take(KVE_EMU_FAULT_SLOT, &f)) {
+        /* The device sees the bad slot; the host checks were skipped (device
+         * memory), and under KVE_TRUSTED_SLOTS the kernel checks range only. */
+        int32_t *bad = kve_emu_corrupt(b->slot_pos, (heads - 1) * b->slot_pos_stride + b->n_slots, &f);
+        if (!bad)
+            return KVE_ERR_INTERNAL;
+        kve_batch t = *b;
+        t.slot_pos = bad;
+        t.flags |= KVE_TRUSTED_SLOTS;
+        int rc = kve_emu_evict(kve_emu_evict_pool, grid, 0, &t, o, &kve_emu_records);
+        free(bad);
+        return rc ? KVE_ERR_INTERNAL : KVE_OK;
+    }
+    return kve_emu_evict(kve_emu_evict_pool, grid, 0, b, o, &kve_emu_records) ? KVE_ERR_INTERNAL
                                                                               : KVE_OK;
 }
 
@@ -56,8 +135,17 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 static kve_status emu_synchronize(kve_context *ctx)
 {
     (void)ctx;
-    kve_status st =
-        kve_emu_errors_status(&kve_emu_records, kve_emu_message_now, sizeof kve_emu_message_now);
+    kve_status st;
+    if (kve_emu_failed_launch) {
+        snprintf(kve_emu_message_now, sizeof kve_emu_message_now,
+                 "emulated device: %s: launch failed (injected fault); its outputs are untouched",
+                 kve_emu_failed_launch);
+        kve_emu_failed_launch = NULL;
+        st = KVE_ERR_DEVICE;
+    } else {
+        st = kve_emu_errors_status(&kve_emu_records, kve_emu_message_now,
+                                   sizeof kve_emu_message_now);
+    }
     kve_emu_errors_reset(&kve_emu_records);
     return st;
 }
@@ -80,6 +168,8 @@ kve_context *kve_emu_context_create(void)
     kve_emu_ops.cache_write = emu_cache_write;
     kve_emu_errors_reset(&kve_emu_records);
     kve_emu_message_now[0] = '\0';
+    kve_emu_pending.kind = KVE_EMU_FAULT_NONE;
+    kve_emu_failed_launch = NULL;
     ctx->ops = &kve_emu_ops;
     return ctx;
 }

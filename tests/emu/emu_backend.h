@@ -29,4 +29,26 @@ uint32_t kve_emu_context_last_unit(void);
  * core's kve_last_error() does not see the emulator's). */
 const char *kve_emu_context_message(void);
 
+/* A failure the emulated device injects into the next operation it fits
+ * (one shot), to show each surfacing at kve_context_synchronize() as its
+ * status, with a message, and the next call on the context working. */
+typedef enum {
+    KVE_EMU_FAULT_NONE = 0,
+    KVE_EMU_FAULT_LAUNCH, /* the next launch (evict, state, cache write) does not run: KVE_ERR_DEVICE */
+    KVE_EMU_FAULT_SLOT,   /* the next device kve_evict sees slot_pos[index] = value, under
+                             KVE_TRUSTED_SLOTS (the caller's table is left alone) */
+    KVE_EMU_FAULT_PAGE    /* the next paged kve_cache_write sees block_table[index] (or
+                             indices[index]) = value */
+} kve_emu_fault_kind;
+
+typedef struct {
+    kve_emu_fault_kind kind;
+    size_t index;
+    int32_t value;
+} kve_emu_fault;
+
+void kve_emu_inject(const kve_emu_fault *fault);
+/* Whether an injected fault is still waiting for its operation. */
+int kve_emu_fault_pending(void);
+
 #endif

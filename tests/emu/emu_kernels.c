@@ -133,7 +133,7 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
         return st;
     *unit_used = a.unit;
     uint32_t grid = kve_launch_grid(a.entries, nt / a.group, max_grid);
-    return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_NOMEM : KVE_OK;
+    return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
