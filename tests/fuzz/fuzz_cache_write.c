@@ -7,20 +7,6 @@
  */
 #include "fuzz_common.h"
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static int cmp_size(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* A byte stride: 0 (the layout's dense value) or dense + padding; rarely
  * shrunk below dense. *exact is cleared when it may make entries overlap. */
 static size_t pick_stride(fz_bytes *b, size_t dense, int *exact)
@@ -118,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t s = 0; s < ps; s++)
                 for (size_t h = 0; h < H; h++)
                     off[k++] = p * d_page + s * d_slot + h * d_head;
-        qsort(off, n, sizeof *off, cmp_size);
+        qsort(off, n, sizeof *off, fz_cmp_size);
         for (size_t i = 1; i < n; i++)
             dst_overlap |= off[i] - off[i - 1] < e;
         free(off);
@@ -130,9 +116,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         src[c] = (uint8_t *)fz_alloc(src_span, 0);
         dst[c] = (uint8_t *)fz_alloc(dst_span, 0);
         for (size_t k = 0; k < src_span; k++)
-            src[c][k] = (uint8_t)mix(&rng);
+            src[c][k] = (uint8_t)fz_mix(&rng);
         for (size_t k = 0; k < dst_span; k++)
-            dst[c][k] = (uint8_t)mix(&rng);
+            dst[c][k] = (uint8_t)fz_mix(&rng);
         ref[c] = (uint8_t *)fz_dup(dst[c], dst_span);
         before[c] = (uint8_t *)fz_dup(dst[c], dst_span);
         d.src[c] = src[c];

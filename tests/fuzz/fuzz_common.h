@@ -66,6 +66,22 @@ static inline uint32_t fz_count(fz_bytes *b, uint32_t small)
     return fz_u32(b);
 }
 
+/* A splitmix64 step: bulk bytes (cache contents, tables) that need not
+ * cost the fuzzer's input. */
+static inline uint64_t fz_mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static inline int fz_cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Exactly @p bytes of heap (the pointer of malloc(0) when 0), filled with
  * @p fill: a canary to see what the library wrote. NULL only when the size
  * is absurd: callers then skip the input. */

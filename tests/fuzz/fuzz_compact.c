@@ -16,14 +16,6 @@ typedef struct {
     int by_construction; /* 1: no overlap by construction */
 } view_shape;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 /* Dimensions nested in a random order, each padded a little; sometimes one
  * stride is then shrunk, which may or may not make entries overlap. */
 static void pick_shape(fz_bytes *b, const size_t extent[4], size_t entry, view_shape *v)
@@ -52,12 +44,6 @@ static void pick_shape(fz_bytes *b, const size_t extent[4], size_t entry, view_s
             v->span += (extent[d] - 1) * v->stride[d];
 }
 
-static int cmp_size(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Brute force: do two entries of the view overlap? */
 static int view_overlaps(const size_t extent[4], const view_shape *v, size_t entry)
 {
@@ -71,7 +57,7 @@ static int view_overlaps(const size_t extent[4], const view_shape *v, size_t ent
                 for (size_t t = 0; t < extent[3]; t++)
                     off[k++] = s * v->stride[0] + l * v->stride[1] + h * v->stride[2] +
                                t * v->stride[3];
-    qsort(off, n, sizeof *off, cmp_size);
+    qsort(off, n, sizeof *off, fz_cmp_size);
     int overlap = 0;
     for (size_t i = 1; i < n; i++)
         overlap |= off[i] - off[i - 1] < entry;
@@ -121,20 +107,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int32_t *ev = evicted + i * d.evicted_stride;
         uint32_t ne = 0;
         for (uint32_t t = 0; t < n; t++)
-            row[t] = mix(&rng) % 4 == 0 ? -1 : (int32_t)(t * 3 + mix(&rng) % 3);
+            row[t] = fz_mix(&rng) % 4 == 0 ? -1 : (int32_t)(t * 3 + fz_mix(&rng) % 3);
         uint8_t density = fz_u8(&in);
         for (uint32_t t = 0; t < n && ne < d.evicted_stride; t++)
-            if (row[t] >= 0 && (uint8_t)mix(&rng) < density)
+            if (row[t] >= 0 && (uint8_t)fz_mix(&rng) < density)
                 ev[ne++] = (int32_t)t;
         n_evicted[i] = ne;
         uint8_t harm = fz_u8(&in);
         if (harm >= 248) {
             switch (harm & 7) {
             case 0: n_evicted[i] = d.evicted_stride + 1; break;
-            case 1: if (ne) ev[mix(&rng) % ne] = (int32_t)n; break;
-            case 2: if (ne) ev[mix(&rng) % ne] = -1; break;
+            case 1: if (ne) ev[fz_mix(&rng) % ne] = (int32_t)n; break;
+            case 2: if (ne) ev[fz_mix(&rng) % ne] = -1; break;
             case 3: if (ne > 1) ev[1] = ev[0]; break;
-            case 4: row[mix(&rng) % n] = -2 - (int32_t)(mix(&rng) % 5); break;
+            case 4: row[fz_mix(&rng) % n] = -2 - (int32_t)(fz_mix(&rng) % 5); break;
             case 5: if (ne) row[ev[0]] = -1; break;
             case 6: n_evicted[i] = n + 1; break;
             default: if (ne > 1) { int32_t x = ev[0]; ev[0] = ev[ne - 1]; ev[ne - 1] = x; } break;
@@ -170,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 v->span = 0, bad = 1; /* cannot be valid at these extents */
             buf[side][c] = (uint8_t *)fz_alloc(v->span, 0);
             for (size_t k = 0; k < v->span; k++)
-                buf[side][c][k] = (uint8_t)mix(&rng);
+                buf[side][c][k] = (uint8_t)fz_mix(&rng);
             overlap |= work && view_overlaps(extent, v, d.entry_bytes);
             constructed &= v->by_construction;
             kve_cache_view *cv = side ? &d.dst[c] : &d.src[c];
