@@ -3,13 +3,18 @@
 #   ./run.sh demo [demo options]   install what is missing, build, run `kvevict demo`
 #   ./run.sh test                  install what is missing, build, run every test suite
 #   ./run.sh sanitize              the same tests built with ASan + UBSan (Debug)
+#   ./run.sh fuzz [SECONDS]        libFuzzer harnesses, SECONDS each (default 60)
+#   ./run.sh tsan                  the 8-thread test under ThreadSanitizer
 set -euo pipefail
 cd "$(dirname "$0")"
 
 build_packages=(build-essential cmake pkg-config libxxhash-dev check)
 # Tests also need the Python oracle and peers, and the HIP toolchain to
 # build the AMD backend (the CUDA toolkit, if any, lives in /usr/local/cuda).
-test_packages=(python3 python3-numpy python3-torch python3-xxhash hipcc libamdhip64-dev rocm-device-libs)
+test_packages=(python3 python3-numpy python3-torch python3-xxhash hipcc libamdhip64-dev rocm-device-libs
+               dieharder)
+# The fuzz and tsan jobs build with clang, its sanitizer runtimes and OpenMP.
+clang_packages=(clang libclang-rt-14-dev libomp-dev)
 
 install_missing() {
     local missing=() p
@@ -50,8 +55,17 @@ sanitize)
     build sanitize
     ctest --preset sanitize "$@"
     ;;
+fuzz)
+    install_missing "${build_packages[@]}" "${clang_packages[@]}"
+    exec tests/fuzz/run.sh "$@"
+    ;;
+tsan)
+    install_missing "${build_packages[@]}" "${clang_packages[@]}"
+    build tsan
+    ctest --preset tsan "$@"
+    ;;
 *)
-    echo "usage: ./run.sh demo [options] | test | sanitize" >&2
+    echo "usage: ./run.sh demo [options] | test | sanitize | fuzz [seconds] | tsan" >&2
     exit 2
     ;;
 esac

@@ -270,22 +270,32 @@ kve_status kve_digest(kve_context *ctx, const kve_batch *batch, const kve_evict_
                             "evicted.evicted_stride = 0: must be >= 1");
     }
     size_t rows = heads && batch->n_slots ? (heads - 1) * batch->slot_pos_stride + batch->n_slots : 0;
-    /* Evicted lists hold at most n_slots entries: none to read without slots. */
-    size_t ev_rows = 0;
-    if (heads && evicted && batch->n_slots)
-        KVE_RETURN_ERROR_IF(__builtin_mul_overflow(heads, evicted->evicted_stride, &ev_rows) ||
-                                ev_rows > SIZE_MAX / 4,
-                            KVE_ERR_OVERFLOW, "evicted.evicted_stride = %zu overflows over %zu heads",
-                            evicted->evicted_stride, heads);
     void *own[4] = {NULL, NULL, NULL, NULL};
     const void *seqs = NULL, *slots = NULL, *ev = NULL, *nev = NULL;
     kve_status st = kve_host_view(ctx, batch->seqs, batch->n_seqs * sizeof(kve_seq), &own[0], &seqs);
     if (st == KVE_OK)
         st = kve_host_view(ctx, batch->slot_pos, rows * 4, &own[1], &slots);
     if (st == KVE_OK && evicted)
-        st = kve_host_view(ctx, evicted->evicted, ev_rows * 4, &own[2], &ev);
-    if (st == KVE_OK && evicted)
         st = kve_host_view(ctx, evicted->n_evicted, heads * 4, &own[3], &nev);
+    /* The evicted lists are read up to the last listed slot: kve_evict's rows
+     * may be shorter than the stride, and need no room at all when nothing
+     * can be evicted (so any stride is valid there). Counts past the row are
+     * kve_digest_host's error. */
+    size_t ev_rows = 0;
+    for (size_t i = 0; st == KVE_OK && evicted && i < heads; i++) {
+        uint32_t ne = ((const uint32_t *)nev)[i];
+        size_t end;
+        if (ne == 0 || ne > batch->n_slots || ne > evicted->evicted_stride)
+            continue;
+        if (__builtin_mul_overflow(i, evicted->evicted_stride, &end) ||
+            __builtin_add_overflow(end, (size_t)ne, &end) || end > SIZE_MAX / 4)
+            st = kve_error_set(KVE_ERR_OVERFLOW, "evicted.evicted_stride = %zu overflows at head %zu",
+                               evicted->evicted_stride, i);
+        else if (end > ev_rows)
+            ev_rows = end;
+    }
+    if (st == KVE_OK && evicted)
+        st = kve_host_view(ctx, evicted->evicted, ev_rows * 4, &own[2], &ev);
     if (st == KVE_OK)
         st = kve_digest_host(batch, (const kve_seq *)seqs, (const int32_t *)slots,
                              (const int32_t *)ev, evicted ? evicted->evicted_stride : 0,

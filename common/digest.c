@@ -24,9 +24,11 @@ kve_status kve_digest_host(const kve_batch *b, const kve_seq *seqs,
                            const uint32_t *n_evicted, uint64_t *out_digest)
 {
     XXH3_state_t *state = XXH3_createState();
-    /* kept positions of one head, then their LE32 bytes */
-    int32_t *kept = (int32_t *)malloc(((size_t)b->n_slots + 1) * sizeof *kept);
-    unsigned char *bytes = (unsigned char *)malloc(((size_t)b->n_slots + 1) * 4);
+    /* kept positions of one head, then their LE32 bytes (none without heads:
+     * a batch of no head may still say n_slots = 2^31-1) */
+    size_t cap = b->n_seqs && b->n_layers && b->n_heads ? (size_t)b->n_slots + 1 : 1;
+    int32_t *kept = (int32_t *)malloc(cap * sizeof *kept);
+    unsigned char *bytes = (unsigned char *)malloc(cap * 4);
     if (!state || !kept || !bytes) {
         XXH3_freeState(state);
         free(kept);

@@ -1,0 +1,286 @@
+/*
+ * fuzz_evict — kve_evict (and kve_digest of its result) on adversarial
+ * batches: every KVE_OK is held against SPEC §3 (fuzz_ref.h), every error
+ * must leave every output byte as it was, and the call must agree with the
+ * header on which batches are valid.
+ */
+#include <xxhash.h>
+
+#include "fuzz_common.h"
+#include "fuzz_ref.h"
+
+#define MAX_SLOTS 300u
+
+/* A value for a slot table: mostly plausible, often on an edge. */
+static int32_t table_value(fz_bytes *b, uint32_t n)
+{
+    uint8_t sel = fz_u8(b);
+    if (sel < 64)
+        return -1;
+    if (sel < 200)
+        return (int32_t)fz_below(b, 2 * n + 2);
+    static const int32_t edges[] = {INT32_MAX, INT32_MAX - 1, -2, INT32_MIN, 0, INT32_MIN + 1};
+    if (sel < 240)
+        return edges[sel % 6];
+    return (int32_t)fz_u32(b);
+}
+
+static void fill_row(fz_bytes *b, int32_t *row, uint32_t n, const int32_t *prev)
+{
+    uint8_t mode = fz_u8(b) % 5;
+    if (mode == 0 || (mode == 4 && !prev))
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = table_value(b, n);
+    else if (mode == 1) { /* an ascending run, wrapping as int32 from any start */
+        uint32_t start = fz_u8(b) & 1 ? 0x7fffffffu - fz_below(b, 2 * n + 1) : fz_u32(b);
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = (int32_t)(start + t);
+    } else if (mode == 2) { /* a shuffled 0..n-1 with holes */
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = (int32_t)t;
+        for (uint32_t t = n; t > 1; t--) {
+            uint32_t j = fz_below(b, t);
+            int32_t x = row[t - 1];
+            row[t - 1] = row[j];
+            row[j] = x;
+        }
+        for (uint32_t k = fz_below(b, n + 1); k > 0; k--)
+            row[fz_below(b, n)] = -1;
+    } else if (mode == 3) { /* a spread table: positions i * step + base */
+        uint32_t step = 1 + fz_below(b, 70000), base = fz_u32(b) & 0x7fffffffu;
+        for (uint32_t t = 0; t < n; t++)
+            row[t] = (int32_t)((base + (uint64_t)t * step) & 0x7fffffffu);
+    } else
+        memcpy(row, prev, n * sizeof *row);
+    /* A few pointed edits: a repeat across a vector-block edge, a bad value. */
+    for (uint8_t k = fz_u8(b) % 4; k > 0 && n > 1; k--) {
+        static const uint32_t edges[] = {7, 8, 15, 16, 31, 32, 63, 64};
+        uint32_t j = fz_u8(b) & 1 ? edges[fz_u8(b) % 8] % n : fz_below(b, n);
+        uint32_t i = fz_below(b, n);
+        row[j] = fz_u8(b) & 1 ? row[i] : table_value(b, n);
+    }
+}
+
+static size_t rows_span(size_t rows, size_t stride, size_t len, int *overflow)
+{
+    size_t s;
+    *overflow = 0;
+    if (!rows || !len)
+        return 0;
+    if (__builtin_mul_overflow(rows - 1, stride, &s) || __builtin_add_overflow(s, len, &s) ||
+        s > SIZE_MAX / 4) {
+        *overflow = 1;
+        return len;
+    }
+    return s;
+}
+
+static size_t pick_stride(fz_bytes *b, size_t min)
+{
+    uint8_t sel = fz_u8(b);
+    if (sel < 230)
+        return min + fz_below(b, 3);
+    if (sel < 240)
+        return min ? min - 1 : 0;
+    if (sel < 250)
+        return SIZE_MAX / 4 - fz_below(b, 4);
+    return (size_t)fz_u64(b);
+}
+
+/* The spec's digest (§6) of the batch's keep-sets, evicted slots flagged in
+ * ev (NULL: none). */
+static uint64_t ref_digest(const kve_batch *bt, const int32_t *slots, const uint8_t *ev)
+{
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset_withSeed(st, 0);
+    size_t i = 0;
+    int32_t *kept = (int32_t *)malloc(((bt->n_seqs && bt->n_layers && bt->n_heads ? (size_t)bt->n_slots : 0) + 1) * sizeof *kept);
+    for (uint32_t s = 0; s < bt->n_seqs; s++)
+        for (uint32_t l = 0; l < bt->n_layers; l++)
+            for (uint32_t h = 0; h < bt->n_heads; h++, i++) {
+                const int32_t *row = bt->n_slots ? slots + i * bt->slot_pos_stride : slots;
+                uint32_t count = 0;
+                for (uint32_t t = 0; t < bt->n_slots; t++)
+                    if (row[t] >= 0 && !(ev && ev[i * bt->n_slots + t]))
+                        kept[count++] = row[t];
+                qsort(kept, count, sizeof *kept, ref_i32_cmp);
+                uint8_t hdr[20];
+                uint64_t id = bt->seqs[s].seq_id;
+                uint32_t f[3] = {bt->layer_offset + l, bt->head_offset + h, count};
+                for (int k = 0; k < 8; k++)
+                    hdr[k] = (uint8_t)(id >> (8 * k));
+                for (int k = 0; k < 12; k++)
+                    hdr[8 + k] = (uint8_t)(f[k / 4] >> (8 * (k % 4)));
+                XXH3_64bits_update(st, hdr, 20);
+                for (uint32_t k = 0; k < count; k++) {
+                    uint8_t le[4];
+                    for (int j = 0; j < 4; j++)
+                        le[j] = (uint8_t)((uint32_t)kept[k] >> (8 * j));
+                    XXH3_64bits_update(st, le, 4);
+                }
+            }
+    free(kept);
+    uint64_t d = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return d;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_bytes in = {data, size};
+    kve_context *ctx = fz_context(&in);
+    kve_batch bt = {0};
+    bt.seed = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
+    bt.flags = fz_u8(&in) < 250 ? fz_u8(&in) & 0xfu : fz_u32(&in);
+    bt.n_seqs = fz_below(&in, 3);
+    bt.n_layers = fz_below(&in, 3);
+    bt.n_heads = fz_below(&in, 4);
+    bt.layer_offset = fz_u8(&in) < 240 ? fz_below(&in, 64) : UINT32_MAX - fz_below(&in, 3);
+    bt.head_offset = fz_u8(&in) < 240 ? fz_below(&in, 64) : UINT32_MAX - fz_below(&in, 3);
+    bt.n_slots = fz_count(&in, MAX_SLOTS + 1);
+    bt.budget = fz_count(&in, MAX_SLOTS + 1);
+    bt.window = fz_count(&in, 40);
+    size_t heads = (size_t)bt.n_seqs * bt.n_layers * bt.n_heads;
+    int too_big = bt.n_slots > MAX_SLOTS && bt.n_slots <= 0x7fffffffu;
+    if (too_big && heads) /* a valid table we cannot afford: skip */
+        return 0;
+    uint32_t n = heads && bt.n_slots <= MAX_SLOTS ? bt.n_slots : 0; /* elements we fill */
+    int bad = (bt.flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS)) ||
+              (bt.n_layers && bt.layer_offset > UINT32_MAX - (bt.n_layers - 1)) ||
+              (bt.n_heads && bt.head_offset > UINT32_MAX - (bt.n_heads - 1)) ||
+              bt.n_slots > 0x7fffffffu || bt.budget > 0x7fffffffu || bt.window > 0x7fffffffu;
+
+    kve_seq *seqs = (kve_seq *)fz_alloc(bt.n_seqs * sizeof *seqs, 0);
+    for (uint32_t s = 0; s < bt.n_seqs; s++) {
+        seqs[s].seq_id = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
+        seqs[s].prompt_len = fz_count(&in, 40);
+        seqs[s].round = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u8(&in) % 4;
+    }
+    bt.seqs = seqs;
+    int overflow;
+    bt.slot_pos_stride = pick_stride(&in, bt.n_slots);
+    size_t span = rows_span(heads, bt.slot_pos_stride, n, &overflow);
+    if (heads && bt.n_slots && bt.slot_pos_stride < bt.n_slots)
+        bad = 1, span = n, overflow = 1; /* rows overlap: rejected before any read */
+    bad |= overflow;
+    if (span > (1u << 22)) {
+        free(seqs);
+        return 0;
+    }
+    int32_t *slots = (int32_t *)fz_alloc(span * 4, 0xff);
+    size_t fill_rows = !n ? 0 : overflow ? 1 : heads;
+    for (size_t i = 0; i < fill_rows; i++)
+        fill_row(&in, slots + i * bt.slot_pos_stride, n,
+                 i ? slots + (i - 1) * bt.slot_pos_stride : NULL);
+    bt.slot_pos = fz_u8(&in) == 255 ? NULL : slots;
+    bad |= heads && bt.n_slots && !bt.slot_pos;
+    int trusted_dup = 0, bad_table = 0;
+    for (size_t i = 0; !bad && i < fill_rows; i++) {
+        int p = ref_table_problem(slots + i * bt.slot_pos_stride, n);
+        if (p == 1 || (p == 2 && !(bt.flags & KVE_TRUSTED_SLOTS)))
+            bad = 1, bad_table = p;
+        trusted_dup |= p == 2;
+    }
+
+    /* Outputs, each exactly as long as the header asks. */
+    size_t max_ev = bt.n_slots > bt.budget ? bt.n_slots - bt.budget : 0;
+    kve_evict_out out = {0};
+    out.evicted_stride = pick_stride(&in, max_ev ? max_ev : 1);
+    bad |= heads && out.evicted_stride < (max_ev ? max_ev : 1);
+    size_t ev_span = rows_span(heads, out.evicted_stride, n ? max_ev : 0, &overflow);
+    bad |= overflow && heads;
+    uint8_t opt = fz_u8(&in);
+    out.kept_stride = opt & 1 ? pick_stride(&in, bt.n_slots) : 0;
+    if ((opt & 1) && heads && out.kept_stride < bt.n_slots)
+        bad = 1;
+    size_t kept_span = opt & 1 ? rows_span(heads, out.kept_stride, n, &overflow) : 0;
+    bad |= (opt & 1) && overflow && heads;
+    if (ev_span > (1u << 22) || kept_span > (1u << 22)) {
+        free(seqs);
+        free(slots);
+        return 0;
+    }
+    int32_t *evicted = (int32_t *)fz_alloc(ev_span * 4, 0xa5);
+    int32_t *kept = (int32_t *)fz_alloc(kept_span * 4, 0xa5);
+    uint32_t *n_evicted = (uint32_t *)fz_alloc(heads * 4, 0xa5);
+    uint32_t *n_kept = (uint32_t *)fz_alloc(heads * 4, 0xa5);
+    uint8_t *head_flags = (uint8_t *)fz_alloc(heads, 0xa5);
+    out.evicted = opt == 0xfe ? NULL : evicted;
+    out.n_evicted = n_evicted;
+    out.n_kept = opt == 0xfc ? NULL : n_kept;
+    out.head_flags = opt & 2 ? head_flags : NULL;
+    out.kept = opt & 1 ? kept : NULL;
+    bad |= heads && (!out.evicted || !out.n_kept);
+
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    if ((opt & 4) && !bad) {
+        if (kve_evict_workspace_size(ctx, &bt, &ws_bytes) != KVE_OK)
+            FZ_FAIL("workspace size of a valid batch");
+        ws = fz_alloc(ws_bytes, 0);
+        if (!ws) /* a batch of no head may still ask for n_slots-sized scratch */
+            ws_bytes = 0;
+    }
+    void *snap[5] = {fz_dup(evicted, ev_span * 4), fz_dup(kept, kept_span * 4),
+                     fz_dup(n_evicted, heads * 4), fz_dup(n_kept, heads * 4),
+                     fz_dup(head_flags, heads)};
+    kve_status st = kve_evict(ctx, &bt, &out, ws, ws_bytes);
+    if (bad) {
+        FZ_CHECK(st != KVE_OK, "an invalid batch was accepted (n_slots %u, budget %u, table "
+                 "problem %d: 1 = value < -1, 2 = repeat)", bt.n_slots, bt.budget, bad_table);
+    } else if (!trusted_dup) {
+        FZ_CHECK(st == KVE_OK, "a valid batch was rejected: %s", kve_status_string(st));
+    }
+    if (st != KVE_OK) {
+        FZ_CHECK_ERROR_MESSAGE(st);
+        FZ_CHECK(!memcmp(snap[0], evicted, ev_span * 4) && !memcmp(snap[1], kept, kept_span * 4) &&
+                     !memcmp(snap[2], n_evicted, heads * 4) && !memcmp(snap[3], n_kept, heads * 4) &&
+                     !memcmp(snap[4], head_flags, heads),
+                 "an error (%s) wrote an output", kve_status_string(st));
+    } else if (!trusted_dup) {
+        uint8_t *ev = (uint8_t *)fz_alloc(heads * n + 1, 0);
+        size_t i = 0;
+        for (uint32_t s = 0; s < bt.n_seqs; s++)
+            for (uint32_t l = 0; l < bt.n_layers; l++)
+                for (uint32_t h = 0; h < bt.n_heads; h++, i++) {
+                    ref_head rh = {bt.seed, seqs[s].seq_id, bt.flags & KVE_KEY_FLAGS,
+                                   bt.layer_offset + l, bt.head_offset + h, seqs[s].round,
+                                   seqs[s].prompt_len, bt.window, bt.budget};
+                    const int32_t *row = n ? slots + i * bt.slot_pos_stride : slots;
+                    uint32_t ne, nk;
+                    int over = ref_evict_head(&rh, row, n, ev + i * n, &ne, &nk);
+                    FZ_CHECK(n_evicted[i] == ne, "head %zu: n_evicted %u, spec %u", i, n_evicted[i], ne);
+                    FZ_CHECK(n_kept[i] == nk, "head %zu: n_kept %u, spec %u", i, n_kept[i], nk);
+                    if (out.head_flags)
+                        FZ_CHECK(head_flags[i] == (over ? KVE_HEAD_OVER_BUDGET : 0),
+                                 "head %zu: flags %u, spec over-budget %d", i, head_flags[i], over);
+                    uint32_t e = 0, k = 0;
+                    for (uint32_t t = 0; t < n; t++) {
+                        if (ev[i * n + t])
+                            FZ_CHECK(evicted[i * out.evicted_stride + e++] == (int32_t)t,
+                                     "head %zu: evicted[%u] is not slot %u", i, e - 1, t);
+                        else if (row[t] >= 0 && out.kept)
+                            FZ_CHECK(kept[i * out.kept_stride + k++] == (int32_t)t,
+                                     "head %zu: kept[%u] is not slot %u", i, k - 1, t);
+                    }
+                }
+        /* The digest of what was kept, and of the whole tables. */
+        uint64_t d;
+        FZ_CHECK(kve_digest(ctx, &bt, &out, &d) == KVE_OK, "digest after evict");
+        FZ_CHECK(d == ref_digest(&bt, slots, ev), "digest of the keep-sets");
+        FZ_CHECK(kve_digest(ctx, &bt, NULL, &d) == KVE_OK, "digest of the tables");
+        FZ_CHECK(d == ref_digest(&bt, slots, NULL), "digest of the tables");
+        free(ev);
+    }
+    for (int k = 0; k < 5; k++)
+        free(snap[k]);
+    free(ws);
+    free(seqs);
+    free(slots);
+    free(evicted);
+    free(kept);
+    free(n_evicted);
+    free(n_kept);
+    free(head_flags);
+    return 0;
+}

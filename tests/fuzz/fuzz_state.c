@@ -1,0 +1,400 @@
+/*
+ * fuzz_state — random programs of kve_state_admit / append / retire /
+ * rebuild and the reads, checked after every call against an independent
+ * model of docs/SPEC.md §5 (the schedule), whose evictions are fuzz_ref.h's
+ * §3. Checked: every row's counts and rounds, each table's keep-set as a
+ * set of positions, the prompt and the window present, slot_mapping, a
+ * rebuild equal to the live row, and that a failed call changes nothing.
+ * Where the tokens sit inside a table (placement) is checked apart, in
+ * model_place / check_placement, the one piece a placement change touches.
+ */
+#include "fuzz_common.h"
+#include "fuzz_ref.h"
+
+#define MAX_ROWS 4u
+#define MAX_TABLES 6u
+#define MAX_SLOTS 64u
+
+typedef struct {
+    int active;
+    uint64_t seq_id;
+    uint32_t prompt, capacity, n_tokens, round, free_left;
+    int32_t table[MAX_TABLES][MAX_SLOTS]; /* the model's slot tables */
+} model_row;
+
+typedef struct {
+    kve_state_desc desc;
+    uint32_t tl, th, tables;
+    model_row rows[MAX_ROWS];
+} model;
+
+static uint32_t model_capacity(const model *m, uint32_t prompt)
+{
+    const kve_schedule *s = &m->desc.schedule;
+    uint64_t c = (uint64_t)prompt + s->window;
+    if (c < s->budget)
+        c = s->budget;
+    c += s->interval;
+    return c > 0xffffffffu ? 0xffffffffu : (uint32_t)c;
+}
+
+/* PLACEMENT: the slot a new token takes in a table (SPEC §5: slot i while
+ * the table fills, then the freed slots in ascending order). */
+static uint32_t model_place(const model *m, const model_row *r, const int32_t *table)
+{
+    (void)m;
+    if (r->n_tokens < r->capacity)
+        return r->n_tokens;
+    for (uint32_t t = 0; t < r->capacity; t++)
+        if (table[t] < 0)
+            return t;
+    FZ_FAIL("model: no free slot");
+}
+
+/* One eviction round of a full row (SPEC §5 with §3 in every table). */
+static void model_round(const model *m, model_row *r)
+{
+    const kve_schedule *s = &m->desc.schedule;
+    for (uint32_t tb = 0; tb < m->tables; tb++) {
+        ref_head h = {s->seed, r->seq_id, s->flags, m->desc.layer_offset + tb / m->th,
+                      m->desc.head_offset + tb % m->th, r->round, r->prompt, s->window, s->budget};
+        uint8_t ev[MAX_SLOTS];
+        uint32_t ne, nk;
+        ref_evict_head(&h, r->table[tb], r->capacity, ev, &ne, &nk);
+        FZ_CHECK(ne == s->interval, "model: a full table evicted %u, not r = %u", ne, s->interval);
+        for (uint32_t t = 0; t < r->capacity; t++)
+            if (ev[t])
+                r->table[tb][t] = -1;
+    }
+    r->round++;
+    r->free_left = s->interval;
+}
+
+static void model_append_one(const model *m, model_row *r)
+{
+    if (r->n_tokens >= r->capacity && r->free_left == 0)
+        model_round(m, r);
+    for (uint32_t tb = 0; tb < m->tables; tb++) {
+        uint32_t slot = model_place(m, r, r->table[tb]);
+        r->table[tb][slot] = (int32_t)r->n_tokens;
+    }
+    if (r->n_tokens >= r->capacity)
+        r->free_left--;
+    r->n_tokens++;
+}
+
+static void model_open(const model *m, model_row *r, uint64_t seq_id, uint32_t prompt)
+{
+    memset(r, 0, sizeof *r);
+    r->active = 1;
+    r->seq_id = seq_id;
+    r->prompt = prompt;
+    r->capacity = model_capacity(m, prompt);
+    for (uint32_t tb = 0; tb < MAX_TABLES; tb++)
+        for (uint32_t t = 0; t < MAX_SLOTS; t++)
+            r->table[tb][t] = -1;
+}
+
+static int32_t find_pos(const int32_t *table, uint32_t n, int32_t pos)
+{
+    for (uint32_t t = 0; t < n; t++)
+        if (table[t] == pos)
+            return (int32_t)t;
+    return -1;
+}
+
+/* PLACEMENT: the library's tables slot for slot against the model's. */
+static void check_placement(const model *m, uint32_t row, const int32_t *lib)
+{
+    const model_row *r = &m->rows[row];
+    for (uint32_t tb = 0; tb < m->tables; tb++)
+        for (uint32_t t = 0; t < r->capacity; t++)
+            FZ_CHECK(lib[tb * m->desc.max_slots + t] == r->table[tb][t],
+                     "row %u table %u slot %u: %d, model %d", row, tb, t,
+                     lib[tb * m->desc.max_slots + t], r->table[tb][t]);
+}
+
+/* Everything about one row that does not depend on placement. */
+static void check_row(const model *m, kve_state *st, uint32_t row)
+{
+    const model_row *r = &m->rows[row];
+    kve_state_seq_info info;
+    FZ_CHECK(kve_state_get_seq(st, row, &info) == KVE_OK, "get_seq row %u", row);
+    FZ_CHECK(info.active == (uint32_t)r->active, "row %u active %u", row, info.active);
+    int32_t lib[MAX_TABLES * MAX_SLOTS];
+    size_t len = (size_t)m->tables * m->desc.max_slots;
+    kve_status s = kve_state_read_slots(st, row, lib, len);
+    if (!r->active) {
+        FZ_CHECK(s == KVE_ERR_INVALID, "read_slots of a free row: %s", kve_status_string(s));
+        return;
+    }
+    FZ_CHECK(s == KVE_OK, "read_slots row %u: %s", row, kve_status_string(s));
+    const kve_schedule *sc = &m->desc.schedule;
+    uint32_t used = r->n_tokens < r->capacity ? r->n_tokens : r->capacity;
+    uint64_t rounds = r->n_tokens <= r->capacity
+                          ? 0
+                          : ((uint64_t)r->n_tokens - r->capacity + sc->interval - 1) / sc->interval;
+    FZ_CHECK(info.seq_id == r->seq_id && info.prompt_len == r->prompt &&
+                 info.capacity == r->capacity && info.n_tokens == r->n_tokens,
+             "row %u: ids or counts differ", row);
+    FZ_CHECK(info.round == r->round && r->round == rounds, "row %u: round %u, model %u, formula %llu",
+             row, info.round, r->round, (unsigned long long)rounds);
+    FZ_CHECK(info.n_used == used, "row %u: n_used %u, want %u", row, info.n_used, used);
+    /* The layout's view is the same memory read_slots copies. */
+    kve_state_layout lay;
+    FZ_CHECK(kve_state_get_layout(st, &lay) == KVE_OK, "get_layout");
+    FZ_CHECK(!memcmp(lay.slot_pos + row * lay.row_stride, lib, len * 4), "layout view differs");
+    for (uint32_t tb = 0; tb < m->tables; tb++) {
+        const int32_t *t_lib = lib + (size_t)tb * m->desc.max_slots;
+        uint32_t valid = 0, model_valid = 0;
+        for (uint32_t t = 0; t < m->desc.max_slots; t++) {
+            int32_t p = t_lib[t];
+            FZ_CHECK(p >= -1 && p < (int32_t)r->n_tokens, "row %u table %u slot %u: %d", row, tb, t, p);
+            if (p < 0)
+                continue;
+            valid++;
+            FZ_CHECK(t < used, "row %u table %u: a token at slot %u >= n_used %u", row, tb, t, used);
+            FZ_CHECK(find_pos(r->table[tb], r->capacity, p) >= 0,
+                     "row %u table %u: position %d kept, the spec evicted it", row, tb, p);
+            FZ_CHECK(find_pos(t_lib, t, p) < 0, "row %u table %u: position %d twice", row, tb, p);
+        }
+        for (uint32_t t = 0; t < r->capacity; t++)
+            model_valid += r->table[tb][t] >= 0;
+        FZ_CHECK(valid == model_valid && valid == info.n_valid,
+                 "row %u table %u: %u valid, model %u, n_valid %u", row, tb, valid, model_valid,
+                 info.n_valid);
+        /* the prompt and the window: never evicted */
+        uint32_t np = r->prompt < r->n_tokens ? r->prompt : r->n_tokens;
+        uint32_t gen = r->n_tokens - np, win = sc->window < gen ? sc->window : gen;
+        for (uint32_t p = 0; p < np; p++)
+            FZ_CHECK(find_pos(t_lib, m->desc.max_slots, (int32_t)p) >= 0, "row %u: prompt %u lost", row, p);
+        for (uint32_t k = 1; k <= win; k++)
+            FZ_CHECK(find_pos(t_lib, m->desc.max_slots, (int32_t)(r->n_tokens - k)) >= 0,
+                     "row %u: window position %u lost", row, r->n_tokens - k);
+    }
+    check_placement(m, row, lib);
+}
+
+static void check_all(const model *m, kve_state *st)
+{
+    for (uint32_t row = 0; row < m->desc.max_seqs; row++)
+        check_row(m, st, row);
+}
+
+/* The library's whole observable state, for "errors change nothing". */
+typedef struct {
+    kve_state_seq_info info[MAX_ROWS];
+    int32_t slots[MAX_ROWS][MAX_TABLES * MAX_SLOTS];
+} snapshot;
+
+static void take(const model *m, kve_state *st, snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    for (uint32_t row = 0; row < m->desc.max_seqs; row++) {
+        kve_state_get_seq(st, row, &s->info[row]);
+        if (s->info[row].active)
+            kve_state_read_slots(st, row, s->slots[row], (size_t)m->tables * m->desc.max_slots);
+    }
+}
+
+/* A mapping buffer of exactly @p need elements (or a short one). */
+static int64_t *mapping_for(fz_bytes *in, size_t need, size_t *len, int *bad)
+{
+    uint8_t sel = fz_u8(in);
+    if (sel < 64) {
+        *len = 0;
+        return NULL;
+    }
+    *len = need;
+    if (sel >= 250 && need) {
+        *len = need - 1;
+        *bad = 1;
+    }
+    return (int64_t *)fz_alloc(*len * 8, 0x5a);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_bytes in = {data, size};
+    kve_context *ctx = fz_context(&in);
+    static model m;
+    memset(&m, 0, sizeof m);
+    kve_state_desc *d = &m.desc;
+    d->schedule.seed = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
+    d->schedule.flags = fz_u8(&in) & 7;
+    d->schedule.budget = fz_below(&in, 13);
+    d->schedule.window = fz_below(&in, 7);
+    d->schedule.interval = 1 + fz_below(&in, 5);
+    d->max_seqs = 1 + fz_below(&in, MAX_ROWS);
+    d->n_layers = 1 + fz_below(&in, 2);
+    d->n_heads = 1 + fz_below(&in, 3);
+    d->layer_offset = fz_u8(&in) < 250 ? fz_below(&in, 40) : UINT32_MAX - fz_below(&in, 2);
+    d->head_offset = fz_u8(&in) < 250 ? fz_below(&in, 40) : UINT32_MAX - fz_below(&in, 2);
+    uint32_t min_slots = model_capacity(&m, 0);
+    d->max_slots = min_slots + fz_below(&in, 24) - (fz_u8(&in) >= 250);
+    if (d->max_slots > MAX_SLOTS)
+        d->max_slots = MAX_SLOTS;
+    m.tl = d->schedule.flags & KVE_SHARED_LAYERS ? 1 : d->n_layers;
+    m.th = d->schedule.flags & KVE_SHARED_HEADS ? 1 : d->n_heads;
+    m.tables = m.tl * m.th;
+    int bad_desc = d->layer_offset > UINT32_MAX - (d->n_layers - 1) ||
+                   d->head_offset > UINT32_MAX - (d->n_heads - 1) || d->max_slots < min_slots;
+    size_t mem_bytes = 0;
+    void *mem = NULL;
+    kve_state *st = NULL;
+    kve_status s = kve_state_memory_size(ctx, d, &mem_bytes);
+    if (s == KVE_OK && (fz_u8(&in) & 1))
+        mem = fz_alloc(mem_bytes, 0x77); /* exactly the bytes asked for */
+    s = kve_state_create(ctx, d, mem, mem ? mem_bytes : 0, &st);
+    if (bad_desc) {
+        FZ_CHECK(s != KVE_OK, "an invalid state desc was accepted");
+        FZ_CHECK_ERROR_MESSAGE(s);
+        free(mem);
+        return 0;
+    }
+    FZ_CHECK(s == KVE_OK, "a valid state desc was rejected: %s", kve_status_string(s));
+    kve_state_layout lay;
+    FZ_CHECK(kve_state_get_layout(st, &lay) == KVE_OK && lay.table_layers == m.tl &&
+                 lay.table_heads == m.th && lay.max_slots == d->max_slots &&
+                 lay.max_seqs == d->max_seqs,
+             "layout");
+    check_all(&m, st);
+    for (int step = 0; step < 48 && in.n; step++) {
+        uint8_t op = fz_u8(&in) % 8;
+        uint32_t row = fz_u8(&in) < 245 ? fz_below(&in, d->max_seqs) : d->max_seqs + fz_u8(&in) % 3;
+        int ok_row = row < d->max_seqs;
+        int bad = 0;
+        snapshot before;
+        take(&m, st, &before);
+        if (op == 0 || op == 1) { /* admit */
+            uint64_t seq_id = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
+            uint32_t prompt = fz_u8(&in) < 245 ? fz_below(&in, 14) : fz_u32(&in);
+            bad = !ok_row || m.rows[row].active || model_capacity(&m, prompt) > d->max_slots ||
+                  (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64;
+            s = kve_state_admit(st, row, seq_id, prompt);
+            if (s == KVE_OK && !bad)
+                model_open(&m, &m.rows[row], seq_id, prompt);
+        } else if (op == 2) { /* retire */
+            bad = !ok_row || !m.rows[row].active;
+            s = kve_state_retire(st, row);
+            if (s == KVE_OK && !bad)
+                m.rows[row].active = 0;
+        } else if (op <= 5) { /* append to a few rows */
+            uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(&in, d->max_seqs);
+            uint64_t total = 0;
+            for (uint32_t i = 0; i < n_rows; i++) {
+                rows[i] = i ? fz_below(&in, d->max_seqs) : (ok_row ? row : row);
+                /* rarely a count that passes position 2^31-1 (never one that
+                 * is valid and huge: the model appends token by token) */
+                n_new[i] = fz_u8(&in) < 250 ? fz_below(&in, 2 * MAX_SLOTS) : 0x80000000u - fz_below(&in, 2);
+                if (rows[i] < d->max_seqs && n_new[i] >= 0x7fffffffu - 4 * MAX_SLOTS &&
+                    (uint64_t)m.rows[rows[i]].n_tokens + n_new[i] <= 0x7fffffffu)
+                    n_new[i] = 0x80000000u;
+                total += n_new[i];
+                int seen = 0;
+                for (uint32_t j = 0; j < i; j++)
+                    seen |= rows[j] == rows[i];
+                bad |= rows[i] >= d->max_seqs || !m.rows[rows[i]].active || seen ||
+                       (uint64_t)m.rows[rows[i]].n_tokens + n_new[i] > 0x7fffffffu;
+            }
+            if (total > 4 * MAX_SLOTS) /* too long a program step to model: trim */
+                for (uint32_t i = 0; i < n_rows; i++)
+                    n_new[i] = n_new[i] > 0x7ffffffeu ? n_new[i] : n_new[i] % 8;
+            total = 0;
+            for (uint32_t i = 0; i < n_rows; i++)
+                total += n_new[i];
+            size_t len;
+            int64_t *map = mapping_for(&in, bad ? 1 : (size_t)total * m.tables, &len, &bad);
+            s = kve_state_append(st, n_rows, rows, n_new, map, len);
+            if (s == KVE_OK && !bad) {
+                size_t base = 0;
+                for (uint32_t i = 0; i < n_rows; i++) {
+                    model_row *r = &m.rows[rows[i]];
+                    uint32_t first = r->n_tokens;
+                    for (uint32_t k = 0; k < n_new[i]; k++)
+                        model_append_one(&m, r);
+                    /* slot_mapping: where each token is now, -1 if evicted since */
+                    for (uint32_t k = 0; map && k < n_new[i]; k++)
+                        for (uint32_t tb = 0; tb < m.tables; tb++) {
+                            uint32_t tl = tb / m.th, th = tb % m.th;
+                            int64_t got = map[((size_t)tl * total + base + k) * m.th + th];
+                            int32_t want = find_pos(r->table[tb], r->capacity, (int32_t)(first + k));
+                            FZ_CHECK(got == want, "append: mapping of row %u position %u table %u: "
+                                     "%lld, model %d", rows[i], first + k, tb, (long long)got, want);
+                        }
+                    base += n_new[i];
+                }
+            }
+            free(map);
+        } else if (op == 6) { /* rebuild: from another row's ids, or fresh ones */
+            uint32_t from = fz_below(&in, d->max_seqs);
+            model_row src = m.rows[from];
+            uint64_t seq_id = src.seq_id;
+            uint32_t prompt = src.prompt, n_tokens = src.n_tokens;
+            if (!src.active || (fz_u8(&in) & 1)) {
+                seq_id = fz_u8(&in);
+                prompt = fz_u8(&in) < 250 ? fz_below(&in, 14) : fz_u32(&in);
+                n_tokens = fz_u8(&in) < 250 ? fz_below(&in, 3 * MAX_SLOTS) : 0x80000000u;
+            }
+            bad = !ok_row || model_capacity(&m, prompt) > d->max_slots ||
+                  (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu;
+            size_t len;
+            int64_t *map = mapping_for(&in, bad ? 1 : (size_t)n_tokens * m.tables, &len, &bad);
+            s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, map, len);
+            if (s == KVE_OK && !bad) {
+                model_open(&m, &m.rows[row], seq_id, prompt);
+                for (uint32_t k = 0; k < n_tokens; k++)
+                    model_append_one(&m, &m.rows[row]);
+                const model_row *r = &m.rows[row];
+                for (uint32_t p = 0; map && p < n_tokens; p++)
+                    for (uint32_t tb = 0; tb < m.tables; tb++) {
+                        int64_t got = map[((size_t)(tb / m.th) * n_tokens + p) * m.th + tb % m.th];
+                        FZ_CHECK(got == find_pos(r->table[tb], r->capacity, (int32_t)p),
+                                 "rebuild: mapping of position %u table %u: %lld", p, tb, (long long)got);
+                    }
+                /* a rebuild from a live row's ids is that row, slot for slot */
+                if (src.active && seq_id == src.seq_id && prompt == src.prompt &&
+                    n_tokens == src.n_tokens && from != row) {
+                    int32_t a[MAX_TABLES * MAX_SLOTS], b[MAX_TABLES * MAX_SLOTS];
+                    size_t n = (size_t)m.tables * d->max_slots;
+                    FZ_CHECK(kve_state_read_slots(st, row, a, n) == KVE_OK &&
+                                 kve_state_read_slots(st, from, b, n) == KVE_OK && !memcmp(a, b, n * 4),
+                             "rebuild of row %u's ids into row %u differs from it", from, row);
+                }
+            }
+            free(map);
+        } else { /* calls that must fail: NULL arguments, short reads */
+            bad = 1;
+            uint32_t one = 1;
+            switch (fz_u8(&in) % 4) {
+            case 0: s = kve_state_append(st, 1, NULL, &one, NULL, 0); break;
+            case 1: s = kve_state_append(st, 1, &row, NULL, NULL, 0); break;
+            case 2: s = kve_state_append(st, 1, &row, &one, NULL, 5); break;
+            default: {
+                int32_t small[1];
+                s = ok_row && m.rows[row].active
+                        ? kve_state_read_slots(st, row, small, (size_t)m.tables * d->max_slots - 1 + (m.tables * d->max_slots == 1))
+                        : kve_state_retire(st, row);
+                if (ok_row && m.rows[row].active && m.tables * d->max_slots == 1)
+                    bad = 0; /* one element is enough there */
+                break;
+            }
+            }
+        }
+        if (bad) {
+            FZ_CHECK(s != KVE_OK, "op %u: an invalid call was accepted", op);
+            FZ_CHECK_ERROR_MESSAGE(s);
+        } else
+            FZ_CHECK(s == KVE_OK, "op %u: a valid call failed: %s", op, kve_status_string(s));
+        if (s != KVE_OK) {
+            snapshot after;
+            take(&m, st, &after);
+            FZ_CHECK(!memcmp(&before, &after, sizeof before), "op %u: a failed call (%s) changed the state",
+                     op, kve_status_string(s));
+        }
+        check_all(&m, st);
+    }
+    kve_state_destroy(st);
+    free(mem);
+    return 0;
+}
