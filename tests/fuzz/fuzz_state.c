@@ -19,6 +19,9 @@ typedef struct {
     int active;
     uint64_t seq_id;
     uint32_t prompt, capacity, n_tokens, round, free_left;
+    uint32_t call_pos0; /* first position of the last append (placement v1) */
+    int one_by_one;     /* the history rebuild assumes without steps: linear fill, then
+                         * one token per append once the tables are full */
     int32_t table[MAX_TABLES][MAX_SLOTS]; /* the model's slot tables */
 } model_row;
 
@@ -90,6 +93,7 @@ static void model_open(const model *m, model_row *r, uint64_t seq_id, uint32_t p
     r->seq_id = seq_id;
     r->prompt = prompt;
     r->capacity = model_capacity(m, prompt);
+    r->one_by_one = 1;
     for (uint32_t tb = 0; tb < MAX_TABLES; tb++)
         for (uint32_t t = 0; t < MAX_SLOTS; t++)
             r->table[tb][t] = -1;
@@ -103,15 +107,27 @@ static int32_t find_pos(const int32_t *table, uint32_t n, int32_t pos)
     return -1;
 }
 
-/* PLACEMENT: the library's tables slot for slot against the model's. */
-static void check_placement(const model *m, uint32_t row, const int32_t *lib)
+/* PLACEMENT (SPEC "Placement", v1): every table holds its valid tokens in
+ * slots 0 .. n_valid-1 and nothing after; the last append's surviving
+ * tokens are the top slots, in position order, above every older one. */
+static void check_placement(const model *m, uint32_t row, const int32_t *lib, uint32_t n_valid)
 {
     const model_row *r = &m->rows[row];
-    for (uint32_t tb = 0; tb < m->tables; tb++)
-        for (uint32_t t = 0; t < r->capacity; t++)
-            FZ_CHECK(lib[tb * m->desc.max_slots + t] == r->table[tb][t],
-                     "row %u table %u slot %u: %d, model %d", row, tb, t,
-                     lib[tb * m->desc.max_slots + t], r->table[tb][t]);
+    for (uint32_t tb = 0; tb < m->tables; tb++) {
+        const int32_t *t = lib + (size_t)tb * m->desc.max_slots;
+        for (uint32_t i = 0; i < m->desc.max_slots; i++)
+            FZ_CHECK((t[i] >= 0) == (i < n_valid), "row %u table %u slot %u: %d with n_valid %u",
+                     row, tb, i, t[i], n_valid);
+        int top = 1;
+        for (uint32_t i = n_valid; i-- > 0;) {
+            int mine = t[i] >= (int32_t)r->call_pos0;
+            FZ_CHECK(!mine || top, "row %u table %u slot %u: the call's position %d below an "
+                     "older token", row, tb, i, t[i]);
+            FZ_CHECK(!mine || i + 1 == n_valid || t[i] < t[i + 1],
+                     "row %u table %u slot %u: the call's tokens out of order", row, tb, i);
+            top = top && mine;
+        }
+    }
 }
 
 /* Everything about one row that does not depend on placement. */
@@ -130,7 +146,9 @@ static void check_row(const model *m, kve_state *st, uint32_t row)
     }
     FZ_CHECK(s == KVE_OK, "read_slots row %u: %s", row, kve_status_string(s));
     const kve_schedule *sc = &m->desc.schedule;
-    uint32_t used = r->n_tokens < r->capacity ? r->n_tokens : r->capacity;
+    uint32_t used = 0; /* n_valid: the model's count (every table holds as many) */
+    for (uint32_t t = 0; t < r->capacity; t++)
+        used += r->table[0][t] >= 0;
     uint64_t rounds = r->n_tokens <= r->capacity
                           ? 0
                           : ((uint64_t)r->n_tokens - r->capacity + sc->interval - 1) / sc->interval;
@@ -143,7 +161,10 @@ static void check_row(const model *m, kve_state *st, uint32_t row)
     /* The layout's view is the same memory read_slots copies. */
     kve_state_layout lay;
     FZ_CHECK(kve_state_get_layout(st, &lay) == KVE_OK, "get_layout");
-    FZ_CHECK(!memcmp(lay.slot_pos + row * lay.row_stride, lib, len * 4), "layout view differs");
+    for (uint32_t tb = 0; tb < m->tables; tb++)
+        FZ_CHECK(!memcmp(lay.slot_pos + info.table_offset + (size_t)tb * r->capacity,
+                         lib + (size_t)tb * m->desc.max_slots, r->capacity * 4),
+                 "row %u table %u: the layout view differs", row, tb);
     for (uint32_t tb = 0; tb < m->tables; tb++) {
         const int32_t *t_lib = lib + (size_t)tb * m->desc.max_slots;
         uint32_t valid = 0, model_valid = 0;
@@ -172,7 +193,7 @@ static void check_row(const model *m, kve_state *st, uint32_t row)
             FZ_CHECK(find_pos(t_lib, m->desc.max_slots, (int32_t)(r->n_tokens - k)) >= 0,
                      "row %u: window position %u lost", row, r->n_tokens - k);
     }
-    check_placement(m, row, lib);
+    check_placement(m, row, lib, info.n_valid);
 }
 
 static void check_all(const model *m, kve_state *st)
@@ -205,11 +226,8 @@ static int64_t *mapping_for(fz_bytes *in, size_t need, size_t *len, int *bad)
         *len = 0;
         return NULL;
     }
+    (void)bad; /* kve_step_buffers carries no length: the buffer is exactly the call's */
     *len = need;
-    if (sel >= 250 && need) {
-        *len = need - 1;
-        *bad = 1;
-    }
     return (int64_t *)fz_alloc(*len * 8, 0x5a);
 }
 
@@ -305,7 +323,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 total += n_new[i];
             size_t len;
             int64_t *map = mapping_for(&in, bad ? 1 : (size_t)total * m.tables, &len, &bad);
-            s = kve_state_append(st, n_rows, rows, n_new, map, len);
+            kve_step_buffers sb = {.slot_mapping = map, .max_tokens = total};
+            s = kve_state_append(st, n_rows, rows, n_new, map || !len ? &sb : NULL);
             if (s == KVE_OK && !bad) {
                 size_t base = 0;
                 for (uint32_t i = 0; i < n_rows; i++) {
@@ -313,14 +332,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     uint32_t first = r->n_tokens;
                     for (uint32_t k = 0; k < n_new[i]; k++)
                         model_append_one(&m, r);
+                    if (n_new[i])
+                        r->call_pos0 = first;
+                    if (n_new[i] > 1 && (uint64_t)first + n_new[i] > r->capacity)
+                        r->one_by_one = 0;
                     /* slot_mapping: where each token is now, -1 if evicted since */
                     for (uint32_t k = 0; map && k < n_new[i]; k++)
                         for (uint32_t tb = 0; tb < m.tables; tb++) {
                             uint32_t tl = tb / m.th, th = tb % m.th;
                             int64_t got = map[((size_t)tl * total + base + k) * m.th + th];
-                            int32_t want = find_pos(r->table[tb], r->capacity, (int32_t)(first + k));
-                            FZ_CHECK(got == want, "append: mapping of row %u position %u table %u: "
-                                     "%lld, model %d", rows[i], first + k, tb, (long long)got, want);
+                            int kept = find_pos(r->table[tb], r->capacity, (int32_t)(first + k)) >= 0;
+                            FZ_CHECK((got >= 0) == kept, "append: mapping of row %u position %u "
+                                     "table %u: %lld, the model %s it", rows[i], first + k, tb,
+                                     (long long)got, kept ? "keeps" : "evicted");
+                            int32_t lt[MAX_TABLES * MAX_SLOTS];
+                            FZ_CHECK(got < 0 || (got < (int64_t)r->capacity &&
+                                                 kve_state_read_slots(st, rows[i], lt, m.tables *
+                                                     d->max_slots) == KVE_OK &&
+                                                 lt[tb * d->max_slots + got] == (int32_t)(first + k)),
+                                     "append: mapping of row %u position %u table %u: slot %lld "
+                                     "does not hold it", rows[i], first + k, tb, (long long)got);
                         }
                     base += n_new[i];
                 }
@@ -340,21 +371,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                   (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu;
             size_t len;
             int64_t *map = mapping_for(&in, bad ? 1 : (size_t)n_tokens * m.tables, &len, &bad);
-            s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, map, len);
+            s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, NULL, 0, map, len);
             if (s == KVE_OK && !bad) {
                 model_open(&m, &m.rows[row], seq_id, prompt);
                 for (uint32_t k = 0; k < n_tokens; k++)
                     model_append_one(&m, &m.rows[row]);
+                /* no steps given: the prompt in one append, then one token each */
+                m.rows[row].call_pos0 = n_tokens > prompt ? n_tokens - 1 : 0;
                 const model_row *r = &m.rows[row];
                 for (uint32_t p = 0; map && p < n_tokens; p++)
                     for (uint32_t tb = 0; tb < m.tables; tb++) {
                         int64_t got = map[((size_t)(tb / m.th) * n_tokens + p) * m.th + tb % m.th];
-                        FZ_CHECK(got == find_pos(r->table[tb], r->capacity, (int32_t)p),
+                        FZ_CHECK((got >= 0) == (find_pos(r->table[tb], r->capacity, (int32_t)p) >= 0),
                                  "rebuild: mapping of position %u table %u: %lld", p, tb, (long long)got);
                     }
-                /* a rebuild from a live row's ids is that row, slot for slot */
+                /* a rebuild from a live row's ids is that row, slot for slot, when
+                 * the row took the default history (prompt, then one by one) */
                 if (src.active && seq_id == src.seq_id && prompt == src.prompt &&
-                    n_tokens == src.n_tokens && from != row) {
+                    n_tokens == src.n_tokens && from != row && src.one_by_one) {
                     int32_t a[MAX_TABLES * MAX_SLOTS], b[MAX_TABLES * MAX_SLOTS];
                     size_t n = (size_t)m.tables * d->max_slots;
                     FZ_CHECK(kve_state_read_slots(st, row, a, n) == KVE_OK &&
@@ -367,9 +401,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             bad = 1;
             uint32_t one = 1;
             switch (fz_u8(&in) % 4) {
-            case 0: s = kve_state_append(st, 1, NULL, &one, NULL, 0); break;
-            case 1: s = kve_state_append(st, 1, &row, NULL, NULL, 0); break;
-            case 2: s = kve_state_append(st, 1, &row, &one, NULL, 5); break;
+            case 0: s = kve_state_append(st, 1, NULL, &one, NULL); break;
+            case 1: s = kve_state_append(st, 1, &row, NULL, NULL); break;
+            case 2: {
+                kve_step_buffers none = {.max_tokens = 1};
+                int32_t mv[2];
+                none.moves = mv; /* moves without n_moves */
+                s = kve_state_append(st, 1, &row, &one, &none);
+                break;
+            }
             default: {
                 int32_t small[1];
                 s = ok_row && m.rows[row].active

@@ -53,9 +53,13 @@ static uint64_t iteration(kve_context *ctx, kve_state *state, uint32_t it)
     static _Thread_local int32_t evicted[HEADS_ALL * SLOTS], kept[HEADS_ALL * SLOTS];
     static _Thread_local uint32_t n_ev[HEADS_ALL], n_kept[HEADS_ALL];
     static _Thread_local uint8_t flags[HEADS_ALL];
-    kve_evict_out o = {evicted, SLOTS, n_ev, n_kept, flags, kept, SLOTS};
+    static _Thread_local uint64_t digest[HEADS_ALL];
+    kve_evict_out o = {.evicted = evicted, .evicted_stride = SLOTS, .n_evicted = n_ev,
+                       .n_kept = n_kept, .head_flags = flags, .kept = kept, .kept_stride = SLOTS,
+                       .round_digest = digest};
     CHECK(kve_evict(ctx, &b, &o, NULL, 0));
     XXH3_64bits_update(h, n_ev, sizeof n_ev);
+    XXH3_64bits_update(h, digest, sizeof digest);
     XXH3_64bits_update(h, evicted, sizeof evicted);
     /* 2. compaction of a private copy of the tables and a cache */
     static _Thread_local int32_t slots[HEADS_ALL * SLOTS];
@@ -87,14 +91,16 @@ static uint64_t iteration(kve_context *ctx, kve_state *state, uint32_t it)
     uint32_t row = it % 2, n = 5 + it % 11;
     int64_t map[64 * LAYERS * HEADS];
     int32_t table[LAYERS * HEADS * 32];
+    kve_step_buffers step = {.slot_mapping = map, .max_tokens = 64};
     CHECK(kve_state_admit(state, row, 1000 + it, 3 + it % 4));
     for (uint32_t k = 0; k < 4; k++) {
-        CHECK(kve_state_append(state, 1, &row, &n, map, n * LAYERS * HEADS));
-        XXH3_64bits_update(h, map, n * LAYERS * HEADS * sizeof *map);
+        memset(map, 0, sizeof map);
+        CHECK(kve_state_append(state, 1, &row, &n, &step));
+        XXH3_64bits_update(h, map, sizeof map);
     }
     CHECK(kve_state_read_slots(state, row, table, sizeof table / sizeof *table));
     XXH3_64bits_update(h, table, sizeof table);
-    CHECK(kve_state_rebuild(state, 1 - row, 1000 + it, 3 + it % 4, 4 * n, NULL, 0));
+    CHECK(kve_state_rebuild(state, 1 - row, 1000 + it, 3 + it % 4, 4 * n, NULL, 0, NULL, 0));
     CHECK(kve_state_read_slots(state, 1 - row, table, sizeof table / sizeof *table));
     XXH3_64bits_update(h, table, sizeof table);
     CHECK(kve_state_retire(state, row));
