@@ -116,6 +116,21 @@ KVE_DEFINE_COPY(kve_copy_u32, uint32_t)
 KVE_DEFINE_COPY(kve_copy_u16, uint16_t)
 KVE_DEFINE_COPY(kve_copy_u8, uint8_t)
 
+/* One group's share of a raw entry of @p units loads of @p unit bytes;
+ * 0 (nothing copied) when unit is 0: the entry converts. */
+KVE_FN int kve_copy_entry(unsigned char *dst, const unsigned char *src, uint32_t unit,
+                          uint32_t units, uint32_t lane, uint32_t g)
+{
+    switch (unit) {
+    case 16: kve_copy_v16(dst, src, units, lane, g); return 1;
+    case 8: kve_copy_u64(dst, src, units, lane, g); return 1;
+    case 4: kve_copy_u32(dst, src, units, lane, g); return 1;
+    case 2: kve_copy_u16(dst, src, units, lane, g); return 1;
+    case 1: kve_copy_u8(dst, src, units, lane, g); return 1;
+    default: return 0;
+    }
+}
+
 /* The kernel: every entry of @p a, one group each, grid-stride. */
 KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
 {
@@ -148,18 +163,10 @@ KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
                              in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
         const unsigned char *src = (const unsigned char *)src_c + (size_t)t * p->src_stride_token +
                                    (size_t)h * p->src_stride_head;
-        switch (unit) {
-        case 16: kve_copy_v16(dst, src, units, lane, g); break;
-        case 8: kve_copy_u64(dst, src, units, lane, g); break;
-        case 4: kve_copy_u32(dst, src, units, lane, g); break;
-        case 2: kve_copy_u16(dst, src, units, lane, g); break;
-        case 1: kve_copy_u8(dst, src, units, lane, g); break;
-        default:
+        if (!kve_copy_entry(dst, src, unit, units, lane, g))
             kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
                               p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, units,
                               lane, g);
-            break;
-        }
     }
 }
 
@@ -225,14 +232,8 @@ KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
         const unsigned char *src = base + sp * p->dst_stride_page + si * p->dst_stride_slot;
         /* a converting cache moves its stored bytes as they are */
         uint32_t bytes = p->dim * kve_dtype_size(p->dst_dtype);
-        switch (unit) {
-        case 16: kve_copy_v16(dst, src, units, lane, g); break;
-        case 8: kve_copy_u64(dst, src, units, lane, g); break;
-        case 4: kve_copy_u32(dst, src, units, lane, g); break;
-        case 2: kve_copy_u16(dst, src, units, lane, g); break;
-        case 1: kve_copy_u8(dst, src, units, lane, g); break;
-        default: kve_copy_u8(dst, src, bytes, lane, g); break;
-        }
+        if (!kve_copy_entry(dst, src, unit, units, lane, g))
+            kve_copy_u8(dst, src, bytes, lane, g);
     }
 }
 
