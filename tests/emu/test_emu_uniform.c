@@ -24,22 +24,13 @@
 
 #include "emu_kernels.h"
 #include "kve_launch.h"
+#include "kve_expect.h"
 
 #define N_SLOTS 200u /* several tiles of the 64-thread blocks below */
 #define ENTRY 16u
 
-static int kve_failures;
 static const char *volatile kve_running = "nothing";
 
-#define KVE_EXPECT(cond, ...)                                                                    \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fputc('\n', stderr);                                                                 \
-            kve_failures++;                                                                      \
-        }                                                                                        \
-    } while (0)
 
 static void kve_watchdog(int sig)
 {

@@ -21,18 +21,9 @@
 #include <unistd.h>
 
 #include "kve_backend_impl.h"
+#include "kve_expect.h"
 
-static int kve_failures;
 
-#define KVE_EXPECT(cond, ...)                                                                    \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fputc('\n', stderr);                                                                 \
-            kve_failures++;                                                                      \
-        }                                                                                        \
-    } while (0)
 
 static kve_status kve_test_set_error(kve_status status, const char *fmt, ...)
 {
