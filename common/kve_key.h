@@ -3,8 +3,9 @@
  * compiles as C11 on the host and as CUDA or HIP device code.
  *
  * This is an independent port of XXH3-64's 4–8 and 9–16 byte paths (the
- * only lengths the spec hashes). The scalar CPU reference calls libxxhash
- * instead; tests hold this port bit-exact against it.
+ * only lengths the spec hashes) and the key's finisher (keep-set v2). The
+ * scalar CPU reference calls libxxhash instead; tests hold this port
+ * bit-exact against it.
  */
 #ifndef KVE_KEY_H
 #define KVE_KEY_H
@@ -30,6 +31,9 @@
 #define KVE_XXH3_S48 0x8e2443f7744608b8ULL
 #define KVE_XXH3_PRIME_MX1 0x165667919E3779F9ULL
 #define KVE_XXH3_PRIME_MX2 0x9FB21C651E98DF25ULL
+/* The finisher's multiplier: xxHash's PRIME32_1, a 32-bit odd constant
+ * (one 64x32 multiply: two 32x32 products in SIMD, two IMADs on a GPU). */
+#define KVE_KEY_FINISH_MUL 0x9E3779B1ULL
 
 KVE_HD uint64_t kve_rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
@@ -88,6 +92,14 @@ KVE_HD uint64_t kve_xxh3_len16(uint64_t lo, uint64_t hi, uint64_t seed)
     return acc ^ (acc >> 32);
 }
 
+/* Keep-set v2's finisher of the 16-byte hash (docs/SPEC.md §2):
+ * m = x * 0x9E3779B1 mod 2^64, key = m ^ (m >> 32). */
+KVE_HD uint64_t kve_key_finish(uint64_t x)
+{
+    x *= KVE_KEY_FINISH_MUL;
+    return x ^ (x >> 32);
+}
+
 /* seq_seed of the spec: XXH3(LE64(seq_id), seed). */
 KVE_HD uint64_t kve_seq_seed(uint64_t seed, uint64_t seq_id) { return kve_xxh3_len8(seq_id, seed); }
 
@@ -112,8 +124,8 @@ KVE_HD uint64_t kve_key_word_hi(uint32_t flags, uint32_t pos, uint32_t round)
 KVE_HD uint64_t kve_key(uint64_t seq_seed, uint32_t flags, uint32_t layer, uint32_t head,
                         uint32_t pos, uint32_t round)
 {
-    return kve_xxh3_len16(kve_key_word_lo(flags, layer, head), kve_key_word_hi(flags, pos, round),
-                          seq_seed);
+    return kve_key_finish(kve_xxh3_len16(kve_key_word_lo(flags, layer, head),
+                                         kve_key_word_hi(flags, pos, round), seq_seed));
 }
 
 #endif /* KVE_KEY_H */

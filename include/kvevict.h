@@ -2,7 +2,7 @@
  * kvevict.h — random per-head KV-cache eviction with bit-identical keep-sets
  * on every backend (CPU, CUDA, HIP). The one public header.
  *
- * The keep-set is defined by docs/SPEC.md (keep-set v1). Every entry point
+ * The keep-set is defined by docs/SPEC.md (keep-set v2). Every entry point
  * returns a kve_status; on failure kve_last_error() holds a message naming
  * the argument and the offending value. Nothing here aborts or prints.
  *
@@ -30,9 +30,9 @@ extern "C" {
 #define KVE_VERSION_MINOR 1
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
-#define KVE_SPEC_VERSION 1
+#define KVE_SPEC_VERSION 2
 /** Version of the running digest (docs/SPEC.md section 11). */
-#define KVE_RUN_DIGEST_VERSION 1
+#define KVE_RUN_DIGEST_VERSION 2
 /** XORed into the seed for the running digest's elements ("kve-run1"). */
 #define KVE_RUN_DIGEST_TWEAK 0x6b76652d72756e31ull
 /** Version of the cache state's slot placement (docs/SPEC.md "Placement"). */

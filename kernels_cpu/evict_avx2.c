@@ -41,10 +41,16 @@ KVE_INLINE __m256i kve2_mul64(__m256i a, uint64_t m)
     return _mm256_add_epi64(_mm256_mul_epu32(a, mlo), _mm256_slli_epi64(mid, 32));
 }
 
+/* XXH3's avalanche of the 16-byte path, then the key's finisher (kve_key_finish):
+ * the finisher's constant fits 32 bits, so its product is two 32x32 multiplies. */
 KVE_INLINE __m256i kve2_avalanche(__m256i acc)
 {
+    const __m256i fm = _mm256_set1_epi64x((long long)KVE_KEY_FINISH_MUL);
     acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 37));
     acc = kve2_mul64(acc, KVE_XXH3_PRIME_MX1);
+    acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
+    acc = _mm256_add_epi64(_mm256_mul_epu32(acc, fm),
+                           _mm256_slli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(acc, 32), fm), 32));
     return _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
 }
 
@@ -59,7 +65,7 @@ KVE_INLINE __m256i kve2_head_keys(__m256i x, const kve2_hc *h)
     return kve2_avalanche(acc);
 }
 
-/* XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) in 4 lanes, every
+/* The key, XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) finished, in 4 lanes, every
  * input varying: the 128-bit product from four 32x32->64 multiplies. */
 KVE_INLINE __m256i kve2_xxh3_len16(__m256i lo, __m256i hi, __m256i seed)
 {

@@ -34,10 +34,13 @@ static kve512_hc kve512_hc_of(const kve_hconst *h)
     return v;
 }
 
+/* XXH3's avalanche of the 16-byte path, then the key's finisher (kve_key_finish). */
 KVE_INLINE __m512i kve512_avalanche(__m512i acc)
 {
     acc = _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 37));
     acc = _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_XXH3_PRIME_MX1));
+    acc = _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
+    acc = _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_KEY_FINISH_MUL));
     return _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
 }
 
@@ -53,7 +56,7 @@ KVE_INLINE __m512i kve512_head_keys(__m512i x, const kve512_hc *h)
     return kve512_avalanche(acc);
 }
 
-/* XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) in 8 lanes, every
+/* The key, XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) finished, in 8 lanes, every
  * input varying: the 128-bit product from four 32x32->64 multiplies. */
 KVE_INLINE __m512i kve512_xxh3_len16(__m512i lo, __m512i hi, __m512i seed)
 {

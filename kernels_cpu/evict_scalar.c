@@ -47,7 +47,7 @@ static uint64_t kve_ref_key(uint64_t seq_seed, uint32_t flags, uint32_t layer, u
     kve_put_le32(b + 4, (flags & KVE_SHARED_HEADS) ? KVE_KEY_ALL_ONES : head);
     kve_put_le32(b + 8, pos);
     kve_put_le32(b + 12, (flags & KVE_PERSISTENT) ? KVE_KEY_ALL_ONES : round);
-    return XXH3_64bits_withSeed(b, 16, seq_seed);
+    return kve_key_finish(XXH3_64bits_withSeed(b, 16, seq_seed));
 }
 
 static size_t kve_scalar_scratch_bytes(uint32_t n_slots)

@@ -426,8 +426,8 @@ END_TEST
 
 /* SPEC §11 straight from the text, through libxxhash: a head's part of the
  * round digest is the wrapping sum over its evicted tokens of
- * XXH3(LE32 layer|head|pos|round, seq_seed(seed ^ tweak)), with the key's
- * shared-field switches and the real round. */
+ * the key (XXH3(LE32 layer|head|pos|round, seq_seed(seed ^ tweak)) and the
+ * finisher), with the key's shared-field switches and the real round. */
 static uint64_t ref_round_digest(const kve_batch *b, size_t i, const int32_t *ev, uint32_t n)
 {
     size_t per_seq = (size_t)b->n_layers * b->n_heads;
@@ -445,7 +445,8 @@ static uint64_t ref_round_digest(const kve_batch *b, size_t i, const int32_t *ev
         f[2] = (uint32_t)b->slot_pos[i * b->slot_pos_stride + (size_t)ev[e]];
         for (int k = 0; k < 16; k++)
             m[k] = (unsigned char)(f[k / 4] >> (8 * (k % 4)));
-        sum += XXH3_64bits_withSeed(m, 16, seed);
+        uint64_t h = XXH3_64bits_withSeed(m, 16, seed) * 0x9E3779B1u;
+        sum += h ^ (h >> 32);
     }
     return sum;
 }

@@ -13,7 +13,8 @@ static void le32(unsigned char *p, uint32_t v)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The spec's key, built from its byte layout and libxxhash. */
+/* The spec's key, built from its byte layout, libxxhash and the finisher of
+ * keep-set v2 (m = h * 0x9E3779B1 mod 2^64, m ^ (m >> 32)). */
 static uint64_t spec_key(uint64_t seed, uint32_t flags, const kve_coord *c)
 {
     unsigned char id[8], b[16];
@@ -24,7 +25,8 @@ static uint64_t spec_key(uint64_t seed, uint32_t flags, const kve_coord *c)
     le32(b + 4, (flags & KVE_SHARED_HEADS) ? 0xFFFFFFFFu : c->head);
     le32(b + 8, c->pos);
     le32(b + 12, (flags & KVE_PERSISTENT) ? 0xFFFFFFFFu : c->round);
-    return XXH3_64bits_withSeed(b, 16, seq_seed);
+    uint64_t m = XXH3_64bits_withSeed(b, 16, seq_seed) * 0x9E3779B1u;
+    return m ^ (m >> 32);
 }
 
 START_TEST(port_matches_libxxhash)
@@ -74,6 +76,7 @@ END_TEST
 
 START_TEST(golden_keys)
 {
+    ck_assert_int_eq(KVE_GOLDEN_SPEC_VERSION, KVE_SPEC_VERSION);
     kve_context *ctx = NULL;
     KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
     for (size_t i = 0; i < KVE_GOLDEN_N_KEYS; i++) {
@@ -86,6 +89,24 @@ START_TEST(golden_keys)
         ck_assert_uint_eq(spec_key(g->seed, g->flags, &c), g->key);
     }
     kve_context_destroy(ctx);
+}
+END_TEST
+
+/* Keep-set v2's finisher: m = x * 0x9E3779B1 mod 2^64, m ^ (m >> 32), and the
+ * port's key is the finished 16-byte hash. */
+START_TEST(finisher_is_spec)
+{
+    ck_assert_uint_eq(kve_key_finish(0), 0);
+    ck_assert_uint_eq(kve_key_finish(1), 0x9E3779B1u);
+    ck_assert_uint_eq(kve_key_finish(1ull << 32), 0x9E3779B19E3779B1ull);
+    ck_assert_uint_eq(kve_key_finish(UINT64_MAX), 0xFFFFFFFF61C8864Full ^ 0xFFFFFFFFull);
+    uint64_t rng = 3;
+    for (int i = 0; i < 100000; i++) {
+        uint64_t ss = kt_next(&rng), lo = kt_next(&rng), hi = kt_next(&rng);
+        ck_assert_uint_eq(kve_key(ss, 0, (uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi,
+                                  (uint32_t)(hi >> 32)),
+                          kve_key_finish(kve_xxh3_len16(lo, hi, ss)));
+    }
 }
 END_TEST
 
@@ -115,6 +136,7 @@ int main(void)
         KVE_TEST(keys, port_matches_libxxhash),
         KVE_TEST(keys, api_keys_match_spec),
         KVE_TEST(keys, golden_keys),
+        KVE_TEST(keys, finisher_is_spec),
         KVE_TEST(keys, switches_replace_fields),
     };
     const kve_suite_spec spec = {"keys", 120, 1, NULL, NULL};

@@ -22,7 +22,9 @@ static uint64_t xxh_key(uint64_t seed, uint32_t flags, const kve_coord *c)
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < 4; i++)
             b16[4 * k + i] = (unsigned char)(w[k] >> (8 * i));
-    return XXH3_64bits_withSeed(b16, 16, XXH3_64bits_withSeed(b8, 8, seed));
+    /* keep-set v2's finisher */
+    uint64_t m = XXH3_64bits_withSeed(b16, 16, XXH3_64bits_withSeed(b8, 8, seed)) * 0x9E3779B1u;
+    return m ^ (m >> 32);
 }
 
 static uint32_t rand_u32_edge(uint64_t *rng)

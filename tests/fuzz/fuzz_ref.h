@@ -1,6 +1,6 @@
 /*
  * fuzz_ref.h — a plain reference of docs/SPEC.md §2 (keys, through
- * libxxhash) and §3 (one head's eviction), written from the text and
+ * libxxhash and the finisher) and §3 (one head's eviction), written from the text and
  * sharing no code with the library: the harnesses hold every KVE_OK
  * against it.
  */
@@ -26,7 +26,8 @@ static inline uint64_t ref_key(uint64_t seed, uint32_t flags, uint64_t seq_id, u
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < 4; i++)
             msg[4 * k + i] = (uint8_t)(f[k] >> (8 * i));
-    return XXH3_64bits_withSeed(msg, 16, seq_seed);
+    uint64_t m = XXH3_64bits_withSeed(msg, 16, seq_seed) * 0x9E3779B1u; /* v2's finisher */
+    return m ^ (m >> 32);
 }
 
 /* The coordinates one head draws with. */

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""kve_oracle — a plain Python reference for kvevict's keep-set v1.
+"""kve_oracle — a plain Python reference for kvevict's keep-set v2.
 
 Written directly from docs/SPEC.md, independently of the C library, so that
 the two can be checked against each other.  It favours clarity over speed.
@@ -13,6 +13,9 @@ import struct
 import sys
 
 import xxhash
+
+# The keep-set specification version this oracle implements (KVE_SPEC_VERSION).
+SPEC_VERSION = 2
 
 # Mode switches: the same bit values as include/kvevict.h.
 PERSISTENT = 1
@@ -72,9 +75,18 @@ def key_message(layer, head, pos, round_, flags=0):
     return le32(layer) + le32(head) + le32(pos) + le32(round_)
 
 
+FINISH_MUL = 0x9E3779B1  # the finisher's multiplier (xxHash's PRIME32_1)
+
+
+def finish(h):
+    """Keep-set v2's finisher of the 16-byte hash: m = h * 0x9E3779B1 mod 2^64, m ^ (m >> 32)."""
+    m = (h * FINISH_MUL) & U64_MAX
+    return m ^ (m >> 32)
+
+
 def key(seed, seq_id, layer, head, pos, round_, flags=0):
     """The spec's 64-bit key of one token in one head at one round."""
-    return xxh3_64(key_message(layer, head, pos, round_, flags), seq_seed(seed, seq_id))
+    return finish(xxh3_64(key_message(layer, head, pos, round_, flags), seq_seed(seed, seq_id)))
 
 
 # ---------------------------------------------------------------------------
@@ -436,8 +448,9 @@ def self_test(n=3000, seed=1, verbose=True):
         sd, sq = rng.getrandbits(64), rng.getrandbits(64)
         l, h, p, r = (rng.getrandbits(32) for _ in range(4))
         k = key(sd, sq, l, h, p, r)
-        expect(k == xxh3_64(struct.pack("<IIII", l, h, p, r), xxh3_64(struct.pack("<Q", sq), sd)),
-               "key layout")
+        m = xxh3_64(struct.pack("<IIII", l, h, p, r), xxh3_64(struct.pack("<Q", sq), sd))
+        m = m * 0x9E3779B1 % 2**64
+        expect(k == m ^ (m >> 32), "key layout")
         expect(key(sd, sq, l, h, p, r, PERSISTENT) == key(sd, sq, l, h, p, U32_MAX), "persistent")
         expect(key(sd, sq, l, h, p, r, SHARED_HEADS) == key(sd, sq, l, U32_MAX, p, r), "shared heads")
         expect(key(sd, sq, l, h, p, r, SHARED_LAYERS) == key(sd, sq, U32_MAX, h, p, r), "shared layers")

@@ -8,8 +8,10 @@
 set -euo pipefail
 keystream=$1
 command -v dieharder >/dev/null || { echo "dieharder is not installed (apt-get install dieharder)"; exit 1; }
-# birthdays, count-the-1s (stream), parking lot, STS monobit: seconds each.
-tests=(0 8 10 100)
+# birthdays, 6x8 binary rank, count-the-1s (stream), parking lot, STS monobit:
+# seconds each. The 6x8 rank test FAILED (p = 0) on keep-set v1's key in the
+# pos, head and round orders (docs/STATISTICS.md): it guards the finisher.
+tests=(0 3 8 10 100)
 failed=0 ran=0
 for order in pos head round seq; do
     for d in "${tests[@]}"; do
