@@ -174,7 +174,7 @@ int kve_cmd_demo(int argc, char **argv)
         slot_pos[i] = (i % n_slots) < count ? (int32_t)(i % n_slots) : -1;
 
     kve_batch b = {o.seed, o.flags, 1, (const kve_seq *)dev[3], o.layers, o.heads, 0, 0,
-                   n_slots, o.budget, o.window, (const int32_t *)dev[2], n_slots};
+                   n_slots, o.budget, o.window, (const int32_t *)dev[2], n_slots, NULL, 0};
     kve_evict_out out = {.evicted = (int32_t *)dev[4], .evicted_stride = ev_stride,
                          .n_evicted = (uint32_t *)dev[5], .n_kept = (uint32_t *)dev[6],
                          .head_flags = (uint8_t *)dev[7]};
