@@ -13,7 +13,7 @@
 #include "kvevict.h"
 #include "kve_state.h"
 
-#define KVE_BACKEND_ABI_VERSION 2u /* 2: state_evict */
+#define KVE_BACKEND_ABI_VERSION 2u /* 2: state_evict, upload */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 struct kve_context {
@@ -60,6 +60,10 @@ typedef struct kve_backend_ops {
     kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
     kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
     kve_status (*state_evict)(kve_context *ctx, const kve_state_evict *evict);
+    /* Host to backend memory in stream order, without waiting for the
+     * stream (copy waits): @p src may be reused once it returns (a GPU's
+     * driver stages pageable memory before returning). The state's jobs. */
+    kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

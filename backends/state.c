@@ -141,7 +141,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     *out = NULL;
     kve_state plan;
     KVE_TRY(kve_state_plan(ctx, desc, &plan));
-    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict, KVE_ERR_UNAVAILABLE,
+    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict || !ctx->ops->upload,
+                        KVE_ERR_UNAVAILABLE,
                         "kve_state_create: the %s backend does not implement cache states yet",
                         ctx->ops->name);
     KVE_RETURN_ERROR_IF(!memory && memory_bytes, KVE_ERR_NULL,
@@ -214,8 +215,8 @@ kve_status kve_state_destroy(kve_state *s)
 
 kve_status kve_state_upload(kve_state *s, uint32_t n_jobs)
 {
-    return n_jobs ? kve_copy(s->ctx, s->dev_jobs, s->jobs, (size_t)n_jobs * sizeof(kve_state_job),
-                             KVE_COPY_HOST_TO_BACKEND)
+    return n_jobs ? s->ctx->ops->upload(s->ctx, s->dev_jobs, s->jobs,
+                                        (size_t)n_jobs * sizeof(kve_state_job))
                   : KVE_OK;
 }
 

@@ -425,6 +425,17 @@ static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     return KVE_OK;
 }
 
+/* The state's jobs: stream-ordered, no wait. From pageable memory the
+ * driver stages the bytes before returning, so the host's job array is free
+ * again at once. */
+static kve_status gpu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kve_stream(ctx)),
+                "memcpy (state jobs)");
+    return KVE_OK;
+}
+
 /* Wait for the stream, then report (and clear) what the kernels raised. */
 static kve_status gpu_synchronize(kve_context *ctx)
 {
@@ -620,5 +631,6 @@ KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_servic
     ops.state_update = gpu_state_update;
     ops.cache_write = gpu_cache_write;
     ops.state_evict = gpu_state_evict;
+    ops.upload = gpu_upload;
     return &ops;
 }

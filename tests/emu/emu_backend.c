@@ -113,6 +113,12 @@ static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     return kve_emu_cpu_copy(ctx, dst, src, bytes, kind);
 }
 
+static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    kve_emu_log_add("upload", 0, bytes);
+    return kve_emu_cpu_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
+}
+
 static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     (void)ctx;
@@ -232,6 +238,7 @@ kve_context *kve_emu_context_create(void)
     kve_emu_ops.state_evict = emu_state_evict;
     kve_emu_cpu_copy = kve_emu_ops.copy;
     kve_emu_ops.copy = emu_copy;
+    kve_emu_ops.upload = emu_upload;
     kve_emu_log = NULL;
     kve_emu_ops.cache_write = emu_cache_write;
     kve_emu_errors_reset(&kve_emu_records);

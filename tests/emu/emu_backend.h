@@ -51,7 +51,8 @@ void kve_emu_inject(const kve_emu_fault *fault);
 
 /* What the emulated device was asked to run, in order: a launch (kernel
  * name, grid in blocks, shared-memory scratch bytes per block; a cache
- * write: its tokens and moves) or a copy (direction, bytes). */
+ * write: its tokens and moves), a copy (direction, bytes; it waits for the
+ * stream on a GPU) or an upload (the state's jobs: bytes; no wait). */
 typedef struct kve_emu_launch_rec {
     char what[40];
     uint64_t grid, bytes;
