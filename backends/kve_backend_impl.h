@@ -13,7 +13,7 @@
 #include "kvevict.h"
 #include "kve_state.h"
 
-#define KVE_BACKEND_ABI_VERSION 1u
+#define KVE_BACKEND_ABI_VERSION 2u /* 2: state_evict, upload */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 struct kve_context {
@@ -54,9 +54,16 @@ typedef struct kve_backend_ops {
 
     /* Engine integration (common/kve_state.h). NULL: the public call returns
      * KVE_ERR_UNAVAILABLE. state_update runs a list of independent jobs on a
-     * cache state's tables; cache_write gets a desc with dense strides resolved. */
+     * cache state's tables; state_evict the eviction of an append's wave
+     * (one launch over the call's rows); cache_write gets a desc with dense
+     * strides resolved. */
     kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
     kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
+    kve_status (*state_evict)(kve_context *ctx, const kve_state_evict *evict);
+    /* Host to backend memory in stream order, without waiting for the
+     * stream (copy waits): @p src may be reused once it returns (a GPU's
+     * driver stages pageable memory before returning). The state's jobs. */
+    kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

@@ -28,8 +28,15 @@ typedef struct kve_state_work {
     uint32_t base;       /* mapping index of the row's first token */
     uint32_t pos0;       /* position of the row's first token */
     uint32_t index;      /* the row's index in the call (its move lists) */
-    uint8_t evict, rounds, mark;
+    uint8_t evict, rounds, mark; /* evicts in this wave; ran a round in this call */
 } kve_state_work;
+
+/* Parts of the state's backend memory: tables, freed lists, jobs, counts,
+ * eviction workspace, running digests. */
+#define KVE_STATE_PARTS 6
+/* Jobs per call row a wave may upload: its row list entry, round, run,
+ * final mapping and move-list clearing. */
+#define KVE_STATE_JOB_SETS 5u
 
 struct kve_state {
     kve_context *ctx;
@@ -37,16 +44,17 @@ struct kve_state {
     uint32_t tl, th; /* table layers, table heads */
     size_t tables, row_elems;
     uint64_t pool; /* slots per table in the pool */
-    size_t offsets[6], memory_bytes, workspace_bytes;
+    size_t offsets[KVE_STATE_PARTS], memory_bytes, workspace_bytes;
     void *memory;
     int owned;
     /* backend memory */
     int32_t *slot_pos, *freed;
-    kve_seq *seqs;
-    uint32_t *n_evicted, *n_kept;
+    kve_state_job *dev_jobs;      /* [KVE_STATE_JOB_SETS * max_seqs]: the wave's jobs */
+    uint32_t *n_evicted, *n_kept; /* [max_seqs][tables] each, by call row */
     uint64_t *run_digest; /* [max_seqs], SPEC §11, added to by the eviction kernels */
     void *workspace;
-    /* host memory, max_seqs each (one allocation at rows) */
+    /* host memory, max_seqs each (one allocation at rows), jobs
+     * KVE_STATE_JOB_SETS * max_seqs */
     kve_state_row *rows;
     kve_state_work *work;
     kve_state_job *jobs;
@@ -59,12 +67,16 @@ struct kve_state {
 kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
                                  uint32_t count, uint32_t pos, uint32_t token);
 
-/* kve_evict's batch for one row of @p n_slots slots (its tables, when it
- * holds pool slots). */
-kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots);
-/* Run s->jobs[0 .. n_jobs) through the backend, with the call's outputs
- * (NULL: none). */
-kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out);
+/* The batch of a wave's eviction over @p n_rows call rows (kve_state_evict.b). */
+kve_batch kve_state_batch(const kve_state *s, uint32_t n_rows);
+/* Copy s->jobs[0 .. n_jobs) to the backend's job buffer (stream-ordered). */
+kve_status kve_state_upload(kve_state *s, uint32_t n_jobs);
+/* Run uploaded jobs [first, first + n_jobs) through the backend in one
+ * launch sized for @p work items, with the call's outputs (NULL: none). */
+kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
+                            const kve_step_buffers *out);
+/* kve_state_upload, then kve_state_launch of them all. */
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
 kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
 /* Free row @p row and give its pool slots back. */

@@ -1,9 +1,13 @@
 /*
  * state.c — the cache state: docs/SPEC.md "Schedule" for a batch of
- * sequences. Slot tables, freed-slot lists and kve_seq rows live in backend
- * memory and change only through the backend's state_update jobs and
- * kve_evict; counts and rounds are host bookkeeping. Rebuild is in
- * state_rebuild.c.
+ * sequences. Slot tables and freed-slot lists live in backend memory and
+ * change only through the backend's state_update jobs and state_evict;
+ * counts and rounds are host bookkeeping, so the host plans a whole wave of
+ * an append (which rows evict, what each writes) before the device runs
+ * it. The jobs are uploaded to backend memory, one copy a wave, and every
+ * launch of a wave is sized by the call's shape (rows, tokens) alone: a
+ * decode step launches the same kernels on the same grids whichever rows
+ * evict (docs/GPU.md "CUDA graphs"). Rebuild is in state_rebuild.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +78,7 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
                         "desc.pool_slots = %llu: below max_slots = %u (0: max_seqs x max_slots)",
                         (unsigned long long)d->pool_slots, d->max_slots);
     s->pool = d->pool_slots ? d->pool_slots : (uint64_t)d->max_seqs * d->max_slots;
-    size_t sizes[6];
+    size_t sizes[KVE_STATE_PARTS];
     /* Tables and freed lists (kve_evict wants capacity - B entries a head,
      * so a row's freed lists take its capacity too) share the pool's layout. */
     KVE_RETURN_ERROR_IF(s->pool > SIZE_MAX / 4 ||
@@ -82,15 +86,15 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
                         KVE_ERR_OVERFLOW, "desc: %zu tables x %llu pool slots overflows",
                         s->tables, (unsigned long long)s->pool);
     sizes[1] = sizes[0];
-    sizes[2] = (size_t)d->max_seqs * sizeof(kve_seq);
-    sizes[3] = s->tables * 4 * 2;                      /* n_evicted, n_kept */
-    kve_batch b = kve_state_batch(s, 0, d->max_slots); /* the shape of every eviction */
+    sizes[2] = (size_t)d->max_seqs * KVE_STATE_JOB_SETS * sizeof(kve_state_job);
+    sizes[3] = (size_t)d->max_seqs * s->tables * 4 * 2; /* n_evicted, n_kept per call row */
+    kve_batch b = kve_state_batch(s, d->max_seqs); /* the largest eviction of a wave */
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[4]));
     sizes[5] = (size_t)d->max_seqs * 8; /* running digests */
     s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
                        ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < KVE_STATE_PARTS; i++) {
         s->offsets[i] = off;
         KVE_RETURN_ERROR_IF(off + KVE_ALIGN256(sizes[i]) < off, KVE_ERR_OVERFLOW,
                             "desc: state memory overflows");
@@ -101,26 +105,24 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     return KVE_OK;
 }
 
-kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots)
+kve_batch kve_state_batch(const kve_state *s, uint32_t n_rows)
 {
     const kve_schedule *sc = &s->d.schedule;
     kve_batch b = {sc->seed,
                    sc->flags | KVE_TRUSTED_SLOTS, /* the state's own tables: unique by design */
-                   1,
-                   s->seqs ? s->seqs + row : NULL,
+                   n_rows,
+                   NULL, /* each row's coordinates travel in its row list entry */
                    s->tl,
                    s->th,
                    s->d.layer_offset,
                    s->d.head_offset,
-                   n_slots,
+                   s->d.max_slots,
                    sc->budget,
                    sc->window,
-                   s->slot_pos && s->rows && s->rows[row].held
-                       ? s->slot_pos + s->rows[row].off * s->tables
-                       : NULL,
-                   n_slots,
-                   NULL, /* scores: the round's caller sets them (kve_state_evict_row) */
-                   n_slots};
+                   s->slot_pos,
+                   s->d.max_slots,
+                   NULL, /* scores: per row, from the step's buffers (kve_state_wave) */
+                   0};
     return b;
 }
 
@@ -144,7 +146,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     *out = NULL;
     kve_state plan;
     KVE_TRY(kve_state_plan(ctx, desc, &plan));
-    KVE_RETURN_ERROR_IF(!ctx->ops->state_update, KVE_ERR_UNAVAILABLE,
+    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict || !ctx->ops->upload,
+                        KVE_ERR_UNAVAILABLE,
                         "kve_state_create: the %s backend does not implement cache states yet",
                         ctx->ops->name);
     KVE_RETURN_ERROR_IF(!memory && memory_bytes, KVE_ERR_NULL,
@@ -154,7 +157,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                         plan.memory_bytes);
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
-    void *host = calloc(n, sizeof(kve_state_row) + sizeof(kve_state_job) + sizeof(kve_state_work));
+    void *host = calloc(n, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
+                               sizeof(kve_state_work));
     if (!s || !host) {
         free(s);
         free(host);
@@ -162,12 +166,12 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                              "cannot allocate a state for %u rows (%zu + %zu bytes)",
                              desc->max_seqs, sizeof *s,
                              n * (sizeof(kve_state_row) + sizeof(kve_state_work) +
-                                  sizeof(kve_state_job)));
+                                  KVE_STATE_JOB_SETS * sizeof(kve_state_job)));
     }
     *s = plan;
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
     s->jobs = (kve_state_job *)(s->rows + n);
-    s->work = (kve_state_work *)(s->jobs + n);
+    s->work = (kve_state_work *)(s->jobs + KVE_STATE_JOB_SETS * n);
     s->free_runs = (kve_pool_run *)malloc((n + 1) * sizeof(kve_pool_run));
     if (!s->free_runs) {
         free(host);
@@ -190,9 +194,9 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->memory = memory;
     s->slot_pos = (int32_t *)(base + s->offsets[0]);
     s->freed = (int32_t *)(base + s->offsets[1]);
-    s->seqs = (kve_seq *)(base + s->offsets[2]);
+    s->dev_jobs = (kve_state_job *)(base + s->offsets[2]);
     s->n_evicted = (uint32_t *)(base + s->offsets[3]);
-    s->n_kept = s->n_evicted + s->tables;
+    s->n_kept = s->n_evicted + (size_t)desc->max_seqs * s->tables;
     s->workspace = s->workspace_bytes ? base + s->offsets[4] : NULL;
     s->run_digest = (uint64_t *)(base + s->offsets[5]);
     kve_error_clear();
@@ -214,7 +218,15 @@ kve_status kve_state_destroy(kve_state *s)
     return KVE_OK;
 }
 
-kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *out)
+kve_status kve_state_upload(kve_state *s, uint32_t n_jobs)
+{
+    return n_jobs ? s->ctx->ops->upload(s->ctx, s->dev_jobs, s->jobs,
+                                        (size_t)n_jobs * sizeof(kve_state_job))
+                  : KVE_OK;
+}
+
+kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
+                            const kve_step_buffers *out)
 {
     if (n_jobs == 0)
         return KVE_OK;
@@ -222,10 +234,10 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *
                           .table_heads = s->th,
                           .slot_pos = s->slot_pos,
                           .freed = s->freed,
-                          .seqs = s->seqs,
                           .run_digest = s->run_digest,
                           .n_jobs = n_jobs,
-                          .jobs = s->jobs};
+                          .jobs = s->dev_jobs + first,
+                          .work = work};
     if (out) {
         u.mapping = out->slot_mapping;
         u.map_layer_stride = (size_t)out->max_tokens * s->th;
@@ -235,6 +247,12 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, const kve_step_buffers *
         u.max_moves = out->max_moves;
     }
     return s->ctx->ops->state_update(s->ctx, &u);
+}
+
+kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out)
+{
+    KVE_TRY(kve_state_upload(s, n_jobs));
+    return kve_state_launch(s, 0, n_jobs, work, out);
 }
 
 static kve_status kve_check_row(const kve_state *s, uint32_t row, int want_active)
@@ -384,7 +402,7 @@ kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint3
     KVE_TRY(kve_pool_take(s, row, prompt_len, capacity));
     r->capacity = capacity;
     s->jobs[0] = kve_state_job_make(s, KVE_JOB_RESET, row, 0, 0, 0, 0);
-    kve_status st = kve_state_run(s, 1, NULL);
+    kve_status st = kve_state_run(s, 1, (uint64_t)s->tables * capacity, NULL);
     if (st != KVE_OK) {
         kve_pool_release(s, row);
         return st;
@@ -407,36 +425,6 @@ kve_status kve_state_retire(kve_state *s, uint32_t row)
 {
     KVE_TRY(kve_check_row(s, row, 1));
     kve_state_close_row(s, row);
-    return KVE_OK;
-}
-
-/* One eviction round of row @p row, all tables (docs/SPEC.md "Schedule");
- * a scored state's round reads the row's scores (its tables' rows at
- * @p scores, @p stride apart). */
-static kve_status kve_state_evict_row(kve_state *s, uint32_t row, const float *scores,
-                                      size_t stride)
-{
-    kve_state_row *r = &s->rows[row];
-    kve_batch b = kve_state_batch(s, row, r->capacity);
-    b.scores = scores;
-    b.scores_stride = stride;
-    kve_evict_out o = {.evicted = s->freed + r->off * s->tables,
-                       .evicted_stride = r->capacity,
-                       .n_evicted = s->n_evicted,
-                       .n_kept = s->n_kept,
-                       .run_digest = s->run_digest + row,
-                       .run_digest_weight = s->digest_weight};
-    size_t need;
-    KVE_TRY(s->ctx->ops->evict_workspace_size(s->ctx, &b, &need));
-    int fits = need <= s->workspace_bytes;
-    KVE_TRY(kve_evict(s->ctx, &b, &o, fits ? s->workspace : NULL, fits ? s->workspace_bytes : 0));
-    uint32_t r_slots = s->d.schedule.interval;
-    if (s->ctx->ops->host_memory)
-        for (size_t t = 0; t < s->tables; t++)
-            KVE_RETURN_ERROR_IF(s->n_evicted[t] != r_slots, KVE_ERR_INTERNAL,
-                                "row %u, table %zu: a full head evicted %u slots, not r = %u", row,
-                                t, s->n_evicted[t], r_slots);
-    r->round++;
     return KVE_OK;
 }
 
@@ -507,79 +495,133 @@ static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const ui
     return KVE_OK;
 }
 
-/* The waves of an append: each wave evicts the rows that are full and
- * places the round (moving kept entries down), then writes every row's
- * next run of tokens at its first free slot. Rows that went through a round
- * get their final mapping at the end: a later round may have moved the
- * call's tokens down. */
+/* Waves an append whose rows take at most @p max_new tokens runs: enough
+ * for any row whatever its fill (a row with room takes it first, then
+ * evicts once every r tokens), so the count depends on the call's shape. */
+static uint32_t kve_state_waves(const kve_state *s, uint32_t max_new)
+{
+    uint64_t r = s->d.schedule.interval;
+    return max_new ? 1 + (uint32_t)((max_new - 1 + r - 1) / r) : 0;
+}
+
+/* Plan call row @p i's part of a wave: its row list entry (due when it
+ * still has tokens and is full), its round (a no-op when not due) and its
+ * next run of tokens at its first free slot, in s->jobs (sets of n_rows). */
+static void kve_state_plan_row(kve_state *s, uint32_t n_rows, uint32_t i, uint32_t row)
+{
+    kve_state_row *r = &s->rows[row];
+    kve_state_work *w = &s->work[row];
+    uint32_t r_slots = s->d.schedule.interval;
+    w->evict = w->left && r->n_valid == r->capacity;
+    kve_state_job *j = s->jobs + i;
+    *j = kve_state_job_make(s, KVE_JOB_EVICT, row, 0, w->evict, 0, i);
+    j->seq = (kve_seq){r->seq_id, r->prompt, r->round};
+    j[n_rows] = kve_state_job_make(s, KVE_JOB_ROUND, row, r->capacity, w->evict ? r_slots : 0,
+                                   w->pos0, i);
+    if (w->evict) {
+        r->n_valid = r->capacity - r_slots;
+        r->round++;
+        w->rounds = 1;
+    }
+    uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
+    j[2 * n_rows] = kve_state_job_make(s, KVE_JOB_LINEAR, row, r->n_valid, count, r->n_tokens,
+                                       w->base + w->done);
+    r->n_valid += count;
+    r->n_tokens += count;
+    w->done += count;
+    w->left -= count;
+}
+
+/* Host memory: every table of a row that evicted lost exactly r slots. */
+static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows,
+                                          const uint32_t *rows)
+{
+    for (uint32_t i = 0; s->ctx->ops->host_memory && i < n_rows; i++)
+        for (size_t t = 0; s->work[rows[i]].evict && t < s->tables; t++)
+            KVE_RETURN_ERROR_IF(s->n_evicted[i * s->tables + t] != s->d.schedule.interval,
+                                KVE_ERR_INTERNAL,
+                                "row %u, table %zu: a full head evicted %u slots, not r = %u",
+                                rows[i], t, s->n_evicted[i * s->tables + t],
+                                s->d.schedule.interval);
+    return KVE_OK;
+}
+
+/* One wave on the device: its jobs uploaded in one copy, then the move
+ * lists cleared (the call's first wave), the due rows evicted, the rounds
+ * placed, the runs written, the final mappings (its last wave). Every
+ * launch and its size follow from the call's shape. */
+static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                 uint64_t tokens, int first, int last, const kve_step_buffers *out)
+{
+    int clear = first && out && out->moves, final = last && out && out->slot_mapping;
+    uint64_t n = n_rows, per_row = n * s->tables;
+    KVE_TRY(kve_state_upload(s, (uint32_t)((clear ? 5 : final ? 4 : 3) * n)));
+    if (clear)
+        KVE_TRY(kve_state_launch(s, 4 * n_rows, n_rows, per_row, out));
+    kve_state_evict e = {kve_state_batch(s, n_rows),
+                         s->freed,
+                         s->n_evicted,
+                         s->n_kept,
+                         s->run_digest,
+                         s->digest_weight,
+                         s->dev_jobs,
+                         s->workspace,
+                         s->workspace_bytes,
+                         NULL,
+                         0,
+                         0};
+    if ((s->d.schedule.flags & KVE_SCORED) && out) { /* checked: scores given */
+        e.scores = out->scores;
+        e.scores_stride_row = out->scores_stride_row;
+        e.scores_stride_table = out->scores_stride_table;
+    }
+    KVE_TRY(s->ctx->ops->state_evict(s->ctx, &e));
+    KVE_TRY(kve_state_check_evicted(s, n_rows, rows));
+    KVE_TRY(kve_state_launch(s, n_rows, n_rows, per_row, out));
+    KVE_TRY(kve_state_launch(s, 2 * n_rows, n_rows, tokens * s->tables, out));
+    if (final)
+        KVE_TRY(kve_state_launch(s, 3 * n_rows, n_rows, per_row, out));
+    return KVE_OK;
+}
+
+/* The waves of an append (a fixed number for the call's shape): each wave
+ * evicts the rows that are full and places their round (moving kept
+ * entries down), then writes every row's next run of tokens at its first
+ * free slot. Rows that went through a round get their final mapping in the
+ * last wave: a later round may have moved the call's tokens down. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                  const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint32_t r_slots = s->d.schedule.interval, base = 0, n = 0;
+    uint32_t base = 0, max_new = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
         kve_state_work *w = &s->work[rows[i]];
         *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, i, 0, 0, 0};
         base += n_new[i];
-        if (out && out->moves) /* every list of the call starts empty, rounds or not */
-            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
+        max_new = n_new[i] > max_new ? n_new[i] : max_new;
     }
-    KVE_TRY(kve_state_run(s, n, out));
-    for (;;) {
-        uint32_t left = 0;
-        n = 0;
-        for (uint32_t i = 0; i < n_rows; i++) { /* 1: who is full */
-            kve_state_row *r = &s->rows[rows[i]];
-            kve_state_work *w = &s->work[rows[i]];
-            w->evict = w->left && r->n_valid == r->capacity;
-            left += w->left != 0;
-            if (w->evict) {
-                s->jobs[n] = kve_state_job_make(s, KVE_JOB_SEQ, rows[i], 0, 0, 0, 0);
-                s->jobs[n++].seq = (kve_seq){r->seq_id, r->prompt, r->round};
-            }
-        }
-        if (!left)
-            break;
-        KVE_TRY(kve_state_run(s, n, out));
-        n = 0;
-        for (uint32_t i = 0; i < n_rows; i++) { /* 2: evict, then place the round */
-            kve_state_row *r = &s->rows[rows[i]];
-            kve_state_work *w = &s->work[rows[i]];
-            if (!w->evict)
-                continue;
-            const float *sc = NULL;
-            if (s->d.schedule.flags & KVE_SCORED)
-                sc = out->scores + (size_t)w->index * out->scores_stride_row;
-            KVE_TRY(kve_state_evict_row(s, rows[i], sc, out ? out->scores_stride_table : 0));
-            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_ROUND, rows[i], r->capacity, r_slots,
-                                              w->pos0, w->index);
-            r->n_valid = r->capacity - r_slots;
-            w->rounds = 1;
-        }
-        KVE_TRY(kve_state_run(s, n, out));
-        n = 0;
-        for (uint32_t i = 0; i < n_rows; i++) { /* 3: the next run of each row */
-            kve_state_row *r = &s->rows[rows[i]];
-            kve_state_work *w = &s->work[rows[i]];
-            if (!w->left)
-                continue;
-            uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
-            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_LINEAR, rows[i], r->n_valid, count,
-                                              r->n_tokens, w->base + w->done);
-            r->n_valid += count;
-            r->n_tokens += count;
-            w->done += count;
-            w->left -= count;
-        }
-        KVE_TRY(kve_state_run(s, n, out));
+    uint32_t waves = kve_state_waves(s, max_new);
+    if (!waves && out && out->moves) { /* every list of the call starts empty */
+        for (uint32_t i = 0; i < n_rows; i++)
+            s->jobs[i] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
+        return kve_state_run(s, n_rows, (uint64_t)n_rows * s->tables, out);
     }
-    n = 0;
-    for (uint32_t i = 0; i < n_rows && out && out->slot_mapping; i++) {
-        kve_state_work *w = &s->work[rows[i]];
-        if (w->rounds)
-            s->jobs[n++] = kve_state_job_make(s, KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
-                                              w->done, w->pos0, w->base);
+    for (uint32_t k = 0; k < waves; k++) {
+        for (uint32_t i = 0; i < n_rows; i++)
+            kve_state_plan_row(s, n_rows, i, rows[i]);
+        for (uint32_t i = 0; k + 1 == waves && i < n_rows; i++) {
+            const kve_state_work *w = &s->work[rows[i]];
+            KVE_RETURN_ERROR_IF(w->left, KVE_ERR_INTERNAL,
+                                "row %u: %u tokens left after the %u waves of the call", rows[i],
+                                w->left, waves);
+            s->jobs[3 * n_rows + i] =
+                kve_state_job_make(s, KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
+                                   w->rounds ? w->done : 0, w->pos0, w->base);
+        }
+        for (uint32_t i = 0; k == 0 && i < n_rows; i++)
+            s->jobs[4 * n_rows + i] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
+        KVE_TRY(kve_state_wave(s, n_rows, rows, base, k == 0, k + 1 == waves, out));
     }
-    return kve_state_run(s, n, out);
+    return KVE_OK;
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,

@@ -253,7 +253,7 @@ static kve_status kve_rebuild_replay(kve_state *s, uint32_t row, uint32_t n, uin
         return KVE_OK;
     kve_step_buffers out = {mapping, n, NULL, NULL, 0, 0, NULL, 0, 0};
     s->jobs[0] = kve_state_job_make(s, KVE_JOB_FINAL, row, s->rows[row].n_valid, n, 0, 0);
-    return kve_state_run(s, 1, &out);
+    return kve_state_run(s, 1, s->tables, &out);
 }
 
 kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,

@@ -20,5 +20,7 @@ kve_context *cpu_context(int isa, int threads);
  * the same bytes. */
 void bench_state_memory(void);
 void bench_moves(int isa, int threads, double min_time);
+/* bench_state.c: one G2 decode step at 128 sequences (bench_step.h). */
+void bench_step(int isa, int threads, double min_time);
 
 #endif

@@ -2,7 +2,7 @@
  * bench_state.c — kvevict-bench's cache-state figures: how the state's
  * backend memory compares with the K/V bytes its tables describe, and what
  * a decode step's moves (kve_cache_write) cost next to memcpy of the same
- * bytes, on the CPU.
+ * bytes, and a whole G2 decode step, on the CPU.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_step.h"
 
 #define S_LAYERS 36 /* G1 */
 #define S_HEADS 8
@@ -165,4 +166,54 @@ void bench_moves(int isa, int threads, double min_time)
     free(moves);
     free(n_moves);
     kve_context_destroy(m.ctx);
+}
+
+typedef struct {
+    kve_step_bench b;
+    int refill, writes; /* rows need their r - 1 tokens back; time the writes too */
+} step_run;
+
+static void step_setup(void *arg)
+{
+    step_run *s = (step_run *)arg;
+    kve_status st = s->refill ? kve_step_bench_fill(&s->b, 0) : KVE_OK;
+    if (st != KVE_OK)
+        die("kve_state_append (refill)", st);
+    s->refill = 0;
+}
+
+static void step_once(void *arg)
+{
+    step_run *s = (step_run *)arg;
+    kve_status st = s->writes ? kve_step_bench_run(&s->b)
+                              : kve_state_append(s->b.st, s->b.rows, s->b.row_ids, s->b.ones,
+                                                 &s->b.out);
+    if (st != KVE_OK)
+        die("decode step", st);
+    s->refill = 1;
+}
+
+/* One decode step of G2 at 128 sequences, every row in a round
+ * (bench_step.h): the append alone, then with every layer's moves and
+ * writes; bench/gpu_check.sh times the same step on a GPU. */
+void bench_step(int isa, int threads, double min_time)
+{
+    static step_run s;
+    kve_status st = kve_step_bench_init(&s.b, cpu_context(isa, threads), 128);
+    if (st != KVE_OK)
+        die("decode step setup", st);
+    s.refill = 0;
+    s.writes = 0;
+    double ta = time_median(min_time, step_setup, step_once, &s);
+    s.writes = 1;
+    double tw = time_median(min_time, step_setup, step_once, &s);
+    printf("\ndecode step, G2 (64 x 8 heads) x 128 rows, every row in a round (one token a row), "
+           "%d thread%s\n",
+           threads, threads > 1 ? "s" : "");
+    printf("  kve_state_append %.3f ms; + 64 layers of kve_cache_write (moves, then 128 x 8 "
+           "tokens' K and V) = %.3f ms a step\n",
+           ta * 1e3, tw * 1e3);
+    kve_context *ctx = s.b.ctx;
+    kve_step_bench_free(&s.b);
+    kve_context_destroy(ctx);
 }

@@ -354,6 +354,8 @@ failed=0
         row "$v" "compaction, out of place (GB/s)" "$(value "$v" compact_out_gbs bench)" "-" "torch gather $(value "$v" torch_compact_gbs torch)" "-"
         row "$v" "compaction / device copy" "$ratio" ">= 0.80" "copy $(value "$v" compact_out_copy_gbs bench) GB/s" "$(verdict "$ratio" '>=' 0.80)"
         row "$v" "compaction in place / copy" "$(value "$v" compact_in_ratio bench)" "-" "copy $(value "$v" compact_in_copy_gbs bench) GB/s" "-"
+        row "$v" "G2 decode step, 128 seqs in a round: append (us)" "$(value "$v" step_g2_append_us bench)" "-" "-" "-"
+        row "$v" "G2 decode step, 128 seqs: append + 64 layers of moves and writes (us)" "$(value "$v" step_g2_us bench)" "-" "-" "-"
         row "$v" "keep-sets identical to the CPU (bench)" "$cpu_same" "yes" "-" "$cpu_same"
         row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
         [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"

@@ -75,6 +75,11 @@ static kve_status cpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     return KVE_OK;
 }
 
+static kve_status cpu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    return cpu_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
+}
+
 static kve_status cpu_synchronize(kve_context *ctx)
 {
     (void)ctx;
@@ -365,6 +370,8 @@ static const kve_backend_ops kve_cpu_ops = {
     cpu_compact,
     kve_cpu_state_update,
     kve_cpu_cache_write,
+    kve_cpu_state_evict,
+    cpu_upload,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

@@ -13,8 +13,8 @@
  *
  * GPU work is ordered on the context's stream and allocates nothing: the
  * eviction scratch lives in shared memory, or in the caller's workspace when
- * a head is too large for it; a cache state's jobs travel in kernel
- * parameters. Argument checks the host cannot do (slot_pos contents,
+ * a head is too large for it; a cache state's jobs are uploaded by the
+ * state to its own device memory. Argument checks the host cannot do (slot_pos contents,
  * evicted lists, a state's freed slots, the cache write's rows, slots and
  * pages) run in the kernels, which raise records in a small buffer of the
  * context; kve_context_synchronize() reports them.
@@ -54,7 +54,8 @@
 #endif
 
 /* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
-static_assert(sizeof(kve_state_args) <= 4096, "state jobs must fit a launch's parameters");
+static_assert(sizeof(kve_state_args) <= 4096, "state arguments fit the parameters");
+static_assert(sizeof(kve_state_evict_args) <= 4096, "state eviction arguments fit the parameters");
 static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit the parameters");
 
 static const kve_host_services *kve_host;
@@ -101,7 +102,18 @@ __global__ void __launch_bounds__(KVE_COMPACT_THREADS KVE_MIN_BLOCKS(8))
     kve_compact_slots_grid(&tc, &sm, &a);
 }
 
-/* The jobs travel by value: the host's job array is free once this returns. */
+/* A wave's eviction over a cache state's row list (state_body.h). */
+__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_MIN_BLOCKS(3))
+    kve_state_evict_kernel(kve_state_evict_args a)
+{
+    __shared__ kve_evict_smem sm;
+    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_state_evict_grid(&tc, &sm, &a, kve_dyn_smem);
+}
+
+/* The jobs are in device memory (the state uploaded them, stream-ordered). */
 __global__ void __launch_bounds__(KVE_STATE_THREADS) kve_state_kernel(kve_state_args a)
 {
     kve_tc tc;
@@ -273,6 +285,16 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)g->smem_dyn_max),
                 "kernel shared memory limit");
+    KVE_GPU_TRY(cudaFuncGetAttributes(&fa, (const void *)kve_state_evict_kernel),
+                "kernel attributes (state eviction)");
+    KVE_GPU_CHECK(fa.sharedSizeBytes > (size_t)smem - g->smem_dyn_max, KVE_ERR_INTERNAL,
+                  "state eviction kernel: %zu bytes of static shared memory, more than the "
+                  "eviction kernel's",
+                  (size_t)fa.sharedSizeBytes);
+    KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_state_evict_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)g->smem_dyn_max),
+                "kernel shared memory limit (state eviction)");
 #endif
     /* The records start as "none raised". The memset runs on the library's
      * own non-blocking stream and only that stream is waited for: neither
@@ -403,6 +425,17 @@ static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     return KVE_OK;
 }
 
+/* The state's jobs: stream-ordered, no wait. From pageable memory the
+ * driver stages the bytes before returning, so the host's job array is free
+ * again at once. */
+static kve_status gpu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kve_stream(ctx)),
+                "memcpy (state jobs)");
+    return KVE_OK;
+}
+
 /* Wait for the stream, then report (and clear) what the kernels raised. */
 static kve_status gpu_synchronize(kve_context *ctx)
 {
@@ -520,21 +553,33 @@ static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
     return KVE_OK;
 }
 
-/* Jobs are copied into each launch's parameters: nothing to allocate, and
- * the host's job array may change as soon as this returns. */
+/* One launch over the uploaded jobs, sized by the state's shape bound. */
 static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     KVE_TRY(kve_gpu_enter(ctx));
+    if (!u->n_jobs)
+        return KVE_OK;
     kve_gpu *g = kve_gpu_of(ctx);
-    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
-    for (uint32_t k = 0; k < kve_state_launches(u); k++) {
-        kve_state_args a;
-        uint64_t items = kve_state_args_make(u, k, g->errors, &a);
-        if (!items)
-            continue;
-        KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
-                   kve_launch_grid(items, KVE_STATE_THREADS, cap), KVE_STATE_THREADS, 0, a);
+    kve_state_args a = kve_state_args_make(u, g->errors);
+    KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
+               kve_launch_grid(u->work, KVE_STATE_THREADS, g->sm_count * KVE_BLOCKS_PER_SM),
+               KVE_STATE_THREADS, 0, a);
+    return KVE_OK;
+}
+
+/* One launch over every call row (rows not due return at once), planned
+ * as kve_evict of the same shape: the state sized its workspace so. */
+static kve_status gpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    kve_evict_plan p = kve_plan_evict(g, &e->b);
+    kve_state_evict_args a = {*e, NULL, 0, g->errors};
+    if (p.per_block) {
+        a.scratch = (unsigned char *)(((uintptr_t)e->workspace + 255) & ~(uintptr_t)255);
+        a.scratch_stride = p.per_block;
     }
+    KVE_LAUNCH(ctx, kve_state_evict_kernel, kve_state_evict_args, p.grid, p.threads, p.dyn_smem, a);
     return KVE_OK;
 }
 
@@ -585,5 +630,7 @@ KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_servic
     ops.compact = gpu_compact;
     ops.state_update = gpu_state_update;
     ops.cache_write = gpu_cache_write;
+    ops.state_evict = gpu_state_evict;
+    ops.upload = gpu_upload;
     return &ops;
 }

@@ -6,6 +6,8 @@
  *   G3 eviction   128 sequences of G1 (36 x 8 heads) in one call
  *   compaction    K and V (256-byte entries) of a G2 round, out of place and
  *                 in place, against a device-to-device copy of the same bytes
+ *   decode step   G2 at 128 sequences, every row in a round: the cache state's
+ *                 append, then 64 layers of moves and writes (bench_step.h)
  *
  * plus the digest of each eviction against the CPU backend's. Lines starting
  * with "RESULT" are for the script: RESULT <name> <value>.
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "kvevict.h"
+#include "../bench/bench_step.h"
 
 #define KVE_B_CHECK(call)                                                                        \
     do {                                                                                         \
@@ -255,6 +258,43 @@ static void kve_bench_compact(kve_bench *b)
     kve_problem_free(b, &p);
 }
 
+static int kve_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median device time of @p n decode steps of @p s (refilled, untimed,
+ * between them): the append alone, or with the writes. */
+static double kve_step_us(kve_bench *b, kve_step_bench *s, int n, int writes)
+{
+    double us[32];
+    for (int k = 0; k < n; k++) {
+        KVE_B_CHECK(kve_step_bench_fill(s, 0));
+        us[k] = kve_time_us(b, [&] {
+            KVE_B_CHECK(writes ? kve_step_bench_run(s)
+                               : kve_state_append(s->st, s->rows, s->row_ids, s->ones, &s->out));
+        });
+    }
+    qsort(us, (size_t)n, sizeof us[0], kve_cmp_double);
+    return us[n / 2];
+}
+
+/* One G2 decode step at 128 sequences, every row in a round. */
+static void kve_bench_step(kve_bench *b)
+{
+    kve_step_bench s;
+    KVE_B_CHECK(kve_step_bench_init(&s, b->gpu, 128));
+    KVE_B_CHECK(kve_step_bench_run(&s)); /* warm-up: the rows are full once more after a fill */
+    int n = b->quick ? 3 : 21;
+    double append = kve_step_us(b, &s, n, 0), step = kve_step_us(b, &s, n, 1);
+    printf("G2 decode step, 128 sequences, every row in a round: append %.1f us, with 64 layers "
+           "of moves and writes %.1f us (median of %d)\n",
+           append, step, n);
+    printf("RESULT step_g2_append_us %.2f\nRESULT step_g2_us %.2f\n", append, step);
+    kve_step_bench_free(&s);
+}
+
 int main(int argc, char **argv)
 {
     kve_bench b;
@@ -283,6 +323,7 @@ int main(int argc, char **argv)
     kve_bench_evict(&b, "g2", 1, 64);
     kve_bench_evict(&b, "g3", 128, 36);
     kve_bench_compact(&b);
+    kve_bench_step(&b);
     KVE_B_RT(cudaEventDestroy(b.start));
     KVE_B_RT(cudaEventDestroy(b.stop));
     KVE_B_CHECK(kve_context_destroy(b.gpu));

@@ -2,8 +2,8 @@
  * kve_launch.h — host-side planning shared by the CUDA and HIP glue and by
  * the host emulator, so all three launch the bodies with the same
  * arguments: kernel arguments from the public structs, block and grid
- * sizes, the copy units of compaction and the cache write, the state's
- * jobs split into launches, and the device's error records as a kve_status.
+ * sizes, the copy units of compaction and the cache write, and the
+ * device's error records as a kve_status.
  */
 #ifndef KVE_LAUNCH_H
 #define KVE_LAUNCH_H
@@ -87,30 +87,13 @@ KVE_HOST_FN kve_status kve_compact_args_make(const kve_compact_desc *d, uint64_t
     return KVE_OK;
 }
 
-/* Launches state_update needs for @p u's jobs (0 when it has none). */
-KVE_HOST_FN uint32_t kve_state_launches(const kve_state_update *u)
+/* Arguments of state_update's one launch (none when u->n_jobs = 0), on
+ * kve_launch_grid(u->work, threads, cap) blocks: sized by the call's shape,
+ * never by the jobs, which only the device reads. */
+KVE_HOST_FN kve_state_args kve_state_args_make(const kve_state_update *u, uint64_t *errors)
 {
-    return (u->n_jobs + KVE_STATE_JOBS_PER_LAUNCH - 1) / KVE_STATE_JOBS_PER_LAUNCH;
-}
-
-/* Arguments of launch @p k of state_update; returns its items (the
- * threads it can keep busy). */
-KVE_HOST_FN uint64_t kve_state_args_make(const kve_state_update *u, uint32_t k, uint64_t *errors,
-                                         kve_state_args *a)
-{
-    uint32_t first = k * KVE_STATE_JOBS_PER_LAUNCH, n = u->n_jobs - first;
-    n = n < KVE_STATE_JOBS_PER_LAUNCH ? n : KVE_STATE_JOBS_PER_LAUNCH;
-    a->u = *u;
-    a->u.jobs = NULL;
-    a->u.n_jobs = n;
-    a->errors = errors;
-    uint64_t items = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        a->job[j] = u->jobs[first + j];
-        items += kve_state_job_items(u, &a->job[j]);
-        a->end[j] = items;
-    }
-    return items;
+    kve_state_args a = {*u, errors};
+    return a;
 }
 
 #define KVE_CACHE_WRITE_THREADS 256u

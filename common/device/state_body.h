@@ -3,19 +3,20 @@
  * device, written once for CUDA, HIP and the host emulator (kve_device.h);
  * the CPU backend and the host rebuild run the same per-table functions.
  *
- * The jobs of one call are independent and each writes its own elements,
- * so the body flattens them: job j owns items [end[j-1], end[j]) (one per
- * table and token, table and slot, or table), and every thread of the grid
- * takes items in turn (grid-stride). Each item writes slots, mapping
- * entries and move lists that no other item touches, so the result does not
- * depend on the launch or on the order threads run in. A round (ROUND) and
- * a call's final mapping (FINAL) are one item per table, run in order by
- * one thread: they touch at most C + count elements of that table.
+ * The jobs of one call are independent and each writes its own elements:
+ * a job's items (one per table and token, table and slot, or table) go to
+ * a group of blocks, the launch's blocks shared evenly among the jobs (a
+ * block takes several jobs in turn when there are more jobs than blocks),
+ * and the group's threads take the items in turn. Each item writes slots,
+ * mapping entries and move lists that no other item touches, so the result
+ * does not depend on the launch or on the order threads run in. A round
+ * (ROUND) and a call's final mapping (FINAL) are one item per table, run in
+ * order by one thread: they touch at most C + count elements of that table.
  *
- * The jobs travel in the launch's parameters (the host reuses its job array
- * as soon as the call returns, and staging them through memory would need a
- * copy the host waits for): at most KVE_STATE_JOBS_PER_LAUNCH per launch,
- * the glue launching as many times as a call needs, in stream order.
+ * The jobs are read from backend memory (the state uploads them, stream-
+ * ordered): a launch's arguments are pointers and counts that depend on the
+ * call's shape only. The eviction of a wave (kve_state_evict) runs
+ * kve_evict_head over a row list the same way, below.
  *
  * Slots read from device memory (freed lists) and the job's sizes are
  * bounds-checked: a table they do not fit is left alone and raises
@@ -24,21 +25,17 @@
 #ifndef KVE_STATE_BODY_H
 #define KVE_STATE_BODY_H
 
+#include "evict_body.h"
 #include "kve_device.h"
 #include "kve_state.h"
 
-/* Jobs per launch: the arguments stay within 4 KiB, every vendor's limit
- * for kernel parameters. */
-#define KVE_STATE_JOBS_PER_LAUNCH 56u
-
 typedef struct kve_state_args {
-    kve_state_update u; /* u.n_jobs: jobs in this launch (>= 1); u.jobs unused */
+    kve_state_update u; /* u.n_jobs >= 1, u.jobs in backend memory */
     uint64_t *errors;   /* [KVE_DEV_ERR_KINDS] */
-    uint64_t end[KVE_STATE_JOBS_PER_LAUNCH]; /* items of jobs 0..j, cumulated */
-    kve_state_job job[KVE_STATE_JOBS_PER_LAUNCH];
 } kve_state_args;
 
-/* Items of one job: its elements over every table (SEQ: one). */
+/* Items of one job: its elements over every table (SEQ: one; EVICT, and
+ * ROUND and FINAL of count 0: none). */
 KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_state_job *j)
 {
     uint64_t tables = (uint64_t)u->table_layers * u->table_heads;
@@ -46,9 +43,10 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
     case KVE_JOB_SEQ: return 1;
     case KVE_JOB_RESET: return tables * j->stride;
     case KVE_JOB_LINEAR: return tables * j->count;
-    case KVE_JOB_FINAL: return u->mapping ? tables : 0;
+    case KVE_JOB_FINAL: return u->mapping && j->count ? tables : 0;
     case KVE_JOB_MOVES_CLEAR: return u->moves ? tables : 0;
-    default: return tables; /* ROUND */
+    case KVE_JOB_ROUND: return j->count ? tables : 0;
+    default: return 0; /* EVICT: data of kve_state_evict */
     }
 }
 
@@ -209,19 +207,76 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
     }
 }
 
-/* The kernel: items of every job of @p a, grid-stride. */
+/* The kernel: the launch's blocks shared among the jobs (see above). */
 KVE_FN void kve_state_grid(kve_tc *tc, const kve_state_args *a)
 {
-    uint64_t total = a->end[a->u.n_jobs - 1], step = (uint64_t)tc->nb * tc->nt;
-    uint32_t j = 0;
-    for (uint64_t w = (uint64_t)tc->bid * tc->nt + tc->tid; w < total; w += step) {
-        while (w >= a->end[j]) /* w only grows: j moves forward */
-            j++;
-        uint64_t e = w - (j ? a->end[j - 1] : 0);
-        if (kve_state_item_run(&a->u, &a->job[j], e)) {
-            uint64_t per = a->job[j].kind == KVE_JOB_LINEAR ? a->job[j].count : 1;
-            kve_raise(a->errors, KVE_DEV_ERR_STATE_SLOT, a->job[j].row, (uint32_t)(e / per));
-        }
+    uint32_t n = a->u.n_jobs, per = tc->nb >= n ? tc->nb / n : 1, groups = tc->nb / per;
+    if (tc->bid >= groups * per)
+        return;
+    uint64_t step = (uint64_t)per * tc->nt, first = (uint64_t)(tc->bid % per) * tc->nt + tc->tid;
+    for (uint32_t j = tc->bid / per; j < n; j += groups) {
+        const kve_state_job *job = &a->u.jobs[j];
+        uint64_t items = kve_state_job_items(&a->u, job);
+        for (uint64_t e = first; e < items; e += step)
+            if (kve_state_item_run(&a->u, job, e)) {
+                uint64_t each = job->kind == KVE_JOB_LINEAR ? job->count : 1;
+                kve_raise(a->errors, KVE_DEV_ERR_STATE_SLOT, job->row, (uint32_t)(e / each));
+            }
+    }
+}
+
+/* kve_evict's batch and outputs for call row @p i of @p e, whose list
+ * entry is @p j: one sequence, its tables as heads. */
+KVE_HD_FN void kve_state_evict_row(const kve_state_evict *e, uint32_t i, const kve_state_job *j,
+                                   kve_batch *b, kve_evict_out *o)
+{
+    size_t tables = (size_t)e->b.n_layers * e->b.n_heads;
+    *b = e->b;
+    b->n_seqs = 1;
+    b->seqs = &j->seq;
+    b->n_slots = j->stride;
+    b->slot_pos = e->b.slot_pos + j->base;
+    b->slot_pos_stride = j->stride;
+    b->scores = e->scores ? e->scores + (size_t)i * e->scores_stride_row : NULL;
+    b->scores_stride = e->scores_stride_table;
+    kve_evict_out out = {e->freed + j->base, j->stride, e->n_evicted + i * tables,
+                         e->n_kept + i * tables, NULL, NULL, 0, NULL, e->run_digest + j->row,
+                         e->run_digest_weight};
+    *o = out;
+}
+
+/* Arguments of the wave's eviction kernel: scratch as kve_evict_args's,
+ * sized for e.b.n_slots. */
+typedef struct kve_state_evict_args {
+    kve_state_evict e;
+    unsigned char *scratch;
+    size_t scratch_stride;
+    uint64_t *errors; /* [KVE_DEV_ERR_KINDS] */
+} kve_state_evict_args;
+
+/* The wave's eviction kernel: head h is table h % tables of call row h /
+ * tables, grid-stride over blocks; a row that is not due costs its blocks
+ * one read. @p dyn_smem as kve_evict_grid's. */
+KVE_FN void kve_state_evict_grid(kve_tc *tc, kve_evict_smem *sm, const kve_state_evict_args *sa,
+                                 unsigned char *dyn_smem)
+{
+    const kve_state_evict *e = &sa->e;
+    unsigned char *scratch =
+        sa->scratch ? sa->scratch + (size_t)tc->bid * sa->scratch_stride : dyn_smem;
+    uint64_t tables = (uint64_t)e->b.n_layers * e->b.n_heads, heads = tables * e->b.n_seqs;
+    for (uint64_t h = tc->bid; h < heads; h += tc->nb) {
+        uint32_t i = (uint32_t)(h / tables);
+        const kve_state_job *j = &e->rows[i];
+        if (!j->count)
+            continue; /* the whole block skips: h is the block's */
+        kve_evict_args a;
+        kve_state_evict_row(e, i, j, &a.b, &a.o);
+        a.heads = tables;
+        a.scratch = NULL; /* scratch is passed on its own */
+        a.scratch_stride = 0;
+        a.errors = sa->errors;
+        kve_evict_head(tc, sm, &a, h % tables, scratch);
+        kve_sync(tc); /* shared memory is reused by the next head */
     }
 }
 

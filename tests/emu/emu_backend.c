@@ -68,21 +68,89 @@ static int32_t *kve_emu_corrupt(const int32_t *table, size_t n, const kve_emu_fa
     return copy;
 }
 
+/* ---- the launch log -------------------------------------------------------- */
+
+static kve_emu_launch_rec *kve_emu_log;
+static uint32_t kve_emu_log_cap, kve_emu_log_n;
+
+void kve_emu_log_start(kve_emu_launch_rec *buf, uint32_t cap)
+{
+    kve_emu_log = buf;
+    kve_emu_log_cap = cap;
+    kve_emu_log_n = 0;
+}
+
+uint32_t kve_emu_log_stop(void)
+{
+    kve_emu_log = NULL;
+    return kve_emu_log_n;
+}
+
+static void kve_emu_log_add(const char *what, uint64_t grid, uint64_t bytes)
+{
+    if (!kve_emu_log)
+        return;
+    if (kve_emu_log_n < kve_emu_log_cap) {
+        kve_emu_launch_rec *r = &kve_emu_log[kve_emu_log_n];
+        snprintf(r->what, sizeof r->what, "%s", what);
+        r->grid = grid;
+        r->bytes = bytes;
+    }
+    kve_emu_log_n++; /* counted past cap: the caller sees it overflowed */
+}
+
 /* ---- operations ------------------------------------------------------------ */
+
+static kve_status (*kve_emu_cpu_copy)(kve_context *, void *, const void *, size_t, kve_copy_kind);
+static kve_status (*kve_emu_cpu_state_evict)(kve_context *, const kve_state_evict *);
+
+static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                           kve_copy_kind kind)
+{
+    static const char *const names[] = {"copy host to backend", "copy backend to host",
+                                        "copy backend to backend"};
+    kve_emu_log_add((unsigned)kind < 3 ? names[kind] : "copy", 0, bytes);
+    return kve_emu_cpu_copy(ctx, dst, src, bytes, kind);
+}
+
+static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    kve_emu_log_add("upload", 0, bytes);
+    return kve_emu_cpu_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
+}
 
 static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     (void)ctx;
+    if (!u->n_jobs)
+        return KVE_OK;
     if (kve_emu_launch_fails("kve_state_kernel"))
         return KVE_OK;
-    return kve_emu_state_update(kve_emu_pool_now, kve_emu_max_grid, u, &kve_emu_records)
-               ? KVE_ERR_INTERNAL
-               : KVE_OK;
+    uint32_t grid;
+    int rc = kve_emu_state_update(kve_emu_pool_now, kve_emu_max_grid, u, &kve_emu_records, &grid);
+    kve_emu_log_add("kve_state_kernel", grid, 0);
+    return rc ? KVE_ERR_INTERNAL : KVE_OK;
+}
+
+/* On the eviction pool when there is one (the CPU's otherwise); logged with
+ * the grid the kernel gets either way. */
+static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
+{
+    uint64_t heads = (uint64_t)e->b.n_seqs * e->b.n_layers * e->b.n_heads;
+    uint32_t grid = kve_launch_grid(heads, 1, kve_emu_max_grid);
+    kve_emu_log_add("kve_state_evict_kernel", grid, kve_evict_scratch_bytes(e->b.n_slots));
+    if (!kve_emu_evict_pool)
+        return kve_emu_cpu_state_evict(ctx, e);
+    if (kve_emu_launch_fails("kve_state_evict_kernel"))
+        return KVE_OK;
+    return kve_emu_state_evict(kve_emu_evict_pool, grid, e, &kve_emu_records) ? KVE_ERR_INTERNAL
+                                                                              : KVE_OK;
 }
 
 static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     (void)ctx;
+    kve_emu_log_add("kve_cache_write", d->n_tokens, kve_cache_move_entries(d));
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
     kve_emu_fault f;
@@ -109,10 +177,11 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 {
     if (!kve_emu_evict_pool)
         return kve_emu_cpu_evict(ctx, b, o, workspace, workspace_bytes);
-    if (kve_emu_launch_fails("kve_evict_kernel"))
-        return KVE_OK;
     uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
     uint32_t grid = kve_launch_grid(heads, 1, kve_emu_max_grid);
+    kve_emu_log_add("kve_evict_kernel", grid, kve_evict_scratch_bytes(b->n_slots));
+    if (kve_emu_launch_fails("kve_evict_kernel"))
+        return KVE_OK;
     kve_emu_fault f;
     if (b->n_slots && kve_emu_take(KVE_EMU_FAULT_SLOT, &f)) {
         /* The device sees the bad slot; the host checks were skipped (device
@@ -165,6 +234,12 @@ kve_context *kve_emu_context_create(void)
     kve_emu_ops.synchronize = emu_synchronize;
     kve_emu_ops.evict = emu_evict;
     kve_emu_ops.state_update = emu_state_update;
+    kve_emu_cpu_state_evict = kve_emu_ops.state_evict;
+    kve_emu_ops.state_evict = emu_state_evict;
+    kve_emu_cpu_copy = kve_emu_ops.copy;
+    kve_emu_ops.copy = emu_copy;
+    kve_emu_ops.upload = emu_upload;
+    kve_emu_log = NULL;
     kve_emu_ops.cache_write = emu_cache_write;
     kve_emu_errors_reset(&kve_emu_records);
     kve_emu_message_now[0] = '\0';

@@ -48,6 +48,20 @@ typedef struct {
 } kve_emu_fault;
 
 void kve_emu_inject(const kve_emu_fault *fault);
+
+/* What the emulated device was asked to run, in order: a launch (kernel
+ * name, grid in blocks, shared-memory scratch bytes per block; a cache
+ * write: its tokens and moves), a copy (direction, bytes; it waits for the
+ * stream on a GPU) or an upload (the state's jobs: bytes; no wait). */
+typedef struct kve_emu_launch_rec {
+    char what[40];
+    uint64_t grid, bytes;
+} kve_emu_launch_rec;
+
+/* Record every launch and copy from now on into @p buf (at most @p cap). */
+void kve_emu_log_start(kve_emu_launch_rec *buf, uint32_t cap);
+/* Stop recording; returns how many there were (more than cap: some lost). */
+uint32_t kve_emu_log_stop(void);
 /* Whether an injected fault is still waiting for its operation. */
 int kve_emu_fault_pending(void);
 

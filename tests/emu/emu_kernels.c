@@ -101,18 +101,31 @@ static void kve_emu_state_body(kve_tc *tc, unsigned char *smem, void *arg)
 }
 
 int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
-                         kve_emu_errors *e)
+                         kve_emu_errors *e, uint32_t *grid_used)
 {
     uint32_t nt, ws;
     kve_emu_pool_shape(pool, &nt, &ws);
-    for (uint32_t k = 0; k < kve_state_launches(u); k++) {
-        kve_state_args a;
-        uint64_t items = kve_state_args_make(u, k, e->rec, &a);
-        if (items &&
-            kve_emu_launch(pool, kve_launch_grid(items, nt, max_grid), 0, kve_emu_state_body, &a))
-            return -1;
-    }
-    return 0;
+    *grid_used = 0;
+    if (!u->n_jobs)
+        return 0;
+    kve_state_args a = kve_state_args_make(u, e->rec);
+    *grid_used = kve_launch_grid(u->work, nt, max_grid);
+    return kve_emu_launch(pool, *grid_used, 0, kve_emu_state_body, &a);
+}
+
+static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_state_evict_grid(tc, (kve_evict_smem *)smem, (const kve_state_evict_args *)arg,
+                         smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
+}
+
+int kve_emu_state_evict(kve_emu_pool *pool, uint32_t grid, const kve_state_evict *se,
+                        kve_emu_errors *e)
+{
+    kve_state_evict_args a = {*se, NULL, 0, e->rec};
+    size_t smem = KVE_EMU_ALIGN16(sizeof(kve_evict_smem)) +
+                  KVE_EMU_ALIGN16(kve_evict_scratch_bytes(se->b.n_slots));
+    return kve_emu_launch(pool, grid, smem, kve_emu_state_evict_body, &a);
 }
 
 static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)

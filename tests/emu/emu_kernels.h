@@ -33,10 +33,14 @@ int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const k
 int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d,
                     kve_emu_errors *e, uint32_t *unit_used);
 
-/* The backend op state_update: the GPU glue's launches (at most
- * @p max_grid blocks each), one after another. */
+/* The backend op state_update: the GPU glue's one launch (at most
+ * @p max_grid blocks; *grid_used gets its blocks, 0 when it has no jobs). */
 int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
-                         kve_emu_errors *e);
+                         kve_emu_errors *e, uint32_t *grid_used);
+
+/* The backend op state_evict on @p grid blocks, scratch in shared memory. */
+int kve_emu_state_evict(kve_emu_pool *pool, uint32_t grid, const kve_state_evict *se,
+                        kve_emu_errors *e);
 
 /* The backend op cache_write for a desc with resolved strides (at most
  * @p max_grid blocks); KVE_OK, or the status of a desc the device cannot

@@ -28,6 +28,7 @@
 #include "kve_backend_impl.h"
 #include "kve_engine_cases.h"
 #include "kve_scenario.h"
+#include "state_body.h"
 
 static kve_context *kve_ref, *kve_emu;
 
@@ -213,6 +214,9 @@ static kve_state_update kve_job_bind(const kve_job_case *jc, const kve_job_bufs 
     u.mapping = b->map;
     u.moves = b->moves;
     u.n_moves = b->n_moves;
+    u.work = 0; /* the launch sized for the jobs' items, as a state sizes it for its bound */
+    for (uint32_t i = 0; i < u.n_jobs; i++)
+        u.work += kve_state_job_items(&u, &u.jobs[i]);
     return u;
 }
 
@@ -416,6 +420,102 @@ START_TEST(test_state_update_errors)
 }
 END_TEST
 
+
+/* ---- the launches of a decode step ----------------------------------------- */
+
+enum { KVE_LS_ROWS = 4, KVE_LS_STEPS = 8, KVE_LS_LOG = 16 };
+
+/* A state of KVE_LS_ROWS rows (P = 2, B = 8, W = 2, r = 4: capacity 12)
+ * on @p ctx, row i filled to @p fill[i] tokens. */
+static kve_state *kve_ls_state(kve_context *ctx, const uint32_t *fill)
+{
+    kve_state_desc d = {{7, 0, 8, 2, 4}, KVE_LS_ROWS, 2, 3, 0, 0, 12, 0};
+    kve_state *st = NULL;
+    ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &st), KVE_OK);
+    for (uint32_t i = 0; i < KVE_LS_ROWS; i++) {
+        ck_assert_int_eq(kve_state_admit(st, i, 100 + i, 2), KVE_OK);
+        ck_assert_int_eq(kve_state_append(st, 1, &i, &fill[i], NULL), KVE_OK);
+    }
+    return st;
+}
+
+/* One decode step of every row (mapping and moves asked for) on the emu
+ * state @p e and the CPU state @p c; the emulator's log of it in @p log;
+ * returns how many rows evicted. The two states must agree on every table. */
+static uint32_t kve_ls_step(kve_state *e, kve_state *c, kve_emu_launch_rec *log, uint32_t *n_log)
+{
+    static const uint32_t rows[KVE_LS_ROWS] = {0, 1, 2, 3}, ones[KVE_LS_ROWS] = {1, 1, 1, 1};
+    int64_t map[2][2 * KVE_LS_ROWS * 3];
+    int32_t moves[2][2 * KVE_LS_ROWS * 3 * 4 * 2];
+    uint32_t n_moves[2][2 * KVE_LS_ROWS * 3], before[KVE_LS_ROWS], evicted = 0;
+    for (uint32_t i = 0; i < KVE_LS_ROWS; i++) {
+        kve_state_seq_info info;
+        ck_assert_int_eq(kve_state_get_seq(c, i, &info), KVE_OK);
+        before[i] = info.round;
+    }
+    for (int k = 0; k < 2; k++) {
+        kve_step_buffers out = {map[k], KVE_LS_ROWS, moves[k], n_moves[k], KVE_LS_ROWS, 4};
+        if (!k)
+            kve_emu_log_start(log, KVE_LS_LOG);
+        ck_assert_int_eq(kve_state_append(k ? c : e, KVE_LS_ROWS, rows, ones, &out), KVE_OK);
+        if (!k)
+            *n_log = kve_emu_log_stop();
+    }
+    ck_assert_int_eq(kve_context_synchronize(kve_emu), KVE_OK);
+    ck_assert_mem_eq(map[0], map[1], sizeof map[0]);
+    ck_assert_mem_eq(n_moves[0], n_moves[1], sizeof n_moves[0]);
+    for (uint32_t i = 0; i < KVE_LS_ROWS; i++) {
+        int32_t te[2 * 3 * 12], tc[2 * 3 * 12];
+        kve_state_seq_info info;
+        ck_assert_int_eq(kve_state_read_slots(e, i, te, 72), KVE_OK);
+        ck_assert_int_eq(kve_state_read_slots(c, i, tc, 72), KVE_OK);
+        ck_assert_mem_eq(te, tc, sizeof te);
+        ck_assert_int_eq(kve_state_get_seq(c, i, &info), KVE_OK);
+        evicted += info.round != before[i];
+    }
+    return evicted;
+}
+
+/* issue 11: a decode step launches the same kernels on the same grids, and
+ * copies the same bytes, whether no row, one row or every row evicts. */
+START_TEST(test_state_launches)
+{
+    static const uint32_t phases[2][KVE_LS_ROWS] = {{11, 8, 8, 8}, {10, 10, 10, 10}};
+    static const char *const want[] = {"upload", "kve_state_kernel",
+                                       "kve_state_evict_kernel", "kve_state_kernel",
+                                       "kve_state_kernel", "kve_state_kernel"};
+    kve_emu_launch_rec first[KVE_LS_LOG], log[KVE_LS_LOG];
+    uint32_t n_first = 0, seen[KVE_LS_ROWS + 1] = {0};
+    for (int p = 0; p < 2; p++) {
+        kve_emu_context_use(kve_serial_pools[0], 5, kve_pools[0]);
+        kve_state *e = kve_ls_state(kve_emu, phases[p]), *c = kve_ls_state(kve_ref, phases[p]);
+        for (int step = 0; step < KVE_LS_STEPS; step++) {
+            uint32_t n_log, ev = kve_ls_step(e, c, n_first ? log : first, &n_log);
+            seen[ev]++;
+            if (!n_first) {
+                ck_assert_uint_eq(n_log, KVE_COUNT(want));
+                for (uint32_t k = 0; k < n_log; k++)
+                    ck_assert_str_eq(first[k].what, want[k]);
+                n_first = n_log;
+                continue;
+            }
+            ck_assert_uint_eq(n_log, n_first);
+            for (uint32_t k = 0; k < n_log; k++) {
+                ck_assert_str_eq(log[k].what, first[k].what);
+                ck_assert_uint_eq(log[k].grid, first[k].grid);
+                ck_assert_uint_eq(log[k].bytes, first[k].bytes);
+            }
+        }
+        kve_state_destroy(e);
+        kve_state_destroy(c);
+    }
+    /* the steps covered no eviction, one row's, and every row's */
+    ck_assert_uint_gt(seen[0], 0);
+    ck_assert_uint_gt(seen[1], 0);
+    ck_assert_uint_gt(seen[KVE_LS_ROWS], 0);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -423,6 +523,7 @@ int main(void)
         KVE_TEST(cache_write, test_cache_write_random),
         KVE_TEST(state, test_state_random),
         KVE_TEST(state, test_state_many_rows),
+        KVE_TEST(state, test_state_launches),
         KVE_TEST(engine_errors, test_cache_write_errors),
         KVE_TEST(engine_errors, test_state_update_errors),
     };
