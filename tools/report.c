@@ -134,7 +134,9 @@ void kve_fig_begin(kve_fig *g, FILE *f, const char *id, const char *title, const
         kve_num(f, vals[i]);
         fputc('"', f);
     }
-    fputs(">\n<title>", f);
+    /* the plot area's pixels: left, top, right, bottom */
+    fprintf(f, " data-plot=\"%.0f %.0f %.0f %.0f\">\n<title>", g->left, g->top, g->w - g->right,
+            g->h - g->bottom);
     kve_html_text(f, title);
     fprintf(f, "</title>\n<text x=\"%.1f\" y=\"18\" font-weight=\"bold\">", g->left);
     kve_html_text(f, title);
