@@ -173,7 +173,7 @@ kve_status kve_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_c
     KVE_CHECK_CTX(ctx);
     KVE_RETURN_ERROR_IF(flags & ~(uint32_t)KVE_KEY_FLAGS, KVE_ERR_INVALID,
                         "flags = 0x%x: kve_keys takes only KVE_PERSISTENT, KVE_SHARED_HEADS, "
-                        "KVE_SHARED_LAYERS",
+                        "KVE_SHARED_LAYERS (KVE_SCORED and KVE_TRUSTED_SLOTS are not key flags)",
                         flags);
     if (n == 0)
         return KVE_OK;
@@ -205,7 +205,10 @@ kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_o
     if (heads == 0)
         return KVE_OK;
     if (ctx->ops->host_memory)
+    {
         KVE_TRY(kve_validate_slot_contents(batch, heads, ctx->threads, ctx->isa));
+        KVE_TRY(kve_validate_score_contents(batch, heads));
+    }
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, batch, &need));
     void *owned = NULL;
     if (!workspace && need) {

@@ -77,6 +77,11 @@ kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint3
  * more tokens. */
 uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
                               uint32_t n_new);
+/* KVE_SCORED states: the restrictions of kve_state_append (one round per
+ * row, at most W tokens before it), the scores' pointer and strides, and on
+ * host memory no NaN at a candidate; KVE_OK for other states. */
+kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                  const uint32_t *n_new, const kve_step_buffers *out);
 /* kve_state_append after its checks. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                  const uint32_t *n_new, const kve_step_buffers *out);

@@ -18,9 +18,12 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "schedule is NULL");
     KVE_RETURN_ERROR_IF(!out_slots, KVE_ERR_NULL, "out_slots is NULL");
-    KVE_RETURN_ERROR_IF(s->flags & ~(uint32_t)KVE_KEY_FLAGS, KVE_ERR_INVALID,
+    KVE_RETURN_ERROR_IF(s->flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_SCORED), KVE_ERR_INVALID,
                         "schedule.flags = 0x%x: only KVE_PERSISTENT, KVE_SHARED_HEADS, "
-                        "KVE_SHARED_LAYERS",
+                        "KVE_SHARED_LAYERS, KVE_SCORED",
+                        s->flags);
+    KVE_RETURN_ERROR_IF((s->flags & KVE_SCORED) && (s->flags & KVE_PERSISTENT), KVE_ERR_INVALID,
+                        "schedule.flags = 0x%x: KVE_SCORED and KVE_PERSISTENT exclude each other",
                         s->flags);
     KVE_RETURN_ERROR_IF(s->budget > KVE_I32_MAX, KVE_ERR_RANGE,
                         "schedule.budget = %u: must be <= 2^31-1", s->budget);
@@ -115,6 +118,8 @@ kve_batch kve_state_batch(const kve_state *s, uint32_t row, uint32_t n_slots)
                    s->slot_pos && s->rows && s->rows[row].held
                        ? s->slot_pos + s->rows[row].off * s->tables
                        : NULL,
+                   n_slots,
+                   NULL, /* scores: the round's caller sets them (kve_state_evict_row) */
                    n_slots};
     return b;
 }
@@ -405,11 +410,16 @@ kve_status kve_state_retire(kve_state *s, uint32_t row)
     return KVE_OK;
 }
 
-/* One eviction round of row @p row, all tables (docs/SPEC.md "Schedule"). */
-static kve_status kve_state_evict_row(kve_state *s, uint32_t row)
+/* One eviction round of row @p row, all tables (docs/SPEC.md "Schedule");
+ * a scored state's round reads the row's scores (its tables' rows at
+ * @p scores, @p stride apart). */
+static kve_status kve_state_evict_row(kve_state *s, uint32_t row, const float *scores,
+                                      size_t stride)
 {
     kve_state_row *r = &s->rows[row];
     kve_batch b = kve_state_batch(s, row, r->capacity);
+    b.scores = scores;
+    b.scores_stride = stride;
     kve_evict_out o = {.evicted = s->freed + r->off * s->tables,
                        .evicted_stride = r->capacity,
                        .n_evicted = s->n_evicted,
@@ -536,7 +546,10 @@ kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *
             kve_state_work *w = &s->work[rows[i]];
             if (!w->evict)
                 continue;
-            KVE_TRY(kve_state_evict_row(s, rows[i]));
+            const float *sc = NULL;
+            if (s->d.schedule.flags & KVE_SCORED)
+                sc = out->scores + (size_t)w->index * out->scores_stride_row;
+            KVE_TRY(kve_state_evict_row(s, rows[i], sc, out ? out->scores_stride_table : 0));
             s->jobs[n++] = kve_state_job_make(s, KVE_JOB_ROUND, rows[i], r->capacity, r_slots,
                                               w->pos0, w->index);
             r->n_valid = r->capacity - r_slots;
@@ -576,6 +589,7 @@ kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
     for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
         s->work[rows[i]].mark = 0;
     KVE_TRY(st);
+    KVE_TRY(kve_state_check_scored(s, n_rows, rows, n_new, out));
     return kve_state_append_rows(s, n_rows, rows, n_new, out);
 }
 

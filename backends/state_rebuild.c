@@ -251,7 +251,7 @@ static kve_status kve_rebuild_replay(kve_state *s, uint32_t row, uint32_t n, uin
         KVE_TRY(kve_state_append_rows(s, 1, &row, &calls[k], NULL));
     if (!mapping)
         return KVE_OK;
-    kve_step_buffers out = {mapping, n, NULL, NULL, 0, 0};
+    kve_step_buffers out = {mapping, n, NULL, NULL, 0, 0, NULL, 0, 0};
     s->jobs[0] = kve_state_job_make(s, KVE_JOB_FINAL, row, s->rows[row].n_valid, n, 0, 0);
     return kve_state_run(s, 1, &out);
 }
@@ -277,6 +277,10 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     KVE_RETURN_ERROR_IF(steps && sum != n_tokens, KVE_ERR_INVALID,
                         "steps sum to %llu tokens over %u appends, but n_tokens = %u",
                         (unsigned long long)sum, n_steps, n_tokens);
+    KVE_RETURN_ERROR_IF((s->d.schedule.flags & KVE_SCORED) && n_tokens > capacity, KVE_ERR_INVALID,
+                        "n_tokens = %u: scored rounds depend on the cache contents; a scored "
+                        "row is rebuilt only before its first round (n_tokens <= capacity %u)",
+                        n_tokens, capacity);
     uint64_t need = (uint64_t)n_tokens * s->tables;
     KVE_RETURN_ERROR_IF(slot_mapping && mapping_len < need, KVE_ERR_RANGE,
                         "mapping_len = %zu: %u tokens x %u table layers x %u table heads need "

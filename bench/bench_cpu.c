@@ -186,7 +186,7 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
     for (uint32_t s = 0; s < w->seqs; s++)
         seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
     kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
-                   G_WINDOW, slots, G_SLOTS};
+                   G_WINDOW, slots, G_SLOTS, NULL, 0};
     size_t ev_stride = G_SLOTS - G_BUDGET;
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);
@@ -257,7 +257,7 @@ static double bench_scaling(const workload *w, int isa, int threads, int pairs)
     for (uint32_t s = 0; s < w->seqs; s++)
         seqs[s] = (kve_seq){1000 + s, G_PROMPT, 0};
     kve_batch b = {2609, 0, w->seqs, seqs, w->layers, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
-                   G_WINDOW, slots, G_SLOTS};
+                   G_WINDOW, slots, G_SLOTS, NULL, 0};
     kve_evict_out out = {.evicted = evicted, .evicted_stride = ev_stride, .n_evicted = n_ev,
                          .n_kept = n_kept};
     kve_context *one = cpu_context(isa, 1), *many = cpu_context(isa, threads);
@@ -349,7 +349,7 @@ static compact_result bench_compact(int isa, int threads, int token_rows, int ou
     fill_tables(slots, heads, 7);
     kve_seq seq = {1, G_PROMPT, 0};
     kve_batch b = {2609, KVE_TRUSTED_SLOTS, 1, &seq, G_LAYERS, G_HEADS, 0, 0, G_SLOTS, G_BUDGET,
-                   G_WINDOW, slots, G_SLOTS};
+                   G_WINDOW, slots, G_SLOTS, NULL, 0};
     size_t ev_stride = G_SLOTS - G_BUDGET;
     int32_t *evicted = (int32_t *)malloc(heads * ev_stride * 4);
     uint32_t *n_ev = (uint32_t *)malloc(heads * 4), *n_kept = (uint32_t *)malloc(heads * 4);

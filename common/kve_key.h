@@ -116,4 +116,32 @@ KVE_HD uint64_t kve_key(uint64_t seq_seed, uint32_t flags, uint32_t layer, uint3
                           seq_seed);
 }
 
+/* ---- Scored selection (docs/SPEC.md "Scored selection") ---------------- */
+
+/* The bits of a float score (a union: defined in C11, supported by nvcc/hipcc). */
+KVE_HD uint32_t kve_score_bits(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } x;
+    x.f = f;
+    return x.u;
+}
+
+/* Whether score bits @p u are a NaN (refused at a candidate). */
+KVE_HD int kve_score_is_nan(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+
+/* The u64 key of a scored candidate: ascending key order is descending
+ * score, then ascending position. The high half is the complement of the
+ * float's monotone u32 (-0.0 read as +0.0), the low half the position; so
+ * keys are distinct within a head and every bottom-k of the random path
+ * applies unchanged. */
+KVE_HD uint64_t kve_score_key(uint32_t u, uint32_t pos)
+{
+    u = u == 0x80000000u ? 0u : u;
+    uint32_t m = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((uint64_t)~m << 32) | pos;
+}
+
 #endif /* KVE_KEY_H */

@@ -17,6 +17,17 @@ kve_status kve_validate_evict_out(const kve_batch *batch, size_t heads, const kv
 kve_status kve_validate_slot_contents(const kve_batch *batch, size_t heads, int threads,
                                       kve_cpu_isa isa);
 
+/* KVE_SCORED batches: not with KVE_PERSISTENT, scores given, stride >= n_slots. */
+kve_status kve_validate_batch_scores(const kve_batch *batch, size_t heads);
+
+/* KVE_SCORED batches (host memory): no NaN at a candidate of a head that
+ * evicts; the lowest head, then slot, is named. */
+kve_status kve_validate_score_contents(const kve_batch *batch, size_t heads);
+/* The lowest (head, slot) of a candidate with a NaN score (host memory), or
+ * head SIZE_MAX; KVE_ERR_NOMEM when it cannot allocate. */
+kve_status kve_scores_first_nan(const kve_batch *batch, size_t heads, size_t *out_head,
+                                uint32_t *out_slot);
+
 /* Shape, strides (no two entries of one cache overlap) and buffers. */
 kve_status kve_validate_compact(const kve_compact_desc *desc, size_t *out_heads);
 

@@ -34,9 +34,9 @@ static int kve_rows_span(size_t rows, size_t stride, size_t len, size_t *out)
 kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
 {
     KVE_RETURN_ERROR_IF(!b, KVE_ERR_NULL, "batch is NULL");
-    KVE_RETURN_ERROR_IF(b->flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS), KVE_ERR_INVALID,
-                        "batch.flags = 0x%x: unknown bits 0x%x", b->flags,
-                        b->flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS));
+    const uint32_t known = KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS | KVE_SCORED;
+    KVE_RETURN_ERROR_IF(b->flags & ~known, KVE_ERR_INVALID, "batch.flags = 0x%x: unknown bits 0x%x",
+                        b->flags, b->flags & ~known);
     size_t heads;
     KVE_RETURN_ERROR_IF(kve_mul_overflows((size_t)b->n_seqs * b->n_layers, b->n_heads, &heads),
                         KVE_ERR_OVERFLOW, "batch: n_seqs %u x n_layers %u x n_heads %u overflows",
@@ -69,6 +69,7 @@ kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
                             "batch.slot_pos_stride = %zu: %zu heads overflow the address space",
                             b->slot_pos_stride, heads);
     }
+    KVE_TRY(kve_validate_batch_scores(b, heads));
     *out_heads = heads;
     return KVE_OK;
 }
@@ -120,8 +121,11 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
                             KVE_ERR_OVERFLOW, "out.kept_stride = %zu overflows over %zu heads",
                             o->kept_stride, heads);
     KVE_RETURN_ERROR_IF(heads > SIZE_MAX / 8, KVE_ERR_OVERFLOW, "%zu heads overflow", heads);
+    size_t sc_span = 0;
     if (b->n_slots)
         kve_rows_span(heads, b->slot_pos_stride, b->n_slots, &in_span);
+    if (b->n_slots && (b->flags & KVE_SCORED))
+        kve_rows_span(heads, b->scores_stride, b->n_slots, &sc_span);
     const kve_range r[] = {
         {"batch.slot_pos", (const char *)b->slot_pos, in_span * 4},
         {"out.evicted", (const char *)o->evicted, ev_span * 4},
@@ -131,6 +135,7 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
         {"out.kept", (const char *)o->kept, kept_span * 4},
         {"out.round_digest", (const char *)o->round_digest, o->round_digest ? heads * 8 : 0},
         {"out.run_digest", (const char *)o->run_digest, o->run_digest ? (size_t)b->n_seqs * 8 : 0},
+        {"batch.scores", (const char *)b->scores, sc_span * 4},
     };
     return kve_check_disjoint(r, sizeof r / sizeof r[0]);
 }

@@ -197,7 +197,12 @@ enum {
     /** kve_evict only: the caller vouches that no head's slot_pos holds a
      *  position twice, which skips the O(slots) duplicate check. A violated
      *  promise yields an unspecified (but memory-safe) keep-set. */
-    KVE_TRUSTED_SLOTS = 1u << 3
+    KVE_TRUSTED_SLOTS = 1u << 3,
+    /** kve_evict and kve_schedule: select by caller-supplied scores instead
+     *  of keys (docs/SPEC.md "Scored selection"): keep the highest-scored
+     *  candidates, equal scores keeping the smaller position. Not a key flag
+     *  (kve_keys rejects it); refused together with KVE_PERSISTENT. */
+    KVE_SCORED = 1u << 4
 };
 #define KVE_KEY_FLAGS (KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS)
 
@@ -238,7 +243,7 @@ typedef struct kve_seq {
  */
 typedef struct kve_batch {
     uint64_t seed;
-    uint32_t flags;        /**< KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS | KVE_TRUSTED_SLOTS */
+    uint32_t flags;        /**< KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS | KVE_TRUSTED_SLOTS | KVE_SCORED */
     uint32_t n_seqs;
     const kve_seq *seqs;   /**< [n_seqs], backend memory */
     uint32_t n_layers;     /**< layers in this call */
@@ -250,6 +255,13 @@ typedef struct kve_batch {
     uint32_t window;       /**< W, most recent generated tokens never evicted */
     const int32_t *slot_pos; /**< position held by each slot, -1 = empty; backend memory */
     size_t slot_pos_stride;  /**< elements between heads' rows, >= n_slots */
+    /** KVE_SCORED only (else ignored): float scores, backend memory; head i's
+     *  score of slot t at scores[i * scores_stride + t]. Read only at the
+     *  candidates of heads that evict (SPEC "Scored selection"); a NaN there
+     *  is refused (KVE_ERR_INVALID naming head and slot), +-inf is allowed,
+     *  -0.0 equals +0.0. */
+    const float *scores;
+    size_t scores_stride;    /**< elements between heads' score rows, >= n_slots */
 } kve_batch;
 
 /** Per-head flags written by kve_evict(). */
@@ -293,8 +305,11 @@ KVE_API kve_status kve_evict_workspace_size(kve_context *ctx, const kve_batch *b
  * slot_pos is only read. Every argument is checked before any work starts:
  * NULL pointers, sizes that overflow, strides that make rows overlap,
  * positions < -1, and (unless KVE_TRUSTED_SLOTS) duplicate positions in a
- * head (CPU backend; GPU backends check on the device and report through
- * kve_context_synchronize()).
+ * head, and with KVE_SCORED a NaN score at a candidate (CPU backend; GPU
+ * backends check on the device and report through kve_context_synchronize()).
+ * With KVE_SCORED the keep-set is the scored one (SPEC "Scored selection");
+ * the counts, outputs, over-budget flag and digests are defined as for keys
+ * (round_digest and run_digest still sum the evicted tokens' elements).
  * @param workspace backend memory of kve_evict_workspace_size() bytes, or NULL
  *        with workspace_bytes == 0 to let the library allocate (not hot-path).
  * @return KVE_OK (read head_flags for over-budget heads), or an error with
@@ -392,7 +407,10 @@ KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
 /** When and how a cache state evicts (docs/SPEC.md "Schedule"). */
 typedef struct kve_schedule {
     uint64_t seed;
-    uint32_t flags;    /**< KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS */
+    /** KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS | KVE_SCORED.
+     *  KVE_SCORED: every round is scored, with scores the engine supplies
+     *  in kve_step_buffers (see kve_state_append); not with KVE_PERSISTENT. */
+    uint32_t flags;
     uint32_t budget;   /**< B: tokens a head keeps at an eviction, prompt included */
     uint32_t window;   /**< W: most recent generated tokens never evicted */
     uint32_t interval; /**< r >= 1: slots each eviction frees (tokens between rounds) */
@@ -495,6 +513,16 @@ typedef struct kve_step_buffers {
     uint32_t *n_moves;  /**< uint32 [table_layers][max_rows][table_heads]: pairs per list */
     uint32_t max_rows;  /**< rows the move lists hold; >= n_rows */
     uint32_t max_moves; /**< pairs per list; >= kve_state_max_moves() of the call's largest n_new */
+    /** INPUT, KVE_SCORED states only (else ignored): float backend memory.
+     *  For call row i (rows[i]) and table (tl, th), the score of slot t as
+     *  the row's tables are BEFORE the call is at scores + i *
+     *  scores_stride_row + (tl * table_heads + th) * scores_stride_table + t.
+     *  Read only for rows whose round runs in the call, only at candidates
+     *  (a NaN there: KVE_ERR_INVALID on the CPU, reported by
+     *  kve_context_synchronize on a GPU). */
+    const float *scores;
+    size_t scores_stride_row;   /**< elements between call rows, >= tables x scores_stride_table */
+    size_t scores_stride_table; /**< elements between a row's tables, >= the row's capacity */
 } kve_step_buffers;
 
 /**
@@ -514,13 +542,32 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
  * host synchronization; nothing is allocated.
  * @param rows, n_new [n_rows], host memory; rows active and distinct.
  * @param out where the mapping and move lists go, or NULL to advance the
- *        state alone (then the caller keeps no cache for these rows).
+ *        state alone (then the caller keeps no cache for these rows). In a
+ *        KVE_SCORED state it carries the scores (required, with out->scores
+ *        non-NULL, when a row's round runs in the call).
+ * Scored states (KVE_SCORED): a call runs at most one round per row, and a
+ * row whose round runs receives at most W tokens before it
+ * (kve_state_rounds_due tells which rows are due), so that every candidate
+ * was cached before the call and is scored from the cache; otherwise
+ * KVE_ERR_INVALID naming the row, its tokens and the window.
  * @return KVE_OK, or an error with the state unchanged (every argument is
  *         checked first; should the backend itself fail mid-way, rebuild the
  *         call's rows with kve_state_rebuild).
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                     const uint32_t *n_new, const kve_step_buffers *out);
+
+/**
+ * Rounds each row would run in a kve_state_append of @p n_new tokens:
+ * out_due[i] for row rows[i] (host memory, [n_rows]; rows active). Lets an
+ * engine compute scores only for the rows whose round is due. Host
+ * bookkeeping only: no backend access.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (a row index);
+ *         KVE_ERR_INVALID (a row holds no sequence).
+ */
+KVE_API kve_status kve_state_rounds_due(const kve_state *state, uint32_t n_rows,
+                                        const uint32_t *rows, const uint32_t *n_new,
+                                        uint32_t *out_due);
 
 /**
  * Recompute row @p row (free or not; its old content is dropped) from the
@@ -540,6 +587,9 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  *        a recompute prefill written through kve_cache_write with it
  *        rewrites the row's whole valid region: no byte the sequence did not
  *        write stays visible.
+ * A KVE_SCORED state's rounds depend on the cache contents, not on ids: its
+ * rows are rebuilt only up to their first round (KVE_ERR_INVALID when
+ * n_tokens would run one).
  */
 KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t seq_id,
                                      uint32_t prompt_len, uint32_t n_tokens,

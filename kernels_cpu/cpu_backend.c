@@ -141,6 +141,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     /* Rows of length 0 have no memory behind them: the validation lets their
      * pointers be NULL and their strides anything, so no offset is formed. */
     int has_slots = b->n_slots != 0, has_evicted = b->n_slots > b->budget;
+    int scored = has_slots && (b->flags & KVE_SCORED); /* one branch per head */
 #pragma omp parallel num_threads(ctx->threads)
     {
         /* Each thread's heads are contiguous (static schedule), so the hint
@@ -164,6 +165,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
             job.head = b->head_offset + (uint32_t)(i % b->n_heads);
             job.round = seq->round;
             job.hint = &hint;
+            job.scores = scored ? b->scores + i * b->scores_stride : NULL;
             job.evicted = has_evicted ? o->evicted + i * o->evicted_stride : o->evicted;
             job.kept = o->kept && has_slots ? o->kept + i * o->kept_stride : o->kept;
             k->evict_head(&job, scratch);

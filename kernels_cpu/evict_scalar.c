@@ -94,14 +94,17 @@ static void kve_scalar_evict_head(kve_head_job *j, void *scratch)
     nk = nk < 0 ? 0 : nk > n_cand ? n_cand : nk;
     j->over_budget = (uint64_t)n_prefix + wc > j->budget;
 
-    /* 5: keep the nk smallest (key, pos); thr is the largest kept pair. */
+    /* 5: keep the nk smallest (key, pos); thr is the largest kept pair.
+     * Scored: the key of SPEC "Scored selection" (descending score, then
+     * ascending position). */
     uint64_t seq_seed = kve_ref_seq_seed(j->seed, j->seq_id);
     uint32_t m = 0;
     for (uint32_t t = 0; t < n; t++) {
         int32_t v = sp[t];
         if (v >= 0 && (uint32_t)v >= j->prompt && (uint64_t)v < win_lo) {
-            slot_key[t] = kve_ref_key(seq_seed, j->key_flags, j->layer, j->head, (uint32_t)v,
-                                      j->round);
+            slot_key[t] = j->scores ? kve_score_key(kve_score_bits(j->scores[t]), (uint32_t)v)
+                                    : kve_ref_key(seq_seed, j->key_flags, j->layer, j->head,
+                                                  (uint32_t)v, j->round);
             sel[m].key = slot_key[t];
             sel[m].pos = (uint32_t)v;
             m++;

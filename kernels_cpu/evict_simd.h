@@ -358,11 +358,55 @@ static int kve_hint_fits(const kve_head_hint *h, const kve_head_job *j)
            h->n_slots == j->n_slots;
 }
 
+KVE_DEFINE_SELECT(kve_simd_select_u64, uint64_t, KVE_U32_LESS)
+
+/* KVE_SCORED (SPEC "Scored selection"): keys come from the scores, whose
+ * order is arbitrary, so the uniform-key plan above does not apply. The
+ * window (guessed, verified), the candidate slots and the outputs use the
+ * ISA's passes; the scored keys are distinct (their low half is the
+ * position), so the evicted candidates are exactly those whose key is at
+ * least the nk-th smallest one's, found by quickselect. */
+static void kve_simd_scored_head(kve_head_job *j, void *scratch)
+{
+    const uint32_t n = j->n_slots, W = j->window;
+    const int32_t prompt = (int32_t)j->prompt;
+    kve_simd_ws w;
+    kve_simd_ws_layout(n, (char *)KVE_SIMD_ALIGN((uintptr_t)scratch), &w);
+    kve_counts c, x;
+    int32_t max_pos;
+    kve_isa_count(j->slot_pos, n, prompt, &c, &max_pos);
+    uint32_t win_lo = kve_window_guess(c.n_gen, W, max_pos, prompt);
+    uint32_t ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, &x);
+    if (!kve_window_ok(&x, W)) {
+        win_lo = kve_window_exact(j->slot_pos, n, prompt, W, w.tmp);
+        ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, &x);
+    }
+    kve_plan p = kve_plan_of(j, &x);
+    j->n_evicted = 0;
+    if (p.n_valid > j->budget && p.nk == 0) { /* over budget: every candidate goes */
+        j->n_evicted = kve_min_u32(ns, p.e);
+        memcpy(j->evicted, w.surv, (size_t)j->n_evicted * 4);
+    } else if (p.n_valid > j->budget && p.e > 0) {
+        for (uint32_t i = 0; i < ns; i++) {
+            int32_t t = w.surv[i];
+            w.keys[t] = w.skeys[i] = kve_score_key(kve_score_bits(j->scores[t]), (uint32_t)j->slot_pos[t]);
+        }
+        uint64_t t = kve_simd_select_u64(w.skeys, ns, p.nk); /* the smallest evicted key */
+        j->n_evicted = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w.keys, t, UINT64_MAX,
+                                          j->evicted, p.e, NULL);
+    }
+    kve_simd_finish(j, &p, &w);
+}
+
 static void kve_simd_evict_head(kve_head_job *j, void *scratch)
 {
     const uint32_t n = j->n_slots, W = j->window;
     if (j->prompt > 0x7fffffffu) { /* every position is prompt: nothing to hash */
         kve_cpu_kernels_scalar.evict_head(j, scratch);
+        return;
+    }
+    if (j->scores) { /* one branch per head: the random path below is unchanged */
+        kve_simd_scored_head(j, scratch);
         return;
     }
     const int32_t prompt = (int32_t)j->prompt;

@@ -28,6 +28,9 @@ typedef struct kve_head_job {
     uint32_t key_flags; /* KVE_KEY_FLAGS bits only */
     uint32_t layer, head, round; /* global coordinates */
     kve_head_hint *hint;         /* NULL, or the thread's hint (kernels may ignore it) */
+    /* KVE_SCORED: the head's scores [n_slots] (validated: no NaN at a
+     * candidate), read at candidates only; NULL: keys. */
+    const float *scores;
     int32_t *evicted; /* room for max(0, n_slots - budget) */
     int32_t *kept;    /* NULL, or room for n_slots */
     uint32_t n_evicted, n_kept; /* out */

@@ -101,7 +101,7 @@ static void kve_problem_make(kve_bench *b, kve_problem *p, uint32_t n_seqs, uint
     for (size_t i = 0; i < rows; i++) /* slot reuse: positions scattered over slots */
         p->slots[i] = (int32_t)((i % KVE_SLOTS) * 1031 % KVE_SLOTS);
     p->host = (kve_batch){2609, 0, n_seqs, p->seqs, layers, 8, 0, 0, KVE_SLOTS, KVE_B, KVE_W,
-                          p->slots, KVE_SLOTS};
+                          p->slots, KVE_SLOTS, NULL, 0};
     p->dev = p->host;
     p->dev.seqs = (const kve_seq *)kve_dev(b, p->seqs, n_seqs * sizeof *p->seqs);
     p->dev.slot_pos = (const int32_t *)kve_dev(b, p->slots, rows * 4);

@@ -357,7 +357,7 @@ static kve_status kve_demo_finish(const kve_demo_opts *o, kve_demo_arm *arm, kve
     }
     kve_seq seq = {o->seed ^ 0x5eedULL, arm->prompt_len, info->round};
     kve_batch hb = {o->seed, 0, 1, &seq, o->layers, o->heads, 0, 0, arm->capacity,
-                    arm->budget, o->window, b->expanded, arm->capacity};
+                    arm->budget, o->window, b->expanded, arm->capacity, NULL, 0};
     kve_context *host = NULL;
     if (st == KVE_OK)
         st = kve_context_create(KVE_BACKEND_CPU, &host);

@@ -51,7 +51,7 @@ START_TEST(compact_matches_reference)
         for (size_t i = 0; i < heads; i++)
             kt_random_table(&rng, slots + i * T, T, kt_below(&rng, T + 1), 2 * T);
         memcpy(before, slots, heads * T * 4);
-        kve_batch b = {kt_next(&rng), 0, S, seqs, L, H, 0, 0, T, kt_below(&rng, T), kt_below(&rng, 5), slots, T};
+        kve_batch b = {kt_next(&rng), 0, S, seqs, L, H, 0, 0, T, kt_below(&rng, T), kt_below(&rng, 5), slots, T, NULL, 0};
         kt_out o;
         KT_OK(kt_evict(ctx, &b, &o));
         uint64_t digest_before = 0, digest_after = 0;
@@ -132,7 +132,7 @@ START_TEST(golden_digest)
         memcpy(slots + i * g->n_slots, g->slot_pos, g->n_slots * 4);
     kve_seq seq = {g->seq_id, g->prompt, g->round};
     kve_batch b = {g->seed, g->flags, 1, &seq, g->n_layers, g->n_heads, g->layer_offset,
-                   g->head_offset, g->n_slots, g->budget, g->window, slots, g->n_slots};
+                   g->head_offset, g->n_slots, g->budget, g->window, slots, g->n_slots, NULL, 0};
     kt_out o;
     KT_OK(kt_evict(ctx, &b, &o));
     kve_evict_out ov = kt_out_view(&o);

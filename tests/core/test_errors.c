@@ -27,7 +27,7 @@ static void fixture_init(fixture *f)
     f->seq = (kve_seq){1, 4, 0};
     for (int i = 0; i < HEADS * N; i++)
         f->slots[i] = i % N;
-    f->b = (kve_batch){7, 0, 1, &f->seq, 1, HEADS, 0, 0, N, 8, 2, f->slots, N};
+    f->b = (kve_batch){7, 0, 1, &f->seq, 1, HEADS, 0, 0, N, 8, 2, f->slots, N, NULL, 0};
     for (int i = 0; i < HEADS; i++)
         f->n_evicted[i] = 0xDEAD;
     f->o = (kve_evict_out){.evicted = f->evicted, .evicted_stride = N, .n_evicted = f->n_evicted,

@@ -26,7 +26,7 @@ START_TEST(golden_cases)
         const kve_golden_case *g = &kve_golden_cases[i];
         kve_seq seq = {g->seq_id, g->prompt, g->round};
         kve_batch b = {g->seed, g->flags, 1, &seq, 1, 1, g->layer, g->head, g->n_slots,
-                       g->budget, g->window, g->slot_pos, g->n_slots};
+                       g->budget, g->window, g->slot_pos, g->n_slots, NULL, 0};
         kt_out o;
         KT_OK(kt_evict(ctx, &b, &o));
         ck_assert_msg(o.n_evicted[0] == g->n_evicted && o.n_kept[0] == g->n_kept,
@@ -188,7 +188,7 @@ START_TEST(shards_equal_unsharded)
         for (uint32_t i = 0; i < L * H; i++)
             kt_random_table(&rng, slots + (size_t)i * n, n, n - kt_below(&rng, 4), 2 * n);
         kve_batch b = {kt_next(&rng), kt_below(&rng, 8), 1, &seq, L, H, 5, 16, n,
-                       kt_below(&rng, n), kt_below(&rng, 8), slots, n};
+                       kt_below(&rng, n), kt_below(&rng, 8), slots, n, NULL, 0};
         kt_out of;
         KT_OK(kt_evict(full, &b, &of));
         /* Tensor parallel: heads [0, H/2) and [H/2, H), rows at a head stride of n
@@ -262,7 +262,7 @@ START_TEST(persistent_bottom_k)
             slots[t] = -1;
         for (int step = 0; step < 600; step++) {
             if (count == N) {
-                kve_batch b = {seed, KVE_PERSISTENT, 1, &seq, 1, 1, 3, 5, N, B, W, slots, N};
+                kve_batch b = {seed, KVE_PERSISTENT, 1, &seq, 1, 1, 3, 5, N, B, W, slots, N, NULL, 0};
                 kt_out o;
                 KT_OK(kt_evict(ctx, &b, &o));
                 ck_assert_uint_eq(o.n_evicted[0], R);
@@ -328,7 +328,7 @@ START_TEST(uniform_inclusion)
     double counts[K] = {0};
     for (int s = 0; s < TRIALS; s++) {
         kve_seq seq = {(uint64_t)s, P, 0};
-        kve_batch b = {0xabcdefULL, 0, 1, &seq, 1, 1, 0, 0, P + K + W, P + W + KEEP, W, slots, P + K + W};
+        kve_batch b = {0xabcdefULL, 0, 1, &seq, 1, 1, 0, 0, P + K + W, P + W + KEEP, W, slots, P + K + W, NULL, 0};
         kt_out o;
         KT_OK(kt_evict(ctx, &b, &o));
         ck_assert_uint_eq(o.n_kept[0], P + W + KEEP);
@@ -362,7 +362,7 @@ START_TEST(heads_independent)
     for (int shared = 0; shared < 2; shared++) {
         for (int s = 0; s < TRIALS; s++) {
             kve_seq seq = {(uint64_t)s * 31 + 1, 0, (uint32_t)s};
-            kve_batch b = {5, shared ? KVE_SHARED_HEADS : 0, 1, &seq, 1, 2, 0, 0, K, KEEP, 0, slots, K};
+            kve_batch b = {5, shared ? KVE_SHARED_HEADS : 0, 1, &seq, 1, 2, 0, 0, K, KEEP, 0, slots, K, NULL, 0};
             kt_out o;
             KT_OK(kt_evict(ctx, &b, &o));
             int overlap = 0;

@@ -13,7 +13,7 @@
 static kve_batch one_head(const kve_seq *seq, const int32_t *slots, uint32_t n, uint32_t budget,
                           uint32_t window)
 {
-    kve_batch b = {7, 0, 1, seq, 1, 1, 0, 0, n, budget, window, slots, n};
+    kve_batch b = {7, 0, 1, seq, 1, 1, 0, 0, n, budget, window, slots, n, NULL, 0};
     return b;
 }
 
@@ -162,7 +162,7 @@ START_TEST(empty_rows_without_memory)
         kve_context *ctx = isa_context(isa);
         if (!ctx)
             continue;
-        kve_batch b = {9, 0, 2, seqs, 2, 3, 0, 0, 0, 4, 2, NULL, SIZE_MAX / 2};
+        kve_batch b = {9, 0, 2, seqs, 2, 3, 0, 0, 0, 4, 2, NULL, SIZE_MAX / 2, NULL, 0};
         int32_t evicted[1], kept[1];
         uint32_t n_ev[12], n_kept[12];
         uint8_t flags[12];

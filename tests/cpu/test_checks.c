@@ -89,7 +89,7 @@ START_TEST(checks_every_isa_adversarial)
             adversarial_row(&rng, slots + i * stride, n, kt_below(&rng, 4) ? kind : (unsigned)i);
         uint32_t flags = kt_below(&rng, 5) == 0 ? KVE_TRUSTED_SLOTS : 0;
         kve_batch b = {kt_next(&rng), flags, n_seqs, seqs, 1, n_heads, 0, 0, n,
-                       kt_below(&rng, n + 2), kt_below(&rng, 8), n ? slots : NULL, stride};
+                       kt_below(&rng, n + 2), kt_below(&rng, 8), n ? slots : NULL, stride, NULL, 0};
         char label[48];
         snprintf(label, sizeof label, "table %d (kind %u, %u slots)", iter, kind, n);
         kve_check_contexts(s.ctx, s.name, s.n, &b, label);
@@ -108,7 +108,7 @@ START_TEST(checks_follow_env_isa)
     for (uint32_t t = 0; t < 32; t++)
         row[t] = (int32_t)((uint32_t)INT32_MAX - 20 + t);
     kve_seq seq = {5, 0, 0};
-    kve_batch b = {1, 0, 1, &seq, 1, 1, 0, 0, 32, 4, 2, row, 32};
+    kve_batch b = {1, 0, 1, &seq, 1, 1, 0, 0, 32, 4, 2, row, 32, NULL, 0};
     for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
         int avail = 0;
         KT_OK(kve_cpu_isa_available((kve_cpu_isa)isa, &avail));

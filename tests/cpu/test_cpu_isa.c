@@ -280,7 +280,7 @@ START_TEST(evict_decode_rounds)
     for (uint32_t round = 0; round < 40; round++) {
         seq.round = round;
         kve_batch b = {kt_next(&rng), round % 8 == 7 ? KVE_PERSISTENT : 0, 1, &seq, L, H, 0, 0, n,
-                       round % 10 == 9 ? 40 : round % 10 == 8 ? 150 : B, W, slots, n};
+                       round % 10 == 9 ? 40 : round % 10 == 8 ? 150 : B, W, slots, n, NULL, 0};
         batch r = {{seq}, b, slots};
         check_batch(&s, &r, (int)round, &rng);
         kt_out o;

@@ -290,7 +290,7 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
     for (int k = 0; k < 2; k++) {
         kve_side *sd = &r->side[k];
         kve_step_buffers out = {sd->map,   (uint32_t)r->max_total, sd->moves, sd->n_moves,
-                                n,         r->max_moves};
+                                n,         r->max_moves, NULL, 0, 0};
         st[k] = kve_state_append(sd->st, n, rows, n_new, with_map ? &out : NULL);
         if (k == 0)
             snprintf(msg, sizeof msg, "%s", kve_last_error());

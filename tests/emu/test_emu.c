@@ -68,7 +68,7 @@ START_TEST(test_evict_golden)
         const kve_golden_case *g = &kve_golden_cases[i];
         kve_seq seq = {g->seq_id, g->prompt, g->round};
         kve_batch b = {g->seed, g->flags, 1, &seq, 1, 1, g->layer, g->head, g->n_slots,
-                       g->budget, g->window, g->slot_pos, g->n_slots};
+                       g->budget, g->window, g->slot_pos, g->n_slots, NULL, 0};
         int32_t ev[64], kept[64];
         uint32_t ne = 99, nk = 99;
         uint8_t fl = 99;

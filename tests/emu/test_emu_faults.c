@@ -58,7 +58,7 @@ static void evict_case_make(uint64_t *rng, evict_case *e)
         e->seqs[s] = (kve_seq){kt_next(rng), kt_below(rng, 20), kt_below(rng, 4)};
     for (size_t h = 0; h < 6; h++)
         kt_random_table(rng, e->slots + h * n, n, n - kt_below(rng, 4), 3 * n);
-    e->b = (kve_batch){kt_next(rng), 0, 2, e->seqs, 1, 3, 0, 0, n, kt_below(rng, n), 4, e->slots, n};
+    e->b = (kve_batch){kt_next(rng), 0, 2, e->seqs, 1, 3, 0, 0, n, kt_below(rng, n), 4, e->slots, n, NULL, 0};
 }
 
 /* Evicts on the emulator with caller workspace (kve_evict then does not

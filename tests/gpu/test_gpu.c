@@ -177,7 +177,7 @@ START_TEST(test_evict_golden)
             kve_copy(kve_gpu, d + 256, g->slot_pos, g->n_slots * 4, KVE_COPY_HOST_TO_BACKEND),
             KVE_OK);
         kve_batch b = {g->seed, g->flags, 1, (kve_seq *)d, 1, 1, g->layer, g->head, g->n_slots,
-                       g->budget, g->window, (int32_t *)(d + 256), g->n_slots};
+                       g->budget, g->window, (int32_t *)(d + 256), g->n_slots, NULL, 0};
         kve_evict_out o = {.evicted = (int32_t *)(d + 4096), .evicted_stride = 64,
                            .n_evicted = (uint32_t *)(d + 8192), .n_kept = (uint32_t *)(d + 8196),
                            .head_flags = d + 8200, .kept = (int32_t *)(d + 12288),
@@ -250,7 +250,7 @@ START_TEST(test_digest_batch)
         seqs[s] = (kve_seq){1000 + (uint64_t)s, 1024, (uint32_t)s % 3};
     for (size_t i = 0; i < rows; i++)
         slots[i] = (int32_t)(i % SLOTS);
-    kve_batch b = {2609, 0, SEQS, seqs, LAYERS, HEADS, 0, 0, SLOTS, 2048, 64, slots, SLOTS};
+    kve_batch b = {2609, 0, SEQS, seqs, LAYERS, HEADS, 0, 0, SLOTS, 2048, 64, slots, SLOTS, NULL, 0};
     size_t ev_stride = SLOTS - 2048;
     int32_t *ev = malloc(heads * ev_stride * 4);
     uint32_t *ne = malloc(heads * 4), *nk = malloc(heads * 4);

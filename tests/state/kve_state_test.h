@@ -91,7 +91,7 @@ static inline void ks_ref_round(kve_context *ctx, ks_ref *r, size_t t, uint32_t 
     kve_seq seq = {r->seq_id, r->P, r->round};
     int32_t *sp = r->tab + t * r->C;
     kve_batch b = {s->seed, s->flags, 1, &seq, 1, 1, r->d.layer_offset + (uint32_t)(t / r->th),
-                   r->d.head_offset + (uint32_t)(t % r->th), r->C, s->budget, s->window, sp, r->C};
+                   r->d.head_offset + (uint32_t)(t % r->th), r->C, s->budget, s->window, sp, r->C, NULL, 0};
     kt_out o;
     KT_OK(kt_evict(ctx, &b, &o));
     ck_assert_uint_eq(o.n_evicted[0], s->interval);

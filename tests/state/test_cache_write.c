@@ -360,7 +360,7 @@ START_TEST(state_bad_input)
     int64_t map[64];
     int32_t mv[64];
     uint32_t n_mv[8];
-    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4};
+    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4, NULL, 0, 0};
     EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID, "appears twice");
     rows[1] = 1;
     EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID,

@@ -13,7 +13,7 @@ int main(void)
     for (int i = 0; i < 16; i++)
         slots[i] = i;
     kve_seq seq = {7, 4, 0};
-    kve_batch b = {42, 0, 1, &seq, 1, 1, 0, 0, 16, 8, 2, slots, 16};
+    kve_batch b = {42, 0, 1, &seq, 1, 1, 0, 0, 16, 8, 2, slots, 16, NULL, 0};
     uint32_t n_evicted = 0, n_kept = 0;
     kve_evict_out out = {.evicted = evicted, .evicted_stride = 8, .n_evicted = &n_evicted,
                          .n_kept = &n_kept, .kept = kept, .kept_stride = 16};

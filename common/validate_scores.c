@@ -1,0 +1,111 @@
+/* validate_scores.c — the scored batch's checks (docs/SPEC.md "Scored
+ * selection"): its fields, and on backends with host memory that no
+ * candidate's score is a NaN. Scores are read at candidates only. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kve_error.h"
+#include "kve_key.h"
+#include "kve_validate.h"
+
+kve_status kve_validate_batch_scores(const kve_batch *b, size_t heads)
+{
+    if (!(b->flags & KVE_SCORED))
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(b->flags & KVE_PERSISTENT, KVE_ERR_INVALID,
+                        "batch.flags = 0x%x: KVE_SCORED and KVE_PERSISTENT exclude each other "
+                        "(scores have no persistent key)",
+                        b->flags);
+    if (!heads || !b->n_slots)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!b->scores, KVE_ERR_NULL, "batch.scores is NULL (flags has KVE_SCORED)");
+    KVE_RETURN_ERROR_IF(b->scores_stride < b->n_slots, KVE_ERR_RANGE,
+                        "batch.scores_stride = %zu: must be >= n_slots = %u", b->scores_stride,
+                        b->n_slots);
+    size_t span;
+    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(heads - 1, b->scores_stride, &span) ||
+                            __builtin_add_overflow(span, (size_t)b->n_slots, &span) ||
+                            span > SIZE_MAX / sizeof(float),
+                        KVE_ERR_OVERFLOW,
+                        "batch.scores_stride = %zu: %zu heads overflow the address space",
+                        b->scores_stride, heads);
+    return KVE_OK;
+}
+
+static int kve_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The lowest candidate slot of head @p i holding a NaN, or UINT32_MAX.
+ * The window is guessed as the last wc positions (a decode's), verified by
+ * its count, else found exactly by sorting the generated positions. */
+static uint32_t kve_head_nan_slot(const kve_batch *b, size_t i, uint32_t *tmp)
+{
+    const int32_t *sp = b->slot_pos + i * b->slot_pos_stride;
+    const float *sc = b->scores + i * b->scores_stride;
+    uint32_t n = b->n_slots, prompt = b->seqs[i / ((size_t)b->n_layers * b->n_heads)].prompt_len;
+    uint32_t n_valid = 0, n_gen = 0, max_pos = 0;
+    for (uint32_t t = 0; t < n; t++)
+        if (sp[t] >= 0) {
+            n_valid++;
+            if ((uint32_t)sp[t] >= prompt) {
+                n_gen++;
+                max_pos = (uint32_t)sp[t] > max_pos ? (uint32_t)sp[t] : max_pos;
+            }
+        }
+    uint32_t wc = b->window < n_gen ? b->window : n_gen;
+    if (n_valid <= b->budget || wc == n_gen)
+        return UINT32_MAX; /* no candidate: no score is read */
+    uint64_t win_lo = wc ? (uint64_t)max_pos - wc + 1 : (uint64_t)1 << 32;
+    uint32_t in_window = 0;
+    for (uint32_t t = 0; t < n; t++)
+        in_window += sp[t] >= 0 && (uint32_t)sp[t] >= prompt && (uint64_t)sp[t] >= win_lo;
+    if (in_window != wc) {
+        uint32_t m = 0;
+        for (uint32_t t = 0; t < n; t++)
+            if (sp[t] >= 0 && (uint32_t)sp[t] >= prompt)
+                tmp[m++] = (uint32_t)sp[t];
+        qsort(tmp, m, sizeof *tmp, kve_cmp_u32);
+        win_lo = tmp[m - wc];
+    }
+    for (uint32_t t = 0; t < n; t++)
+        if (sp[t] >= 0 && (uint32_t)sp[t] >= prompt && (uint64_t)sp[t] < win_lo &&
+            kve_score_is_nan(kve_score_bits(sc[t])))
+            return t;
+    return UINT32_MAX;
+}
+
+kve_status kve_scores_first_nan(const kve_batch *b, size_t heads, size_t *out_head,
+                                uint32_t *out_slot)
+{
+    *out_head = SIZE_MAX;
+    *out_slot = UINT32_MAX;
+    if (!(b->flags & KVE_SCORED) || !heads || !b->n_slots)
+        return KVE_OK;
+    uint32_t *tmp = (uint32_t *)malloc((size_t)b->n_slots * sizeof *tmp);
+    KVE_RETURN_ERROR_IF(!tmp, KVE_ERR_NOMEM, "cannot allocate %zu bytes to check the scores",
+                        (size_t)b->n_slots * sizeof *tmp);
+    for (size_t i = 0; i < heads && *out_head == SIZE_MAX; i++) {
+        uint32_t t = kve_head_nan_slot(b, i, tmp);
+        if (t != UINT32_MAX) {
+            *out_head = i;
+            *out_slot = t;
+        }
+    }
+    free(tmp);
+    return KVE_OK;
+}
+
+kve_status kve_validate_score_contents(const kve_batch *b, size_t heads)
+{
+    size_t h;
+    uint32_t t;
+    KVE_TRY(kve_scores_first_nan(b, heads, &h, &t));
+    KVE_RETURN_ERROR_IF(h != SIZE_MAX, KVE_ERR_INVALID,
+                        "batch.scores[head %zu][slot %u] is NaN: a candidate's score must be a "
+                        "number (+-inf allowed)",
+                        h, t);
+    return KVE_OK;
+}
