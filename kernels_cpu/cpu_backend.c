@@ -365,6 +365,7 @@ static const kve_backend_ops kve_cpu_ops = {
     cpu_compact,
     kve_cpu_state_update,
     kve_cpu_cache_write,
+    kve_cpu_score,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

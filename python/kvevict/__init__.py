@@ -33,8 +33,12 @@ from . import _arrays
 from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
 from . import _lib
 from ._write import cache_write
+from ._score import (score, state_score, triattention_stats, write_triattention_stats,
+                     read_triattention_stats, load_triattention_stats, default_offsets)
 
 __all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
+           "score", "state_score", "triattention_stats", "write_triattention_stats",
+           "read_triattention_stats", "load_triattention_stats", "default_offsets",
            "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
 
 PERSISTENT = 1
@@ -354,6 +358,23 @@ class State(_Handle):
         if isinstance(step, Step):
             return step.mapping[tl, :step.n_tokens]
         return step[tl]
+
+    def scores_buffer(self, max_rows: int) -> Any:
+        """Zeroed float32 [max_rows, table_layers * table_heads, max_slots]: the
+        scores layout kve_step_buffers.scores reads (State.score fills it)."""
+        out = self.ctx._empty((max_rows, self.table_layers * self.table_heads, self.max_slots),
+                              "float32", self._torch)
+        out[...] = 0
+        return out
+
+    def score(self, rows: Sequence[int], n_new: Sequence[int], layer: int, keys: Any,
+              out: Any, **kwargs: Any) -> Any:
+        """Scores for the next append(rows, n_new) from @layer's K cache into
+        out (scores_buffer's layout), kve_state_score; kwargs as kvevict.score
+        (scorer, layout, block_table, ..., q_mean, q_abs_mean, group,
+        rope_theta, znorm, accumulate, weight, cache_row)."""
+        tl = layer if self.table_layers > 1 else 0
+        return state_score(self, rows, n_new, tl, keys, out, **kwargs)
 
     def layer_moves(self, step: Step, layer: int) -> dict:
         """cache_write's keyword arguments for the moves of @layer in a Step:
