@@ -1,8 +1,8 @@
 /*
  * cmd_demo.c — `kvevict demo`: the A/B comparison a team runs before
  * adopting random eviction, on the G1 geometry through the engine path.
- * Each arm (full cache; TriAttention and K-norm scores, when this build has
- * scored selection; random; random with the prompt unpinned) decodes the
+ * Each arm (full cache; TriAttention and K-norm scores, where the backend
+ * scores; random; random with the prompt unpinned) decodes the
  * same tokens through its own cache state with slot reuse and kve_cache_write
  * (demo_run.c); the end is one table (memory held against the full cache,
  * rounds, time per round, keep-set digest, the cache contents checked) and
@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "demo.h"
+#include "demo_scored.h"
 
 static const char kve_demo_usage[] =
     "usage: kvevict demo [options]\n"
@@ -22,13 +23,15 @@ static const char kve_demo_usage[] =
     "writes with moves) on the default backend, G1 geometry by default: Qwen3-4B-like,\n"
     "36 layers x 8 KV heads, bf16 x 128 entries, P=1024, B=2048, W=r=64. Arms:\n"
     "  full          no compression (a budget the run never reaches)\n"
-    "  triattention  TriAttention's scores select (builds with scored selection)\n"
-    "  knorm         K-norm scores select (builds with scored selection)\n"
+    "  triattention  TriAttention's scores select (a synthetic calibration: the demo's\n"
+    "                model is synthetic too)\n"
+    "  knorm         K-norm scores select (the smallest key norms kept)\n"
     "  random        random eviction, the prompt pinned\n"
     "  random-p0     random eviction, prompt length 0 at admission (nothing pinned)\n"
     "Ends with a table and writes an HTML report with SVG figures (keep map, survival\n"
     "by position against the uniform expectation, memory held, per-round cost).\n"
-    "  --arms LIST      comma-separated arms (default: every arm this build runs)\n"
+    "  --arms LIST      comma-separated arms (default: all; the scored ones only where the\n"
+    "                   backend scores)\n"
     "  --report FILE    the HTML report (default kvevict-demo.html); --no-report: none\n"
     "  --json FILE      the run's numbers as JSON (the report embeds the same)\n"
     "  --steps N        tokens to generate (default 4096, >= 1)\n"
@@ -62,6 +65,7 @@ static int kve_demo_parse_arms(const char *list, kve_demo_opts *o)
             return kve_cli_usage_error("demo: --arms: unknown arm \"%.*s\" (full, triattention, "
                                        "knorm, random, random-p0)", (int)len, p);
         o->arms[found] = 1;
+        o->arms_given = 1;
         p += len + (p[len] == ',');
     }
     return 0;
@@ -105,11 +109,8 @@ static int kve_demo_parse(int argc, char **argv, kve_demo_opts *o)
         {"report", required_argument, 0, 0},  {"no-report", no_argument, 0, 0},
         {"json", required_argument, 0, 0},    {"help", no_argument, 0, 0},
         {0, 0, 0, 0}};
-    *o = (kve_demo_opts){36, 8, 1024, 2048, 64, 64, 4096, 4, 256, 1, 0, 0, 1, {0}, "auto",
-                         "kvevict-demo.html", NULL};
-    const char *why;
-    for (int a = 0; a < KVE_N_ARMS; a++)
-        o->arms[a] = (a != KVE_ARM_TRI && a != KVE_ARM_KNORM) || kve_demo_scored_available(&why);
+    *o = (kve_demo_opts){36, 8, 1024, 2048, 64, 64, 4096, 4, 256, 1, 0, 0, 1, {1, 1, 1, 1, 1}, 0,
+                         "auto", "kvevict-demo.html", NULL};
     uint32_t *u32[] = {&o->steps, &o->layers, &o->heads, &o->prompt, &o->budget, &o->window,
                        &o->interval, &o->map_heads};
     static const uint64_t max32[] = {1u << 24, 4096, 4096, 1u << 24, 1u << 24, 1u << 24, 1u << 24,
@@ -142,8 +143,6 @@ static int kve_demo_parse(int argc, char **argv, kve_demo_opts *o)
                                    "must be >= 1");
     if (o->map_heads > (uint64_t)o->layers * o->heads || (o->flags & KVE_SHARED_HEADS && o->map_heads > o->layers))
         return kve_cli_usage_error("demo: --map-heads %u: more than the slot tables", o->map_heads);
-    if ((o->arms[KVE_ARM_TRI] || o->arms[KVE_ARM_KNORM]) && !kve_demo_scored_available(&why))
-        return kve_cli_usage_error("demo: --arms: the scored arms cannot run: %s", why);
     return 0;
 }
 
@@ -179,9 +178,6 @@ static void kve_demo_header(kve_context *ctx, const kve_demo_opts *o, char *back
            "r=%u, %u generated tokens\nbackend: %s\n",
            o->layers, o->heads, (unsigned long long)o->entry, o->prompt, o->budget, o->window,
            o->interval, o->steps, backend);
-    const char *why;
-    if (!kve_demo_scored_available(&why))
-        printf("(the triattention and knorm arms are not in this build: %s)\n", why);
 }
 
 int kve_cmd_demo(int argc, char **argv)
@@ -196,6 +192,16 @@ int kve_cmd_demo(int argc, char **argv)
         return rc;
     char backend[96];
     kve_demo_header(ctx, &o, backend, sizeof backend);
+    const char *why = "scored selection excludes persistent keys (docs/SPEC.md)";
+    if ((o.arms[KVE_ARM_TRI] || o.arms[KVE_ARM_KNORM]) &&
+        ((o.flags & KVE_PERSISTENT) || !kve_demo_scored_available(ctx, &why))) {
+        if (o.arms_given) {
+            kve_context_destroy(ctx);
+            return kve_cli_usage_error("demo: --arms: no scored arm here: %s", why);
+        }
+        printf("(no triattention and knorm arms: %s)\n", why);
+        o.arms[KVE_ARM_TRI] = o.arms[KVE_ARM_KNORM] = 0;
+    }
     kve_demo_arm arms[KVE_N_ARMS];
     int n_arms = 0, total = 0, bad = 0;
     for (int a = 0; a < KVE_N_ARMS; a++)

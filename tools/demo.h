@@ -28,7 +28,7 @@ typedef struct kve_demo_opts {
     uint32_t layers, heads, prompt, budget, window, interval, steps, map_heads;
     uint64_t entry, seed;
     uint32_t flags; /* KVE_PERSISTENT | KVE_SHARED_HEADS */
-    int threads, progress, arms[KVE_N_ARMS];
+    int threads, progress, arms[KVE_N_ARMS], arms_given;
     const char *backend, *report, *json;
 } kve_demo_opts;
 
@@ -79,9 +79,5 @@ void kve_demo_write_json(FILE *f, const kve_demo_opts *o, const char *backend,
 /* The HTML report: the table, the four figures, the JSON. */
 int kve_demo_write_report(const char *path, const kve_demo_opts *o, const char *backend,
                           const kve_demo_arm *arms, int n_arms);
-
-/* Scored arms (demo_scored.c): whether this build can run them, and the
- * scores a scored state's due round reads. */
-int kve_demo_scored_available(const char **why);
 
 #endif

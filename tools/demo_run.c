@@ -63,7 +63,7 @@ static float *kve_demo_rope(const kve_demo_opts *o)
 }
 
 /* Each head's fixed key vector, components in [-1, 1): [heads][dim]. */
-static float *kve_demo_heads(const kve_demo_opts *o)
+float *kve_demo_head_vectors(const kve_demo_opts *o)
 {
     size_t heads = (size_t)o->layers * o->heads, dim = o->entry / 2;
     float *v = (float *)kve_cli_malloc("the heads' key vectors", heads * dim, sizeof(float));
@@ -135,8 +135,9 @@ typedef struct {
     int32_t *moves, *token_row;
     uint32_t *n_moves;
     int32_t *tables, *expanded; /* host copies: the row's tables; per head, for the digest */
-    float *scores;              /* scored arms: [tables][capacity], backend memory */
-    float *rope, *vec;          /* kve_demo_rope, kve_demo_heads */
+    kve_demo_scorer scorer;     /* scored arms */
+    int scored;
+    float *rope, *vec;          /* kve_demo_rope, kve_demo_head_vectors */
     kve_step_buffers step;
     size_t row_bytes, chunk;
 } kve_demo_bufs;
@@ -146,9 +147,11 @@ static void kve_demo_bufs_free(kve_demo_bufs *b)
     kve_context *c = b->ctx;
     kve_state_destroy(b->state);
     void *dev[] = {b->src[0], b->src[1], b->cache[0], b->cache[1], b->mapping, b->moves,
-                   b->token_row, b->n_moves, b->scores};
+                   b->token_row, b->n_moves};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         kve_free(c, dev[i]);
+    if (b->scored)
+        kve_demo_scorer_free(&b->scorer);
     free(b->host);
     free(b->tables);
     free(b->expanded);
@@ -172,7 +175,7 @@ static void kve_demo_arm_config(const kve_demo_opts *o, kve_arm_kind kind, kve_d
     arm->name = names[kind];
     arm->prompt_len = kind == KVE_ARM_RANDOM_P0 ? 0 : o->prompt;
     arm->budget = kind == KVE_ARM_FULL ? o->prompt + o->steps : o->budget;
-    arm->flags = o->flags | (kind == KVE_ARM_TRI || kind == KVE_ARM_KNORM ? kve_demo_scored_flag() : 0);
+    arm->flags = o->flags | (kind == KVE_ARM_TRI || kind == KVE_ARM_KNORM ? KVE_SCORED : 0);
 }
 
 /* The state and buffers of one arm; host buffers first, so that a size
@@ -183,7 +186,7 @@ static kve_status kve_demo_setup(const kve_demo_opts *o, kve_demo_arm *arm, kve_
     b->row_bytes = heads * o->entry;
     b->chunk = o->prompt < KVE_DEMO_CHUNK ? (o->prompt ? o->prompt : 1) : KVE_DEMO_CHUNK;
     b->host = (unsigned char *)kve_cli_malloc("the step's K and V rows", 2 * b->chunk + 2, b->row_bytes);
-    if (!b->host || !(b->rope = kve_demo_rope(o)) || !(b->vec = kve_demo_heads(o)))
+    if (!b->host || !(b->rope = kve_demo_rope(o)) || !(b->vec = kve_demo_head_vectors(o)))
         return KVE_ERR_NOMEM;
     kve_schedule sc = {o->seed, arm->flags, arm->budget, o->window, o->interval};
     kve_status st = kve_schedule_capacity(&sc, arm->prompt_len, &arm->capacity);
@@ -216,13 +219,17 @@ static kve_status kve_demo_setup(const kve_demo_opts *o, kve_demo_arm *arm, kve_
         st = kve_demo_alloc(b, tables * 4, (void **)&b->n_moves);
     if (st == KVE_OK)
         st = kve_demo_alloc(b, b->chunk * 4, (void **)&b->token_row);
-    if (st == KVE_OK && (arm->flags & ~o->flags))
-        st = kve_demo_alloc(b, tables * arm->capacity * 4, (void **)&b->scores);
+    if (st == KVE_OK && (arm->flags & KVE_SCORED)) {
+        b->scored = 1;
+        st = kve_demo_scorer_init(&b->scorer, b->ctx, o, arm->kind, b->cache[0], arm->capacity,
+                                  tables);
+    }
     if (st == KVE_OK) { /* every token goes to page-table row 0 */
         memset(b->host, 0, b->chunk * 4);
         st = kve_copy(b->ctx, b->token_row, b->host, b->chunk * 4, KVE_COPY_HOST_TO_BACKEND);
     }
-    b->step = (kve_step_buffers){b->mapping, (uint32_t)b->chunk, b->moves, b->n_moves, 1, max_moves};
+    b->step = (kve_step_buffers){b->mapping, (uint32_t)b->chunk, b->moves, b->n_moves, 1, max_moves,
+                                 NULL, 0, 0};
     if (st == KVE_OK)
         st = kve_state_admit(b->state, 0, o->seed ^ 0x5eedULL, arm->prompt_len);
     return st;
@@ -306,9 +313,8 @@ static kve_status kve_demo_call(const kve_demo_opts *o, kve_demo_arm *arm, kve_d
                       KVE_COPY_HOST_TO_BACKEND);
     uint32_t row = 0, before = info->round;
     double t0 = kve_now();
-    if (st == KVE_OK && b->scores)
-        st = kve_demo_score_due(b->state, arm->kind, b->cache[0], arm->capacity, o, b->scores,
-                                &b->step, n);
+    if (st == KVE_OK && b->scored)
+        st = kve_demo_score_due(&b->scorer, b->state, o, &b->step, n);
     if (st == KVE_OK)
         st = kve_state_append(b->state, 1, &row, &n, &b->step);
     if (st == KVE_OK)

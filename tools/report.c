@@ -185,7 +185,7 @@ void kve_fig_bar(kve_fig *g, const char *series, const char *color, double x, do
     double v = isfinite(value) ? value : 0;
     double px0 = kve_fig_px(g, x - width / 2), px1 = kve_fig_px(g, x + width / 2);
     double top = kve_fig_py(g, v), base = kve_fig_py(g, g->y0);
-    fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"", px0,
+    fprintf(f, "<rect x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\"", px0,
             top < base ? top : base, px1 - px0, fabs(base - top));
     kve_attr(f, "fill", color);
     kve_attr(f, "data-series", series);

@@ -139,7 +139,7 @@ def check_figures(doc, svgs, stdout):
             check_axes(mem, x, y, [q[0] for q in pts], [q[1] for q in pts], "fig-memory " + name)
     bars = {r.get("data-series"): r for r in svgs["fig-cost"].iter(SVG + "rect")
             if r.get("data-series")}
-    scale = []
+    scale = {}
     for name, a in arms.items():
         r = bars.get(name)
         if check(r is not None, "fig-cost: no bar for %s" % name):
@@ -147,9 +147,10 @@ def check_figures(doc, svgs, stdout):
             check(close(v, a["ms_per_round"]), "fig-cost %s: %g != %g" % (name, v, a["ms_per_round"]))
             check(close(v, sum(a["round_ms"]) / max(1, a["rounds"]), 1e-4),
                   "fig-cost %s: not the mean of the rounds' times" % name)
-            if v > 0:
-                scale.append(float(r.get("height")) / v)
-    check(all(close(s, scale[0], 1e-3) for s in scale), "fig-cost: bar heights not to scale")
+            scale[float(r.get("height"))] = v
+    top = max(scale)
+    check(all(abs(h - top * v / scale[top]) < 0.002 for h, v in scale.items()),
+          "fig-cost: bar heights not to scale: %s" % scale)
     surv = {p.get("data-series"): p for p in svgs["fig-survival"].iter(SVG + "polyline")}
     for name, a in arms.items():
         check(nums(surv[name].get("data-y")) == a["survival"], "fig-survival %s != JSON" % name)
