@@ -334,7 +334,7 @@ int main(int argc, char **argv)
     memset(&p, 0, sizeof p);
     for (int k = 0; k < 4; k++)
         for (int w = 0; w < 3; w++)
-            p.ms[k][w] = -1, snprintf(p.why[k][w], sizeof p.why[k][w], "not run (--no-peers)");
+            p.ms[k][w] = -1, snprintf(p.why[k][w], sizeof p.why[k][w], "--no-peers");
     if (peers)
         run_arm_peers(python, KVE_BENCH_PEERS_SCORED, wl, min_time, ref_layers, &p);
     kve_context *ctx = NULL;

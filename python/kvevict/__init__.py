@@ -44,6 +44,7 @@ __all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write",
 PERSISTENT = 1
 SHARED_HEADS = 2
 SHARED_LAYERS = 4
+SCORED = 16  #: KVE_SCORED: a state whose rounds keep the highest scores (append(scores=...))
 
 _BACKENDS = {0: "auto", 1: "cpu", 2: "cuda", 3: "hip"}
 
@@ -186,12 +187,12 @@ class State(_Handle):
                  budget: int, max_slots: int, window: int = 64, interval: int = 64,
                  seed: int = 0, persistent: bool = False, shared_heads: bool = False,
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
-                 pool_slots: int = 0, tensors: str = "numpy"):
+                 pool_slots: int = 0, tensors: str = "numpy", scored: bool = False):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % tensors)
         self.ctx = ctx
         self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
-                      | (SHARED_LAYERS if shared_layers else 0))
+                      | (SHARED_LAYERS if shared_layers else 0) | (SCORED if scored else 0))
         self.budget, self.window, self.interval, self.seed = budget, window, interval, seed
         self.n_layers, self.n_heads = n_layers, n_heads
         self.layer_offset, self.head_offset = layer_offset, head_offset
@@ -253,13 +254,15 @@ class State(_Handle):
                     self.ctx._empty((tl, max_rows, th), "int32", self._torch))
 
     def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
-               outputs: bool = True) -> Optional[Step]:
+               outputs: bool = True, scores: Any = None) -> Optional[Step]:
         """Append n_new[i] tokens to row rows[i]; return the Step holding the
         slot mapping (the slot, within the token's row, where each head
         writes each token, -1 to skip; tokens numbered row by row in the
         order given) and the move lists a round left. ``out``: buffers from
         step_buffers (else new ones, sized for this call). outputs=False
-        advances the state alone and returns None."""
+        advances the state alone and returns None. ``scores`` (scored
+        states): float32 [call rows, tables, stride] as scores_buffer makes
+        and State.score fills, read for the rows whose round runs."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
@@ -282,10 +285,23 @@ class State(_Handle):
                              % (views[0].shape, views[1].shape, views[2].shape, tl, th))
         self.ctx._prepare(views)
         b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+        if scores is not None:
+            sv = _arrays.View(scores, "scores", "float32", 3)
+            sv.dense_tail(1)
+            self.ctx._prepare([sv])
+            b.scores, b.scores_stride_row = sv.ptr, sv.strides[0] // 4
+            b.scores_stride_table = sv.strides[1] // 4
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
               "kve_state_append")
         out.n_tokens, out.n_rows = total, len(rows)
         return out
+
+    def rounds_due(self, rows: Sequence[int], n_new: Sequence[int]) -> list:
+        """Rounds each row would run in append(rows, n_new) (kve_state_rounds_due)."""
+        out = (ctypes.c_uint32 * max(len(rows), 1))()
+        check(lib.kve_state_rounds_due(self.handle, len(rows), _arrays.u32_array(rows),
+                                       _arrays.u32_array(n_new), out), "kve_state_rounds_due")
+        return list(out[:len(rows)])
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
                 mapping: bool = False, steps: Optional[Sequence[int]] = None) -> Any:
@@ -318,6 +334,23 @@ class State(_Handle):
         out = ctypes.c_uint64(0)
         check(lib.kve_state_read_digest(self.handle, row, ctypes.byref(out)),
               "kve_state_read_digest")
+        return out.value
+
+    def keepset_digest(self, row: int) -> int:
+        """docs/SPEC.md "Digest" of the row's keep-sets now (kve_digest of its
+        tables, one per head, on the CPU): equal across engines, backends and
+        placements that kept the same positions. Not for the decode loop."""
+        info, t = self.seq(row), self.slots(row)
+        heads = np.ascontiguousarray(np.broadcast_to(t, (self.n_layers, self.n_heads, t.shape[2])))
+        seq = np.zeros(1, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
+        seq[0] = (info.seq_id, info.prompt_len, info.round)
+        b = _lib.Batch(self.seed, 0, 1, seq.ctypes.data, self.n_layers, self.n_heads,
+                       self.layer_offset, self.head_offset, t.shape[2], self.budget, self.window,
+                       heads.ctypes.data, t.shape[2], None, 0)
+        out = ctypes.c_uint64(0)
+        with Context("cpu") as host:
+            check(lib.kve_digest(host.handle, ctypes.byref(b), None, ctypes.byref(out)),
+                  "kve_digest")
         return out.value
 
     def slots(self, row: int) -> np.ndarray:

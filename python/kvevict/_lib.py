@@ -120,7 +120,8 @@ class CacheWriteDesc(ctypes.Structure):
 
 class StepBuffers(ctypes.Structure):
     _fields_ = [("slot_mapping", vp), ("max_tokens", u32), ("moves", vp), ("n_moves", vp),
-                ("max_rows", u32), ("max_moves", u32)]
+                ("max_rows", u32), ("max_moves", u32), ("scores", vp),
+                ("scores_stride_row", sz), ("scores_stride_table", sz)]
 
 
 class Seq(ctypes.Structure):
@@ -131,7 +132,7 @@ class Batch(ctypes.Structure):
     _fields_ = [("seed", u64), ("flags", u32), ("n_seqs", u32), ("seqs", vp),
                 ("n_layers", u32), ("n_heads", u32), ("layer_offset", u32),
                 ("head_offset", u32), ("n_slots", u32), ("budget", u32), ("window", u32),
-                ("slot_pos", vp), ("slot_pos_stride", sz)]
+                ("slot_pos", vp), ("slot_pos_stride", sz), ("scores", vp), ("scores_stride", sz)]
 
 
 class EvictOut(ctypes.Structure):
@@ -207,6 +208,7 @@ _PROTOS = {
     "kve_state_retire": (ctypes.c_int, [vp, u32]),
     "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(StepBuffers)]),
     "kve_state_max_moves": (ctypes.c_int, [vp, u32, P(u32)]),
+    "kve_state_rounds_due": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(u32)]),
     "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, P(u32), u32, vp, sz]),
     "kve_state_get_layout": (ctypes.c_int, [vp, P(StateLayout)]),
     "kve_state_get_seq": (ctypes.c_int, [vp, u32, P(SeqInfo)]),
@@ -214,6 +216,7 @@ _PROTOS = {
     "kve_state_read_digest": (ctypes.c_int, [vp, u32, P(u64)]),
     "kve_cache_write": (ctypes.c_int, [vp, P(CacheWriteDesc)]),
     "kve_evict": (ctypes.c_int, [vp, P(Batch), P(EvictOut), vp, sz]),
+    "kve_digest": (ctypes.c_int, [vp, P(Batch), vp, P(u64)]),
     "kve_compact": (ctypes.c_int, [vp, P(CompactDesc)]),
     "kve_score": (ctypes.c_int, [vp, P(ScoreDesc)]),
     "kve_state_score": (ctypes.c_int, [vp, u32, P(u32), P(u32), u32, P(ScoreDesc), vp, sz,

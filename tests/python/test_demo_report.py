@@ -183,7 +183,7 @@ def replay_state(doc, arm, snaps):
         pos += n
         if pos in want:
             out[pos] = (st.slots(0), st.seq(0))
-    return out, st.slots(0), st.seq(0), st.digest(0)
+    return out, st.slots(0), st.seq(0), (st.digest(0), st.keepset_digest(0))
 
 
 def check_keepmaps(doc, svgs, arm):
@@ -192,7 +192,7 @@ def check_keepmaps(doc, svgs, arm):
     if not check(svg is not None, "no keep map for %s" % name):
         return
     snaps = arm["snapshots"]
-    states, final, info, run_digest = replay_state(doc, arm, snaps)
+    states, final, info, (run_digest, keepset) = replay_state(doc, arm, snaps)
     n_all = doc["prompt"] + doc["steps"]
     edges = bins(n_all)
     th = 1 if doc["shared_heads"] else doc["heads"]
@@ -233,7 +233,7 @@ def check_keepmaps(doc, svgs, arm):
     per_head = [(doc["seq_id"], l, h,
                  final[l if final.shape[0] > 1 else 0, h if th > 1 else 0, :info.n_valid].tolist())
                 for l in range(doc["layers"]) for h in range(doc["heads"])]
-    check(kve_oracle.digest(per_head) == int(arm["digest"], 16),
+    check(kve_oracle.digest(per_head) == int(arm["digest"], 16) == keepset,
           "%s: keep-set digest %s != the spec's digest of the state's tables" % (name, arm["digest"]))
     if "expected" in arm:
         total = sum(e * s for e, s in zip(arm["expected"], sizes))
