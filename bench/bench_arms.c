@@ -40,6 +40,8 @@ typedef struct {
 
 static const arm_workload kArmWorkloads[] = {{"G1", 1, 36}, {"G2", 1, 64}, {"G3", 128, 36}};
 
+static int g_results; /* --results: RESULT lines for bench/gpu_check.sh */
+
 static double now(void)
 {
     struct timespec ts;
@@ -74,7 +76,36 @@ typedef struct {
     int32_t *evicted;
     uint32_t *n_ev, *n_kept;
     uint32_t round;
+    int on_host;      /* CPU backend: the host arrays are the backend's */
+    void *dev[9];     /* GPU backends: device copies, in the order of arm_to_backend */
 } arm_run;
+
+/* The arrays the backend reads, as backend memory: the host ones on the CPU,
+ * device copies on a GPU (slot tables, scores, keys, query statistics,
+ * sequences, and the eviction's outputs). */
+static void arm_to_backend(arm_run *r)
+{
+    size_t nq = (size_t)A_STORED * A_HEADS * A_GROUP * (A_DIM / 2);
+    void **host[9] = {(void **)&r->slots, (void **)&r->scores, (void **)&r->keys,
+                      (void **)&r->q_mean, (void **)&r->q_abs, (void **)&r->seqs,
+                      (void **)&r->evicted, (void **)&r->n_ev, (void **)&r->n_kept};
+    size_t bytes[9] = {r->heads * A_SLOTS * 4, r->heads * A_SLOTS * 4,
+                       (size_t)A_STORED * A_HEADS * A_SLOTS * A_DIM * 2, nq * 8, nq * 4,
+                       r->w->seqs * sizeof(kve_seq), r->heads * (A_SLOTS - A_BUDGET) * 4,
+                       r->heads * 4, r->heads * 4};
+    kve_backend be;
+    kve_context_get_backend(r->ctx, &be);
+    r->on_host = be == KVE_BACKEND_CPU;
+    for (int i = 0; i < 9 && !r->on_host; i++) {
+        kve_status st = kve_alloc(r->ctx, bytes[i], &r->dev[i]);
+        if (st == KVE_OK)
+            st = kve_copy(r->ctx, r->dev[i], *host[i], bytes[i], KVE_COPY_HOST_TO_BACKEND);
+        if (st != KVE_OK)
+            fail("the workload's device buffers", st);
+        free(*host[i]);
+        *host[i] = r->dev[i];
+    }
+}
 
 /* A full head in steady state: the prompt in slots 0..P-1, the generated
  * positions P..2111 scattered over the other slots. */
@@ -129,24 +160,30 @@ static void arm_setup(arm_run *r, kve_context *ctx, const arm_workload *w)
         r->seqs[s] = (kve_seq){1000 + s, A_PROMPT, 0};
         r->rows[s] = (kve_score_row){0, 0, A_SLOTS, A_PROMPT, A_WINDOW, A_SLOTS, 0, A_SLOTS};
     }
+    arm_to_backend(r);
 }
 
 static void arm_free(arm_run *r)
 {
+    free(r->rows);
+    if (!r->on_host) {
+        for (int i = 0; i < 9; i++)
+            kve_free(r->ctx, r->dev[i]);
+        return;
+    }
     free(r->slots);
     free(r->scores);
     free(r->keys);
     free(r->q_mean);
     free(r->q_abs);
     free(r->seqs);
-    free(r->rows);
     free(r->evicted);
     free(r->n_ev);
     free(r->n_kept);
 }
 
 /* Layer l's kve_score over every sequence of the workload. */
-static void arm_score_layer(arm_run *r, kve_scorer scorer, uint32_t l)
+static kve_status arm_score_layer(arm_run *r, kve_scorer scorer, uint32_t l)
 {
     uint32_t ls = l % A_STORED;
     size_t per_layer = (size_t)A_HEADS * A_GROUP * (A_DIM / 2);
@@ -172,30 +209,34 @@ static void arm_score_layer(arm_run *r, kve_scorer scorer, uint32_t l)
     d.slot_pos_stride_table = A_SLOTS;
     d.scores = r->scores;
     d.scores_stride_table = A_SLOTS;
-    kve_status st = kve_score(r->ctx, &d);
-    if (st != KVE_OK)
-        fail("kve_score", st);
+    return kve_score(r->ctx, &d);
 }
 
 /* One round of @p arm (0 random, else a scorer): scoring (when scored),
- * then the selection; returns the scoring's seconds through @p score_s. */
-static void arm_round(arm_run *r, int arm, double *score_s)
+ * then the selection, finished on the backend; the scoring's seconds
+ * through @p score_s. */
+static kve_status arm_round(arm_run *r, int arm, double *score_s)
 {
     double t0 = now();
-    for (uint32_t l = 0; arm && l < r->w->layers; l++)
-        arm_score_layer(r, (kve_scorer)arm, l);
+    kve_status st = KVE_OK;
+    for (uint32_t l = 0; arm && st == KVE_OK && l < r->w->layers; l++)
+        st = arm_score_layer(r, (kve_scorer)arm, l);
+    if (st == KVE_OK && arm)
+        st = kve_context_synchronize(r->ctx);
     *score_s = now() - t0;
-    for (uint32_t s = 0; s < r->w->seqs; s++)
-        r->seqs[s].round = r->round; /* fresh keys every round (random) */
+    for (uint32_t s = 0; r->on_host && s < r->w->seqs; s++)
+        r->seqs[s].round = r->round; /* fresh keys every round (host memory only) */
     r->round++;
     kve_batch b = {2609, arm ? KVE_SCORED : 0, r->w->seqs, r->seqs, r->w->layers, A_HEADS, 0, 0,
                    A_SLOTS, A_BUDGET, A_WINDOW, r->slots, A_SLOTS, arm ? r->scores : NULL,
                    arm ? A_SLOTS : 0};
     kve_evict_out out = {.evicted = r->evicted, .evicted_stride = A_SLOTS - A_BUDGET,
                          .n_evicted = r->n_ev, .n_kept = r->n_kept};
-    kve_status st = kve_evict(r->ctx, &b, &out, NULL, 0);
-    if (st != KVE_OK)
-        fail("kve_evict", st);
+    if (st == KVE_OK)
+        st = kve_evict(r->ctx, &b, &out, NULL, 0);
+    if (st == KVE_OK)
+        st = kve_context_synchronize(r->ctx);
+    return st;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -204,24 +245,31 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median round and median scoring part over >= 3 rounds and min_time. */
-static void arm_time(arm_run *r, int arm, double min_time, double *round_s, double *score_s)
+/* Median round and median scoring part over >= 3 rounds and min_time;
+ * on failure the status, and the message in @p why. */
+static kve_status arm_time(arm_run *r, int arm, double min_time, double *round_s, double *score_s,
+                           char *why, size_t why_len)
 {
     enum { MAX = 500 };
     static double t[MAX], sc[MAX];
     int n = 0;
     double s;
-    arm_round(r, arm, &s); /* warm-up */
+    kve_status st = arm_round(r, arm, &s); /* warm-up */
     double start = now();
-    while (n < MAX && (n < 3 || now() - start < min_time)) {
+    while (st == KVE_OK && n < MAX && (n < 3 || now() - start < min_time)) {
         double t0 = now();
-        arm_round(r, arm, &sc[n]);
+        st = arm_round(r, arm, &sc[n]);
         t[n++] = now() - t0;
+    }
+    if (st != KVE_OK) {
+        snprintf(why, why_len, "%s: %s", kve_status_string(st), kve_last_error());
+        return st;
     }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
     qsort(sc, (size_t)n, sizeof(double), cmp_double);
     *round_s = t[n / 2];
     *score_s = sc[n / 2];
+    return KVE_OK;
 }
 
 /* The PyTorch peers' PEER lines: ms per (peer, workload), -1 when absent,
@@ -235,11 +283,11 @@ typedef struct {
 static const char *const kPeerNames[4] = {"random", "knorm", "tri-ref", "tri-factored"};
 
 static void run_arm_peers(const char *python, const char *script, const char *wl, double min_time,
-                          int ref_layers, arm_peers *p)
+                          int ref_layers, const char *device, arm_peers *p)
 {
     char cmd[4096], line[512], name[32], wname[8], rest[256];
-    snprintf(cmd, sizeof cmd, "%s %s --workloads %s --min-seconds %.2f --ref-layers %d", python,
-             script, wl, min_time, ref_layers);
+    snprintf(cmd, sizeof cmd, "%s %s --workloads %s --min-seconds %.2f --ref-layers %d --device %s",
+             python, script, wl, min_time, ref_layers, device);
     FILE *f = popen(cmd, "r");
     if (!f)
         return;
@@ -271,36 +319,53 @@ static const char kArmUsage[] =
     "  --ref-layers N    layers of a round the TriAttention reference peer is timed on, then\n"
     "                    scaled (default 1: its phase tensor makes a CPU round minutes)\n"
     "  --no-peers        kvevict only\n"
-    "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n";
+    "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
+    "  --backend NAME    kvevict's backend (default cpu; cuda or hip: the peers run there too)\n"
+    "  --results         also RESULT lines (bench/gpu_check.sh reads them)\n";
 
-/* One line: kvevict's arm (ms < 0: none on this line) and a PyTorch peer. */
+/* One line: kvevict's arm (ms < 0: none on this line; kve_why set: it did
+ * not run) and a PyTorch peer; RESULT lines for bench/gpu_check.sh. */
 static void print_row(const char *wl, const char *arm, double ms, double score_ms, double random_ms,
-                      const char *peer, double peer_ms, double peer_random, double kve_ms,
-                      const char *why)
+                      const char *kve_why, const char *peer, int peer_i, double peer_ms,
+                      double peer_random, double kve_ms, const char *why)
 {
     char a[3][32] = {"", "", ""};
-    if (ms >= 0) {
+    if (kve_why && *kve_why) {
+        printf("%-3s %-13s not run: %.60s\n", wl, arm, kve_why);
+        arm = "";
+    } else if (ms >= 0) {
         snprintf(a[0], sizeof a[0], "%.3f", ms);
-        snprintf(a[2], sizeof a[2], "%.2f", ms / random_ms);
+        snprintf(a[2], sizeof a[2], "%.2f", random_ms > 0 ? ms / random_ms : 0);
+        if (g_results)
+            printf("RESULT arms_%s_%s_ms %.4f\n", wl, arm, ms);
     }
-    if (score_ms >= 0)
+    if (score_ms >= 0 && a[0][0])
         snprintf(a[1], sizeof a[1], "%.3f", score_ms);
     printf("%-3s %-13s %11s %10s %8s | %-26s", wl, arm, a[0], a[1], a[2], peer);
-    if (peer_ms > 0)
-        printf(" %12.3f %8.2f %9.1f\n", peer_ms, peer_ms / peer_random, peer_ms / kve_ms);
-    else
+    if (peer_ms > 0) {
+        printf(" %12.3f %8.2f", peer_ms, peer_ms / peer_random);
+        if (kve_ms > 0)
+            printf(" %9.1f\n", peer_ms / kve_ms);
+        else
+            printf(" %9s\n", "-");
+        if (g_results)
+            printf("RESULT arms_%s_torch_%s_ms %.4f\n", wl, kPeerNames[peer_i], peer_ms);
+    } else {
         printf(" not run: %s\n", why && *why ? why : "no figure from the peers");
+    }
 }
 
 int main(int argc, char **argv)
 {
     int run[3] = {1, 1, 1}, threads = 1, ref_layers = 1, peers = 1;
     double min_time = 1.0;
-    const char *python = KVE_BENCH_PYTHON;
+    const char *python = KVE_BENCH_PYTHON, *backend = "cpu";
     static const struct option longs[] = {{"workloads", 1, 0, 'w'}, {"threads", 1, 0, 't'},
                                           {"min-time", 1, 0, 'm'},  {"ref-layers", 1, 0, 'r'},
                                           {"no-peers", 0, 0, 'n'},  {"python", 1, 0, 'p'},
-                                          {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
+                                          {"backend", 1, 0, 'b'},   {"results", 0, 0, 'x'},
+                                          {"help", 0, 0, 'h'},
+                                          {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
         switch (c) {
         case 'w':
@@ -312,6 +377,8 @@ int main(int argc, char **argv)
         case 'r': ref_layers = atoi(optarg); break;
         case 'n': peers = 0; break;
         case 'p': python = optarg; break;
+        case 'b': backend = optarg; break;
+        case 'x': g_results = 1; break;
         case 'h': fputs(kArmUsage, stdout); return 0;
         default: fputs(kArmUsage, stderr); return 2;
         }
@@ -335,18 +402,28 @@ int main(int argc, char **argv)
     for (int k = 0; k < 4; k++)
         for (int w = 0; w < 3; w++)
             p.ms[k][w] = -1, snprintf(p.why[k][w], sizeof p.why[k][w], "--no-peers");
-    if (peers)
-        run_arm_peers(python, KVE_BENCH_PEERS_SCORED, wl, min_time, ref_layers, &p);
+    kve_backend be;
     kve_context *ctx = NULL;
-    kve_status st = kve_context_create(KVE_BACKEND_CPU, &ctx);
+    kve_status st = kve_backend_from_name(backend, &be);
     if (st == KVE_OK)
+        st = kve_context_create(be, &ctx);
+    if (st == KVE_OK && be == KVE_BACKEND_CPU)
         st = kve_context_set_threads(ctx, threads);
     if (st != KVE_OK)
-        fail("the CPU context", st);
+        fail("the context", st);
+    kve_context_get_backend(ctx, &be);
+    if (peers) /* on the GPU the peers' CUDA torch (ROCm builds answer to "cuda" too) */
+        run_arm_peers(python, KVE_BENCH_PEERS_SCORED, wl, min_time, ref_layers,
+                      be == KVE_BACKEND_CPU ? "cpu" : "cuda", &p);
     kve_cpu_isa isa;
     kve_context_get_cpu_isa(ctx, &isa);
-    printf("kvevict-bench-arms: %s; kvevict on %s, %d thread(s); PyTorch peers single-threaded; "
-           "medians of >= 3 rounds and %.2f s\n", model, kve_cpu_isa_name(isa), threads, min_time);
+    if (be == KVE_BACKEND_CPU)
+        printf("kvevict-bench-arms: %s; kvevict on %s, %d thread(s); PyTorch peers "
+               "single-threaded; medians of >= 3 rounds and %.2f s\n", model,
+               kve_cpu_isa_name(isa), threads, min_time);
+    else
+        printf("kvevict-bench-arms: kvevict on the %s backend, the PyTorch peers on the same GPU; "
+               "medians of >= 3 rounds and %.2f s\n", kve_backend_name(be), min_time);
     printf("one round = every KV head of the workload keeps 960 of its 1024 candidates "
            "(2112 slots, P = 1024, W = 64)\n\n");
     printf("%-3s %-13s %11s %10s %8s | %-26s %12s %8s %9s\n", "wl", "arm", "kvevict ms",
@@ -358,21 +435,23 @@ int main(int argc, char **argv)
             continue;
         arm_run r;
         arm_setup(&r, ctx, &kArmWorkloads[w]);
-        double t[3], sc[3];
+        double t[3] = {0, 0, 0}, sc[3] = {0, 0, 0};
+        char why[3][160] = {"", "", ""};
         for (int arm = 0; arm < 3; arm++) /* 0 random, 1 K-norm, 2 TriAttention (kve_scorer) */
-            arm_time(&r, arm, min_time, &t[arm], &sc[arm]);
+            arm_time(&r, arm, min_time, &t[arm], &sc[arm], why[arm], sizeof why[arm]);
         arm_free(&r);
         const char *name = kArmWorkloads[w].name;
-        double pr = p.ms[0][w];
-        double ms[3] = {t[0] * 1e3, t[1] * 1e3, t[2] * 1e3};
-        print_row(name, "random", ms[0], -1, ms[0], peer_label[0], p.ms[0][w], pr, ms[0], p.why[0][w]);
-        print_row(name, "knorm", ms[1], sc[1] * 1e3, ms[0], peer_label[1], p.ms[1][w], pr, ms[1],
-                  p.why[1][w]);
+        double pr = p.ms[0][w], ms[3] = {t[0] * 1e3, t[1] * 1e3, t[2] * 1e3};
+        print_row(name, "random", ms[0], -1, ms[0], why[0], peer_label[0], 0, p.ms[0][w], pr,
+                  ms[0], p.why[0][w]);
+        print_row(name, "knorm", ms[1], sc[1] * 1e3, ms[0], why[1], peer_label[1], 1, p.ms[1][w],
+                  pr, ms[1], p.why[1][w]);
         char label[64];
         snprintf(label, sizeof label, "%s%s", peer_label[2], p.layers_timed[2][w] ? "*" : "");
-        print_row(name, "triattention", ms[2], sc[2] * 1e3, ms[0], label, p.ms[2][w], pr, ms[2],
-                  p.why[2][w]);
-        print_row(name, "", -1, -1, ms[0], peer_label[3], p.ms[3][w], pr, ms[2], p.why[3][w]);
+        print_row(name, "triattention", ms[2], sc[2] * 1e3, ms[0], why[2], label, 2, p.ms[2][w],
+                  pr, ms[2], p.why[2][w]);
+        print_row(name, "", -1, -1, ms[0], NULL, peer_label[3], 3, p.ms[3][w], pr, ms[2],
+                  p.why[3][w]);
         fflush(stdout);
     }
     printf("\n* timed on %d layer(s) of the round and scaled to all of them.\n"
