@@ -41,6 +41,7 @@ typedef struct {
 static const arm_workload kArmWorkloads[] = {{"G1", 1, 36}, {"G2", 1, 64}, {"G3", 128, 36}};
 
 static int g_results; /* --results: RESULT lines for bench/gpu_check.sh */
+static int g_min;     /* --stat min: the fastest round, robust on a busy machine */
 
 static double now(void)
 {
@@ -267,8 +268,8 @@ static kve_status arm_time(arm_run *r, int arm, double min_time, double *round_s
     }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
     qsort(sc, (size_t)n, sizeof(double), cmp_double);
-    *round_s = t[n / 2];
-    *score_s = sc[n / 2];
+    *round_s = g_min ? t[0] : t[n / 2];
+    *score_s = g_min ? sc[0] : sc[n / 2];
     return KVE_OK;
 }
 
@@ -286,6 +287,7 @@ static void run_arm_peers(const char *python, const char *script, const char *wl
                           int ref_layers, const char *device, arm_peers *p)
 {
     char cmd[4096], line[512], name[32], wname[8], rest[256];
+    double med, best;
     snprintf(cmd, sizeof cmd, "%s %s --workloads %s --min-seconds %.2f --ref-layers %d --device %s",
              python, script, wl, min_time, ref_layers, device);
     FILE *f = popen(cmd, "r");
@@ -302,8 +304,10 @@ static void run_arm_peers(const char *python, const char *script, const char *wl
                 const char *lt = strstr(rest, "layers_timed=");
                 if (!strncmp(rest, "skipped=", 8))
                     snprintf(p->why[k][w], sizeof p->why[k][w], "%.90s", rest + 8);
-                else if (sscanf(rest, "median_ms=%lf", &p->ms[k][w]) == 1 && lt)
-                    p->layers_timed[k][w] = atoi(lt + 13);
+                else if (sscanf(rest, "median_ms=%lf min_ms=%lf", &med, &best) == 2) {
+                    p->ms[k][w] = g_min ? best : med;
+                    p->layers_timed[k][w] = lt ? atoi(lt + 13) : 0;
+                }
             }
     }
     pclose(f);
@@ -321,7 +325,10 @@ static const char kArmUsage[] =
     "  --no-peers        kvevict only\n"
     "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
     "  --backend NAME    kvevict's backend (default cpu; cuda or hip: the peers run there too)\n"
-    "  --results         also RESULT lines (bench/gpu_check.sh reads them)\n";
+    "  --results         also RESULT lines (bench/gpu_check.sh reads them)\n"
+    "  --stat S          median (default) or min: the fastest round, robust on a busy machine\n"
+    "  --peer-workloads LIST  the workloads the peers run (default: --workloads; a CPU\n"
+    "                    G3 round of the PyTorch peers takes minutes)\n";
 
 /* One line: kvevict's arm (ms < 0: none on this line; kve_why set: it did
  * not run) and a PyTorch peer; RESULT lines for bench/gpu_check.sh. */
@@ -359,11 +366,12 @@ int main(int argc, char **argv)
 {
     int run[3] = {1, 1, 1}, threads = 1, ref_layers = 1, peers = 1;
     double min_time = 1.0;
-    const char *python = KVE_BENCH_PYTHON, *backend = "cpu";
+    const char *python = KVE_BENCH_PYTHON, *backend = "cpu", *peer_wl = NULL;
     static const struct option longs[] = {{"workloads", 1, 0, 'w'}, {"threads", 1, 0, 't'},
                                           {"min-time", 1, 0, 'm'},  {"ref-layers", 1, 0, 'r'},
                                           {"no-peers", 0, 0, 'n'},  {"python", 1, 0, 'p'},
                                           {"backend", 1, 0, 'b'},   {"results", 0, 0, 'x'},
+                                          {"stat", 1, 0, 's'},      {"peer-workloads", 1, 0, 'q'},
                                           {"help", 0, 0, 'h'},
                                           {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
@@ -379,6 +387,8 @@ int main(int argc, char **argv)
         case 'p': python = optarg; break;
         case 'b': backend = optarg; break;
         case 'x': g_results = 1; break;
+        case 's': g_min = !strcmp(optarg, "min"); break;
+        case 'q': peer_wl = optarg; break;
         case 'h': fputs(kArmUsage, stdout); return 0;
         default: fputs(kArmUsage, stderr); return 2;
         }
@@ -413,17 +423,18 @@ int main(int argc, char **argv)
         fail("the context", st);
     kve_context_get_backend(ctx, &be);
     if (peers) /* on the GPU the peers' CUDA torch (ROCm builds answer to "cuda" too) */
-        run_arm_peers(python, KVE_BENCH_PEERS_SCORED, wl, min_time, ref_layers,
+        run_arm_peers(python, KVE_BENCH_PEERS_SCORED, peer_wl ? peer_wl : wl, min_time, ref_layers,
                       be == KVE_BACKEND_CPU ? "cpu" : "cuda", &p);
     kve_cpu_isa isa;
     kve_context_get_cpu_isa(ctx, &isa);
     if (be == KVE_BACKEND_CPU)
         printf("kvevict-bench-arms: %s; kvevict on %s, %d thread(s); PyTorch peers "
-               "single-threaded; medians of >= 3 rounds and %.2f s\n", model,
-               kve_cpu_isa_name(isa), threads, min_time);
+               "single-threaded; %s of >= 3 rounds and %.2f s\n", model,
+               kve_cpu_isa_name(isa), threads, g_min ? "fastest" : "medians", min_time);
     else
         printf("kvevict-bench-arms: kvevict on the %s backend, the PyTorch peers on the same GPU; "
-               "medians of >= 3 rounds and %.2f s\n", kve_backend_name(be), min_time);
+               "%s of >= 3 rounds and %.2f s\n", kve_backend_name(be),
+               g_min ? "fastest" : "medians", min_time);
     printf("one round = every KV head of the workload keeps 960 of its 1024 candidates "
            "(2112 slots, P = 1024, W = 64)\n\n");
     printf("%-3s %-13s %11s %10s %8s | %-26s %12s %8s %9s\n", "wl", "arm", "kvevict ms",

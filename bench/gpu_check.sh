@@ -385,10 +385,12 @@ failed=0
         row "$v" "GPU tests (10,000+ cases)" "$(tests_ok "$v")" "yes" "-" "$(tests_ok "$v")"
         if [ "$v" = cuda ]; then
             for wl in G1 G2 G3; do
-                row "$v" "$wl round (ms): random / K-norm / TriAttention" \
-                    "$(arms_cell "$v" "$wl" random) / $(arms_cell "$v" "$wl" knorm) / $(arms_cell "$v" "$wl" triattention)" \
-                    "paper (PyTorch, H200): 0.30 / - / 1.47-1.64" \
-                    "torch $(arms_peer "$v" "$wl" random) / $(arms_peer "$v" "$wl" knorm) / ref $(arms_peer "$v" "$wl" tri-ref), factored $(arms_peer "$v" "$wl" tri-factored)" "-"
+                kve="$(arms_cell "$v" "$wl" random) / $(arms_cell "$v" "$wl" knorm) / $(arms_cell "$v" "$wl" triattention)"
+                peer="torch $(arms_peer "$v" "$wl" random) / $(arms_peer "$v" "$wl" knorm) / ref $(arms_peer "$v" "$wl" tri-ref), factored $(arms_peer "$v" "$wl" tri-factored)"
+                [ -n "${why[arms]:-}" ] && kve="n/a (arms: ${why[arms]})"
+                [ -z "$python" ] && peer="n/a (${why[torch]})"
+                row "$v" "$wl round (ms): random / K-norm / TriAttention" "$kve" \
+                    "paper (PyTorch, H200): 0.30 / - / 1.47-1.64" "$peer" "-"
             done
         fi
     done
