@@ -64,6 +64,9 @@ typedef struct kve_backend_ops {
      * stream (copy waits): @p src may be reused once it returns (a GPU's
      * driver stages pageable memory before returning). The state's jobs. */
     kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
+    /* kve_score (common/device/score_body.h): desc validated, key strides
+     * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
+    kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */
@@ -76,6 +79,7 @@ typedef const kve_backend_ops *(*kve_backend_entry_fn)(const kve_host_services *
 
 /* The registry (backends/registry.c). */
 const kve_backend_ops *kve_cpu_backend_ops(void); /* kernels_cpu/cpu_backend.c */
+kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc); /* kernels_cpu/score_cpu.c */
 /* The table of @p backend (not AUTO) or NULL when it cannot be loaded here. */
 const kve_backend_ops *kve_registry_get(kve_backend backend);
 /* Why kve_registry_get(@p backend) is NULL ("" when it is not): which

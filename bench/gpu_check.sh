@@ -247,7 +247,7 @@ for v in "${vendors[@]}"; do
     fi
 done
 targets=(kvevict kvevict_cli test_gpu test_gpu_load)
-[ "$cuda_mode" = ON ] && targets+=(kvevict_cuda kvevict_gpu_bench test_gpu_runtime)
+[ "$cuda_mode" = ON ] && targets+=(kvevict_cuda kvevict_gpu_bench test_gpu_runtime kvevict_bench_arms)
 [ "$hip_mode" = ON ] && targets+=(kvevict_hip kvevict_gpu_bench_hip)
 if [ -z "$prebuilt" ]; then
     step configure 60 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
@@ -322,12 +322,37 @@ for v in "${vendors[@]}"; do
         collect "$v" <"$out/python.txt"
         cat "$out/python.txt" >>"$log"
     fi
+    # the A/B arms' per-round cost (issue 13's table): kvevict on this GPU, the PyTorch peers too
+    if [ "$v" = cuda ]; then
+        peers_args=(--no-peers)
+        [ -n "$python" ] && peers_args=(--python "$python" --ref-layers 0)
+        if step arms 150 --out "$out/arms.txt" "$build/bench/kvevict-bench-arms" --backend "$v" \
+            --results --min-time 0.5 "${peers_args[@]}"; then
+            collect "$v" <"$out/arms.txt"
+        fi
+        grep -v '^RESULT' "$out/arms.txt" 2>/dev/null | tee -a "$log"
+    fi
 done
 
 # ---- the table -------------------------------------------------------------------------------
 verdict() { # value op target
     case $1 in n/a*) echo n/a; return ;; esac
     awk -v x="$1" -v op="$2" -v t="$3" 'BEGIN { ok = (op == "<=") ? (x + 0 <= t + 0) : (x + 0 >= t + 0); print (ok ? "yes" : "NO") }'
+}
+# arms_cell VENDOR WL ARM: kvevict's ms per round of that arm, else why it did not run
+arms_cell() {
+    local v reason
+    v=$(awk -v k="$1 arms_$2_$3_ms" '$1 " " $2 == k { v = $3 } END { print v }' "$results")
+    if [ -n "$v" ]; then echo "$v"; return; fi
+    reason=$(grep -m1 -E "^$2 +$3 +not run: " "$out/arms.txt" 2>/dev/null | sed 's/.*not run: //')
+    echo "n/a (${reason:-arms: ${why[arms]:-did not run}})"
+}
+# arms_peer VENDOR WL PEER: the PyTorch peer's ms per round, else n/a and why
+arms_peer() {
+    local v
+    v=$(awk -v k="$1 arms_$2_torch_$3_ms" '$1 " " $2 == k { v = $3 } END { print v }' "$results")
+    if [ -n "$v" ]; then echo "$v"; elif [ -z "$python" ]; then echo "n/a (${why[torch]})"; else
+        echo "n/a (arms: ${why[arms]:-no figure})"; fi
 }
 yesno() { case $1 in 1) echo yes ;; 0) echo NO ;; *) echo "$1" ;; esac; }
 row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
@@ -360,6 +385,16 @@ failed=0
         row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
         [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"
         row "$v" "GPU tests (10,000+ cases)" "$(tests_ok "$v")" "yes" "-" "$(tests_ok "$v")"
+        if [ "$v" = cuda ]; then
+            for wl in G1 G2 G3; do
+                kve="$(arms_cell "$v" "$wl" random) / $(arms_cell "$v" "$wl" knorm) / $(arms_cell "$v" "$wl" triattention)"
+                peer="torch $(arms_peer "$v" "$wl" random) / $(arms_peer "$v" "$wl" knorm) / ref $(arms_peer "$v" "$wl" tri-ref), factored $(arms_peer "$v" "$wl" tri-factored)"
+                [ -n "${why[arms]:-}" ] && kve="n/a (arms: ${why[arms]})"
+                [ -z "$python" ] && peer="n/a (${why[torch]})"
+                row "$v" "$wl round (ms): random / K-norm / TriAttention" "$kve" \
+                    "paper (PyTorch, H200): 0.30 / - / 1.47-1.64" "$peer" "-"
+            done
+        fi
     done
 } >"$table"
 echo | tee -a "$log"

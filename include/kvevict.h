@@ -813,6 +813,183 @@ typedef struct kve_cache_write_desc {
  */
 KVE_API kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc);
 
+/* ------------------------------------------------------------------ */
+/* Scoring (built-in scorers for KVE_SCORED selection)                 */
+/* ------------------------------------------------------------------ */
+/*
+ * A scorer reads post-RoPE keys from a K cache (described as kve_cache_write
+ * describes its destination) and writes one float per slot of each slot
+ * table: higher = more worth keeping (what scored selection keeps). One
+ * layer per call; docs/SCORERS.md gives the formulas, the calibration file
+ * and the tolerances.
+ */
+
+typedef enum kve_scorer {
+    /** kvpress's KnormPress: score = -||k||_2 (the smallest norms are kept) */
+    KVE_SCORER_KNORM = 1,
+    /** TriAttention's trigonometric score from calibrated query statistics */
+    KVE_SCORER_TRIATTENTION = 2
+} kve_scorer;
+
+/** kve_score_desc.flags */
+enum {
+    /** z-normalize each query head's scores over the table's candidates
+     *  (mean, biased std clamped to >= 1e-6) before the max over the group */
+    KVE_SCORE_ZNORM = 1u << 0,
+    /** add weight x score to the output instead of storing it (mean over
+     *  layers: weight 1/layers, one call per layer) */
+    KVE_SCORE_ACCUMULATE = 1u << 1
+};
+
+/** Most RoPE frequencies (head_dim / 2) and offsets a scorer takes. */
+#define KVE_SCORE_MAX_FREQS 256
+#define KVE_SCORE_MAX_OFFSETS 64
+
+/**
+ * A K cache of one layer, as kve_cache_write's destination: the key of
+ * (page-table row r, slot s, head h) is head_dim elements of @p dtype at
+ * base + page * stride_page + (s % page_size) * stride_slot + h * stride_head,
+ * page found through the page table as kve_cache_write finds it (with
+ * KVE_PAGES_FLAT, row r's slot s is the flat slot r * page_size + s).
+ * Byte strides of 0 take the dense value of the layout.
+ */
+typedef struct kve_key_cache {
+    const void *base;      /**< backend memory */
+    kve_dtype dtype;       /**< KVE_DTYPE_F32, F16 or BF16 */
+    uint32_t head_dim;     /**< elements per key, even, 2..2*KVE_SCORE_MAX_FREQS */
+    uint32_t n_heads;      /**< KV heads in the cache (a shard's) */
+    kve_cache_layout layout;
+    size_t stride_page, stride_slot, stride_head;
+    uint32_t page_size;    /**< slots per page */
+    uint32_t n_pages;      /**< pages in the cache */
+    kve_page_table page_table;
+    uint32_t n_rows;       /**< rows of the page table (not FLAT) */
+    const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row], backend memory */
+    uint32_t blocks_per_row;
+    const int32_t *indptr, *indices, *last_page_len; /**< INDPTR, backend memory */
+} kve_key_cache;
+
+/** TriAttention's inputs for one layer (backend memory unless said). */
+typedef struct kve_triattention_params {
+    uint32_t group;          /**< query heads per KV head (GQA), >= 1 */
+    /** float [n_heads * group][head_dim / 2][2]: mean pre-RoPE query q_f
+     *  (re, im) of each query head, pairing x[f] with x[f + head_dim/2];
+     *  query head q belongs to KV head q / group */
+    const float *q_mean;
+    const float *q_abs_mean; /**< float [n_heads * group][head_dim / 2]: mean |q_f| */
+    /** float [head_dim / 2]: RoPE angle per position of each frequency, or
+     *  NULL: omega_f = rope_theta^(-2f / head_dim) */
+    const float *omega;
+    double rope_theta;       /**< > 1, used when omega is NULL */
+    const float *freq_scale_sq; /**< float [head_dim / 2]: s_f^2, or NULL: all 1 */
+    /** float [n_offsets], finite: the future offsets delta averaged over;
+     *  NULL with n_offsets 0: 1, 2, 4, ..., 65536 (17 offsets) */
+    const float *offsets;
+    uint32_t n_offsets;      /**< 0..KVE_SCORE_MAX_OFFSETS */
+} kve_triattention_params;
+
+/**
+ * One row of a kve_score call (host memory): where its slot tables and
+ * output rows are and what its candidates are (docs/SPEC.md §3: valid slots
+ * with position >= prompt_len, less the window newest of them).
+ */
+typedef struct kve_score_row {
+    uint64_t table_offset;  /**< elements from desc.slot_pos to the row's table 0 */
+    uint64_t scores_offset; /**< elements from desc.scores to the row's output row 0 */
+    uint32_t n_slots;       /**< slots per table of this row (0..2^31-1) */
+    uint32_t prompt_len;    /**< P */
+    uint32_t window;        /**< W */
+    uint32_t round_start;   /**< t0: position of the round (TriAttention) */
+    int32_t cache_row;      /**< page-table row of the row's keys */
+    /** elements between the row's tables; 0 = desc.slot_pos_stride_table */
+    uint32_t table_stride;
+} kve_score_row;
+
+/**
+ * A scoring call: n_rows rows, each with n_tables = n_heads /
+ * heads_per_table slot tables (table t at slot_pos + table_offset + t *
+ * the row's table stride, one int32 position per slot, -1 empty) and as many
+ * output rows (scores + scores_offset + t * scores_stride_table). Table t
+ * stands for KV heads t * heads_per_table .. (t+1) * heads_per_table - 1 of
+ * the cache (1 per table, or n_heads for shared heads): its score is the
+ * max over those heads' query heads (TriAttention; KV heads for K-norm).
+ * Only candidate slots get a score; every other slot < n_slots gets 0 (or
+ * is left as it is with KVE_SCORE_ACCUMULATE).
+ */
+typedef struct kve_score_desc {
+    kve_scorer scorer;
+    uint32_t flags;          /**< KVE_SCORE_ZNORM | KVE_SCORE_ACCUMULATE */
+    float weight;            /**< output = weight x score (0 counts as 1), finite */
+    kve_key_cache keys;
+    kve_triattention_params tri; /**< KVE_SCORER_TRIATTENTION only */
+    /** KV heads per table, dividing keys.n_heads: 0 or 1 = a table per KV
+     *  head; n_heads = one per row (shared heads) */
+    uint32_t heads_per_table;
+    uint32_t n_rows;
+    const kve_score_row *rows; /**< [n_rows], host memory */
+    const int32_t *slot_pos;   /**< backend memory */
+    size_t slot_pos_stride_table; /**< >= each row's n_slots when n_tables > 1 */
+    float *scores;             /**< backend memory */
+    size_t scores_stride_table; /**< >= each row's n_slots when n_tables > 1 */
+    /** kve_state_score only (host memory, [n_rows] or NULL): page-table row
+     *  of call row i's keys; NULL = i */
+    const int32_t *cache_rows;
+} kve_score_desc;
+
+/**
+ * Score the candidates of every table of @p desc from the keys in its cache
+ * (docs/SCORERS.md). Output rows of distinct tables must not overlap.
+ * Checks every argument; on backends with host memory also each slot
+ * position (>= -1) and the page of every candidate.
+ * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID,
+ *         KVE_ERR_ALIAS, KVE_ERR_OVERFLOW with a message naming the field;
+ *         KVE_ERR_UNAVAILABLE when the backend lacks scoring.
+ */
+KVE_API kve_status kve_score(kve_context *ctx, const kve_score_desc *desc);
+
+/**
+ * Scores for a KVE_SCORED cache state's next append, in exactly the layout
+ * kve_step_buffers.scores reads: for call row i (rows[i]) and table (tl =
+ * table_layer, th), at scores + i * scores_stride_row + (tl * table_heads +
+ * th) * scores_stride_table + slot, scored over the row's slots as they are
+ * before the call. Only rows whose round runs when they receive n_new[i]
+ * tokens are written; their candidates are the round's (the window less
+ * the tokens the call brings before the round) and t0 the position of the
+ * token that triggers it. desc gives the scorer, flags, weight, keys and
+ * TriAttention inputs (its rows, slot_pos, scores and strides are ignored;
+ * heads_per_table is the state's). Call once per table layer; with
+ * KVE_SHARED_LAYERS, once per model layer with KVE_SCORE_ACCUMULATE and
+ * weight 1/layers after zeroing the buffer.
+ * @param rows, n_new [n_rows], host memory, as for kve_state_append.
+ */
+KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                                   const uint32_t *n_new, uint32_t table_layer,
+                                   const kve_score_desc *desc, float *scores,
+                                   size_t scores_stride_row, size_t scores_stride_table);
+
+/** TriAttention calibration (docs/SCORERS.md "Calibration file"), host memory. */
+typedef struct kve_triattention_stats {
+    uint32_t n_layers, n_q_heads, head_dim;
+    double rope_theta; /**< as recorded by the writer (0: not recorded) */
+    /** float [n_layers][n_q_heads][head_dim / 2][2]: layer l's q_mean is
+     *  q_mean + l * n_q_heads * head_dim */
+    float *q_mean;
+    float *q_abs_mean; /**< float [n_layers][n_q_heads][head_dim / 2] */
+} kve_triattention_stats;
+
+/**
+ * Read a calibration file written by python/kvevict (docs/SCORERS.md): magic,
+ * version, sizes, then the statistics. Fills @p out (arrays allocated; free
+ * them with kve_triattention_stats_free).
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_INVALID (cannot open, bad magic,
+ *         version, sizes, truncated or non-finite values: the message says
+ *         which); KVE_ERR_NOMEM.
+ */
+KVE_API kve_status kve_triattention_stats_load(const char *path, kve_triattention_stats *out);
+
+/** Free the arrays of @p stats (NULL accepted) and zero it. Returns KVE_OK. */
+KVE_API kve_status kve_triattention_stats_free(kve_triattention_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -372,6 +372,7 @@ static const kve_backend_ops kve_cpu_ops = {
     kve_cpu_cache_write,
     kve_cpu_state_evict,
     cpu_upload,
+    kve_cpu_score,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

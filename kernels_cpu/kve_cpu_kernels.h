@@ -58,4 +58,27 @@ extern const kve_cpu_kernels kve_cpu_kernels_avx512;
 /* The table for a resolved ISA (never NULL for an ISA resolve accepted). */
 const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa);
 
+/* kve_score's per-slot kernels (kernels_cpu/score_cpu.c drives them). The
+ * scalar ones compute exactly as common/device/score_body.h (f ascending,
+ * one accumulator), the device's order; vector ones split the sums. */
+typedef struct kve_score_kernels {
+    kve_cpu_isa isa;
+    /* key[0 .. dim) of type dtype (F32, F16, BF16) to floats */
+    void (*load)(const unsigned char *key, uint32_t dtype, uint32_t dim, float *out);
+    /* raw[j] for j < group: sum over f < nf of coef_j[3f] k[f] + coef_j[3f+1]
+     * k[f+nf] + coef_j[3f+2] |k_f|, coef_j = coef + j * 3 * nf; mag is
+     * scratch of nf floats */
+    void (*group)(const float *coef, const float *key, float *mag, uint32_t nf, uint32_t group,
+                  float *raw);
+    /* -||key|| */
+    float (*knorm)(const float *key, uint32_t dim);
+} kve_score_kernels;
+
+extern const kve_score_kernels kve_score_kernels_scalar;
+extern const kve_score_kernels kve_score_kernels_avx2;
+extern const kve_score_kernels kve_score_kernels_avx512;
+
+/* The score kernels of a resolved ISA (scalar where this build has none). */
+const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
+
 #endif

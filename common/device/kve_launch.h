@@ -15,6 +15,7 @@
 #include "compact_body.h"
 #include "evict_body.h"
 #include "keys_body.h"
+#include "score_body.h"
 #include "state_body.h"
 
 #define KVE_HOST_FN static inline
@@ -158,7 +159,8 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
         {KVE_DEV_ERR_SCORE_NAN, 0, 0},  {KVE_DEV_ERR_NEVICTED, 1, 0},   {KVE_DEV_ERR_EV_RANGE, 1, 1},
         {KVE_DEV_ERR_EV_ORDER, 1, 1},   {KVE_DEV_ERR_CSLOT_RANGE, 1, 0},
         {KVE_DEV_ERR_STATE_SLOT, 2, 0}, {KVE_DEV_ERR_CW_ROW, 3, 1},
-        {KVE_DEV_ERR_CW_SLOT, 3, 1},    {KVE_DEV_ERR_CW_PAGE, 3, 1}};
+        {KVE_DEV_ERR_CW_SLOT, 3, 1},    {KVE_DEV_ERR_CW_PAGE, 3, 1},
+        {KVE_DEV_ERR_SC_KEY, 4, 1}};
     int best = -1;
     for (int i = 0; i < KVE_DEV_ERR_KINDS; i++) {
         int k = order[i].kind;
@@ -232,6 +234,12 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
                          "by indptr and last_page_len, which must be ascending and "
                          "1..page_size, or n_pages * page_size for flat slots) (checked on the "
                          "device)",
+                         head, detail);
+    case KVE_DEV_ERR_SC_KEY:
+        return set_error(KVE_ERR_RANGE,
+                         "kve_score: row %llu, slot %u: a candidate's slot or its page lies "
+                         "outside desc.keys (its page table, page_size, n_pages) (checked on the "
+                         "device; its score is 0)",
                          head, detail);
     default:
         return set_error(KVE_ERR_RANGE,

@@ -33,10 +33,13 @@ from . import _arrays
 from ._lib import (MAX_CACHES, VERSION, KvevictError, LIBRARY_PATH, check, lib)
 from . import _lib
 from ._write import cache_write
+from ._score import (score, state_score, triattention_stats, write_triattention_stats,
+                     read_triattention_stats, load_triattention_stats, default_offsets)
 
 __all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
            "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "SCORED", "VERSION",
-           "LIBRARY_PATH"]
+           "LIBRARY_PATH", "score", "state_score", "triattention_stats", "write_triattention_stats",
+           "read_triattention_stats", "load_triattention_stats", "default_offsets"]
 
 PERSISTENT = 1
 SHARED_HEADS = 2
@@ -261,9 +264,12 @@ class State(_Handle):
         return list(out[:len(rows)])
 
     def _scores(self, b: Any, scores: Any, n_rows: int) -> Any:
-        """scores float32 [n_rows, table_layers, table_heads, >= capacity] into b."""
-        v = _arrays.View(scores, "scores", "float32", 4)
+        """scores float32 [n_rows, table_layers, table_heads, >= capacity] (or
+        [n_rows, tables, >= capacity]) into b."""
         tl, th = self.table_layers, self.table_heads
+        if len(getattr(scores, "shape", ())) == 3:
+            scores = scores.reshape(scores.shape[0], tl, th, scores.shape[2])
+        v = _arrays.View(scores, "scores", "float32", 4)
         if v.shape[0] < n_rows or v.shape[1:3] != (tl, th):
             raise ValueError("scores: shape %s, expected (%d, %d, %d, slots)" % (v.shape, n_rows, tl, th))
         st = v.strides
@@ -281,9 +287,11 @@ class State(_Handle):
         order given) and the move lists a round left. ``out``: buffers from
         step_buffers (else new ones, sized for this call). outputs=False
         advances the state alone and returns None. ``scores`` (scored states):
-        float32 [len(rows), table_layers, table_heads, >= capacity], the
-        scores of each row's slots as they are before the call (read for the
-        rows whose round is due, see rounds_due, at candidates only)."""
+        float32 [len(rows), table_layers, table_heads, >= capacity] or
+        [len(rows), tables, >= capacity] (scores_buffer's layout, which
+        State.score fills), the scores of each row's slots as they are before
+        the call (read for the rows whose round is due, see rounds_due, at
+        candidates only)."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
@@ -351,6 +359,23 @@ class State(_Handle):
               "kve_state_read_digest")
         return out.value
 
+    def keepset_digest(self, row: int) -> int:
+        """docs/SPEC.md "Digest" of the row's keep-sets now (kve_digest of its
+        tables, one per head, on the CPU): equal across engines, backends and
+        placements that kept the same positions. Not for the decode loop."""
+        info, t = self.seq(row), self.slots(row)
+        heads = np.ascontiguousarray(np.broadcast_to(t, (self.n_layers, self.n_heads, t.shape[2])))
+        seq = np.zeros(1, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
+        seq[0] = (info.seq_id, info.prompt_len, info.round)
+        b = _lib.Batch(self.seed, 0, 1, seq.ctypes.data, self.n_layers, self.n_heads,
+                       self.layer_offset, self.head_offset, t.shape[2], self.budget, self.window,
+                       heads.ctypes.data, t.shape[2], None, 0)
+        out = ctypes.c_uint64(0)
+        with Context("cpu") as host:
+            check(lib.kve_digest(host.handle, ctypes.byref(b), None, ctypes.byref(out)),
+                  "kve_digest")
+        return out.value
+
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
         out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)
@@ -389,6 +414,23 @@ class State(_Handle):
         if isinstance(step, Step):
             return step.mapping[tl, :step.n_tokens]
         return step[tl]
+
+    def scores_buffer(self, max_rows: int) -> Any:
+        """Zeroed float32 [max_rows, table_layers * table_heads, max_slots]: the
+        scores layout kve_step_buffers.scores reads (State.score fills it)."""
+        out = self.ctx._empty((max_rows, self.table_layers * self.table_heads, self.max_slots),
+                              "float32", self._torch)
+        out[...] = 0
+        return out
+
+    def score(self, rows: Sequence[int], n_new: Sequence[int], layer: int, keys: Any,
+              out: Any, **kwargs: Any) -> Any:
+        """Scores for the next append(rows, n_new) from @layer's K cache into
+        out (scores_buffer's layout), kve_state_score; kwargs as kvevict.score
+        (scorer, layout, block_table, ..., q_mean, q_abs_mean, group,
+        rope_theta, znorm, accumulate, weight, cache_row)."""
+        tl = layer if self.table_layers > 1 else 0
+        return state_score(self, rows, n_new, tl, keys, out, **kwargs)
 
     def layer_moves(self, step: Step, layer: int) -> dict:
         """cache_write's keyword arguments for the moves of @layer in a Step:

@@ -155,6 +155,39 @@ class CompactDesc(ctypes.Structure):
                 ("dst", CacheView * MAX_CACHES)]
 
 
+class KeyCache(ctypes.Structure):
+    _fields_ = [("base", vp), ("dtype", ctypes.c_int), ("head_dim", u32), ("n_heads", u32),
+                ("layout", ctypes.c_int), ("stride_page", sz), ("stride_slot", sz),
+                ("stride_head", sz), ("page_size", u32), ("n_pages", u32),
+                ("page_table", ctypes.c_int), ("n_rows", u32), ("block_table", vp),
+                ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
+                ("last_page_len", vp)]
+
+
+class TriParams(ctypes.Structure):
+    _fields_ = [("group", u32), ("q_mean", vp), ("q_abs_mean", vp), ("omega", vp),
+                ("rope_theta", ctypes.c_double), ("freq_scale_sq", vp), ("offsets", vp),
+                ("n_offsets", u32)]
+
+
+class ScoreRow(ctypes.Structure):
+    _fields_ = [("table_offset", u64), ("scores_offset", u64), ("n_slots", u32),
+                ("prompt_len", u32), ("window", u32), ("round_start", u32),
+                ("cache_row", ctypes.c_int32), ("table_stride", u32)]
+
+
+class ScoreDesc(ctypes.Structure):
+    _fields_ = [("scorer", ctypes.c_int), ("flags", u32), ("weight", ctypes.c_float),
+                ("keys", KeyCache), ("tri", TriParams), ("heads_per_table", u32),
+                ("n_rows", u32), ("rows", vp), ("slot_pos", vp), ("slot_pos_stride_table", sz),
+                ("scores", vp), ("scores_stride_table", sz), ("cache_rows", vp)]
+
+
+class TriStats(ctypes.Structure):
+    _fields_ = [("n_layers", u32), ("n_q_heads", u32), ("head_dim", u32),
+                ("rope_theta", ctypes.c_double), ("q_mean", vp), ("q_abs_mean", vp)]
+
+
 P = ctypes.POINTER
 _PROTOS = {
     "kve_status_string": (ctypes.c_char_p, [ctypes.c_int]),
@@ -184,7 +217,13 @@ _PROTOS = {
     "kve_state_read_digest": (ctypes.c_int, [vp, u32, P(u64)]),
     "kve_cache_write": (ctypes.c_int, [vp, P(CacheWriteDesc)]),
     "kve_evict": (ctypes.c_int, [vp, P(Batch), P(EvictOut), vp, sz]),
+    "kve_digest": (ctypes.c_int, [vp, P(Batch), vp, P(u64)]),
     "kve_compact": (ctypes.c_int, [vp, P(CompactDesc)]),
+    "kve_score": (ctypes.c_int, [vp, P(ScoreDesc)]),
+    "kve_state_score": (ctypes.c_int, [vp, u32, P(u32), P(u32), u32, P(ScoreDesc), vp, sz,
+                                       sz]),
+    "kve_triattention_stats_load": (ctypes.c_int, [ctypes.c_char_p, P(TriStats)]),
+    "kve_triattention_stats_free": (ctypes.c_int, [P(TriStats)]),
 }
 for _name, (_res, _args) in _PROTOS.items():
     _fn = getattr(lib, _name)

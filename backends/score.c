@@ -1,0 +1,371 @@
+/*
+ * score.c — kve_score and kve_state_score: validate once (shape, key cache,
+ * TriAttention inputs, rows, output overlaps, and on host-memory backends
+ * every slot position, candidate key page and statistic), resolve the key
+ * cache's strides, then call the backend's score op.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "device/score_body.h"
+#include "kve_error.h"
+#include "kve_state_impl.h"
+
+static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
+static size_t kve_or(size_t a, size_t b) { return a ? a : b; }
+
+static kve_status kve_check_keys(const kve_key_cache *k)
+{
+    KVE_RETURN_ERROR_IF(!k->base, KVE_ERR_NULL, "desc.keys.base is NULL");
+    KVE_RETURN_ERROR_IF(k->dtype != KVE_DTYPE_F32 && k->dtype != KVE_DTYPE_F16 &&
+                            k->dtype != KVE_DTYPE_BF16,
+                        KVE_ERR_INVALID, "desc.keys.dtype = %d: must be KVE_DTYPE_F32, F16 or BF16",
+                        (int)k->dtype);
+    KVE_RETURN_ERROR_IF(k->head_dim < 2 || k->head_dim % 2 || k->head_dim > 2 * KVE_SCORE_MAX_FREQS,
+                        KVE_ERR_RANGE, "desc.keys.head_dim = %u: must be even, 2..%d", k->head_dim,
+                        2 * KVE_SCORE_MAX_FREQS);
+    KVE_RETURN_ERROR_IF(k->n_heads == 0, KVE_ERR_RANGE, "desc.keys.n_heads = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(k->layout != KVE_LAYOUT_NHD && k->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
+                        "desc.keys.layout = %d: not a kve_cache_layout value", (int)k->layout);
+    KVE_RETURN_ERROR_IF(k->page_table < KVE_PAGES_NONE || k->page_table > KVE_PAGES_FLAT,
+                        KVE_ERR_INVALID, "desc.keys.page_table = %d: not a kve_page_table value",
+                        (int)k->page_table);
+    KVE_RETURN_ERROR_IF(k->page_size == 0, KVE_ERR_RANGE, "desc.keys.page_size = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(k->page_size > INT32_MAX, KVE_ERR_RANGE,
+                        "desc.keys.page_size = %u: must be <= 2^31-1", k->page_size);
+    KVE_RETURN_ERROR_IF(k->n_pages == 0, KVE_ERR_RANGE, "desc.keys.n_pages = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(k->page_table != KVE_PAGES_FLAT && k->n_rows == 0, KVE_ERR_RANGE,
+                        "desc.keys.n_rows = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(k->page_table == KVE_PAGES_NONE && k->n_rows > k->n_pages, KVE_ERR_RANGE,
+                        "desc.keys.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages "
+                        "= %u",
+                        k->n_rows, k->n_pages);
+    if (k->page_table == KVE_PAGES_BLOCK_TABLE) {
+        KVE_RETURN_ERROR_IF(!k->block_table, KVE_ERR_NULL, "desc.keys.block_table is NULL");
+        KVE_RETURN_ERROR_IF(k->blocks_per_row == 0, KVE_ERR_RANGE,
+                            "desc.keys.blocks_per_row = 0: must be >= 1");
+    }
+    if (k->page_table == KVE_PAGES_INDPTR) {
+        KVE_RETURN_ERROR_IF(!k->indptr, KVE_ERR_NULL, "desc.keys.indptr is NULL");
+        KVE_RETURN_ERROR_IF(!k->indices, KVE_ERR_NULL, "desc.keys.indices is NULL");
+        KVE_RETURN_ERROR_IF(!k->last_page_len, KVE_ERR_NULL, "desc.keys.last_page_len is NULL");
+    }
+    return KVE_OK;
+}
+
+/* Dense strides for zeros, alignment, and no offset overflowing. */
+static kve_status kve_resolve_keys(kve_key_cache *k)
+{
+    size_t es = kve_dtype_size(k->dtype), e = (size_t)k->head_dim * es, h = k->n_heads,
+           ps = k->page_size, big;
+    int nhd = k->layout == KVE_LAYOUT_NHD;
+    KVE_RETURN_ERROR_IF(kve_mul(ps, h, &big) || kve_mul(big, e, &big), KVE_ERR_OVERFLOW,
+                        "desc.keys: page_size %u x n_heads %u x head_dim %u overflows",
+                        k->page_size, k->n_heads, k->head_dim);
+    k->stride_head = kve_or(k->stride_head, nhd ? e : ps * e);
+    k->stride_slot = kve_or(k->stride_slot, nhd ? h * e : e);
+    k->stride_page = kve_or(k->stride_page, ps * h * e);
+    size_t all = (size_t)(uintptr_t)k->base | k->stride_head | k->stride_slot | k->stride_page;
+    KVE_RETURN_ERROR_IF(all % es, KVE_ERR_INVALID,
+                        "desc.keys.base (%p) or its strides (%zu, %zu, %zu) are not a multiple of "
+                        "%zu bytes, the size of an element",
+                        k->base, k->stride_page, k->stride_slot, k->stride_head, es);
+    size_t a, b, c;
+    KVE_RETURN_ERROR_IF(kve_mul(k->n_pages - 1, k->stride_page, &a) ||
+                            kve_mul(ps - 1, k->stride_slot, &b) ||
+                            kve_mul(h - 1, k->stride_head, &c) || __builtin_add_overflow(a, b, &a) ||
+                            __builtin_add_overflow(a, c, &a) || __builtin_add_overflow(a, e, &a) ||
+                            (uintptr_t)k->base > UINTPTR_MAX - a,
+                        KVE_ERR_OVERFLOW,
+                        "desc.keys: strides (page %zu, slot %zu, head %zu) overflow the address "
+                        "space over %u pages",
+                        k->stride_page, k->stride_slot, k->stride_head, k->n_pages);
+    return KVE_OK;
+}
+
+static kve_status kve_check_tri(const kve_score_desc *d, int host)
+{
+    const kve_triattention_params *t = &d->tri;
+    uint32_t nf = d->keys.head_dim / 2, hpt = d->heads_per_table ? d->heads_per_table : 1;
+    KVE_RETURN_ERROR_IF(t->group == 0, KVE_ERR_RANGE, "desc.tri.group = 0: must be >= 1");
+    KVE_RETURN_ERROR_IF(!t->q_mean, KVE_ERR_NULL, "desc.tri.q_mean is NULL");
+    KVE_RETURN_ERROR_IF(!t->q_abs_mean, KVE_ERR_NULL, "desc.tri.q_abs_mean is NULL");
+    KVE_RETURN_ERROR_IF((uint64_t)hpt * t->group * nf > KVE_SCORE_MAX_COEFS, KVE_ERR_RANGE,
+                        "desc.tri.group = %u: a table's query heads (%u x %u) x head_dim/2 (%u) "
+                        "exceed %u",
+                        t->group, hpt, t->group, nf, KVE_SCORE_MAX_COEFS);
+    KVE_RETURN_ERROR_IF(!t->omega && !(isfinite(t->rope_theta) && t->rope_theta > 1.0),
+                        KVE_ERR_RANGE, "desc.tri.rope_theta = %g: must be finite and > 1 when "
+                        "omega is NULL", t->rope_theta);
+    KVE_RETURN_ERROR_IF(t->n_offsets > KVE_SCORE_MAX_OFFSETS, KVE_ERR_RANGE,
+                        "desc.tri.n_offsets = %u: must be 0..%d", t->n_offsets,
+                        KVE_SCORE_MAX_OFFSETS);
+    KVE_RETURN_ERROR_IF(!t->offsets != !t->n_offsets, KVE_ERR_INVALID,
+                        "desc.tri.offsets (%p) with n_offsets = %u: give both or neither",
+                        (const void *)t->offsets, t->n_offsets);
+    if (!host)
+        return KVE_OK;
+    size_t nq = (size_t)d->keys.n_heads * t->group;
+    for (size_t i = 0; i < nq * nf * 2; i++)
+        KVE_RETURN_ERROR_IF(!isfinite(t->q_mean[i]), KVE_ERR_INVALID,
+                            "desc.tri.q_mean[%zu] = %g: must be finite", i, t->q_mean[i]);
+    for (size_t i = 0; i < nq * nf; i++)
+        KVE_RETURN_ERROR_IF(!isfinite(t->q_abs_mean[i]), KVE_ERR_INVALID,
+                            "desc.tri.q_abs_mean[%zu] = %g: must be finite", i, t->q_abs_mean[i]);
+    for (uint32_t f = 0; f < nf; f++) {
+        KVE_RETURN_ERROR_IF(t->omega && !isfinite(t->omega[f]), KVE_ERR_INVALID,
+                            "desc.tri.omega[%u] = %g: must be finite", f, t->omega[f]);
+        KVE_RETURN_ERROR_IF(t->freq_scale_sq && !isfinite(t->freq_scale_sq[f]), KVE_ERR_INVALID,
+                            "desc.tri.freq_scale_sq[%u] = %g: must be finite", f,
+                            t->freq_scale_sq[f]);
+    }
+    for (uint32_t k = 0; k < t->n_offsets; k++)
+        KVE_RETURN_ERROR_IF(!isfinite(t->offsets[k]), KVE_ERR_INVALID,
+                            "desc.tri.offsets[%u] = %g: must be finite", k, t->offsets[k]);
+    return KVE_OK;
+}
+
+typedef struct kve_span64 {
+    uint64_t start, end;
+    uint32_t row, table;
+} kve_span64;
+
+static int kve_span_cmp(const void *a, const void *b)
+{
+    const kve_span64 *x = (const kve_span64 *)a, *y = (const kve_span64 *)b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Rows: sizes, strides, offsets that fit, and output rows that never meet. */
+static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
+{
+    KVE_RETURN_ERROR_IF(!d->rows, KVE_ERR_NULL, "desc.rows is NULL (n_rows = %u)", d->n_rows);
+    KVE_RETURN_ERROR_IF(!d->slot_pos, KVE_ERR_NULL, "desc.slot_pos is NULL");
+    KVE_RETURN_ERROR_IF(!d->scores, KVE_ERR_NULL, "desc.scores is NULL");
+    size_t n = (size_t)d->n_rows * n_tables, used = 0;
+    kve_span64 *sp = (kve_span64 *)malloc((n ? n : 1) * sizeof *sp);
+    KVE_RETURN_ERROR_IF(!sp, KVE_ERR_NOMEM, "kve_score: cannot allocate %zu output spans", n);
+    kve_status st = KVE_OK;
+    for (uint32_t i = 0; i < d->n_rows && st == KVE_OK; i++) {
+        const kve_score_row *r = &d->rows[i];
+        uint64_t ts = kve_score_table_stride(d, r), ss = d->scores_stride_table, end, e2;
+        if (r->n_slots > INT32_MAX)
+            st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].n_slots = %u: must be <= 2^31-1", i,
+                               r->n_slots);
+        else if (n_tables > 1 && ts < r->n_slots)
+            st = kve_error_set(KVE_ERR_ALIAS,
+                               "desc.rows[%u]: table stride %llu < n_slots %u: tables overlap", i,
+                               (unsigned long long)ts, r->n_slots);
+        else if (n_tables > 1 && ss < r->n_slots)
+            st = kve_error_set(KVE_ERR_ALIAS,
+                               "desc.scores_stride_table = %zu < desc.rows[%u].n_slots = %u: "
+                               "output rows overlap",
+                               d->scores_stride_table, i, r->n_slots);
+        else if (d->keys.page_table != KVE_PAGES_FLAT &&
+                 (r->cache_row < 0 || (uint32_t)r->cache_row >= d->keys.n_rows))
+            st = kve_error_set(KVE_ERR_RANGE,
+                               "desc.rows[%u].cache_row = %d: must be 0..%u (keys.n_rows - 1)", i,
+                               r->cache_row, d->keys.n_rows - 1);
+        else if (d->keys.page_table == KVE_PAGES_FLAT && r->cache_row < 0)
+            st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].cache_row = %d: must be >= 0", i,
+                               r->cache_row);
+        else if (__builtin_mul_overflow((uint64_t)(n_tables - 1), ts, &end) ||
+                 __builtin_add_overflow(end, r->table_offset + (uint64_t)r->n_slots, &end) ||
+                 r->table_offset > UINT64_MAX / 2 || end > SIZE_MAX / 4 ||
+                 __builtin_mul_overflow((uint64_t)(n_tables - 1), ss, &e2) ||
+                 r->scores_offset > UINT64_MAX / 2 ||
+                 __builtin_add_overflow(e2, r->scores_offset + (uint64_t)r->n_slots, &e2) ||
+                 e2 > SIZE_MAX / 4)
+            st = kve_error_set(KVE_ERR_OVERFLOW,
+                               "desc.rows[%u]: table_offset %llu or scores_offset %llu with its "
+                               "strides overflows",
+                               i, (unsigned long long)r->table_offset,
+                               (unsigned long long)r->scores_offset);
+        for (uint32_t t = 0; st == KVE_OK && t < n_tables && r->n_slots; t++) {
+            uint64_t s0 = r->scores_offset + (uint64_t)t * ss;
+            sp[used++] = (kve_span64){s0, s0 + r->n_slots, i, t};
+        }
+    }
+    if (st == KVE_OK) {
+        qsort(sp, used, sizeof *sp, kve_span_cmp);
+        for (size_t k = 1; k < used && st == KVE_OK; k++)
+            if (sp[k].start < sp[k - 1].end)
+                st = kve_error_set(KVE_ERR_ALIAS,
+                                   "desc.rows[%u] table %u and desc.rows[%u] table %u: output "
+                                   "rows overlap (scores offsets %llu and %llu)",
+                                   sp[k - 1].row, sp[k - 1].table, sp[k].row, sp[k].table,
+                                   (unsigned long long)sp[k - 1].start,
+                                   (unsigned long long)sp[k].start);
+    }
+    free(sp);
+    return st;
+}
+
+/* Host memory: positions >= -1, and every candidate's key in the cache. */
+static kve_status kve_check_contents(const kve_score_desc *d)
+{
+    kve_score_args a;
+    kve_score_args_init(&a, d, NULL);
+    for (uint32_t i = 0; i < d->n_rows; i++) {
+        const kve_score_row *r = &d->rows[i];
+        for (uint32_t t = 0; t < a.n_tables; t++) {
+            const int32_t *tab = d->slot_pos + r->table_offset + t * kve_score_table_stride(d, r);
+            for (uint32_t s = 0; s < r->n_slots; s++)
+                KVE_RETURN_ERROR_IF(tab[s] < -1, KVE_ERR_RANGE,
+                                    "desc.slot_pos[row %u][table %u][slot %u] = %d: must be >= "
+                                    "-1",
+                                    i, t, s, tab[s]);
+            uint32_t x = kve_score_bound_seq(tab, r);
+            for (uint32_t s = 0; s < r->n_slots; s++) {
+                int why = 0;
+                if (kve_score_candidate(tab[s], r->prompt_len, x))
+                    KVE_RETURN_ERROR_IF(!kve_score_key(&a, r, s, t * a.hpt, &why), KVE_ERR_RANGE,
+                                        "desc.rows[%u] (cache_row %d), slot %u: %s of desc.keys "
+                                        "(page_size %u, n_pages %u, its page table)",
+                                        i, r->cache_row, s,
+                                        why == KVE_DEV_ERR_CW_PAGE ? "its page is not a page"
+                                                                   : "not a slot of its row",
+                                        d->keys.page_size, d->keys.n_pages);
+            }
+        }
+    }
+    return KVE_OK;
+}
+
+static kve_status kve_score_validate(kve_context *ctx, const kve_score_desc *desc, kve_score_desc *out)
+{
+    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
+    const kve_score_desc *d = desc;
+    KVE_RETURN_ERROR_IF(d->scorer != KVE_SCORER_KNORM && d->scorer != KVE_SCORER_TRIATTENTION,
+                        KVE_ERR_INVALID, "desc.scorer = %d: not a kve_scorer value",
+                        (int)d->scorer);
+    KVE_RETURN_ERROR_IF(d->flags & ~(uint32_t)(KVE_SCORE_ZNORM | KVE_SCORE_ACCUMULATE),
+                        KVE_ERR_INVALID,
+                        "desc.flags = 0x%x: only KVE_SCORE_ZNORM and KVE_SCORE_ACCUMULATE",
+                        d->flags);
+    KVE_RETURN_ERROR_IF(!isfinite(d->weight), KVE_ERR_INVALID,
+                        "desc.weight = %g: must be finite", (double)d->weight);
+    KVE_TRY(kve_check_keys(&d->keys));
+    uint32_t hpt = d->heads_per_table ? d->heads_per_table : 1;
+    KVE_RETURN_ERROR_IF(d->keys.n_heads % hpt, KVE_ERR_RANGE,
+                        "desc.heads_per_table = %u: must divide keys.n_heads = %u",
+                        d->heads_per_table, d->keys.n_heads);
+    if (d->scorer == KVE_SCORER_TRIATTENTION)
+        KVE_TRY(kve_check_tri(d, ctx->ops->host_memory));
+    *out = *d;
+    KVE_TRY(kve_resolve_keys(&out->keys));
+    if (d->n_rows == 0)
+        return KVE_OK;
+    KVE_TRY(kve_check_rows(out, d->keys.n_heads / hpt));
+    if (ctx->ops->host_memory)
+        KVE_TRY(kve_check_contents(out));
+    return KVE_OK;
+}
+
+kve_status kve_score(kve_context *ctx, const kve_score_desc *desc)
+{
+    kve_score_desc r;
+    KVE_TRY(kve_score_validate(ctx, desc, &r));
+    KVE_RETURN_ERROR_IF(!ctx->ops->score, KVE_ERR_UNAVAILABLE,
+                        "kve_score: the %s backend does not implement it yet", ctx->ops->name);
+    if (r.n_rows == 0)
+        return KVE_OK;
+    return ctx->ops->score(ctx, &r);
+}
+
+/* Row rows[i]'s scoring row for the call, or 0 when no round runs for it;
+ * KVE_ERR_INVALID when the call would break the scored state's rules. */
+static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t row, uint32_t n_new,
+                                      uint32_t tl, const kve_score_desc *desc,
+                                      size_t stride_row, size_t stride_table, kve_score_row *out,
+                                      int *due)
+{
+    const kve_state_row *r = &s->rows[row];
+    uint32_t rounds = kve_state_rounds_for(s, r->capacity, r->n_valid, n_new);
+    uint32_t before = r->capacity - r->n_valid, w = s->d.schedule.window;
+    *due = rounds > 0;
+    if (!rounds)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(rounds > 1 || before > w, KVE_ERR_INVALID,
+                        "rows[%u] = %u with n_new[%u] = %u: a scored state's row runs at most one "
+                        "round a call and receives at most window = %u tokens before it (this "
+                        "call: %u rounds, %u tokens before the first)",
+                        i, row, i, n_new, w, rounds, before);
+    KVE_RETURN_ERROR_IF(stride_table < r->capacity, KVE_ERR_RANGE,
+                        "scores_stride_table = %zu: row %u's tables hold %u slots", stride_table,
+                        row, r->capacity);
+    out->table_offset = r->off * s->tables + (uint64_t)tl * s->th * r->capacity;
+    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)tl * s->th * stride_table;
+    out->n_slots = r->capacity;
+    out->table_stride = r->capacity;
+    out->prompt_len = r->prompt;
+    out->window = w - before; /* the call's tokens before the round are the newest */
+    out->round_start = r->n_tokens + before;
+    out->cache_row = desc->cache_rows ? desc->cache_rows[i] : (int32_t)i;
+    return KVE_OK;
+}
+
+kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                           const uint32_t *n_new, uint32_t table_layer, const kve_score_desc *desc,
+                           float *scores, size_t scores_stride_row, size_t scores_stride_table)
+{
+    kve_state *s = state;
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
+    if (n_rows == 0)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
+    KVE_RETURN_ERROR_IF(table_layer >= s->tl, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer, s->tl);
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: the state holds %u rows", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
+                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
+                        s->d.n_heads);
+    size_t need;
+    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(s->tables, scores_stride_table, &need) ||
+                            scores_stride_row < need,
+                        KVE_ERR_RANGE,
+                        "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "
+                        "(%zu)",
+                        scores_stride_row, s->tables, scores_stride_table);
+    kve_score_row *sr = (kve_score_row *)calloc(n_rows, sizeof *sr);
+    uint8_t *seen = (uint8_t *)calloc(s->d.max_seqs, 1);
+    kve_status st = sr && seen ? KVE_OK
+                               : kve_error_set(KVE_ERR_NOMEM, "kve_state_score: cannot allocate "
+                                                              "%u rows", n_rows);
+    uint32_t n = 0;
+    for (uint32_t i = 0; st == KVE_OK && i < n_rows; i++) {
+        int due = 0;
+        if (rows[i] >= s->d.max_seqs || !s->rows[rows[i]].active)
+            st = kve_error_set(KVE_ERR_INVALID, "rows[%u] = %u: not an active row (max_seqs %u)", i,
+                               rows[i], s->d.max_seqs);
+        else if (seen[rows[i]])
+            st = kve_error_set(KVE_ERR_INVALID, "rows[%u] = %u: listed twice", i, rows[i]);
+        else {
+            seen[rows[i]] = 1;
+            st = kve_state_score_row(s, i, rows[i], n_new[i], table_layer, desc,
+                                     scores_stride_row, scores_stride_table, &sr[n], &due);
+            n += due;
+        }
+    }
+    if (st == KVE_OK) {
+        kve_score_desc d = *desc;
+        d.heads_per_table = s->th == 1 ? s->d.n_heads : 1;
+        d.n_rows = n;
+        d.rows = sr;
+        d.slot_pos = s->slot_pos;
+        d.slot_pos_stride_table = 0;
+        d.scores = scores;
+        d.scores_stride_table = scores_stride_table;
+        d.cache_rows = NULL;
+        st = n ? kve_score(s->ctx, &d) : KVE_OK;
+    }
+    free(sr);
+    free(seen);
+    return st;
+}

@@ -1,0 +1,1 @@
+"""Worked examples of the kvevict package (python -m kvevict.examples.<name>)."""
