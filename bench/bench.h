@@ -21,4 +21,11 @@ kve_context *cpu_context(int isa, int threads);
 void bench_state_memory(void);
 void bench_moves(int isa, int threads, double min_time);
 
+/* bench_score.c: seconds per G1 scoring round (36 kve_score calls) of
+ * @p scorer on a CPU context (the cost-table entry), and the figure with
+ * the PyTorch peer of @p script (bench/score_peers.py; python NULL: none). */
+double bench_score_round(kve_scorer scorer, int isa, int threads, double min_time);
+void bench_score(const int *isas, int n_isas, const int *threads, int n_threads, double min_time,
+                 const char *python, const char *script);
+
 #endif
