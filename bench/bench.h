@@ -10,6 +10,8 @@ typedef void (*step_fn)(void *arg);
  * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs
  * before each. */
 double time_median(double min_time, step_fn setup, step_fn body, void *arg);
+/* --stat min given: figures are fastest runs (the peers' too). */
+extern int g_use_min;
 /* Exits with the library's message. */
 void die(const char *what, kve_status st);
 /* A CPU context on @p isa with @p threads. */

@@ -57,7 +57,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int g_use_min; /* --stat min: the fastest run instead of the median */
+int g_use_min; /* --stat min: the fastest run instead of the median (bench.h) */
 
 double time_median(double min_time, step_fn setup, step_fn body, void *arg)
 {

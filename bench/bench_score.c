@@ -117,11 +117,12 @@ static void score_desc_fill(score_run *s, score_inputs *in, kve_scorer scorer)
     }
 }
 
-/* Runs bench/score_peers.py: its PEER lines' median ms per round, by scorer. */
+/* Runs bench/score_peers.py: its PEER lines' median (or, with --stat min,
+ * fastest) ms per round, by scorer. */
 static void score_peers(const char *python, const char *script, double min_time, double out[2])
 {
     char cmd[4096], line[512], name[32];
-    double med;
+    double med, low;
     out[0] = out[1] = -1;
     snprintf(cmd, sizeof cmd, "%s %s --min-seconds %.2f", python, script, min_time * 2);
     FILE *f = popen(cmd, "r");
@@ -129,8 +130,8 @@ static void score_peers(const char *python, const char *script, double min_time,
         return;
     while (fgets(line, sizeof line, f)) {
         fputs(line, stderr);
-        if (sscanf(line, "PEER %31s median_ms=%lf", name, &med) == 2)
-            out[strcmp(name, "torch-triattention") == 0 ? 0 : 1] = med;
+        if (sscanf(line, "PEER %31s median_ms=%lf min_ms=%lf", name, &med, &low) == 3)
+            out[strcmp(name, "torch-triattention") == 0 ? 0 : 1] = g_use_min ? low : med;
     }
     pclose(f);
 }
@@ -175,6 +176,6 @@ void bench_score(const int *isas, int n_isas, const int *threads, int n_threads,
             }
     }
     if (peer[0] > 0 || peer[1] > 0)
-        printf("peers, PyTorch 1 thread, one G1 round: triattention %.1f ms, knorm %.1f ms\n",
-               peer[0], peer[1]);
+        printf("peers, PyTorch 1 thread, one G1 round (%s): triattention %.1f ms, knorm %.1f ms\n",
+               g_use_min ? "fastest" : "median", peer[0], peer[1]);
 }
