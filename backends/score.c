@@ -220,7 +220,7 @@ static kve_status kve_check_contents(const kve_score_desc *d)
             for (uint32_t s = 0; s < r->n_slots; s++) {
                 int why = 0;
                 if (kve_score_candidate(tab[s], r->prompt_len, x))
-                    KVE_RETURN_ERROR_IF(!kve_score_key(&a, r, s, t * a.hpt, &why), KVE_ERR_RANGE,
+                    KVE_RETURN_ERROR_IF(!kve_score_locate_key(&a, r, s, t * a.hpt, &why), KVE_ERR_RANGE,
                                         "desc.rows[%u] (cache_row %d), slot %u: %s of desc.keys "
                                         "(page_size %u, n_pages %u, its page table)",
                                         i, r->cache_row, s,

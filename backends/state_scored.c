@@ -65,7 +65,10 @@ static kve_status kve_scored_nan(const kve_state *s, uint32_t i, uint32_t row, u
 {
     const kve_state_row *r = &s->rows[row];
     kve_seq seq = {r->seq_id, r->prompt, r->round};
-    kve_batch b = kve_state_batch(s, row, r->capacity);
+    kve_batch b = kve_state_batch(s, 1);
+    b.slot_pos = s->slot_pos + r->off * s->tables; /* the row's tables, in the pool */
+    b.n_slots = r->capacity;
+    b.slot_pos_stride = r->capacity;
     b.seqs = &seq;
     b.budget = 0; /* a full row always evicts */
     b.window = s->d.schedule.window - before;

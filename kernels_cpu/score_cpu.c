@@ -32,7 +32,7 @@ static int kve_score_slot(const kve_score_args *a, const kve_score_kernels *kk,
     uint32_t group = tri ? d->tri.group : 1, dim = d->keys.head_dim;
     for (uint32_t hh = 0; hh < a->hpt; hh++) {
         int why = 0;
-        const unsigned char *key = kve_score_key(a, r, s, table * a->hpt + hh, &why);
+        const unsigned char *key = kve_score_locate_key(a, r, s, table * a->hpt + hh, &why);
         if (!key)
             return 0;
         kk->load(key, d->keys.dtype, dim, w->key);

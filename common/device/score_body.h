@@ -77,7 +77,7 @@ KVE_FN float kve_score_elem(const unsigned char *key, uint32_t t, uint32_t e)
 
 /* The key of slot @p slot of row @p r in KV head @p h, or NULL (*why set)
  * when the slot or its page is outside the cache. */
-KVE_FN const unsigned char *kve_score_key(const kve_score_args *a, const kve_score_row *r,
+KVE_FN const unsigned char *kve_score_locate_key(const kve_score_args *a, const kve_score_row *r,
                                           uint32_t slot, uint32_t h, int *why)
 {
     int64_t s = slot;
@@ -239,7 +239,7 @@ KVE_FN float kve_score_raw_one(const kve_score_args *a, const kve_score_row *r, 
     uint32_t group = d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1;
     uint32_t h = table * a->hpt + j / group;
     int why = 0;
-    const unsigned char *key = kve_score_key(a, r, slot, h, &why);
+    const unsigned char *key = kve_score_locate_key(a, r, slot, h, &why);
     if (!key) {
         *bad = 1;
         return 0.0f;

@@ -454,7 +454,8 @@ static uint32_t kve_ls_step(kve_state *e, kve_state *c, kve_emu_launch_rec *log,
         before[i] = info.round;
     }
     for (int k = 0; k < 2; k++) {
-        kve_step_buffers out = {map[k], KVE_LS_ROWS, moves[k], n_moves[k], KVE_LS_ROWS, 4};
+        kve_step_buffers out = {.slot_mapping = map[k], .max_tokens = KVE_LS_ROWS, .moves = moves[k],
+                                .n_moves = n_moves[k], .max_rows = KVE_LS_ROWS, .max_moves = 4};
         if (!k)
             kve_emu_log_start(log, KVE_LS_LOG);
         ck_assert_int_eq(kve_state_append(k ? c : e, KVE_LS_ROWS, rows, ones, &out), KVE_OK);
