@@ -1,4 +1,5 @@
-/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c. */
+/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c and
+ * bench_scored.c. */
 #ifndef KVE_BENCH_H
 #define KVE_BENCH_H
 
@@ -20,5 +21,8 @@ kve_context *cpu_context(int isa, int threads);
  * the same bytes. */
 void bench_state_memory(void);
 void bench_moves(int isa, int threads, double min_time);
+/* bench_scored.c: a checked G1 round, random vs scored (uniform and tied
+ * scores), measured alternately; one line. */
+void bench_scored(int isa, int threads, double min_time, const char *isa_name);
 
 #endif
