@@ -1,4 +1,5 @@
-/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c. */
+/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c and
+ * bench_scored.c. */
 #ifndef KVE_BENCH_H
 #define KVE_BENCH_H
 
@@ -31,5 +32,8 @@ void bench_step(int isa, int threads, double min_time);
 double bench_score_round(kve_scorer scorer, int isa, int threads, double min_time);
 void bench_score(const int *isas, int n_isas, const int *threads, int n_threads, double min_time,
                  const char *python, const char *script);
+/* bench_scored.c: a checked G1 round, random vs scored (uniform and tied
+ * scores), measured alternately; one line. */
+void bench_scored(int isa, int threads, double min_time, const char *isa_name);
 
 #endif

@@ -39,7 +39,7 @@ typedef struct {
     double min_time;
     int isas[4], n_isas;
     int threads[8], n_threads;
-    int run[8]; /* G1, G2, G3, compaction, moves, state memory, decode step, scoring */
+    int run[9]; /* G1, G2, G3, compaction, moves, state memory, decode step, scoring, scored */
     int peers;
     const char *python, *script;
 } options;
@@ -481,10 +481,11 @@ static const char kUsage[] =
     "P=1024, B=2048, W=64, so 1024 candidates and 64 evictions per head; and the compaction of\n"
     "G1's K and V (256-byte entries) after a round. Per ISA and thread count: ms per round,\n"
     "ns per candidate, the ratio to the hash-only floor; numpy and PyTorch side by side.\n"
-    "  --workloads LIST  G1,G2,G3,compact,moves,memory,step,score (default all): moves = a\n"
-    "                    decode step's moves (kve_cache_write) vs memcpy; memory = state vs K/V\n"
-    "                    bytes; step = a G2 decode step of 128 rows in a round (append, moves,\n"
-    "                    writes); score = a G1 round of TriAttention and K-norm scoring vs PyTorch\n"
+    "  --workloads LIST  G1,G2,G3,compact,moves,memory,step,score,scored (default all): moves =\n"
+    "                    a decode step's moves (kve_cache_write) vs memcpy; memory = state vs\n"
+    "                    K/V bytes; step = a G2 decode step of 128 rows in a round (append,\n"
+    "                    moves, writes); score = a G1 round of TriAttention and K-norm scoring\n"
+    "                    vs PyTorch; scored = a G1 round by scores (KVE_SCORED) vs by keys\n"
     "  --isa LIST        scalar,avx2,avx512 (default: each this CPU runs)\n"
     "  --threads LIST    thread counts (default 1,2)\n"
     "  --min-time S      seconds per measurement at least (default 0.5)\n"
@@ -495,19 +496,20 @@ static const char kUsage[] =
 
 int main(int argc, char **argv)
 {
-    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
+    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
     static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
-    static const char *const wl_names[] = {"G1", "G2", "G3", "compact", "moves", "memory", "step", "score"};
+    static const char *const wl_names[] = {"G1",     "G2",   "G3",    "compact", "moves",
+                                           "memory", "step", "score", "scored"};
     static const struct option longs[] = {
         {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
         {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
         {"peers", 1, 0, 's'},     {"help", 0, 0, 'h'},    {"stat", 1, 0, 'x'},
         {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
-        int list[8], n;
+        int list[9], n;
         switch (c) {
         case 'w':
-            n = parse_list(optarg, wl_names, 8, list, 8);
+            n = parse_list(optarg, wl_names, 9, list, 9);
             memset(o.run, 0, sizeof o.run);
             for (int i = 0; i < n; i++)
                 o.run[list[i]] = 1;
@@ -630,5 +632,11 @@ int main(int argc, char **argv)
     if (o.run[7])
         bench_score(o.isas, o.n_isas, o.threads, o.n_threads, o.min_time,
                     o.peers ? o.python : NULL, KVE_BENCH_SCORE_PEERS);
+    if (o.run[8]) {
+        printf("\nscored selection (KVE_SCORED) vs random, G1 checked round, ms, least of 3 alternating\n");
+        for (int i = 0; i < o.n_isas; i++)
+            for (int t = 0; t < o.n_threads; t++)
+                bench_scored(o.isas[i], o.threads[t], o.min_time, isa_names[o.isas[i]]);
+    }
     return 0;
 }

@@ -59,17 +59,23 @@ static uint32_t kve_head_nan_slot(const kve_batch *b, size_t i, uint32_t *tmp)
     if (n_valid <= b->budget || wc == n_gen)
         return UINT32_MAX; /* no candidate: no score is read */
     uint64_t win_lo = wc ? (uint64_t)max_pos - wc + 1 : (uint64_t)1 << 32;
-    uint32_t in_window = 0;
-    for (uint32_t t = 0; t < n; t++)
-        in_window += sp[t] >= 0 && (uint32_t)sp[t] >= prompt && (uint64_t)sp[t] >= win_lo;
-    if (in_window != wc) {
-        uint32_t m = 0;
-        for (uint32_t t = 0; t < n; t++)
-            if (sp[t] >= 0 && (uint32_t)sp[t] >= prompt)
-                tmp[m++] = (uint32_t)sp[t];
-        qsort(tmp, m, sizeof *tmp, kve_cmp_u32);
-        win_lo = tmp[m - wc];
+    /* One pass checks the guess and the candidates it implies. */
+    uint32_t in_window = 0, first = UINT32_MAX;
+    for (uint32_t t = 0; t < n; t++) {
+        int gen = sp[t] >= 0 && (uint32_t)sp[t] >= prompt;
+        int cand = gen && (uint64_t)sp[t] < win_lo;
+        in_window += gen && !cand;
+        if (cand && first == UINT32_MAX && kve_score_is_nan(kve_score_bits(sc[t])))
+            first = t;
     }
+    if (in_window == wc)
+        return first;
+    uint32_t m = 0;
+    for (uint32_t t = 0; t < n; t++)
+        if (sp[t] >= 0 && (uint32_t)sp[t] >= prompt)
+            tmp[m++] = (uint32_t)sp[t];
+    qsort(tmp, m, sizeof *tmp, kve_cmp_u32);
+    win_lo = tmp[m - wc];
     for (uint32_t t = 0; t < n; t++)
         if (sp[t] >= 0 && (uint32_t)sp[t] >= prompt && (uint64_t)sp[t] < win_lo &&
             kve_score_is_nan(kve_score_bits(sc[t])))

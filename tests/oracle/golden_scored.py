@@ -41,14 +41,23 @@ def cases():
     return out
 
 
-def c_float(x):
+def float_text(x, names):
+    """x by names = (NaN, +inf, -inf, +0, -0, suffix of other numbers)."""
     if math.isnan(x):
-        return "NAN"
+        return names[0]
     if math.isinf(x):
-        return "INFINITY" if x > 0 else "-INFINITY"
+        return names[1] if x > 0 else names[2]
     if x == 0:
-        return "-0.0f" if math.copysign(1, x) < 0 else "0.0f"
-    return repr(float(x)) + "f"
+        return names[3] if math.copysign(1, x) > 0 else names[4]
+    return repr(float(x)) + names[5]
+
+
+def c_float(x):
+    return float_text(x, ("NAN", "INFINITY", "-INFINITY", "0.0f", "-0.0f", "f"))
+
+
+def md_float(x):
+    return float_text(x, ("NaN", "+inf", "-inf", "+0.0", "-0.0", ""))
 
 
 def header_text(cs, c_array):
@@ -84,16 +93,6 @@ def header_text(cs, c_array):
     h.append("")
     h.append("#endif")
     return "\n".join(h) + "\n"
-
-
-def md_float(x):
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "+inf" if x > 0 else "-inf"
-    if x == 0:
-        return "-0.0" if math.copysign(1, x) < 0 else "+0.0"
-    return repr(float(x))
 
 
 def listing(v):
