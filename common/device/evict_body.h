@@ -42,6 +42,7 @@ typedef struct kve_evict_smem {
     uint32_t hist[256];
     uint32_t n_valid, n_gen, gen_min, gen_max;
     uint32_t bad_slot, dup_pos; /* smallest offender, all ones when none */
+    uint32_t nan_slot;          /* KVE_SCORED: smallest candidate slot with a NaN score */
     uint32_t sel_bin, sel_below, sel_count; /* the boundary bin of a select pass */
 } kve_evict_smem;
 
@@ -301,7 +302,7 @@ KVE_FN int kve_evict_load(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *
         sm->n_valid = sm->n_gen = 0;
         sm->gen_min = KVE_NONE32;
         sm->gen_max = 0;
-        sm->bad_slot = sm->dup_pos = KVE_NONE32;
+        sm->bad_slot = sm->dup_pos = sm->nan_slot = KVE_NONE32;
     }
     if (check_dups)
         for (uint32_t i = tc->tid; i < cap; i += tc->nt)
@@ -349,6 +350,36 @@ KVE_FN uint32_t kve_first_diff_digit(uint32_t a, uint32_t b)
     return d;
 }
 
+/* Phase C with KVE_SCORED (docs/SPEC.md "Scored selection"): each
+ * candidate's key from its score (distinct keys, ascending = descending
+ * score, then ascending position), and the device's NaN check, reported
+ * through the error records; returns 0 (nothing written) on a NaN. */
+KVE_FN int kve_scored_keys(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
+                           kve_head *hd, uint64_t *keys)
+{
+    const float *row = a->b.scores + h * a->b.scores_stride;
+    uint32_t nan_slot = KVE_NONE32;
+    for (uint32_t t = tc->tid; t < hd->n; t += tc->nt) {
+        uint64_t hi;
+        uint32_t lo;
+        if (kve_member(hd, KVE_MEMBER_GENERATED, t, &hi, &lo) && lo <= hd->win_thr) {
+            uint32_t u = kve_score_bits(row[t]);
+            nan_slot = kve_score_is_nan(u) && t < nan_slot ? t : nan_slot;
+            keys[t] = kve_score_key(u, lo);
+        }
+    }
+    /* Its own field: phase A's last reads of bad_slot may still be running. */
+    kve_atomic_min_u32(&sm->nan_slot, nan_slot);
+    kve_sync(tc);
+    if (sm->nan_slot != KVE_NONE32) {
+        if (tc->tid == 0)
+            kve_raise(a->errors, KVE_DEV_ERR_SCORE_NAN, h, sm->nan_slot);
+        return 0;
+    }
+    hd->keys_ready = 1;
+    return 1;
+}
+
 /* One head, phases A to D. */
 KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
                            unsigned char *scratch)
@@ -382,8 +413,15 @@ KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args 
         int64_t nk = (int64_t)b->budget - protect;
         n_keep = nk < 0 ? 0 : nk > n_cand ? n_cand : (uint32_t)nk;
         over_budget = protect > b->budget;
-        /* C: keys, then the (key, pos) threshold, when the choice is real. */
-        if (n_keep > 0 && n_keep < n_cand) {
+        /* C: keys, then the (key, pos) threshold, when the choice is real.
+         * Scored: keys from the scores of every candidate (each is checked). */
+        if ((b->flags & KVE_SCORED) && n_cand > 0) {
+            if (!kve_scored_keys(tc, sm, a, h, &hd, keys))
+                return;
+            kve_u96 none = {0, 0};
+            if (n_keep > 0 && n_keep < n_cand)
+                thr = kve_block_select(tc, sm, &hd, KVE_MEMBER_CANDIDATE, 0, n_keep, none);
+        } else if (n_keep > 0 && n_keep < n_cand) {
             uint64_t seq_seed = kve_seq_seed(b->seed, seq->seq_id);
             uint32_t layer = b->layer_offset + (uint32_t)((h / b->n_heads) % b->n_layers);
             uint32_t head = b->head_offset + (uint32_t)(h % b->n_heads);

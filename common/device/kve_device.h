@@ -208,6 +208,7 @@ enum {
     KVE_DEV_ERR_CW_SLOT,        /* kve_cache_write: slot outside its row; head = t, detail = head */
     KVE_DEV_ERR_CW_PAGE,        /* kve_cache_write: page id not a page; head = t, detail = head */
     KVE_DEV_ERR_SC_KEY,         /* kve_score: a candidate's key outside the cache; head = row, detail = slot */
+    KVE_DEV_ERR_SCORE_NAN,      /* kve_evict, KVE_SCORED: a candidate's score is NaN; detail = slot */
     KVE_DEV_ERR_KINDS
 };
 #define KVE_DEV_ERR_NONE 0xffffffffffffffffull

@@ -173,7 +173,7 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
 {
     static const kve_dev_err_rank order[KVE_DEV_ERR_KINDS] = {
         {KVE_DEV_ERR_SLOT_RANGE, 0, 0}, {KVE_DEV_ERR_DUPLICATE, 0, 0},
-        {KVE_DEV_ERR_NEVICTED, 1, 0},   {KVE_DEV_ERR_EV_RANGE, 1, 1},
+        {KVE_DEV_ERR_SCORE_NAN, 0, 0},  {KVE_DEV_ERR_NEVICTED, 1, 0},   {KVE_DEV_ERR_EV_RANGE, 1, 1},
         {KVE_DEV_ERR_EV_ORDER, 1, 1},   {KVE_DEV_ERR_CSLOT_RANGE, 1, 0},
         {KVE_DEV_ERR_STATE_SLOT, 2, 0}, {KVE_DEV_ERR_CW_ROW, 3, 1},
         {KVE_DEV_ERR_CW_SLOT, 3, 1},    {KVE_DEV_ERR_CW_PAGE, 3, 1},
@@ -208,6 +208,11 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
         return set_error(KVE_ERR_DUPLICATE,
                          "batch.slot_pos[head %llu]: position %u is held by two slots (checked "
                          "on the device)",
+                         head, detail);
+    case KVE_DEV_ERR_SCORE_NAN:
+        return set_error(KVE_ERR_INVALID,
+                         "batch.scores[head %llu][slot %u] is NaN: a candidate's score must be a "
+                         "number (+-inf allowed) (checked on the device)",
                          head, detail);
     case KVE_DEV_ERR_NEVICTED:
         return set_error(KVE_ERR_RANGE,

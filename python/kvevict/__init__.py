@@ -39,12 +39,13 @@ from ._score import (score, state_score, triattention_stats, write_triattention_
 __all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
            "score", "state_score", "triattention_stats", "write_triattention_stats",
            "read_triattention_stats", "load_triattention_stats", "default_offsets",
-           "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "VERSION", "LIBRARY_PATH"]
+           "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "SCORED", "VERSION",
+           "LIBRARY_PATH"]
 
 PERSISTENT = 1
 SHARED_HEADS = 2
 SHARED_LAYERS = 4
-SCORED = 16  #: KVE_SCORED: a state whose rounds keep the highest scores (append(scores=...))
+SCORED = 16  # selection by scores (docs/SPEC.md "Scored selection"); not a key flag
 
 _BACKENDS = {0: "auto", 1: "cpu", 2: "cuda", 3: "hip"}
 
@@ -253,6 +254,29 @@ class State(_Handle):
                     self.ctx._empty((tl, max_rows, th, m, 2), "int32", self._torch),
                     self.ctx._empty((tl, max_rows, th), "int32", self._torch))
 
+    def rounds_due(self, rows: Sequence[int], n_new: Sequence[int]) -> list:
+        """Rounds each row would run if it received n_new[i] tokens
+        (kve_state_rounds_due): in a scored state, the rows that need scores."""
+        if len(rows) != len(n_new):
+            raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
+        out = (ctypes.c_uint32 * max(len(rows), 1))()
+        check(lib.kve_state_rounds_due(self.handle, len(rows), _arrays.u32_array(rows),
+                                       _arrays.u32_array(n_new), out), "kve_state_rounds_due")
+        return list(out[:len(rows)])
+
+    def _scores(self, b: Any, scores: Any, n_rows: int) -> Any:
+        """scores float32 [n_rows, table_layers, table_heads, >= capacity] into b."""
+        v = _arrays.View(scores, "scores", "float32", 4)
+        tl, th = self.table_layers, self.table_heads
+        if v.shape[0] < n_rows or v.shape[1:3] != (tl, th):
+            raise ValueError("scores: shape %s, expected (%d, %d, %d, slots)" % (v.shape, n_rows, tl, th))
+        st = v.strides
+        if st[3] != 4 or st[1] != th * st[2]:
+            raise ValueError("scores: a row's tables must be evenly spaced (strides %s)" % (st,))
+        self.ctx._prepare([v])
+        b.scores, b.scores_stride_row, b.scores_stride_table = v.ptr, st[0] // 4, st[2] // 4
+        return v
+
     def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
                outputs: bool = True, scores: Any = None) -> Optional[Step]:
         """Append n_new[i] tokens to row rows[i]; return the Step holding the
@@ -260,14 +284,20 @@ class State(_Handle):
         writes each token, -1 to skip; tokens numbered row by row in the
         order given) and the move lists a round left. ``out``: buffers from
         step_buffers (else new ones, sized for this call). outputs=False
-        advances the state alone and returns None. ``scores`` (scored
-        states): float32 [call rows, tables, stride] as scores_buffer makes
-        and State.score fills, read for the rows whose round runs."""
+        advances the state alone and returns None. ``scores`` (scored states):
+        float32 [len(rows), table_layers, table_heads, >= capacity], the
+        scores of each row's slots as they are before the call (read for the
+        rows whose round is due, see rounds_due, at candidates only)."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
         r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
         if not outputs:
-            check(lib.kve_state_append(self.handle, len(rows), r, k, None), "kve_state_append")
+            b = _lib.StepBuffers()
+            if scores is not None:
+                self._scores(b, scores, len(rows))
+            check(lib.kve_state_append(self.handle, len(rows), r, k,
+                                       ctypes.byref(b) if scores is not None else None),
+                  "kve_state_append")
             return None
         total = int(sum(n_new))
         if out is None:
@@ -286,22 +316,11 @@ class State(_Handle):
         self.ctx._prepare(views)
         b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
         if scores is not None:
-            sv = _arrays.View(scores, "scores", "float32", 3)
-            sv.dense_tail(1)
-            self.ctx._prepare([sv])
-            b.scores, b.scores_stride_row = sv.ptr, sv.strides[0] // 4
-            b.scores_stride_table = sv.strides[1] // 4
+            self._scores(b, scores, len(rows))
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
               "kve_state_append")
         out.n_tokens, out.n_rows = total, len(rows)
         return out
-
-    def rounds_due(self, rows: Sequence[int], n_new: Sequence[int]) -> list:
-        """Rounds each row would run in append(rows, n_new) (kve_state_rounds_due)."""
-        out = (ctypes.c_uint32 * max(len(rows), 1))()
-        check(lib.kve_state_rounds_due(self.handle, len(rows), _arrays.u32_array(rows),
-                                       _arrays.u32_array(n_new), out), "kve_state_rounds_due")
-        return list(out[:len(rows)])
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
                 mapping: bool = False, steps: Optional[Sequence[int]] = None) -> Any:
@@ -428,8 +447,12 @@ def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):
 
 def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, seed: int,
           budget: int, window: int, flags: int = 0, layer_offset: int = 0,
-          head_offset: int = 0, n_slots: Optional[int] = None) -> Tuple[Any, Any]:
+          head_offset: int = 0, n_slots: Optional[int] = None,
+          scores: Any = None) -> Tuple[Any, Any]:
     """One eviction (kve_evict) of slot_pos int32 [seqs, layers, heads, slots].
+
+    scores: float32 [seqs, layers, heads, >= n_slots] selects by score
+    instead of keys (sets SCORED; docs/SPEC.md "Scored selection").
 
     seqs: (seq_id, prompt_len, round) per sequence. Returns (evicted, n_evicted):
     evicted int32 [seqs, layers, heads, max(1, n_slots - budget)], ascending
@@ -448,6 +471,15 @@ def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, 
     sv = _arrays.View(dev_seqs, "seqs") if ctx.backend != "cpu" else None
     b = _lib.Batch(seed, flags, s, sv.ptr if sv else dev_seqs.ctypes.data, l, h, layer_offset,
                    head_offset, n, budget, window, v.ptr, stride)
+    if scores is not None:
+        sc = _arrays.View(scores, "scores", "float32", 4)
+        sst = sc.strides
+        if sc.shape[:3] != (s, l, h) or sst[3] != 4 or sst[1] != h * sst[2] or sst[0] != l * sst[1]:
+            raise ValueError("scores: shape %s / strides %s: expected evenly spaced rows of "
+                             "(%d, %d, %d, >= n_slots)" % (sc.shape, sst, s, l, h))
+        ctx._prepare([sc])
+        b.flags |= SCORED
+        b.scores, b.scores_stride = sc.ptr, sst[2] // 4
     cv = _arrays.View(counts, "counts")
     o = _lib.EvictOut(_arrays.View(evicted, "evicted").ptr, ev_stride, cv.ptr,
                       cv.ptr + s * l * h * 4, None, None, 0)

@@ -132,7 +132,8 @@ class Batch(ctypes.Structure):
     _fields_ = [("seed", u64), ("flags", u32), ("n_seqs", u32), ("seqs", vp),
                 ("n_layers", u32), ("n_heads", u32), ("layer_offset", u32),
                 ("head_offset", u32), ("n_slots", u32), ("budget", u32), ("window", u32),
-                ("slot_pos", vp), ("slot_pos_stride", sz), ("scores", vp), ("scores_stride", sz)]
+                ("slot_pos", vp), ("slot_pos_stride", sz), ("scores", vp),
+                ("scores_stride", sz)]
 
 
 class EvictOut(ctypes.Structure):

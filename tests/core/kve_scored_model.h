@@ -109,4 +109,56 @@ static inline void ksm_fill(uint64_t *rng, float *sc, const int32_t *sp, uint32_
         sc[t] = NAN; /* padding between rows is never read */
 }
 
+/* A random scored batch: 1-3 sequences x 1-2 layers x 1-3 heads, padded
+ * strides, NaN only where never read. */
+typedef struct {
+    kve_seq seqs[3];
+    kve_batch b;
+    int32_t *slots;
+    float *scores;
+} ksm_batch;
+
+static inline void ksm_batch_make(uint64_t *rng, ksm_batch *r, int iter)
+{
+    kve_batch *b = &r->b;
+    memset(r, 0, sizeof *r);
+    uint32_t S = 1 + kt_below(rng, 3), L = 1 + kt_below(rng, 2), H = 1 + kt_below(rng, 3);
+    uint32_t n = iter % 50 == 0 ? 1 + kt_below(rng, 3000) : 1 + kt_below(rng, 300);
+    size_t stride = n + (iter % 3 == 0 ? kt_below(rng, 9) : 0);
+    size_t sstride = n + (iter % 4 == 1 ? 1 + kt_below(rng, 7) : 0);
+    size_t heads = (size_t)S * L * H;
+    r->slots = (int32_t *)malloc(heads * stride * 4);
+    r->scores = (float *)malloc(heads * sstride * 4);
+    for (uint32_t s = 0; s < S; s++)
+        r->seqs[s] = (kve_seq){kt_next(rng), kt_below(rng, n + 2), kt_below(rng, 5)};
+    uint32_t W = kt_below(rng, 4) == 0 ? 0 : kt_below(rng, n / 2 + 3);
+    uint32_t B = kt_below(rng, 8) == 0 ? 0 : kt_below(rng, n + 1);
+    uint32_t flags = KVE_SCORED | (kt_below(rng, 2) ? KVE_SHARED_HEADS : 0) |
+                     (kt_below(rng, 2) ? KVE_TRUSTED_SLOTS : 0);
+    *b = (kve_batch){kt_next(rng), flags, S, r->seqs, L, H, kt_below(rng, 9), kt_below(rng, 9), n,
+                     B, W, r->slots, stride, r->scores, sstride};
+    uint8_t *cand = (uint8_t *)malloc(n);
+    int32_t *ev = (int32_t *)malloc((size_t)n * 4);
+    for (size_t i = 0; i < heads; i++) {
+        int32_t *row = r->slots + i * stride;
+        uint32_t valid = kt_below(rng, 5) == 0 ? n : kt_below(rng, n + 1);
+        uint32_t span = valid + (kt_below(rng, 2) ? kt_below(rng, 3 * n + 1) : 0);
+        kt_random_table(rng, row, n, valid, span ? span : 1);
+        for (size_t t = n; t < stride; t++)
+            row[t] = -7; /* never read */
+        int over;
+        const kve_seq *q = &r->seqs[i / ((size_t)L * H)];
+        ksm_head(row, r->scores + i * sstride, n, q->prompt_len, W, B, ev, &over, cand);
+        ksm_fill(rng, r->scores + i * sstride, row, n, sstride, (int)kt_below(rng, 4), cand);
+    }
+    free(cand);
+    free(ev);
+}
+
+static inline void ksm_batch_free(ksm_batch *r)
+{
+    free(r->slots);
+    free(r->scores);
+}
+
 #endif

@@ -6,60 +6,11 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "golden_scored.h"
 #include "kve_cpu_test.h"
 #include "kve_scored_model.h"
 #include "kve_suite.h"
 #include "kve_test_util.h"
-
-typedef struct {
-    kve_seq seqs[3];
-    kve_batch b;
-    int32_t *slots;
-    float *scores;
-} sbatch;
-
-static void sbatch_make(uint64_t *rng, sbatch *r, int iter)
-{
-    kve_batch *b = &r->b;
-    memset(r, 0, sizeof *r);
-    uint32_t S = 1 + kt_below(rng, 3), L = 1 + kt_below(rng, 2), H = 1 + kt_below(rng, 3);
-    uint32_t n = iter % 50 == 0 ? 1 + kt_below(rng, 3000) : 1 + kt_below(rng, 300);
-    size_t stride = n + (iter % 3 == 0 ? kt_below(rng, 9) : 0);
-    size_t sstride = n + (iter % 4 == 1 ? 1 + kt_below(rng, 7) : 0);
-    size_t heads = (size_t)S * L * H;
-    r->slots = (int32_t *)malloc(heads * stride * 4);
-    r->scores = (float *)malloc(heads * sstride * 4);
-    for (uint32_t s = 0; s < S; s++)
-        r->seqs[s] = (kve_seq){kt_next(rng), kt_below(rng, n + 2), kt_below(rng, 5)};
-    uint32_t W = kt_below(rng, 4) == 0 ? 0 : kt_below(rng, n / 2 + 3);
-    uint32_t B = kt_below(rng, 8) == 0 ? 0 : kt_below(rng, n + 1);
-    uint32_t flags = KVE_SCORED | (kt_below(rng, 2) ? KVE_SHARED_HEADS : 0) |
-                     (kt_below(rng, 2) ? KVE_TRUSTED_SLOTS : 0);
-    *b = (kve_batch){kt_next(rng), flags, S, r->seqs, L, H, kt_below(rng, 9), kt_below(rng, 9), n,
-                     B, W, r->slots, stride, r->scores, sstride};
-    uint8_t *cand = (uint8_t *)malloc(n);
-    int32_t *ev = (int32_t *)malloc((size_t)n * 4);
-    for (size_t i = 0; i < heads; i++) {
-        int32_t *row = r->slots + i * stride;
-        uint32_t valid = kt_below(rng, 5) == 0 ? n : kt_below(rng, n + 1);
-        uint32_t span = valid + (kt_below(rng, 2) ? kt_below(rng, 3 * n + 1) : 0);
-        kt_random_table(rng, row, n, valid, span ? span : 1);
-        for (size_t t = n; t < stride; t++)
-            row[t] = -7; /* never read */
-        int over;
-        const kve_seq *q = &r->seqs[i / ((size_t)L * H)];
-        ksm_head(row, r->scores + i * sstride, n, q->prompt_len, W, B, ev, &over, cand);
-        ksm_fill(rng, r->scores + i * sstride, row, n, sstride, (int)kt_below(rng, 4), cand);
-    }
-    free(cand);
-    free(ev);
-}
-
-static void sbatch_free(sbatch *r)
-{
-    free(r->slots);
-    free(r->scores);
-}
 
 /* Elements of head i's evicted tokens (SPEC §11) through kve_keys. */
 static uint64_t round_digest_of(kve_context *ctx, const kve_batch *b, size_t i, const int32_t *ev,
@@ -82,7 +33,7 @@ static uint64_t round_digest_of(kve_context *ctx, const kve_batch *b, size_t i, 
 }
 
 /* Every context's outputs equal the model's, digests included. */
-static void check_sbatch(const isa_set *s, const sbatch *r, int iter)
+static void check_ksm_batch(const isa_set *s, const ksm_batch *r, int iter)
 {
     const kve_batch *b = &r->b;
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads, per_seq = heads / b->n_seqs;
@@ -140,11 +91,11 @@ START_TEST(scored_random_batches)
     isa_set s;
     isa_set_open(&s);
     uint64_t rng = 1300 + (uint64_t)_i;
-    for (int iter = 0; iter < 1000; iter++) {
-        sbatch r;
-        sbatch_make(&rng, &r, iter);
-        check_sbatch(&s, &r, iter);
-        sbatch_free(&r);
+    for (int iter = 0; iter < 400; iter++) { /* x 3 loops, ~8 heads a batch */
+        ksm_batch r;
+        ksm_batch_make(&rng, &r, iter);
+        check_ksm_batch(&s, &r, iter);
+        ksm_batch_free(&r);
     }
     isa_set_close(&s);
 }
@@ -168,9 +119,9 @@ START_TEST(scored_decode_rounds)
         seq.round = round;
         for (uint32_t i = 0; i < L * H * n; i++)
             sc[i] = ksm_score(&rng, (int)(round % 4));
-        sbatch r = {{seq}, {3, KVE_SCORED, 1, NULL, L, H, 0, 0, n, B, W, slots, n, sc, n}, slots, sc};
+        ksm_batch r = {{seq}, {3, KVE_SCORED, 1, NULL, L, H, 0, 0, n, B, W, slots, n, sc, n}, slots, sc};
         r.b.seqs = r.seqs;
-        check_sbatch(&s, &r, (int)round);
+        check_ksm_batch(&s, &r, (int)round);
         kt_out o;
         KT_OK(kt_evict(s.ctx[0], &r.b, &o));
         for (uint32_t h = 0; h < L * H; h++) {
@@ -244,6 +195,31 @@ START_TEST(scored_edges)
 }
 END_TEST
 
+/* docs/SPEC.md §12's golden cases (the oracle's answers), on every context. */
+START_TEST(scored_golden)
+{
+    isa_set s;
+    isa_set_open(&s);
+    for (size_t c = 0; c < KVE_GOLDEN_N_SCORED; c++) {
+        const kve_golden_scored *g = &kve_golden_scored_cases[c];
+        kve_seq seq = {7, g->prompt, 0};
+        kve_batch b = {42, KVE_SCORED, 1, &seq, 1, 1, 2, 1, g->n_slots, g->budget, g->window,
+                       g->slot_pos, g->n_slots, g->scores, g->n_slots};
+        for (int k = 0; k < s.n; k++) {
+            kt_out o;
+            KT_OK(kt_evict(s.ctx[k], &b, &o));
+            ck_assert_msg(o.n_evicted[0] == g->n_evicted && o.n_kept[0] == g->n_kept, "%s, %s",
+                          g->name, s.name[k]);
+            ck_assert(memcmp(kt_ev(&o, 0), g->evicted, g->n_evicted * 4) == 0);
+            ck_assert(memcmp(kt_kept(&o, 0), g->kept, g->n_kept * 4) == 0);
+            ck_assert_int_eq(o.flags[0], g->over_budget ? KVE_HEAD_OVER_BUDGET : 0);
+            kt_out_free(&o);
+        }
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
 START_TEST(scored_errors)
 {
     isa_set s;
@@ -312,6 +288,7 @@ int main(void)
         KVE_LOOP_TEST(scored, scored_random_batches, 0, 3),
         KVE_TEST(scored, scored_decode_rounds),
         KVE_TEST(scored, scored_edges),
+        KVE_TEST(scored, scored_golden),
         KVE_TEST(scored, scored_errors),
     };
     const kve_suite_spec spec = {"cpu_scored", 900, 1, NULL, NULL};

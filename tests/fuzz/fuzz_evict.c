@@ -1,6 +1,8 @@
 /*
  * fuzz_evict — kve_evict (and kve_digest of its result) on adversarial
- * batches: every KVE_OK is held against SPEC §3 (fuzz_ref.h), every error
+ * batches, random or scored (the bytes after the outputs' choice turn
+ * KVE_SCORED on, with scores on every float edge: NaN, +-0, +-inf,
+ * subnormals): every KVE_OK is held against SPEC §3/§12 (fuzz_ref.h), every error
  * must leave every output byte as it was, and the call must agree with the
  * header on which batches are valid.
  */
@@ -75,6 +77,20 @@ static size_t rows_span(size_t rows, size_t stride, size_t len, int *overflow)
     return s;
 }
 
+/* A score: often an edge (NaN, +-0, +-inf, subnormal, few values for ties). */
+static float score_value(fz_bytes *b)
+{
+    static const uint32_t edges[] = {0x7fc00000u, 0xffc00001u, 0x00000000u, 0x80000000u,
+                                     0x7f800000u, 0xff800000u, 0x00000001u, 0x80000001u,
+                                     0x3f800000u, 0xbf800000u, 0x7f7fffffu, 0xff7fffffu};
+    uint8_t sel = fz_u8(b);
+    uint32_t u = sel < 96 ? edges[sel % 12] : sel < 200 ? 0x3f800000u + (fz_u8(b) % 4 << 23)
+                                                        : fz_u32(b);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static size_t pick_stride(fz_bytes *b, size_t min)
 {
     uint8_t sel = fz_u8(b);
@@ -145,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (too_big && heads) /* a valid table we cannot afford: skip */
         return 0;
     uint32_t n = heads && bt.n_slots <= MAX_SLOTS ? bt.n_slots : 0; /* elements we fill */
-    int bad = (bt.flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS)) ||
+    int bad = (bt.flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS | KVE_SCORED)) ||
               (bt.n_layers && bt.layer_offset > UINT32_MAX - (bt.n_layers - 1)) ||
               (bt.n_heads && bt.head_offset > UINT32_MAX - (bt.n_heads - 1)) ||
               bt.n_slots > 0x7fffffffu || bt.budget > 0x7fffffffu || bt.window > 0x7fffffffu;
@@ -212,6 +228,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     out.kept = opt & 1 ? kept : NULL;
     bad |= heads && (!out.evicted || !out.n_kept);
 
+    /* Scored: read last, so the corpus of the random path decodes as before. */
+    if (fz_u8(&in) & 1)
+        bt.flags |= KVE_SCORED;
+    float *scores = NULL;
+    size_t sc_span = 0;
+    if (bt.flags & KVE_SCORED) {
+        bad |= (bt.flags & KVE_PERSISTENT) != 0;
+        bt.scores_stride = pick_stride(&in, bt.n_slots);
+        bad |= heads && bt.n_slots && bt.scores_stride < bt.n_slots;
+        sc_span = rows_span(heads, bt.scores_stride, n, &overflow);
+        bad |= heads && bt.n_slots && overflow;
+        if (sc_span > (1u << 22) || (overflow && n)) {
+            sc_span = n;
+            bad = 1;
+        }
+        scores = (float *)fz_alloc(sc_span * 4 + 4, 0x7f); /* 0x7f7f7f7f: a number */
+        for (size_t i = 0; n && !overflow && i < heads; i++)
+            for (uint32_t t = 0; t < n; t++)
+                scores[i * bt.scores_stride + t] = score_value(&in);
+        bt.scores = fz_u8(&in) == 255 ? NULL : scores;
+        bad |= heads && bt.n_slots && !bt.scores;
+    }
     void *ws = NULL;
     size_t ws_bytes = 0;
     if ((opt & 4) && !bad) {
@@ -224,7 +262,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     void *snap[5] = {fz_dup(evicted, ev_span * 4), fz_dup(kept, kept_span * 4),
                      fz_dup(n_evicted, heads * 4), fz_dup(n_kept, heads * 4),
                      fz_dup(head_flags, heads)};
+    int nan_head = 0; /* a NaN at a candidate of a valid scored batch: refused */
+    for (size_t i = 0; (bt.flags & KVE_SCORED) && !bad && !trusted_dup && i < heads; i++) {
+        const kve_seq *q = &seqs[i / ((size_t)bt.n_layers * bt.n_heads)];
+        ref_head rh = {0, 0, 0, 0, 0, 0, q->prompt_len, bt.window, bt.budget,
+                       n ? scores + i * bt.scores_stride : scores};
+        uint8_t *tmp = (uint8_t *)fz_alloc(n + 1, 0);
+        uint32_t ne, nk;
+        nan_head |= ref_evict_head(&rh, n ? slots + i * bt.slot_pos_stride : slots, n, tmp, &ne, &nk) < 0;
+        free(tmp);
+    }
+    bad |= nan_head;
     kve_status st = kve_evict(ctx, &bt, &out, ws, ws_bytes);
+    if (nan_head)
+        FZ_CHECK(st == KVE_ERR_INVALID && strstr(kve_last_error(), "is NaN"),
+                 "a NaN candidate score gave %s: %s", kve_status_string(st), kve_last_error());
     if (bad) {
         FZ_CHECK(st != KVE_OK, "an invalid batch was accepted (n_slots %u, budget %u, table "
                  "problem %d: 1 = value < -1, 2 = repeat)", bt.n_slots, bt.budget, bad_table);
@@ -245,7 +297,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (uint32_t h = 0; h < bt.n_heads; h++, i++) {
                     ref_head rh = {bt.seed, seqs[s].seq_id, bt.flags & KVE_KEY_FLAGS,
                                    bt.layer_offset + l, bt.head_offset + h, seqs[s].round,
-                                   seqs[s].prompt_len, bt.window, bt.budget};
+                                   seqs[s].prompt_len, bt.window, bt.budget,
+                                   !(bt.flags & KVE_SCORED) ? NULL
+                                   : n ? scores + i * bt.scores_stride : scores};
                     const int32_t *row = n ? slots + i * bt.slot_pos_stride : slots;
                     uint32_t ne, nk;
                     int over = ref_evict_head(&rh, row, n, ev + i * n, &ne, &nk);
@@ -282,5 +336,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(n_evicted);
     free(n_kept);
     free(head_flags);
+    free(scores);
     return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * fuzz_ref.h — a plain reference of docs/SPEC.md §2 (keys, through
- * libxxhash) and §3 (one head's eviction), written from the text and
+ * libxxhash), §3 (one head's eviction) and §12 (scored selection: float
+ * comparison, not the library's key), written from the text and
  * sharing no code with the library: the harnesses hold every KVE_OK
  * against it.
  */
@@ -34,17 +35,21 @@ typedef struct {
     uint64_t seed, seq_id;
     uint32_t flags, layer, head, round;
     uint32_t prompt, window, budget;
+    const float *scores; /* §12: the head's scores; NULL: keys */
 } ref_head;
 
 typedef struct {
     uint64_t key;
     int32_t pos;
     uint32_t slot;
+    float score;
 } ref_cand;
 
 static int ref_cand_cmp(const void *a, const void *b)
 {
     const ref_cand *x = (const ref_cand *)a, *y = (const ref_cand *)b;
+    if (x->score != y->score) /* all 0 with keys; -0.0 == +0.0 */
+        return x->score > y->score ? -1 : 1;
     if (x->key != y->key)
         return x->key < y->key ? -1 : 1;
     return (x->pos > y->pos) - (x->pos < y->pos);
@@ -60,6 +65,7 @@ static int ref_pos_desc(const void *a, const void *b)
  * SPEC §3 on a valid table row[0..n) (entries -1 or distinct >= 0). Writes
  * evict[slot] = 1 for each evicted slot (evict has n entries, zeroed
  * here) and returns the over-budget status; *n_evicted, *n_kept as counts.
+ * Scored (h->scores): -1, nothing evicted, when a candidate's score is NaN.
  */
 static inline int ref_evict_head(const ref_head *h, const int32_t *row, uint32_t n, uint8_t *evict,
                                  uint32_t *n_evicted, uint32_t *n_kept)
@@ -82,7 +88,7 @@ static inline int ref_evict_head(const ref_head *h, const int32_t *row, uint32_t
         abort();
     for (uint32_t t = 0; t < n; t++)
         if (row[t] >= 0 && (uint32_t)row[t] >= h->prompt)
-            gen[n_gen++] = (ref_cand){0, row[t], t};
+            gen[n_gen++] = (ref_cand){0, row[t], t, 0.0f};
     /* Window: the W largest generated positions; candidates follow them. */
     qsort(gen, n_gen, sizeof *gen, ref_pos_desc);
     uint32_t win = h->window < n_gen ? h->window : n_gen;
@@ -93,9 +99,18 @@ static inline int ref_evict_head(const ref_head *h, const int32_t *row, uint32_t
         keep = 0;
     if (keep > n_cand)
         keep = n_cand;
-    for (uint32_t i = 0; i < n_cand; i++)
+    for (uint32_t i = 0; i < n_cand; i++) {
+        if (h->scores) {
+            cand[i].score = h->scores[cand[i].slot];
+            if (cand[i].score != cand[i].score) {
+                free(gen);
+                return -1;
+            }
+            continue;
+        }
         cand[i].key = ref_key(h->seed, h->flags, h->seq_id, h->layer, h->head,
                               (uint32_t)cand[i].pos, h->round);
+    }
     qsort(cand, n_cand, sizeof *cand, ref_cand_cmp);
     for (uint32_t i = (uint32_t)keep; i < n_cand; i++)
         evict[cand[i].slot] = 1;

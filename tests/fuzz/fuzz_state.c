@@ -60,7 +60,8 @@ static void model_round(const model *m, model_row *r)
     const kve_schedule *s = &m->desc.schedule;
     for (uint32_t tb = 0; tb < m->tables; tb++) {
         ref_head h = {s->seed, r->seq_id, s->flags, m->desc.layer_offset + tb / m->th,
-                      m->desc.head_offset + tb % m->th, r->round, r->prompt, s->window, s->budget};
+                      m->desc.head_offset + tb % m->th, r->round, r->prompt, s->window, s->budget,
+                      NULL};
         uint8_t ev[MAX_SLOTS];
         uint32_t ne, nk;
         ref_evict_head(&h, r->table[tb], r->capacity, ev, &ne, &nk);

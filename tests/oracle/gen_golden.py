@@ -18,10 +18,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import golden_scored  # noqa: E402
 import kve_oracle as kve  # noqa: E402
 from kve_oracle import PERSISTENT, SHARED_HEADS, SHARED_LAYERS, U32_MAX, U64_MAX  # noqa: E402
 
 HEADER_PATH = os.path.join(ROOT, "tests", "golden", "golden_vectors.h")
+SCORED_PATH = os.path.join(ROOT, "tests", "golden", "golden_scored.h")
 SPEC_PATH = os.path.join(ROOT, "docs", "SPEC.md")
 
 FLAG_NAMES = ((PERSISTENT, "PERSISTENT"), (SHARED_HEADS, "SHARED_HEADS"),
@@ -618,10 +620,15 @@ def main(argv):
         spec = f.read()
     new_spec = replace_region(replace_region(spec, "golden", md), "example", ex)
     new_spec = replace_region(new_spec, "rundigest", run_digest_markdown())
+    scs = golden_scored.cases()
+    new_spec = replace_region(new_spec, "scored", golden_scored.markdown(scs))
+    scored_header = golden_scored.header_text(scs, c_array)
     if "--check" in argv:
         stale = []
         if not os.path.exists(HEADER_PATH) or open(HEADER_PATH).read() != header:
             stale.append(HEADER_PATH)
+        if not os.path.exists(SCORED_PATH) or open(SCORED_PATH).read() != scored_header:
+            stale.append(SCORED_PATH)
         if new_spec != spec:
             stale.append(SPEC_PATH)
         for s in stale:
@@ -629,6 +636,8 @@ def main(argv):
         return 1 if stale else 0
     with open(HEADER_PATH, "w") as f:
         f.write(header)
+    with open(SCORED_PATH, "w") as f:
+        f.write(scored_header)
     if new_spec != spec:
         with open(SPEC_PATH, "w") as f:
             f.write(new_spec)

@@ -19,6 +19,8 @@ PERSISTENT = 1
 SHARED_HEADS = 2
 SHARED_LAYERS = 4
 KEY_FLAGS = PERSISTENT | SHARED_HEADS | SHARED_LAYERS
+# Not a key flag: selection by scores (docs/SPEC.md "Scored selection").
+SCORED = 16
 
 U32_MAX = 0xFFFFFFFF
 U64_MAX = 0xFFFFFFFFFFFFFFFF
@@ -143,6 +145,77 @@ def evict_head(slot_pos, prompt, window, budget, seed, seq_id, layer, head, roun
     evicted_set = set(evicted)
     kept = [s for s in valid if s not in evicted_set]
     return evicted, kept, protected > budget
+
+
+def f32(x):
+    """x rounded to IEEE binary32, as the C API's float scores hold it."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def evict_head_scored(slot_pos, prompt, window, budget, scores):
+    """docs/SPEC.md "Scored selection" for one head: steps 1-4 and 6 as in
+    evict_head; step 5 keeps the n_keep candidates with the highest score,
+    equal scores (-0.0 == +0.0) keeping the smaller position.  scores[s] is
+    read only at candidate slots; a NaN there raises ValueError naming the
+    slot.  Returns (evicted_slots, kept_slots, over_budget)."""
+    slot_pos = list(slot_pos)
+    check_slot_table(slot_pos)
+    for name, v in (("prompt", prompt), ("window", window), ("budget", budget)):
+        _check_uint(name, v, U32_MAX)
+    valid, prefix, window_slots, candidates = classify(slot_pos, prompt, window)
+    if len(valid) <= budget:
+        return [], valid, False
+    for s in candidates:
+        if scores[s] != scores[s]:
+            raise ValueError("slot %d: the score of a candidate is NaN" % s)
+    protected = len(prefix) + len(window_slots)
+    n_keep = max(0, min(budget - protected, len(candidates)))
+    # Python compares -0.0 == 0.0 and orders infinities; -score sorts descending.
+    ranked = sorted(candidates, key=lambda s: (-f32(scores[s]), slot_pos[s]))
+    kept_candidates = set(ranked[:n_keep])
+    evicted = sorted(s for s in candidates if s not in kept_candidates)
+    evicted_set = set(evicted)
+    kept = [s for s in valid if s not in evicted_set]
+    return evicted, kept, protected > budget
+
+
+def scored_self_test(rng, n, expect):
+    """Properties of evict_head_scored: the kept candidates outrank the
+    evicted ones, counts and protection as for keys, slot order free."""
+    for _ in range(n):
+        n_slots = rng.randint(0, 60)
+        positions = rng.sample(range(0, 150), n_slots)
+        table = [p if rng.random() > 0.2 else -1 for p in positions]
+        pool = [rng.uniform(-5, 5) for _ in range(4)] + [0.0, -0.0, float("inf"), float("-inf")]
+        scores = [f32(rng.choice(pool)) for _ in range(n_slots)]
+        P, W, B = rng.randint(0, 30), rng.randint(0, 15), rng.randint(0, 50)
+        ev, kp, ob = evict_head_scored(table, P, W, B, scores)
+        ev0, kp0, ob0 = evict_head(table, P, W, B, 1, 2, 3, 4, 5)
+        what = "table=%r scores=%r P=%d W=%d B=%d" % (table, scores, P, W, B)
+        expect(len(ev) == len(ev0) and ob == ob0, "scored counts as for keys " + what)
+        _, _, win, cands = classify(table, P, W)
+        expect(set(ev) <= set(cands), "scored evicts candidates only " + what)
+        kc = [s for s in kp if s in cands]
+        for a in kc:
+            for b in ev:
+                ok = scores[a] > scores[b] or (scores[a] == scores[b] and table[a] < table[b])
+                expect(ok, "scored rank " + what)
+        perm = list(range(n_slots))
+        rng.shuffle(perm)
+        t2 = [table[perm[i]] for i in range(n_slots)]
+        s2 = [scores[perm[i]] for i in range(n_slots)]
+        ev2, kp2, _ = evict_head_scored(t2, P, W, B, s2)
+        expect(sorted(t2[s] for s in kp2) == sorted(table[s] for s in kp), "scored slot order " + what)
+        # NaN where no score is read changes nothing; at a candidate it is refused.
+        s3 = [float("nan") if s not in cands else scores[s] for s in range(n_slots)]
+        expect(evict_head_scored(table, P, W, B, s3) == (ev, kp, ob), "scored reads candidates only")
+        if cands and len([s for s in table if s >= 0]) > B:
+            s3[cands[0]] = float("nan")
+            try:
+                evict_head_scored(table, P, W, B, s3)
+                expect(False, "scored accepted a NaN candidate " + what)
+            except ValueError:
+                pass
 
 
 # ---------------------------------------------------------------------------
@@ -517,6 +590,8 @@ def self_test(n=3000, seed=1, verbose=True):
         # Keep-sets never depend on the grouping.
         ones = [schedule(P, W, B, r, n_tok, 5, 6, 0, h) for h in range(3)]
         expect(all(sorted(a[0]) == sorted(b[0]) for a, b in zip(tables, ones)), "grouping")
+
+    scored_self_test(rng, n // 3, expect)
 
     # Bad input.
     for bad in ([0, 1, 1], [0, -2], [3, -1, 3]):
