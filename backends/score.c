@@ -252,6 +252,12 @@ static kve_status kve_score_validate(kve_context *ctx, const kve_score_desc *des
     KVE_RETURN_ERROR_IF(d->keys.n_heads % hpt, KVE_ERR_RANGE,
                         "desc.heads_per_table = %u: must divide keys.n_heads = %u",
                         d->heads_per_table, d->keys.n_heads);
+    uint64_t nq = (uint64_t)hpt * (d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1);
+    KVE_RETURN_ERROR_IF(nq > KVE_SCORE_MAX_QHEADS, KVE_ERR_RANGE,
+                        "desc.heads_per_table = %u x tri.group = %u: a table's %llu query heads "
+                        "exceed %u",
+                        hpt, d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1,
+                        (unsigned long long)nq, KVE_SCORE_MAX_QHEADS);
     if (d->scorer == KVE_SCORER_TRIATTENTION)
         KVE_TRY(kve_check_tri(d, ctx->ops->host_memory));
     *out = *d;

@@ -10,6 +10,8 @@ typedef void (*step_fn)(void *arg);
  * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs
  * before each. */
 double time_median(double min_time, step_fn setup, step_fn body, void *arg);
+/* --stat min given: figures are fastest runs (the peers' too). */
+extern int g_use_min;
 /* Exits with the library's message. */
 void die(const char *what, kve_status st);
 /* A CPU context on @p isa with @p threads. */
@@ -20,5 +22,12 @@ kve_context *cpu_context(int isa, int threads);
  * the same bytes. */
 void bench_state_memory(void);
 void bench_moves(int isa, int threads, double min_time);
+
+/* bench_score.c: seconds per G1 scoring round (36 kve_score calls) of
+ * @p scorer on a CPU context (the cost-table entry), and the figure with
+ * the PyTorch peer of @p script (bench/score_peers.py; python NULL: none). */
+double bench_score_round(kve_scorer scorer, int isa, int threads, double min_time);
+void bench_score(const int *isas, int n_isas, const int *threads, int n_threads, double min_time,
+                 const char *python, const char *script);
 
 #endif

@@ -39,7 +39,7 @@ typedef struct {
     double min_time;
     int isas[4], n_isas;
     int threads[8], n_threads;
-    int run[6]; /* G1, G2, G3, compaction, moves, state memory */
+    int run[7]; /* G1, G2, G3, compaction, moves, state memory, scoring */
     int peers;
     const char *python, *script;
 } options;
@@ -57,7 +57,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int g_use_min; /* --stat min: the fastest run instead of the median */
+int g_use_min; /* --stat min: the fastest run instead of the median (bench.h) */
 
 double time_median(double min_time, step_fn setup, step_fn body, void *arg)
 {
@@ -481,8 +481,9 @@ static const char kUsage[] =
     "P=1024, B=2048, W=64, so 1024 candidates and 64 evictions per head; and the compaction of\n"
     "G1's K and V (256-byte entries) after a round. Per ISA and thread count: ms per round,\n"
     "ns per candidate, the ratio to the hash-only floor; numpy and PyTorch side by side.\n"
-    "  --workloads LIST  G1,G2,G3,compact,moves,memory (default all): moves = a decode\n"
-    "                    step's moves (kve_cache_write) vs memcpy; memory = state vs K/V bytes\n"
+    "  --workloads LIST  G1,G2,G3,compact,moves,memory,score (default all): moves = a decode\n"
+    "                    step's moves (kve_cache_write) vs memcpy; memory = state vs K/V bytes;\n"
+    "                    score = a G1 round of TriAttention and K-norm scoring vs PyTorch\n"
     "  --isa LIST        scalar,avx2,avx512 (default: each this CPU runs)\n"
     "  --threads LIST    thread counts (default 1,2)\n"
     "  --min-time S      seconds per measurement at least (default 0.5)\n"
@@ -493,9 +494,9 @@ static const char kUsage[] =
 
 int main(int argc, char **argv)
 {
-    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
+    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
     static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
-    static const char *const wl_names[] = {"G1", "G2", "G3", "compact", "moves", "memory"};
+    static const char *const wl_names[] = {"G1", "G2", "G3", "compact", "moves", "memory", "score"};
     static const struct option longs[] = {
         {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
         {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
@@ -505,7 +506,7 @@ int main(int argc, char **argv)
         int list[8], n;
         switch (c) {
         case 'w':
-            n = parse_list(optarg, wl_names, 6, list, 6);
+            n = parse_list(optarg, wl_names, 7, list, 7);
             memset(o.run, 0, sizeof o.run);
             for (int i = 0; i < n; i++)
                 o.run[list[i]] = 1;
@@ -623,5 +624,8 @@ int main(int argc, char **argv)
         bench_moves(0, o.threads[t], o.min_time);
     if (o.run[5])
         bench_state_memory();
+    if (o.run[6])
+        bench_score(o.isas, o.n_isas, o.threads, o.n_threads, o.min_time,
+                    o.peers ? o.python : NULL, KVE_BENCH_SCORE_PEERS);
     return 0;
 }

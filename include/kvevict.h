@@ -841,7 +841,10 @@ enum {
     KVE_SCORE_ACCUMULATE = 1u << 1
 };
 
-/** Most RoPE frequencies (head_dim / 2) and offsets a scorer takes. */
+/** Most RoPE frequencies (head_dim / 2) and offsets a scorer takes. A
+ *  table's query heads (heads_per_table x group; K-norm: heads_per_table)
+ *  are at most 256, and times head_dim / 2 at most 3072 (docs/SCORERS.md
+ *  "Limits"). */
 #define KVE_SCORE_MAX_FREQS 256
 #define KVE_SCORE_MAX_OFFSETS 64
 

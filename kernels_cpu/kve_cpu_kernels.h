@@ -65,9 +65,9 @@ typedef struct kve_score_kernels {
     kve_cpu_isa isa;
     /* key[0 .. dim) of type dtype (F32, F16, BF16) to floats */
     void (*load)(const unsigned char *key, uint32_t dtype, uint32_t dim, float *out);
-    /* raw[j] for j < group: sum over f < nf of coef_j[3f] k[f] + coef_j[3f+1]
-     * k[f+nf] + coef_j[3f+2] |k_f|, coef_j = coef + j * 3 * nf; mag is
-     * scratch of nf floats */
+    /* raw[j] for j < group: sum over f < nf of re_j[f] k[f] + im_j[f]
+     * k[f+nf] + b_j[f] |k_f|, re_j = coef + j * 3 * nf, im_j = re_j + nf,
+     * b_j = im_j + nf; mag is scratch of nf floats */
     void (*group)(const float *coef, const float *key, float *mag, uint32_t nf, uint32_t group,
                   float *raw);
     /* -||key|| */

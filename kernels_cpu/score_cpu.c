@@ -14,12 +14,11 @@
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 
-/* Per-thread scratch: coefficients, phase factors, a key, its |k_f|, the
- * raw scores of every candidate (z-normalization reads them twice), and
- * per-head moments. */
+/* Per-thread scratch: coefficients (planar: per query head a_re[nf],
+ * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate
+ * (z-normalization reads them twice), and per-head moments. */
 typedef struct kve_score_scratch {
     float *coef, *key, *mag, *raw, *stats;
-    double *phase;
 } kve_score_scratch;
 
 /* Raw scores of the table's nq heads at slot @p s into @p raw; 0 when a
@@ -38,8 +37,8 @@ static int kve_score_slot(const kve_score_args *a, const kve_score_kernels *kk,
             return 0;
         kk->load(key, d->keys.dtype, dim, w->key);
         if (tri)
-            kk->group(w->coef + (size_t)hh * group * 3 * a->nf, w->key, w->mag, a->nf,
-                            group, raw + (size_t)hh * group);
+            kk->group(w->coef + (size_t)hh * group * 3 * a->nf, w->key, w->mag, a->nf, group,
+                      raw + (size_t)hh * group);
         else
             raw[hh] = kk->knorm(w->key, dim);
     }
@@ -48,7 +47,7 @@ static int kve_score_slot(const kve_score_args *a, const kve_score_kernels *kk,
 
 /* One (row, table) item. */
 static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, uint32_t ri,
-                          uint32_t table, kve_score_scratch *w)
+                          uint32_t table, const double *phase, kve_score_scratch *w)
 {
     const kve_score_desc *d = &a->d;
     const kve_score_row *r = &d->rows[ri];
@@ -56,13 +55,14 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
     float *out = d->scores + r->scores_offset + (size_t)table * d->scores_stride_table;
     int zn = (d->flags & KVE_SCORE_ZNORM) != 0, acc = (d->flags & KVE_SCORE_ACCUMULATE) != 0;
     uint32_t nq = a->nq;
-    if (d->scorer == KVE_SCORER_TRIATTENTION) {
-        for (uint32_t f = 0; f < a->nf; f++)
-            kve_score_phase(a, f, r->round_start, w->phase + 2 * f);
-        for (uint32_t i = 0; i < nq * a->nf; i++)
-            kve_score_coef(a, table, i / a->nf, i % a->nf, w->phase + 2 * (i % a->nf),
-                           w->coef + 3 * (size_t)i);
-    }
+    if (d->scorer == KVE_SCORER_TRIATTENTION)
+        for (uint32_t j = 0; j < nq; j++)
+            for (uint32_t f = 0; f < a->nf; f++) {
+                float c[3];
+                kve_score_coef(a, table, j, f, phase + 2 * ((size_t)ri * a->nf + f), c);
+                for (int k = 0; k < 3; k++)
+                    w->coef[((size_t)j * 3 + k) * a->nf + f] = c[k];
+            }
     uint32_t x = kve_score_bound_seq(tab, r), n = 0;
     for (uint32_t s = 0; s < r->n_slots; s++) {
         if (!kve_score_candidate(tab[s], r->prompt_len, x))
@@ -105,7 +105,6 @@ static void kve_score_scratch_free(kve_score_scratch *w)
     free(w->mag);
     free(w->raw);
     free(w->stats);
-    free(w->phase);
 }
 
 static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a,
@@ -117,8 +116,7 @@ static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a
     w->mag = (float *)malloc((nf + 16) * sizeof(float));
     w->raw = (float *)malloc(((size_t)max_slots * nq + 1) * sizeof(float));
     w->stats = (float *)malloc((2 * nq + 1) * sizeof(float));
-    w->phase = (double *)malloc((2 * nf + 1) * sizeof(double));
-    return w->coef && w->key && w->mag && w->raw && w->stats && w->phase;
+    return w->coef && w->key && w->mag && w->raw && w->stats;
 }
 
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
@@ -131,6 +129,16 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
         max_slots = d->rows[i].n_slots > max_slots ? d->rows[i].n_slots : max_slots;
     uint64_t items = (uint64_t)d->n_rows * a.n_tables;
     int threads = items >= 2 ? ctx->threads : 1, nomem = 0, bad = 0;
+    /* A row's phase factors serve all its tables. */
+    double *phase = NULL;
+    if (d->scorer == KVE_SCORER_TRIATTENTION) {
+        phase = (double *)malloc((size_t)d->n_rows * a.nf * 2 * sizeof(double));
+        KVE_RETURN_ERROR_IF(!phase, KVE_ERR_NOMEM, "kve_score: cannot allocate %u rows' phases",
+                            d->n_rows);
+        for (uint32_t i = 0; i < d->n_rows; i++)
+            for (uint32_t f = 0; f < a.nf; f++)
+                kve_score_phase(&a, f, d->rows[i].round_start, phase + 2 * ((size_t)i * a.nf + f));
+    }
 #pragma omp parallel num_threads(threads) reduction(| : nomem, bad)
     {
         kve_score_scratch w;
@@ -140,9 +148,10 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
         for (uint64_t it = 0; it < items; it++)
             if (!nomem)
                 bad |= !kve_score_item(&a, kk, (uint32_t)(it / a.n_tables),
-                                       (uint32_t)(it % a.n_tables), &w);
+                                       (uint32_t)(it % a.n_tables), phase, &w);
         kve_score_scratch_free(&w);
     }
+    free(phase);
     KVE_RETURN_ERROR_IF(nomem, KVE_ERR_NOMEM,
                         "kve_score: cannot allocate the CPU scratch (%u slots x %u heads a thread)",
                         max_slots, a.nq);

@@ -21,10 +21,10 @@ static void kve_scalar_score_group(const float *coef, const float *key, float *m
     for (uint32_t f = 0; f < nf; f++)
         mag[f] = sqrtf(key[f] * key[f] + key[f + nf] * key[f + nf]);
     for (uint32_t j = 0; j < group; j++) {
-        const float *c = coef + (size_t)j * 3 * nf;
+        const float *re = coef + (size_t)j * 3 * nf, *im = re + nf, *b = im + nf;
         float acc = 0.0f;
         for (uint32_t f = 0; f < nf; f++)
-            acc += c[3 * f] * key[f] + c[3 * f + 1] * key[f + nf] + c[3 * f + 2] * mag[f];
+            acc += re[f] * key[f] + im[f] * key[f + nf] + b[f] * mag[f];
         raw[j] = acc;
     }
 }

@@ -56,6 +56,12 @@
 /* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
 static_assert(sizeof(kve_state_args) <= 4096, "state jobs must fit a launch's parameters");
 static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit the parameters");
+static_assert(sizeof(kve_score_args) <= 4096, "score arguments fit the parameters");
+/* The scorer's shared memory stays under the 48 KiB every device gives
+ * without opting in. */
+static_assert(KVE_SCORE_MAX_COEFS * 12 + 256 * 16 + 12 * 8 + 1024 + KVE_SCORE_THREADS * 24 + 64 <=
+                  48 * 1024,
+              "score shared memory (kve_score_smem_bytes at its worst)");
 
 static const kve_host_services *kve_host;
 
@@ -124,6 +130,15 @@ __global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
     kve_tc tc;
     KVE_TC_INIT(tc);
     kve_cache_move_grid(&tc, &a);
+}
+
+/* Built-in scorers: one block per (row, table), the rows in the parameters. */
+__global__ void __launch_bounds__(KVE_SCORE_THREADS) kve_score_kernel(kve_score_args a)
+{
+    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_score_grid(&tc, kve_dyn_smem, &a);
 }
 
 /* ---- errors and context state --------------------------------------------- */
@@ -538,6 +553,21 @@ static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
     return KVE_OK;
 }
 
+static kve_status gpu_score(kve_context *ctx, const kve_score_desc *d)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
+    for (uint32_t k = 0; k < kve_score_launches(d); k++) {
+        kve_score_args a;
+        uint32_t items = kve_score_args_make(d, k, g->errors, &a);
+        size_t smem = kve_score_smem_bytes(a.nq, a.nf, KVE_SCORE_THREADS);
+        KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, kve_launch_grid(items, 1, cap),
+                   KVE_SCORE_THREADS, smem, a);
+    }
+    return KVE_OK;
+}
+
 static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     KVE_TRY(kve_gpu_enter(ctx));
@@ -585,5 +615,6 @@ KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_servic
     ops.compact = gpu_compact;
     ops.state_update = gpu_state_update;
     ops.cache_write = gpu_cache_write;
+    ops.score = gpu_score;
     return &ops;
 }

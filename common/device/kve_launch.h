@@ -156,6 +156,31 @@ KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, 
     return KVE_OK;
 }
 
+#define KVE_SCORE_THREADS 256u
+
+/* Launches kve_score needs for @p d's rows. */
+KVE_HOST_FN uint32_t kve_score_launches(const kve_score_desc *d)
+{
+    return (d->n_rows + KVE_SCORE_ROWS_PER_LAUNCH - 1) / KVE_SCORE_ROWS_PER_LAUNCH;
+}
+
+/* Arguments of launch @p k of kve_score for a validated desc with resolved
+ * strides: its rows travel in the parameters. Returns its work items
+ * (rows x tables, one block each). */
+KVE_HOST_FN uint32_t kve_score_args_make(const kve_score_desc *d, uint32_t k, uint64_t *errors,
+                                         kve_score_args *a)
+{
+    kve_score_args_init(a, d, errors);
+    uint32_t first = k * KVE_SCORE_ROWS_PER_LAUNCH, n = d->n_rows - first;
+    n = n < KVE_SCORE_ROWS_PER_LAUNCH ? n : KVE_SCORE_ROWS_PER_LAUNCH;
+    for (uint32_t i = 0; i < KVE_SCORE_ROWS_PER_LAUNCH; i++)
+        a->row[i] = i < n ? d->rows[first + i] : d->rows[first];
+    a->d.rows = NULL;
+    a->n_rows = n;
+    a->first_row = first;
+    return n * a->n_tables;
+}
+
 /* How the host ranks error records: kinds in the order of the host checks
  * (common/validate.c, backends/cache_write.c), each in the group of the
  * call that raises it; a rank below which the detail orders too. */

@@ -34,8 +34,9 @@
 /* Rows one device launch carries in its parameters. */
 #define KVE_SCORE_ROWS_PER_LAUNCH 32u
 /* Most (query heads of a table) x frequencies: the coefficients live in
- * shared memory (12 bytes each). */
-#define KVE_SCORE_MAX_COEFS 4096u
+ * shared memory (12 bytes each), all of it under 48 KiB a block. */
+#define KVE_SCORE_MAX_COEFS 3072u
+#define KVE_SCORE_MAX_QHEADS 256u /* query heads (K-norm: KV heads) of one table */
 #define KVE_SCORE_STD_MIN 1e-6f
 #define KVE_SCORE_TWO_PI 6.283185307179586
 

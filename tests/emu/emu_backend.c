@@ -104,6 +104,16 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
                                &kve_emu_unit);
 }
 
+static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
+{
+    (void)ctx;
+    if (kve_emu_launch_fails("kve_score_kernel"))
+        return KVE_OK;
+    return kve_emu_score(kve_emu_pool_now, kve_emu_max_grid, d, &kve_emu_records)
+               ? KVE_ERR_INTERNAL
+               : KVE_OK;
+}
+
 static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
@@ -166,6 +176,7 @@ kve_context *kve_emu_context_create(void)
     kve_emu_ops.evict = emu_evict;
     kve_emu_ops.state_update = emu_state_update;
     kve_emu_ops.cache_write = emu_cache_write;
+    kve_emu_ops.score = emu_score;
     kve_emu_errors_reset(&kve_emu_records);
     kve_emu_message_now[0] = '\0';
     kve_emu_pending.kind = KVE_EMU_FAULT_NONE;

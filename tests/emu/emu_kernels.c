@@ -146,6 +146,27 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
     return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
+static void kve_emu_score_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_score_grid(tc, smem, (const kve_score_args *)arg);
+}
+
+int kve_emu_score(kve_emu_pool *pool, uint32_t max_grid, const kve_score_desc *d,
+                  kve_emu_errors *e)
+{
+    uint32_t nt, ws;
+    kve_emu_pool_shape(pool, &nt, &ws);
+    for (uint32_t k = 0; k < kve_score_launches(d); k++) {
+        static kve_score_args a; /* large: off the stack */
+        uint32_t items = kve_score_args_make(d, k, e->rec, &a);
+        size_t smem = kve_score_smem_bytes(a.nq, a.nf, nt);
+        if (kve_emu_launch(pool, kve_launch_grid(items, 1, max_grid), smem, kve_emu_score_body,
+                           &a))
+            return -1;
+    }
+    return 0;
+}
+
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
                      const kve_case_bufs *bufs, kve_emu_errors *e, uint32_t *unit_used)
 {

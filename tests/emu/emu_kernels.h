@@ -45,6 +45,11 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
                                const kve_cache_write_desc *d, kve_emu_errors *e,
                                uint32_t *unit_used);
 
+/* The backend op score for a validated desc with resolved strides: the GPU
+ * glue's launches (at most @p max_grid blocks each). */
+int kve_emu_score(kve_emu_pool *pool, uint32_t max_grid, const kve_score_desc *d,
+                  kve_emu_errors *e);
+
 /* A case of kve_cases.h over @p bufs: eviction or compaction. */
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
                      const kve_case_bufs *bufs, kve_emu_errors *e, uint32_t *unit_used);

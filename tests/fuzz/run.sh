@@ -3,7 +3,7 @@
 # each for a bounded time over its seed corpus (docs/FUZZING.md).
 #   tests/fuzz/run.sh [SECONDS [HARNESS...]]
 # SECONDS per harness (default 60); HARNESS among evict compact cache_write
-# state json (default: all). FUZZ_JOBS harnesses run at once (default 2).
+# state json score (default: all). FUZZ_JOBS harnesses run at once (default 2).
 # The corpus in the tree is only read: new inputs go to build-fuzz/corpus/.
 # Any crash, leak, sanitizer report or failed check ends the run non-zero,
 # its input saved under build-fuzz/artifacts/ (add it to the corpus, and a
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(evict compact cache_write state json)
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(evict compact cache_write state json score)
 jobs=${FUZZ_JOBS:-2}
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
