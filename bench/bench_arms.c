@@ -362,6 +362,34 @@ static void print_row(const char *wl, const char *arm, double ms, double score_m
     }
 }
 
+/* The four lines of workload @p w: kvevict's three arms and the peers. */
+static void arm_workload_rows(kve_context *ctx, int w, double min_time, const arm_peers *pp)
+{
+    static const char *const peer_label[4] = {"rand+topk+sort", "-||k||+topk+sort",
+                                              "reference scorer+topk", "factored scorer+topk"};
+    const arm_peers p = *pp;
+    arm_run r;
+    arm_setup(&r, ctx, &kArmWorkloads[w]);
+    double t[3] = {0, 0, 0}, sc[3] = {0, 0, 0};
+    char why[3][160] = {"", "", ""};
+    for (int arm = 0; arm < 3; arm++) /* 0 random, 1 K-norm, 2 TriAttention (kve_scorer) */
+        arm_time(&r, arm, min_time, &t[arm], &sc[arm], why[arm], sizeof why[arm]);
+    arm_free(&r);
+    const char *name = kArmWorkloads[w].name;
+    double pr = p.ms[0][w], ms[3] = {t[0] * 1e3, t[1] * 1e3, t[2] * 1e3};
+    print_row(name, "random", ms[0], -1, ms[0], why[0], peer_label[0], 0, p.ms[0][w], pr,
+              ms[0], p.why[0][w]);
+    print_row(name, "knorm", ms[1], sc[1] * 1e3, ms[0], why[1], peer_label[1], 1, p.ms[1][w],
+              pr, ms[1], p.why[1][w]);
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", peer_label[2], p.layers_timed[2][w] ? "*" : "");
+    print_row(name, "triattention", ms[2], sc[2] * 1e3, ms[0], why[2], label, 2, p.ms[2][w],
+              pr, ms[2], p.why[2][w]);
+    print_row(name, "", -1, -1, ms[0], NULL, peer_label[3], 3, p.ms[3][w], pr, ms[2],
+              p.why[3][w]);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     int run[3] = {1, 1, 1}, threads = 1, ref_layers = 1, peers = 1;
@@ -439,32 +467,9 @@ int main(int argc, char **argv)
            "(2112 slots, P = 1024, W = 64)\n\n");
     printf("%-3s %-13s %11s %10s %8s | %-26s %12s %8s %9s\n", "wl", "arm", "kvevict ms",
            "(scoring)", "x random", "PyTorch peer", "peer ms", "x random", "peer/kve");
-    static const char *const peer_label[4] = {"rand+topk+sort", "-||k||+topk+sort",
-                                              "reference scorer+topk", "factored scorer+topk"};
-    for (int w = 0; w < 3; w++) {
-        if (!run[w])
-            continue;
-        arm_run r;
-        arm_setup(&r, ctx, &kArmWorkloads[w]);
-        double t[3] = {0, 0, 0}, sc[3] = {0, 0, 0};
-        char why[3][160] = {"", "", ""};
-        for (int arm = 0; arm < 3; arm++) /* 0 random, 1 K-norm, 2 TriAttention (kve_scorer) */
-            arm_time(&r, arm, min_time, &t[arm], &sc[arm], why[arm], sizeof why[arm]);
-        arm_free(&r);
-        const char *name = kArmWorkloads[w].name;
-        double pr = p.ms[0][w], ms[3] = {t[0] * 1e3, t[1] * 1e3, t[2] * 1e3};
-        print_row(name, "random", ms[0], -1, ms[0], why[0], peer_label[0], 0, p.ms[0][w], pr,
-                  ms[0], p.why[0][w]);
-        print_row(name, "knorm", ms[1], sc[1] * 1e3, ms[0], why[1], peer_label[1], 1, p.ms[1][w],
-                  pr, ms[1], p.why[1][w]);
-        char label[64];
-        snprintf(label, sizeof label, "%s%s", peer_label[2], p.layers_timed[2][w] ? "*" : "");
-        print_row(name, "triattention", ms[2], sc[2] * 1e3, ms[0], why[2], label, 2, p.ms[2][w],
-                  pr, ms[2], p.why[2][w]);
-        print_row(name, "", -1, -1, ms[0], NULL, peer_label[3], 3, p.ms[3][w], pr, ms[2],
-                  p.why[3][w]);
-        fflush(stdout);
-    }
+    for (int w = 0; w < 3; w++)
+        if (run[w])
+            arm_workload_rows(ctx, w, min_time, &p);
     printf("\n* timed on %d layer(s) of the round and scaled to all of them.\n"
            "x random: the arm's round over the random arm's round (the paper's Table 9, PyTorch on "
            "an H200: SnapKV 1.23, R-KV 1.93, TriAttention 4.9-5.5); peer/kve: the PyTorch peer's "

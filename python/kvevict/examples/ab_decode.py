@@ -142,7 +142,8 @@ class Arm:
                 self.state.score([0], [n], l, self.k[l], self.scores, scorer="triattention",
                                  layout="nhd", q_mean=q_mean[l], q_abs_mean=q_abs[l], group=G,
                                  rope_theta=THETA)
-        self.state.append([0], [n], out=self.step, scores=self.scores)
+        scores = None if self.scores is None else self.scores.view(1, L, HKV, -1)
+        self.state.append([0], [n], out=self.step, scores=scores)  # [rows, layers, heads, slots]
         if due:
             self.choose_s += time.perf_counter() - t0
             self.rounds += due
