@@ -87,6 +87,23 @@ static void model_append_one(const model *m, model_row *r)
     r->n_tokens++;
 }
 
+/* Rounds row @p r runs if it receives @p n tokens (model_append_one's rule,
+ * counted without changing the row): kve_state_rounds_due's answer. */
+static uint32_t model_rounds_due(const model *m, const model_row *r, uint32_t n)
+{
+    uint32_t rounds = 0, n_tokens = r->n_tokens, free_left = r->free_left;
+    for (uint32_t k = 0; k < n; k++) {
+        if (n_tokens >= r->capacity && free_left == 0) {
+            rounds++;
+            free_left = m->desc.schedule.interval;
+        }
+        if (n_tokens >= r->capacity)
+            free_left--;
+        n_tokens++;
+    }
+    return rounds;
+}
+
 static void model_open(const model *m, model_row *r, uint64_t seq_id, uint32_t prompt)
 {
     memset(r, 0, sizeof *r);
@@ -325,6 +342,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t len;
             int64_t *map = mapping_for(&in, bad ? 1 : (size_t)total * m.tables, &len, &bad);
             kve_step_buffers sb = {.slot_mapping = map, .max_tokens = total};
+            /* kve_state_rounds_due (host bookkeeping) before the call: the
+             * model's count for every row of a valid call */
+            uint32_t due[MAX_ROWS + 1];
+            kve_status sd = kve_state_rounds_due(st, n_rows, rows, n_new, due);
+            for (uint32_t i = 0; !bad && i < n_rows; i++) {
+                FZ_CHECK(sd == KVE_OK, "rounds_due: status %d on a valid call: %s", (int)sd,
+                         kve_last_error());
+                uint32_t want = model_rounds_due(&m, &m.rows[rows[i]], n_new[i]);
+                FZ_CHECK(due[i] == want, "rounds_due: row %u, %u tokens: %u rounds, the model %u",
+                         rows[i], n_new[i], due[i], want);
+            }
+            FZ_CHECK(kve_state_rounds_due(st, n_rows, NULL, n_new, due) == KVE_ERR_NULL &&
+                         kve_state_rounds_due(st, n_rows, rows, n_new, NULL) == KVE_ERR_NULL,
+                     "rounds_due: NULL rows or out_due accepted");
             s = kve_state_append(st, n_rows, rows, n_new, map || !len ? &sb : NULL);
             if (s == KVE_OK && !bad) {
                 size_t base = 0;
