@@ -649,8 +649,16 @@ kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_inf
     KVE_TRY(kve_check_row(s, row, -1));
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     const kve_state_row *r = &s->rows[row];
-    *out = (kve_state_seq_info){r->active, r->prompt,  r->seq_id,  r->capacity,           r->n_tokens,
-                                r->round,  r->n_valid, r->n_valid, r->off * s->tables};
+    memset(out, 0, sizeof *out); /* padding too: callers may compare infos bytewise */
+    out->active = r->active;
+    out->prompt_len = r->prompt;
+    out->seq_id = r->seq_id;
+    out->capacity = r->capacity;
+    out->n_tokens = r->n_tokens;
+    out->round = r->round;
+    out->n_valid = r->n_valid;
+    out->n_used = r->n_valid;
+    out->table_offset = r->off * s->tables;
     return KVE_OK;
 }
 

@@ -115,7 +115,36 @@ static int fz_rows(fz_bytes *in, kve_score_desc *d, fz_score_bufs *f, size_t *n_
         row->round_start = fz_u32(in);
         row->cache_row = fz_u8(in) < 250 ? (int32_t)fz_below(in, d->keys.n_rows + 1) : -1;
         if (row->n_slots > stride)
-            row->table_stride = (uint32_t)stride; /* an output or table overrun: refused */
+            row->table_stride = (uint32_t)stride; /* with several tables: refused (overlap) */
+    }
+    /* A row with one table and n_slots = stride + 1 is valid: the header asks
+     * slot_pos and scores to hold table_offset (scores_offset) + (tables - 1)
+     * x stride + n_slots elements for each row, so grow both to exactly that. */
+    size_t need_t = per_row * d->n_rows, need_s = *n_scores;
+    for (uint32_t r = 0; r < d->n_rows; r++) {
+        const kve_score_row *row = &f->rows[r];
+        size_t ts = row->table_stride ? row->table_stride : stride;
+        size_t et = row->table_offset + (tables - 1) * ts + row->n_slots;
+        size_t es = row->scores_offset + (tables - 1) * stride + row->n_slots;
+        need_t = et > need_t ? et : need_t;
+        need_s = es > need_s ? es : need_s;
+    }
+    if (need_t > per_row * d->n_rows) {
+        int32_t *t = (int32_t *)realloc(f->tabs, need_t * 4);
+        if (!t)
+            return 0;
+        for (size_t i = per_row * d->n_rows; i < need_t; i++)
+            t[i] = -1;
+        f->tabs = t;
+    }
+    if (need_s > *n_scores) {
+        float *sc = (float *)realloc(f->scores, need_s * 4);
+        if (!sc)
+            return 0;
+        for (size_t i = *n_scores; i < need_s; i++)
+            sc[i] = (float)(i % 7) - 3.0f;
+        f->scores = sc;
+        *n_scores = need_s;
     }
     d->rows = f->rows;
     d->slot_pos = f->tabs;
