@@ -86,7 +86,12 @@ static kve_status kve_check_disjoint(const kve_range *r, size_t n)
         for (size_t j = i + 1; j < n; j++) {
             if (!r[i].bytes || !r[j].bytes)
                 continue;
-            int overlap = r[i].lo < r[j].lo + r[j].bytes && r[j].lo < r[i].lo + r[i].bytes;
+            /* integer addresses, ends saturated: a span too large for the
+             * address space (its stride is refused later) must not wrap */
+            uintptr_t li = (uintptr_t)r[i].lo, lj = (uintptr_t)r[j].lo;
+            uintptr_t ei = r[i].bytes > UINTPTR_MAX - li ? UINTPTR_MAX : li + r[i].bytes;
+            uintptr_t ej = r[j].bytes > UINTPTR_MAX - lj ? UINTPTR_MAX : lj + r[j].bytes;
+            int overlap = li < ej && lj < ei;
             KVE_RETURN_ERROR_IF(overlap, KVE_ERR_ALIAS, "%s (%p, %zu bytes) overlaps %s (%p, %zu bytes)",
                                 r[i].name, (const void *)r[i].lo, r[i].bytes, r[j].name,
                                 (const void *)r[j].lo, r[j].bytes);
@@ -125,7 +130,10 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
     if (b->n_slots)
         kve_rows_span(heads, b->slot_pos_stride, b->n_slots, &in_span);
     if (b->n_slots && (b->flags & KVE_SCORED))
-        kve_rows_span(heads, b->scores_stride, b->n_slots, &sc_span);
+        KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, &sc_span) ||
+                                sc_span > SIZE_MAX / 4,
+                            KVE_ERR_OVERFLOW, "batch.scores_stride = %zu overflows over %zu heads",
+                            b->scores_stride, heads);
     const kve_range r[] = {
         {"batch.slot_pos", (const char *)b->slot_pos, in_span * 4},
         {"out.evicted", (const char *)o->evicted, ev_span * 4},

@@ -239,12 +239,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bad |= heads && bt.n_slots && bt.scores_stride < bt.n_slots;
         sc_span = rows_span(heads, bt.scores_stride, n, &overflow);
         bad |= heads && bt.n_slots && overflow;
+        int clamped = 0;
         if (sc_span > (1u << 22) || (overflow && n)) {
             sc_span = n;
             bad = 1;
+            clamped = 1; /* too large to model: refused, and not filled */
         }
         scores = (float *)fz_alloc(sc_span * 4 + 4, 0x7f); /* 0x7f7f7f7f: a number */
-        for (size_t i = 0; n && !overflow && i < heads; i++)
+        for (size_t i = 0; n && !overflow && !clamped && scores && i < heads; i++)
             for (uint32_t t = 0; t < n; t++)
                 scores[i * bt.scores_stride + t] = score_value(&in);
         bt.scores = fz_u8(&in) == 255 ? NULL : scores;

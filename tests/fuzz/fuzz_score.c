@@ -196,7 +196,14 @@ static void fz_check_result(const kve_score_desc *d, kve_status st, const float 
             size_t ts = row->table_stride ? row->table_stride : d->slot_pos_stride_table;
             const int32_t *tab = d->slot_pos + row->table_offset + t * ts;
             size_t o = row->scores_offset + t * d->scores_stride_table;
-            for (uint32_t s = 0; s < row->n_slots; s++) {
+            /* A table holding a position twice is no keep-set table (SPEC §3):
+             * which of the twins the window takes is not defined, so only
+             * tables of distinct positions are held to the candidate rule. */
+            int dup = 0;
+            for (uint32_t a = 0; a < row->n_slots && !dup; a++)
+                for (uint32_t b = a + 1; b < row->n_slots && tab[a] >= 0; b++)
+                    dup |= tab[a] == tab[b];
+            for (uint32_t s = 0; s < row->n_slots && !dup; s++) {
                 if (fz_candidate(tab, row->n_slots, row->prompt_len, row->window, s))
                     continue;
                 float want = (d->flags & KVE_SCORE_ACCUMULATE) ? before[o + s] : 0.0f;
