@@ -239,11 +239,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bad |= heads && bt.n_slots && bt.scores_stride < bt.n_slots;
         sc_span = rows_span(heads, bt.scores_stride, n, &overflow);
         bad |= heads && bt.n_slots && overflow;
+        if (sc_span > (1u << 22) && !overflow) { /* valid, but too large to afford: skip */
+            free(seqs);
+            free(slots);
+            free(evicted);
+            free(kept);
+            free(n_evicted);
+            free(n_kept);
+            free(head_flags);
+            return 0;
+        }
         int clamped = 0;
-        if (sc_span > (1u << 22) || (overflow && n)) {
+        if (overflow && n) {
             sc_span = n;
             bad = 1;
-            clamped = 1; /* too large to model: refused, and not filled */
+            clamped = 1; /* a span past the address space: refused before any read */
         }
         scores = (float *)fz_alloc(sc_span * 4 + 4, 0x7f); /* 0x7f7f7f7f: a number */
         for (size_t i = 0; n && !overflow && !clamped && scores && i < heads; i++)

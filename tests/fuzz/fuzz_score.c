@@ -57,16 +57,24 @@ static int fz_keys(fz_bytes *in, kve_score_desc *d, fz_score_bufs *f, uint64_t *
     k->n_pages = fz_u8(in) < 250 ? 1 + fz_below(in, 8) : 0;
     k->n_rows = fz_u8(in) < 250 ? 1 + fz_below(in, 4) : 0;
     size_t es = k->dtype == KVE_DTYPE_F32 ? 4 : 2;
-    size_t bytes = (size_t)k->n_pages * k->page_size * k->n_heads * k->head_dim * es;
-    if (bytes > ((size_t)1 << 22))
+    size_t e = (size_t)k->head_dim * es, ps = k->page_size, h = k->n_heads;
+    if ((size_t)k->n_pages * ps * h * e > ((size_t)1 << 22))
         return 0;
+    if (fz_u8(in) > 240)
+        k->stride_slot = fz_below(in, 64);
+    /* Exactly the header's extent: (n_pages-1) stride_page + (page_size-1)
+     * stride_slot + (n_heads-1) stride_head + one key, strides resolved. */
+    int nhd = k->layout == KVE_LAYOUT_NHD;
+    size_t sp = ps * h * e, ss = k->stride_slot ? k->stride_slot : nhd ? h * e : e,
+           sh = nhd ? e : ps * e;
+    size_t bytes = k->n_pages && ps && h && e
+                       ? (k->n_pages - 1) * sp + (ps - 1) * ss + (h - 1) * sh + e
+                       : 0;
     f->keys = fz_alloc(bytes, 0);
     for (size_t i = 0; f->keys && i < bytes; i++) /* small finite values, sometimes any bits */
         ((uint8_t *)f->keys)[i] = (uint8_t)(i % es == es - 1 ? 0x3c ^ (fz_mix(mix) & 0x81)
                                                              : fz_mix(mix));
     k->base = f->keys;
-    if (fz_u8(in) > 240)
-        k->stride_slot = fz_below(in, 64);
     size_t n_ids = (size_t)k->n_rows * 4;
     f->pages = (int32_t *)fz_alloc(n_ids * 4, 0);
     for (size_t i = 0; f->pages && i < n_ids; i++)

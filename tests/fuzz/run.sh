@@ -4,6 +4,8 @@
 #   tests/fuzz/run.sh [SECONDS [HARNESS...]]
 # SECONDS per harness (default 60); HARNESS among evict compact cache_write
 # state json score (default: all). FUZZ_JOBS harnesses run at once (default 2).
+# FUZZ_SEED fixes libFuzzer's seed (CI: the same mutations on every run, a
+# prefix of what a longer run with that seed explores); unset, a random one.
 # The corpus in the tree is only read: new inputs go to build-fuzz/corpus/.
 # Any crash, leak, sanitizer report or failed check ends the run non-zero,
 # its input saved under build-fuzz/artifacts/ (add it to the corpus, and a
@@ -25,7 +27,9 @@ run_one() {
     local h=$1 log=build-fuzz/logs/$1.log
     mkdir -p "build-fuzz/corpus/$h"
     # -rss_limit_mb: the harnesses allocate what the header asks, at most MiBs.
-    if build-fuzz/tests/fuzz/fuzz_"$h" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    local seed=()
+    [ -n "${FUZZ_SEED:-}" ] && seed=(-seed="$FUZZ_SEED")
+    if build-fuzz/tests/fuzz/fuzz_"$h" "${seed[@]}" -max_total_time="$seconds" -rss_limit_mb=2048 \
         -timeout=30 -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$h-" \
         "build-fuzz/corpus/$h" "tests/fuzz/corpus/$h" >"$log" 2>&1; then
         echo "fuzz_$h: ok, $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs," \
