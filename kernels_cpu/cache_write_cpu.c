@@ -1,7 +1,7 @@
 /*
  * cache_write_cpu.c — the CPU backend's engine-integration ops: the cache
- * state's table jobs (common/kve_state.h) and kve_cache_write with its
- * moves. Arguments arrive validated (backends/api.c habit); OpenMP across
+ * state's table jobs (common/kve_backend.h) and kve_cache_write with its
+ * moves. Arguments arrive validated (common/api.c habit); OpenMP across
  * jobs, move lists or tokens, each element written by exactly one thread.
  * The per-table code is the device's (common/device/state_body.h), so the
  * CPU and the GPUs place tokens by one implementation.
@@ -10,7 +10,7 @@
 
 #include "device/convert_body.h"
 #include "device/state_body.h"
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 

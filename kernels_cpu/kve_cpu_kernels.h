@@ -1,7 +1,7 @@
 /*
  * kve_cpu_kernels.h — the fixed prototypes every CPU ISA implements, and
  * the table of them per ISA (BLIS-style: reference first, faster kernels
- * override). The driver (cpu_backend.c) owns threading; kernels own one head.
+ * override). The driver (backends/cpu.c) owns threading; kernels own one head.
  */
 #ifndef KVE_CPU_KERNELS_H
 #define KVE_CPU_KERNELS_H
@@ -80,5 +80,16 @@ extern const kve_score_kernels kve_score_kernels_avx512;
 
 /* The score kernels of a resolved ISA (scalar where this build has none). */
 const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
+
+/* The CPU backend's operations outside the per-ISA table (backends/cpu.c
+ * puts them in its kve_backend_ops): the state's jobs, its wave eviction and
+ * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
+ * (kernels_cpu/score_cpu.c). */
+struct kve_state_update;
+struct kve_state_evict;
+kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
+kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
+kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
+kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
 
 #endif

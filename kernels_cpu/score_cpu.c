@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "device/score_body.h"
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 

@@ -6,4 +6,4 @@
  * device's warp width (64 on CDNA).
  */
 #define KVE_GPU_HIP 1
-#include "../kernels_cuda/gpu_backend.cu"
+#include "../backends/gpu.cu"

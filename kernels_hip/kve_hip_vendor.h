@@ -1,5 +1,5 @@
 /*
- * kve_hip_vendor.h — HIP under CUDA's names, so kernels_cuda/gpu_backend.cu
+ * kve_hip_vendor.h — HIP under CUDA's names, so backends/gpu.cu
  * and gpu_bench.cu compile unchanged as HIP (ggml's vendors/hip.h habit).
  * Only the runtime calls kvevict uses are mapped.
  *

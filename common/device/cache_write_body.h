@@ -14,7 +14,7 @@
  * the result does not depend on the launch.
  *
  * Row, slot and page ids are device memory the host never saw: each group
- * checks its entry as backends/cache_write.c checks host memory, skips one
+ * checks its entry as common/cache_write.c checks host memory, skips one
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
  *

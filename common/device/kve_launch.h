@@ -165,7 +165,7 @@ KVE_HOST_FN uint32_t kve_score_args_make(const kve_score_desc *d, uint32_t k, ui
 }
 
 /* How the host ranks error records: kinds in the order of the host checks
- * (common/validate.c, backends/cache_write.c), each in the group of the
+ * (common/validate.c, common/cache_write.c), each in the group of the
  * call that raises it; a rank below which the detail orders too. */
 typedef struct kve_dev_err_rank {
     int kind, call, by_detail;

@@ -1,5 +1,5 @@
 /*
- * state_body.h — the backend op state_update (common/kve_state.h) on the
+ * state_body.h — the backend op state_update (common/kve_backend.h) on the
  * device, written once for CUDA, HIP and the host emulator (kve_device.h);
  * the CPU backend and the host rebuild run the same per-table functions.
  *
@@ -27,7 +27,7 @@
 
 #include "evict_body.h"
 #include "kve_device.h"
-#include "kve_state.h"
+#include "kve_backend.h"
 
 typedef struct kve_state_args {
     kve_state_update u; /* u.n_jobs >= 1, u.jobs in backend memory */

@@ -227,6 +227,18 @@ static void test_stats_file(void)
     KVE_EXPECT(kve_triattention_stats_load(path, &s) == KVE_ERR_INVALID &&
                    strstr(kve_last_error(), "q_abs_mean[0]") && s.q_mean == NULL,
                "NaN stats: %s", kve_last_error());
+    /* A header promising 65536 x 65536 x 256 pairs (12 TiB) over a 12-byte
+     * body: refused from the file's length, nothing allocated (fuzz_score
+     * found a 10 GiB malloc here). */
+    uint32_t huge[4] = {1, 65536, 65536, 512};
+    memcpy(h + 8, huge, 16);
+    f = fopen(path, "wb");
+    fwrite(h, 1, sizeof h, f);
+    fclose(f);
+    KVE_EXPECT(kve_triattention_stats_load(path, &s) == KVE_ERR_INVALID &&
+                   strstr(kve_last_error(), "44 bytes") && strstr(kve_last_error(), "promises") &&
+                   s.q_mean == NULL,
+               "huge header over a short file: %s", kve_last_error());
     KVE_EXPECT(kve_triattention_stats_load("/nonexistent/x", &s) == KVE_ERR_INVALID &&
                    strstr(kve_last_error(), "/nonexistent/x"),
                "missing file: %s", kve_last_error());

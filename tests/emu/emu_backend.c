@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "emu_backend.h"
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_launch.h"
 
 static kve_backend_ops kve_emu_ops;

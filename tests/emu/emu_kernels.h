@@ -8,7 +8,7 @@
 
 #include "emu_harness.h"
 #include "kve_cases.h"
-#include "kve_state.h"
+#include "kve_backend.h"
 #include "kvevict.h"
 
 /* The device's error records after a launch. */

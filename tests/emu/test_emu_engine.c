@@ -25,7 +25,7 @@
 
 #include "emu_backend.h"
 #include "emu_suite.h"
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_engine_cases.h"
 #include "kve_scenario.h"
 #include "state_body.h"

@@ -1,5 +1,5 @@
 /*
- * test_gpu_load.c — loads a GPU backend library the way backends/registry.c
+ * test_gpu_load.c — loads a GPU backend library the way common/registry.c
  * does and checks what the core relies on: the entry symbol, the ABI
  * handshake, a complete table, and a probe that answers (0 on a machine
  * without the driver or a device) instead of failing. It runs on every
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_expect.h"
 
 

@@ -1,5 +1,5 @@
 /*
- * cpu_backend.c — the CPU backend's table of operations: OpenMP across
+ * cpu.c — the CPU backend's table of operations: OpenMP across
  * heads (static schedule), one kernel call per head, so results cannot
  * depend on the thread count. Kernels come from the context's ISA table.
  */
@@ -9,7 +9,7 @@
 #include <omp.h>
 #endif
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 

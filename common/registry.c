@@ -10,7 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
+#include "kve_registry.h"
 #include "kve_error.h"
 
 static const kve_host_services kve_services = {KVE_BACKEND_ABI_VERSION, kve_error_set};

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "device/convert_body.h"
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_error.h"
 
 static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
@@ -28,7 +28,7 @@ static size_t kve_dst_entry(const kve_cache_part *p)
 
 static size_t kve_or(size_t a, size_t b) { return a ? a : b; }
 
-void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out)
+static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out)
 {
     *out = *in;
     size_t h = in->n_heads, ps = in->page_size;

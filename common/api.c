@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
+#include "kve_registry.h"
 #include "kve_cpu_isa.h"
 #include "kve_digest.h"
 #include "kve_error.h"

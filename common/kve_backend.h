@@ -1,18 +1,35 @@
 /*
- * kve_state.h — what the cache state (backends/state.c) asks of a backend:
- * one operation running a list of small jobs on the state's tables, one
- * evicting the rows of an append that are due (a row list), and the cache
- * write (which also runs the moves the jobs list). All are ops of
- * kve_backend_ops; the CPU ones are in kernels_cpu/cache_write_cpu.c, and
- * run the per-table code of common/device/state_body.h.
+ * kve_backend.h — the contract between the front end (common/api.c and the
+ * other public entry points in common/) and a backend (backends/<name>: one
+ * driver per backend, exporting one table of operations):
+ *
+ *   1. the job protocol: what the cache state (common/state.c) asks of a
+ *      backend — one operation running a list of small jobs on the state's
+ *      tables (state_update), one evicting the rows of an append that are
+ *      due (state_evict), and the cache write (which also runs the moves the
+ *      jobs list); the per-table code is common/device/state_body.h;
+ *   2. struct kve_context, which every public call receives;
+ *   3. kve_backend_ops, the table a backend fills (designated initializers).
+ *
+ * The front end validates every argument before it calls an operation; a
+ * backend never re-validates. The CPU backend (backends/cpu.c) is linked
+ * into the library; the GPU backends (backends/gpu.cu, built by
+ * kernels_cuda/ and kernels_hip/) are shared objects loaded at run time
+ * (common/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
+ * checks the ABI version of the table they return before using it.
  *
  * Jobs live in backend memory (the state uploads them, stream-ordered), so
  * a launch's arguments are the same from one decode step to the next.
  */
-#ifndef KVE_STATE_H
-#define KVE_STATE_H
+#ifndef KVE_BACKEND_H
+#define KVE_BACKEND_H
 
 #include "kvevict.h"
+
+#define KVE_BACKEND_ABI_VERSION 2u /* 2: state_evict, upload */
+#define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
+
+/* ---- 1. The job protocol ---------------------------------------------- */
 
 /* Job kinds. "Table t" runs over the row's tables, t = tl * table_heads + th,
  * at slot_pos + base + t * stride (and its freed list at freed + base + t *
@@ -110,12 +127,71 @@ typedef struct kve_state_evict {
     size_t scores_stride_row, scores_stride_table;
 } kve_state_evict;
 
-/* The CPU backend's implementations (kernels_cpu/cache_write_cpu.c). */
-kve_status kve_cpu_state_update(kve_context *ctx, const kve_state_update *u);
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e);
-kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 
-/* kve_cache_write_desc with every 0 stride replaced by its dense value. */
-void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out);
+/* ---- 2. The context ---------------------------------------------------- */
+struct kve_context {
+    kve_backend backend;
+    const struct kve_backend_ops *ops;
+    int threads;     /* resolved, >= 1 */
+    kve_cpu_isa isa; /* resolved, never AUTO */
+    int device;
+    void *stream;
+    void *impl; /* the backend's own state */
+};
+
+/* ---- 3. The operations -------------------------------------------------- */
+typedef struct kve_backend_ops {
+    uint32_t abi_version;
+    kve_backend kind;
+    const char *name;
+    /* 1 when backend memory is host memory (lets the front end read contents). */
+    int host_memory;
+
+    kve_status (*probe)(int *out_available);
+    kve_status (*context_init)(kve_context *ctx);
+    void (*context_fini)(kve_context *ctx);
+    kve_status (*set_device)(kve_context *ctx, int device);
+
+    kve_status (*alloc)(kve_context *ctx, size_t bytes, void **out);
+    kve_status (*free)(kve_context *ctx, void *ptr);
+    kve_status (*copy)(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                       kve_copy_kind kind);
+    kve_status (*synchronize)(kve_context *ctx);
+
+    kve_status (*keys)(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
+                       size_t n, uint64_t *keys);
+    kve_status (*evict_workspace_size)(kve_context *ctx, const kve_batch *batch,
+                                       size_t *out_bytes);
+    kve_status (*evict)(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
+                        void *workspace, size_t workspace_bytes);
+    kve_status (*compact)(kve_context *ctx, const kve_compact_desc *desc);
+
+    /* Engine integration (the jobs above). NULL: the public call returns
+     * KVE_ERR_UNAVAILABLE. state_update runs a list of independent jobs on a
+     * cache state's tables; state_evict the eviction of an append's wave
+     * (one launch over the call's rows); cache_write gets a desc with dense
+     * strides resolved. */
+    kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
+    kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
+    kve_status (*state_evict)(kve_context *ctx, const kve_state_evict *evict);
+    /* Host to backend memory in stream order, without waiting for the
+     * stream (copy waits): @p src may be reused once it returns (a GPU's
+     * driver stages pageable memory before returning). The state's jobs. */
+    kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
+    /* kve_score (common/device/score_body.h): desc validated, key strides
+     * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
+    kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
+} kve_backend_ops;
+
+/* Services the core lends a backend loaded at run time. */
+typedef struct kve_host_services {
+    uint32_t abi_version;
+    kve_status (*set_error)(kve_status status, const char *fmt, ...);
+} kve_host_services;
+
+typedef const kve_backend_ops *(*kve_backend_entry_fn)(const kve_host_services *host);
+
+/* The CPU backend's table (backends/cpu.c), linked into the library. */
+const kve_backend_ops *kve_cpu_backend_ops(void);
 
 #endif

@@ -70,6 +70,20 @@ static kve_status kve_stats_body(FILE *f, const char *path, kve_triattention_sta
                         "path = \"%s\": rope_theta = %g: must be finite and >= 0", path,
                         o->rope_theta);
     size_t per = (size_t)o->n_layers * o->n_q_heads * (o->head_dim / 2);
+    /* The length the header promises, before allocating for it (a seekable
+     * file; a pipe is read as far as it goes). */
+    long here = ftell(f);
+    if (here >= 0 && fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        KVE_RETURN_ERROR_IF(fseek(f, here, SEEK_SET) != 0, KVE_ERR_INVALID,
+                            "path = \"%s\": cannot seek back to its statistics", path);
+        uint64_t want = (uint64_t)here + (uint64_t)per * 3 * sizeof(float);
+        KVE_RETURN_ERROR_IF(end >= 0 && (uint64_t)end != want, KVE_ERR_INVALID,
+                            "path = \"%s\": %ld bytes, the header (%u layers x %u query heads x "
+                            "head_dim %u) promises %llu",
+                            path, end, o->n_layers, o->n_q_heads, o->head_dim,
+                            (unsigned long long)want);
+    }
     o->q_mean = (float *)malloc(per * 2 * sizeof(float));
     o->q_abs_mean = (float *)malloc(per * sizeof(float));
     KVE_RETURN_ERROR_IF(!o->q_mean || !o->q_abs_mean, KVE_ERR_NOMEM,

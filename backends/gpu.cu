@@ -1,7 +1,7 @@
 /*
- * gpu_backend.cu — the CUDA backend, libkvevict_cuda.so: kernels around the
+ * gpu.cu — the CUDA backend, libkvevict_cuda.so: kernels around the
  * bodies of common/device/, their launches, and the table of operations the
- * core loads at run time (backends/registry.c).
+ * core loads at run time (common/registry.c).
  *
  * Written in CUDA's names; kernels_hip/hip_backend.hip compiles this same
  * file as HIP after kve_hip_vendor.h maps the names (ggml's habit).
@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 #include "kve_error.h" /* KVE_TRY only: kve_error_set lives in the core */
 #include "kve_launch.h"
 

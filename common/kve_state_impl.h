@@ -3,7 +3,7 @@
 #ifndef KVE_STATE_IMPL_H
 #define KVE_STATE_IMPL_H
 
-#include "kve_backend_impl.h"
+#include "kve_backend.h"
 
 /* Host bookkeeping of one row. */
 typedef struct kve_state_row {
