@@ -1,7 +1,9 @@
 /*
- * gpu.cu — the CUDA backend, libkvevict_cuda.so: kernels around the
- * bodies of common/device/, their launches, and the table of operations the
- * core loads at run time (common/registry.c).
+ * gpu.cu — the GPU backend's driver, libkvevict_cuda.so: the context
+ * (device, limits, error records), memory, streams, the launches of the
+ * kernels of kernels_cuda/gpu_kernels.cuh as common/device/kve_launch.h
+ * plans them, and the table of operations the core loads at run time
+ * (common/registry.c).
  *
  * Written in CUDA's names; kernels_hip/hip_backend.hip compiles this same
  * file as HIP after kve_hip_vendor.h maps the names (ggml's habit).
@@ -31,28 +33,13 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kve_backend.h"
 #include "kve_error.h" /* KVE_TRY only: kve_error_set lives in the core */
-#include "kve_launch.h"
+#include "gpu_kernels.cuh" /* the kernels; kve_launch.h plans their launches */
 
 #define KVE_GPU_EXPORT extern "C" __attribute__((visibility("default")))
-#define KVE_KEYS_THREADS 256u
-#define KVE_EVICT_MAX_THREADS 512u
-#define KVE_STATE_THREADS 256u
-#define KVE_BLOCKS_PER_SM 32u /* grid cap for grid-stride kernels */
-/* Blocks per SM a kernel must fit (CUDA's second __launch_bounds__
- * argument, a register cap): eviction 3 blocks of 512 threads (75%
- * occupancy on sm_90, 40 registers), compaction's "slots" kernel 8 of 256
- * (100%, 32 registers); the bodies meet both without spills (docs/GPU.md
- * "Registers and scratch"). HIP's second argument means waves per EU:
- * left out there. */
-#if defined(KVE_GPU_HIP)
-#define KVE_MIN_BLOCKS(n)
-#else
-#define KVE_MIN_BLOCKS(n) , n
-#endif
-
 /* Kernel parameters: 4 KiB is the limit on every vendor and architecture. */
 static_assert(sizeof(kve_state_args) <= 4096, "state arguments fit the parameters");
 static_assert(sizeof(kve_state_evict_args) <= 4096, "state eviction arguments fit the parameters");
@@ -72,95 +59,13 @@ static const kve_host_services *kve_host;
             return kve_host->set_error((status), __VA_ARGS__);                                   \
     } while (0)
 
-/* ---- kernels ------------------------------------------------------------ */
-
-__global__ void __launch_bounds__(KVE_KEYS_THREADS) kve_keys_kernel(kve_keys_args a)
-{
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_keys_grid(&tc, &a);
-}
-
-__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_MIN_BLOCKS(3))
-    kve_evict_kernel(kve_evict_args a)
-{
-    __shared__ kve_evict_smem sm;
-    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_evict_grid(&tc, &sm, &a, kve_dyn_smem);
-}
-
-__global__ void __launch_bounds__(KVE_COMPACT_THREADS) kve_compact_move_kernel(kve_compact_args a)
-{
-    __shared__ kve_compact_smem sm;
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_compact_move_grid(&tc, &sm, &a);
-}
-
-__global__ void __launch_bounds__(KVE_COMPACT_THREADS KVE_MIN_BLOCKS(8))
-    kve_compact_slots_kernel(kve_compact_args a)
-{
-    __shared__ kve_compact_smem sm;
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_compact_slots_grid(&tc, &sm, &a);
-}
-
-/* A wave's eviction over a cache state's row list (state_body.h). */
-__global__ void __launch_bounds__(KVE_EVICT_MAX_THREADS KVE_MIN_BLOCKS(3))
-    kve_state_evict_kernel(kve_state_evict_args a)
-{
-    __shared__ kve_evict_smem sm;
-    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_state_evict_grid(&tc, &sm, &a, kve_dyn_smem);
-}
-
-/* The jobs are in device memory (the state uploaded them, stream-ordered). */
-__global__ void __launch_bounds__(KVE_STATE_THREADS) kve_state_kernel(kve_state_args a)
-{
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_state_grid(&tc, &a);
-}
-
-__global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
-    kve_cache_write_kernel(kve_cache_write_args a)
-{
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_cache_write_grid(&tc, &a);
-}
-
-/* The state's moves, launched before the writes (cache_write_body.h). */
-__global__ void __launch_bounds__(KVE_CACHE_WRITE_THREADS)
-    kve_cache_move_kernel(kve_cache_write_args a)
-{
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_cache_move_grid(&tc, &a);
-}
-
-/* Built-in scorers: one block per (row, table), the rows in the parameters. */
-__global__ void __launch_bounds__(KVE_SCORE_THREADS) kve_score_kernel(kve_score_args a)
-{
-    extern __shared__ __align__(16) unsigned char kve_dyn_smem[];
-    kve_tc tc;
-    KVE_TC_INIT(tc);
-    kve_score_grid(&tc, kve_dyn_smem, &a);
-}
-
 /* ---- errors and context state --------------------------------------------- */
 
 typedef struct kve_gpu {
     int device;
-    uint32_t sm_count;
-    uint32_t warp;       /* the device's warp width */
-    size_t smem_dyn_max; /* dynamic shared memory kve_evict_kernel may take */
-    uint64_t *errors;    /* device: KVE_DEV_ERR_KINDS records */
+    uint32_t warp;            /* the device's warp width */
+    kve_launch_limits limits; /* grid caps and eviction's shared memory (kve_launch.h) */
+    uint64_t *errors;         /* device: KVE_DEV_ERR_KINDS records */
     /* The library's own non-blocking stream on this device, for work of its
      * own that orders after nothing of the application's (setting up the
      * error records): waiting for it never waits for other streams. */
@@ -292,23 +197,23 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
     KVE_GPU_TRY(cudaFuncGetAttributes(&fa, (const void *)kve_evict_kernel),
                 "kernel attributes (is this device's architecture in the build?)");
     g->device = device;
-    g->sm_count = (uint32_t)sms;
     g->warp = (uint32_t)warp;
-    g->smem_dyn_max = (size_t)smem > fa.sharedSizeBytes ? (size_t)smem - fa.sharedSizeBytes : 0;
+    size_t smem_dyn_max = (size_t)smem > fa.sharedSizeBytes ? (size_t)smem - fa.sharedSizeBytes : 0;
+    g->limits = kve_launch_limits_of((uint32_t)sms, smem_dyn_max);
 #if !defined(KVE_GPU_HIP)
     KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_evict_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)g->smem_dyn_max),
+                                     (int)smem_dyn_max),
                 "kernel shared memory limit");
     KVE_GPU_TRY(cudaFuncGetAttributes(&fa, (const void *)kve_state_evict_kernel),
                 "kernel attributes (state eviction)");
-    KVE_GPU_CHECK(fa.sharedSizeBytes > (size_t)smem - g->smem_dyn_max, KVE_ERR_INTERNAL,
+    KVE_GPU_CHECK(fa.sharedSizeBytes > (size_t)smem - smem_dyn_max, KVE_ERR_INTERNAL,
                   "state eviction kernel: %zu bytes of static shared memory, more than the "
                   "eviction kernel's",
                   (size_t)fa.sharedSizeBytes);
     KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_state_evict_kernel,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)g->smem_dyn_max),
+                                     (int)smem_dyn_max),
                 "kernel shared memory limit (state eviction)");
 #endif
     /* The records start as "none raised". The memset runs on the library's
@@ -406,7 +311,8 @@ static void gpu_context_fini(kve_context *ctx)
  * device after this call (include/kvevict.h, kve_context_set_device). */
 static kve_status gpu_set_device(kve_context *ctx, int device)
 {
-    kve_gpu fresh = {0, 0, 0, 0, NULL, NULL};
+    kve_gpu fresh;
+    memset(&fresh, 0, sizeof fresh);
     KVE_TRY(kve_gpu_open(&fresh, device));
     if (ctx->stream && !kve_stream_on_device(ctx, (cudaStream_t)ctx->stream, device))
         ctx->stream = NULL;
@@ -497,43 +403,14 @@ static kve_status gpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, cons
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_keys_args a = {seed, flags, coords, n, keys};
-    uint32_t grid =
-        kve_launch_grid(n, KVE_KEYS_THREADS, kve_gpu_of(ctx)->sm_count * KVE_BLOCKS_PER_SM);
+    uint32_t grid = kve_keys_plan_grid(&kve_gpu_of(ctx)->limits, n, KVE_KEYS_THREADS);
     KVE_LAUNCH(ctx, kve_keys_kernel, kve_keys_args, grid, KVE_KEYS_THREADS, 0, a);
     return KVE_OK;
 }
 
-/* How eviction runs for this batch: block size, grid, and where the
- * scratch lives (shared memory, or workspace when it does not fit). */
-typedef struct kve_evict_plan {
-    uint32_t threads, grid;
-    size_t dyn_smem;  /* dynamic shared memory per block */
-    size_t per_block; /* workspace bytes per block (0: shared memory) */
-    size_t workspace; /* bytes kve_evict_workspace_size() reports */
-} kve_evict_plan;
-
-static kve_evict_plan kve_plan_evict(const kve_gpu *g, const kve_batch *b)
-{
-    kve_evict_plan p;
-    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
-    size_t scratch = (kve_evict_scratch_bytes(b->n_slots) + 255) & ~(size_t)255;
-    p.threads = kve_evict_threads(b->n_slots);
-    if (scratch <= g->smem_dyn_max) {
-        p.grid = kve_launch_grid(heads, 1, g->sm_count * KVE_BLOCKS_PER_SM);
-        p.dyn_smem = scratch;
-        p.per_block = p.workspace = 0;
-    } else {
-        p.grid = kve_launch_grid(heads, 1, g->sm_count * 2);
-        p.dyn_smem = 0;
-        p.per_block = scratch;
-        p.workspace = (size_t)p.grid * scratch + 256; /* + room to align the caller's pointer */
-    }
-    return p;
-}
-
 static kve_status gpu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
 {
-    *out = kve_plan_evict(kve_gpu_of(ctx), b).workspace;
+    *out = kve_evict_plan_make(&kve_gpu_of(ctx)->limits, b).workspace_bytes;
     return KVE_OK;
 }
 
@@ -543,13 +420,8 @@ static kve_status gpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     (void)workspace_bytes; /* api.c checked it against gpu_evict_workspace_size */
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    kve_evict_plan p = kve_plan_evict(g, b);
-    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
-    kve_evict_args a = kve_evict_args_make(b, o, heads, g->errors);
-    if (p.per_block) {
-        a.scratch = (unsigned char *)(((uintptr_t)workspace + 255) & ~(uintptr_t)255);
-        a.scratch_stride = p.per_block;
-    }
+    kve_evict_plan p = kve_evict_plan_make(&g->limits, b);
+    kve_evict_args a = kve_evict_args_make(b, o, &p, workspace, g->errors);
     KVE_LAUNCH(ctx, kve_evict_kernel, kve_evict_args, p.grid, p.threads, p.dyn_smem, a);
     return KVE_OK;
 }
@@ -560,10 +432,10 @@ static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
     kve_gpu *g = kve_gpu_of(ctx);
     kve_compact_args a;
     KVE_TRY(kve_compact_args_make(d, g->errors, kve_host->set_error, &a));
-    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
-    KVE_LAUNCH(ctx, kve_compact_move_kernel, kve_compact_args,
-               kve_launch_grid(a.heads * d->n_caches, 1, cap), KVE_COMPACT_THREADS, 0, a);
-    KVE_LAUNCH(ctx, kve_compact_slots_kernel, kve_compact_args, kve_launch_grid(a.heads, 1, cap),
+    kve_compact_plan p = kve_compact_plan_make(&g->limits, &a);
+    KVE_LAUNCH(ctx, kve_compact_move_kernel, kve_compact_args, p.move_grid, KVE_COMPACT_THREADS,
+               0, a);
+    KVE_LAUNCH(ctx, kve_compact_slots_kernel, kve_compact_args, p.slots_grid,
                KVE_COMPACT_THREADS, 0, a);
     return KVE_OK;
 }
@@ -577,8 +449,7 @@ static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
     kve_gpu *g = kve_gpu_of(ctx);
     kve_state_args a = kve_state_args_make(u, g->errors);
     KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
-               kve_launch_grid(u->work, KVE_STATE_THREADS, g->sm_count * KVE_BLOCKS_PER_SM),
-               KVE_STATE_THREADS, 0, a);
+               kve_state_plan_grid(&g->limits, u, KVE_STATE_THREADS), KVE_STATE_THREADS, 0, a);
     return KVE_OK;
 }
 
@@ -588,12 +459,8 @@ static kve_status gpu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    kve_evict_plan p = kve_plan_evict(g, &e->b);
-    kve_state_evict_args a = {*e, NULL, 0, g->errors};
-    if (p.per_block) {
-        a.scratch = (unsigned char *)(((uintptr_t)e->workspace + 255) & ~(uintptr_t)255);
-        a.scratch_stride = p.per_block;
-    }
+    kve_evict_plan p = kve_evict_plan_make(&g->limits, &e->b);
+    kve_state_evict_args a = kve_state_evict_args_make(e, &p, g->errors);
     KVE_LAUNCH(ctx, kve_state_evict_kernel, kve_state_evict_args, p.grid, p.threads, p.dyn_smem, a);
     return KVE_OK;
 }
@@ -602,13 +469,11 @@ static kve_status gpu_score(kve_context *ctx, const kve_score_desc *d)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    uint32_t cap = g->sm_count * KVE_BLOCKS_PER_SM;
     for (uint32_t k = 0; k < kve_score_launches(d); k++) {
         kve_score_args a;
         uint32_t items = kve_score_args_make(d, k, g->errors, &a);
-        size_t smem = kve_score_smem_bytes(a.nq, a.nf, KVE_SCORE_THREADS);
-        KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, kve_launch_grid(items, 1, cap),
-                   KVE_SCORE_THREADS, smem, a);
+        kve_score_plan p = kve_score_plan_make(&g->limits, &a, items, KVE_SCORE_THREADS);
+        KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
     }
     return KVE_OK;
 }
@@ -620,48 +485,45 @@ static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     kve_cache_write_args a;
     KVE_TRY(kve_cache_write_args_make(d, KVE_CACHE_WRITE_THREADS, g->errors, kve_host->set_error,
                                       &a));
-    uint64_t moves = kve_cache_move_entries(d);
-    if (moves) {
-        uint32_t mgrid = kve_launch_grid(moves, KVE_CACHE_WRITE_THREADS / a.group,
-                                         g->sm_count * KVE_BLOCKS_PER_SM);
-        KVE_LAUNCH(ctx, kve_cache_move_kernel, kve_cache_write_args, mgrid,
+    kve_cache_write_plan p = kve_cache_write_plan_make(&g->limits, d, &a, KVE_CACHE_WRITE_THREADS);
+    if (p.move_entries)
+        KVE_LAUNCH(ctx, kve_cache_move_kernel, kve_cache_write_args, p.move_grid,
                    KVE_CACHE_WRITE_THREADS, 0, a);
-    }
-    uint32_t grid = kve_launch_grid(a.entries, KVE_CACHE_WRITE_THREADS / a.group,
-                                    g->sm_count * KVE_BLOCKS_PER_SM);
-    KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, grid, KVE_CACHE_WRITE_THREADS,
-               0, a);
+    KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, p.write_grid,
+               KVE_CACHE_WRITE_THREADS, 0, a);
     return KVE_OK;
 }
 
 /* ---- the entry point the core looks up ------------------------------------- */
 
+static const kve_backend_ops kve_gpu_ops = {
+    .abi_version = KVE_BACKEND_ABI_VERSION,
+    .kind = KVE_GPU_KIND,
+    .name = KVE_GPU_NAME,
+    .host_memory = 0,
+    .probe = gpu_probe,
+    .context_init = gpu_context_init,
+    .context_fini = gpu_context_fini,
+    .set_device = gpu_set_device,
+    .alloc = gpu_alloc,
+    .free = gpu_free,
+    .copy = gpu_copy,
+    .synchronize = gpu_synchronize,
+    .keys = gpu_keys,
+    .evict_workspace_size = gpu_evict_workspace_size,
+    .evict = gpu_evict,
+    .compact = gpu_compact,
+    .state_update = gpu_state_update,
+    .cache_write = gpu_cache_write,
+    .state_evict = gpu_state_evict,
+    .upload = gpu_upload,
+    .score = gpu_score,
+};
+
 KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)
 {
-    static kve_backend_ops ops;
     if (!host || host->abi_version != KVE_BACKEND_ABI_VERSION || !host->set_error)
         return NULL;
     kve_host = host;
-    ops.abi_version = KVE_BACKEND_ABI_VERSION;
-    ops.kind = KVE_GPU_KIND;
-    ops.name = KVE_GPU_NAME;
-    ops.host_memory = 0;
-    ops.probe = gpu_probe;
-    ops.context_init = gpu_context_init;
-    ops.context_fini = gpu_context_fini;
-    ops.set_device = gpu_set_device;
-    ops.alloc = gpu_alloc;
-    ops.free = gpu_free;
-    ops.copy = gpu_copy;
-    ops.synchronize = gpu_synchronize;
-    ops.keys = gpu_keys;
-    ops.evict_workspace_size = gpu_evict_workspace_size;
-    ops.evict = gpu_evict;
-    ops.compact = gpu_compact;
-    ops.state_update = gpu_state_update;
-    ops.cache_write = gpu_cache_write;
-    ops.state_evict = gpu_state_evict;
-    ops.upload = gpu_upload;
-    ops.score = gpu_score;
-    return &ops;
+    return &kve_gpu_ops;
 }

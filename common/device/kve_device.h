@@ -196,7 +196,7 @@ KVE_FN uint64_t kve_block_exscan(kve_tc *tc, uint64_t *wsum, uint64_t v, uint64_
 /* Error records a kernel raises in device memory, one u64 per kind: the
  * smallest (head << 32 | detail) seen, all ones when none. The host reads
  * them at kve_context_synchronize(). */
-enum {
+typedef enum kve_dev_err_kind {
     KVE_DEV_ERR_SLOT_RANGE = 0, /* kve_evict: slot_pos < -1; detail = slot */
     KVE_DEV_ERR_DUPLICATE,      /* kve_evict: a position twice; detail = position */
     KVE_DEV_ERR_CSLOT_RANGE,    /* kve_compact: slot_pos < -1; detail = slot */
@@ -210,7 +210,7 @@ enum {
     KVE_DEV_ERR_SCORE_NAN,      /* kve_evict, KVE_SCORED: a candidate's score is NaN; detail = slot */
     KVE_DEV_ERR_SC_KEY,         /* kve_score: a candidate's key outside the cache; head = row, detail = slot */
     KVE_DEV_ERR_KINDS
-};
+} kve_dev_err_kind;
 #define KVE_DEV_ERR_NONE 0xffffffffffffffffull
 
 KVE_FN void kve_raise(uint64_t *records, int kind, uint64_t head, uint32_t detail)

@@ -30,21 +30,124 @@ KVE_HOST_FN uint32_t kve_launch_grid(uint64_t work, uint32_t per_block, uint32_t
     return blocks < cap ? (uint32_t)(blocks ? blocks : 1) : cap;
 }
 
+/* ---- the device's limits ---------------------------------------------------- */
+
+#define KVE_KEYS_THREADS 256u
+#define KVE_STATE_THREADS 256u
+#define KVE_EVICT_MAX_THREADS 512u /* kve_evict_threads' largest block */
+#define KVE_BLOCKS_PER_SM 32u      /* grid cap of grid-stride kernels, per SM */
+/* Eviction's grid cap per SM when its scratch lives in the workspace: the
+ * workspace holds one scratch per block, so few blocks keep it small. */
+#define KVE_EVICT_WORKSPACE_BLOCKS_PER_SM 2u
+/* The workspace's per-block scratch, and the caller's pointer, are aligned
+ * to this (the workspace has room to align the pointer). */
+#define KVE_EVICT_SCRATCH_ALIGN 256u
+
+/* What a launch plan needs to know of the device (the GPU driver reads it
+ * once per context; the emulator sets it). */
+typedef struct kve_launch_limits {
+    uint32_t max_grid;           /* blocks of a grid-stride kernel, at most */
+    uint32_t max_grid_workspace; /* eviction's blocks when its scratch is in the workspace */
+    size_t evict_smem_max;       /* dynamic shared memory an eviction block may take */
+} kve_launch_limits;
+
+/* The limits of a device of @p sm_count multiprocessors (compute units)
+ * whose eviction kernels may take @p evict_smem_max bytes of dynamic
+ * shared memory. */
+KVE_HOST_FN kve_launch_limits kve_launch_limits_of(uint32_t sm_count, size_t evict_smem_max)
+{
+    kve_launch_limits l = {sm_count * KVE_BLOCKS_PER_SM,
+                           sm_count * KVE_EVICT_WORKSPACE_BLOCKS_PER_SM, evict_smem_max};
+    return l;
+}
+
+/* ---- eviction --------------------------------------------------------------- */
+
 /* Threads per block for eviction: about 8 slots per thread, a multiple of
- * 64 (so of every warp width), at most 512. */
+ * 64 (so of every warp width), at most KVE_EVICT_MAX_THREADS. */
 KVE_HOST_FN uint32_t kve_evict_threads(uint32_t n_slots)
 {
     return n_slots <= 256 ? 64 : n_slots <= 1024 ? 128 : n_slots <= 4096 ? 256 : 512;
 }
 
-#define KVE_COMPACT_THREADS 256u
+/* A block's scratch (kve_evict_scratch_bytes), rounded up to the alignment
+ * each block's part of the workspace keeps. */
+KVE_HOST_FN size_t kve_evict_scratch_stride(uint32_t n_slots)
+{
+    size_t a = KVE_EVICT_SCRATCH_ALIGN;
+    return (kve_evict_scratch_bytes(n_slots) + a - 1) & ~(a - 1);
+}
+
+/* Where an eviction block keeps its scratch. */
+typedef enum kve_scratch_place {
+    KVE_SCRATCH_SHARED = 0, /* dynamic shared memory: no workspace */
+    KVE_SCRATCH_WORKSPACE   /* the caller's workspace, one stride per block */
+} kve_scratch_place;
+
+/* How eviction (kve_evict, and a cache state's eviction wave, planned as
+ * a kve_evict of the same shape) runs for a batch. */
+typedef struct kve_evict_plan {
+    uint32_t threads;        /* per block */
+    uint32_t grid;           /* blocks; each takes heads grid-stride */
+    kve_scratch_place place; /* shared memory when a block's scratch fits it */
+    size_t dyn_smem;         /* dynamic shared memory per block (0 in the workspace) */
+    size_t scratch_stride;   /* workspace bytes per block (0 in shared memory) */
+    size_t workspace_bytes;  /* what kve_evict_workspace_size() reports (0 in shared memory) */
+} kve_evict_plan;
+
+KVE_HOST_FN kve_evict_plan kve_evict_plan_make(const kve_launch_limits *lim, const kve_batch *b)
+{
+    kve_evict_plan p;
+    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+    size_t stride = kve_evict_scratch_stride(b->n_slots);
+    p.threads = kve_evict_threads(b->n_slots);
+    if (stride <= lim->evict_smem_max) {
+        p.place = KVE_SCRATCH_SHARED;
+        p.grid = kve_launch_grid(heads, 1, lim->max_grid);
+        p.dyn_smem = stride;
+        p.scratch_stride = p.workspace_bytes = 0;
+    } else {
+        p.place = KVE_SCRATCH_WORKSPACE;
+        p.grid = kve_launch_grid(heads, 1, lim->max_grid_workspace);
+        p.dyn_smem = 0;
+        p.scratch_stride = stride;
+        p.workspace_bytes = (size_t)p.grid * stride + KVE_EVICT_SCRATCH_ALIGN;
+    }
+    return p;
+}
+
+/* The scratch the kernel's arguments carry under plan @p p: NULL (shared
+ * memory), or @p workspace aligned up to KVE_EVICT_SCRATCH_ALIGN. */
+KVE_HOST_FN unsigned char *kve_evict_plan_scratch(const kve_evict_plan *p, void *workspace)
+{
+    uintptr_t a = KVE_EVICT_SCRATCH_ALIGN;
+    if (p->place == KVE_SCRATCH_SHARED)
+        return NULL;
+    return (unsigned char *)(((uintptr_t)workspace + a - 1) & ~(a - 1));
+}
 
 KVE_HOST_FN kve_evict_args kve_evict_args_make(const kve_batch *b, const kve_evict_out *o,
-                                               uint64_t heads, uint64_t *errors)
+                                               const kve_evict_plan *p, void *workspace,
+                                               uint64_t *errors)
 {
-    kve_evict_args a = {*b, *o, heads, NULL, 0, errors};
+    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+    kve_evict_args a = {*b, *o, heads, kve_evict_plan_scratch(p, workspace), p->scratch_stride,
+                        errors};
     return a;
 }
+
+/* Arguments of a cache state's eviction wave, planned as kve_evict of
+ * e->b (the state sized e->workspace so). */
+KVE_HOST_FN kve_state_evict_args kve_state_evict_args_make(const kve_state_evict *e,
+                                                           const kve_evict_plan *p,
+                                                           uint64_t *errors)
+{
+    kve_state_evict_args a = {*e, kve_evict_plan_scratch(p, e->workspace), p->scratch_stride,
+                              errors};
+    return a;
+}
+
+#define KVE_COMPACT_THREADS 256u
 
 KVE_HOST_FN uint32_t kve_unit_fits(uint32_t unit, uintptr_t x) { return x % unit == 0; }
 
@@ -88,6 +191,20 @@ KVE_HOST_FN kve_status kve_compact_args_make(const kve_compact_desc *d, uint64_t
     return KVE_OK;
 }
 
+/* Grids of compaction's two launches: the move kernel one block per
+ * (head, cache), then the slots kernel one per head, both capped. */
+typedef struct kve_compact_plan {
+    uint32_t move_grid, slots_grid;
+} kve_compact_plan;
+
+KVE_HOST_FN kve_compact_plan kve_compact_plan_make(const kve_launch_limits *lim,
+                                                   const kve_compact_args *a)
+{
+    kve_compact_plan p = {kve_launch_grid(a->heads * a->d.n_caches, 1, lim->max_grid),
+                          kve_launch_grid(a->heads, 1, lim->max_grid)};
+    return p;
+}
+
 /* Arguments of state_update's one launch (none when u->n_jobs = 0), on
  * kve_launch_grid(u->work, threads, cap) blocks: sized by the call's shape,
  * never by the jobs, which only the device reads. */
@@ -95,6 +212,20 @@ KVE_HOST_FN kve_state_args kve_state_args_make(const kve_state_update *u, uint64
 {
     kve_state_args a = {*u, errors};
     return a;
+}
+
+/* state_update's grid on blocks of @p threads: one thread per unit of the
+ * call's shape bound u->work. */
+KVE_HOST_FN uint32_t kve_state_plan_grid(const kve_launch_limits *lim, const kve_state_update *u,
+                                         uint32_t threads)
+{
+    return kve_launch_grid(u->work, threads, lim->max_grid);
+}
+
+/* The keys kernel's grid for @p n coordinates on blocks of @p threads. */
+KVE_HOST_FN uint32_t kve_keys_plan_grid(const kve_launch_limits *lim, uint64_t n, uint32_t threads)
+{
+    return kve_launch_grid(n, threads, lim->max_grid);
 }
 
 #define KVE_CACHE_WRITE_THREADS 256u
@@ -139,6 +270,27 @@ KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, 
     return KVE_OK;
 }
 
+/* The cache write's launches on blocks of @p threads, a->group lanes per
+ * entry: the state's moves first (none when move_entries = 0), then the
+ * writes. */
+typedef struct kve_cache_write_plan {
+    uint64_t move_entries;
+    uint32_t move_grid, write_grid;
+} kve_cache_write_plan;
+
+KVE_HOST_FN kve_cache_write_plan kve_cache_write_plan_make(const kve_launch_limits *lim,
+                                                           const kve_cache_write_desc *d,
+                                                           const kve_cache_write_args *a,
+                                                           uint32_t threads)
+{
+    kve_cache_write_plan p;
+    uint32_t per_block = threads / a->group;
+    p.move_entries = kve_cache_move_entries(d);
+    p.move_grid = p.move_entries ? kve_launch_grid(p.move_entries, per_block, lim->max_grid) : 0;
+    p.write_grid = kve_launch_grid(a->entries, per_block, lim->max_grid);
+    return p;
+}
+
 #define KVE_SCORE_THREADS 256u
 
 /* Launches kve_score needs for @p d's rows. */
@@ -149,7 +301,7 @@ KVE_HOST_FN uint32_t kve_score_launches(const kve_score_desc *d)
 
 /* Arguments of launch @p k of kve_score for a validated desc with resolved
  * strides: its rows travel in the parameters. Returns its work items
- * (rows x tables, one block each). */
+ * (rows x tables, one block each; kve_score_plan_make sizes the launch). */
 KVE_HOST_FN uint32_t kve_score_args_make(const kve_score_desc *d, uint32_t k, uint64_t *errors,
                                          kve_score_args *a)
 {
@@ -164,114 +316,119 @@ KVE_HOST_FN uint32_t kve_score_args_make(const kve_score_desc *d, uint32_t k, ui
     return n * a->n_tables;
 }
 
-/* How the host ranks error records: kinds in the order of the host checks
- * (common/validate.c, common/cache_write.c), each in the group of the
- * call that raises it; a rank below which the detail orders too. */
+/* A scorer launch: one block per work item, capped, and the shared memory
+ * its block of @p threads takes. */
+typedef struct kve_score_plan {
+    uint32_t grid;
+    size_t smem;
+} kve_score_plan;
+
+KVE_HOST_FN kve_score_plan kve_score_plan_make(const kve_launch_limits *lim,
+                                               const kve_score_args *a, uint32_t items,
+                                               uint32_t threads)
+{
+    kve_score_plan p = {kve_launch_grid(items, 1, lim->max_grid),
+                        kve_score_smem_bytes(a->nq, a->nf, threads)};
+    return p;
+}
+
+/* The call that raises an error record: records of an earlier call here
+ * win over a later one's. */
+typedef enum kve_dev_err_call {
+    KVE_DEV_CALL_EVICT = 0,
+    KVE_DEV_CALL_COMPACT,
+    KVE_DEV_CALL_STATE,
+    KVE_DEV_CALL_CACHE_WRITE,
+    KVE_DEV_CALL_SCORE
+} kve_dev_err_call;
+
+/* How the host ranks and words an error record: kinds in the order of the
+ * host checks (common/validate.c, common/cache_write.c), each with the call
+ * that raises it, whether its detail orders records of the same head too,
+ * and the status and message it becomes. The message takes the record's
+ * head (unsigned long long), then its detail (unsigned). */
 typedef struct kve_dev_err_rank {
-    int kind, call, by_detail;
+    kve_dev_err_kind kind;
+    kve_dev_err_call call;
+    int detail_orders;
+    kve_status status;
+    const char *fmt;
 } kve_dev_err_rank;
 
-/*
- * The device's error records as a status and message (KVE_OK when none):
- * eviction's first, then compaction's, the state's, the cache write's;
- * within a call the lowest head (token, for the cache write), then the
- * order of the host checks.
- */
-KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_fn set_error)
+/* The ranks, in order; KVE_DEV_ERR_KINDS entries. */
+KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
 {
-    static const kve_dev_err_rank order[KVE_DEV_ERR_KINDS] = {
-        {KVE_DEV_ERR_SLOT_RANGE, 0, 0}, {KVE_DEV_ERR_DUPLICATE, 0, 0},
-        {KVE_DEV_ERR_SCORE_NAN, 0, 0},  {KVE_DEV_ERR_NEVICTED, 1, 0},   {KVE_DEV_ERR_EV_RANGE, 1, 1},
-        {KVE_DEV_ERR_EV_ORDER, 1, 1},   {KVE_DEV_ERR_CSLOT_RANGE, 1, 0},
-        {KVE_DEV_ERR_STATE_SLOT, 2, 0}, {KVE_DEV_ERR_CW_ROW, 3, 1},
-        {KVE_DEV_ERR_CW_SLOT, 3, 1},    {KVE_DEV_ERR_CW_PAGE, 3, 1},
-        {KVE_DEV_ERR_SC_KEY, 4, 1}};
+    static const kve_dev_err_rank ranks[KVE_DEV_ERR_KINDS] = {
+        {KVE_DEV_ERR_SLOT_RANGE, KVE_DEV_CALL_EVICT, 0, KVE_ERR_RANGE,
+         "batch.slot_pos[head %llu][slot %u] < -1: positions must be >= 0, or -1 for an empty "
+         "slot (checked on the device)"},
+        {KVE_DEV_ERR_DUPLICATE, KVE_DEV_CALL_EVICT, 0, KVE_ERR_DUPLICATE,
+         "batch.slot_pos[head %llu]: position %u is held by two slots (checked on the device)"},
+        {KVE_DEV_ERR_SCORE_NAN, KVE_DEV_CALL_EVICT, 0, KVE_ERR_INVALID,
+         "batch.scores[head %llu][slot %u] is NaN: a candidate's score must be a number (+-inf "
+         "allowed) (checked on the device)"},
+        {KVE_DEV_ERR_NEVICTED, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
+         "desc.n_evicted[%llu] = %u: exceeds n_slots or evicted_stride (checked on the device)"},
+        {KVE_DEV_ERR_EV_RANGE, KVE_DEV_CALL_COMPACT, 1, KVE_ERR_RANGE,
+         "desc.evicted[head %llu][%u]: not a slot in 0..n_slots-1 (checked on the device)"},
+        {KVE_DEV_ERR_EV_ORDER, KVE_DEV_CALL_COMPACT, 1, KVE_ERR_INVALID,
+         "desc.evicted[head %llu][%u]: evicted slots must be strictly ascending and hold a "
+         "position (checked on the device)"},
+        {KVE_DEV_ERR_CSLOT_RANGE, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
+         "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the device)"},
+        {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
+         "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "
+         "table, skipped (checked on the device); rebuild the row with kve_state_rebuild"},
+        {KVE_DEV_ERR_CW_ROW, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
+         "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)"},
+        {KVE_DEV_ERR_CW_SLOT, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
+         "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's row (below "
+         "page_size, blocks_per_row * page_size, the length given by indptr and last_page_len, "
+         "which must be ascending and 1..page_size, or n_pages * page_size for flat slots) "
+         "(checked on the device)"},
+        {KVE_DEV_ERR_CW_PAGE, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
+         "desc.slots[token %llu][head %u]: its page (desc.block_table or desc.indices) must be "
+         "0..n_pages-1 (checked on the device)"},
+        {KVE_DEV_ERR_SC_KEY, KVE_DEV_CALL_SCORE, 1, KVE_ERR_RANGE,
+         "kve_score: row %llu, slot %u: a candidate's slot or its page lies outside desc.keys "
+         "(its page table, page_size, n_pages) (checked on the device; its score is 0)"}};
+    return ranks;
+}
+
+/* The rank (index into kve_dev_err_ranks) of the record that is reported,
+ * -1 when none was raised: the earliest call's; within it the lowest head
+ * (token, for the cache write), then the order of the host checks, except
+ * that a lower detail wins where both kinds' details order. */
+KVE_HOST_FN int kve_dev_errors_pick(const uint64_t *rec)
+{
+    const kve_dev_err_rank *r = kve_dev_err_ranks();
     int best = -1;
     for (int i = 0; i < KVE_DEV_ERR_KINDS; i++) {
-        int k = order[i].kind;
-        if (rec[k] == KVE_DEV_ERR_NONE)
+        uint64_t v = rec[r[i].kind];
+        if (v == KVE_DEV_ERR_NONE)
             continue;
         if (best < 0) {
             best = i;
             continue;
         }
-        const kve_dev_err_rank *b = &order[best];
-        int by_detail = order[i].by_detail && b->by_detail;
-        /* a lower head wins within a call; so does a lower detail where it orders */
-        if (order[i].call == b->call &&
-            ((rec[k] >> 32) < (rec[b->kind] >> 32) || (by_detail && rec[k] < rec[b->kind])))
+        uint64_t w = rec[r[best].kind];
+        int by_detail = r[i].detail_orders && r[best].detail_orders;
+        if (r[i].call == r[best].call && ((v >> 32) < (w >> 32) || (by_detail && v < w)))
             best = i;
     }
+    return best;
+}
+
+/* The device's error records as a status and message (KVE_OK when none),
+ * the one kve_dev_errors_pick chooses. */
+KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_fn set_error)
+{
+    int best = kve_dev_errors_pick(rec);
     if (best < 0)
         return KVE_OK;
-    unsigned long long head = rec[order[best].kind] >> 32;
-    unsigned detail = (unsigned)rec[order[best].kind];
-    switch (order[best].kind) {
-    case KVE_DEV_ERR_SLOT_RANGE:
-        return set_error(KVE_ERR_RANGE,
-                         "batch.slot_pos[head %llu][slot %u] < -1: positions must be >= 0, or -1 "
-                         "for an empty slot (checked on the device)",
-                         head, detail);
-    case KVE_DEV_ERR_DUPLICATE:
-        return set_error(KVE_ERR_DUPLICATE,
-                         "batch.slot_pos[head %llu]: position %u is held by two slots (checked "
-                         "on the device)",
-                         head, detail);
-    case KVE_DEV_ERR_SCORE_NAN:
-        return set_error(KVE_ERR_INVALID,
-                         "batch.scores[head %llu][slot %u] is NaN: a candidate's score must be a "
-                         "number (+-inf allowed) (checked on the device)",
-                         head, detail);
-    case KVE_DEV_ERR_NEVICTED:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.n_evicted[%llu] = %u: exceeds n_slots or evicted_stride (checked "
-                         "on the device)",
-                         head, detail);
-    case KVE_DEV_ERR_EV_RANGE:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.evicted[head %llu][%u]: not a slot in 0..n_slots-1 (checked on "
-                         "the device)",
-                         head, detail);
-    case KVE_DEV_ERR_EV_ORDER:
-        return set_error(KVE_ERR_INVALID,
-                         "desc.evicted[head %llu][%u]: evicted slots must be strictly ascending "
-                         "and hold a position (checked on the device)",
-                         head, detail);
-    case KVE_DEV_ERR_CSLOT_RANGE:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the "
-                         "device)",
-                         head, detail);
-    case KVE_DEV_ERR_STATE_SLOT:
-        return set_error(KVE_ERR_INTERNAL,
-                         "cache state row %llu, table %u: a freed slot or a slot_mapping entry "
-                         "lies outside the table, skipped (checked on the device); rebuild the "
-                         "row with kve_state_rebuild",
-                         head, detail);
-    case KVE_DEV_ERR_CW_ROW:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)",
-                         head);
-    case KVE_DEV_ERR_CW_SLOT:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's "
-                         "row (below page_size, blocks_per_row * page_size, the length given "
-                         "by indptr and last_page_len, which must be ascending and "
-                         "1..page_size, or n_pages * page_size for flat slots) (checked on the "
-                         "device)",
-                         head, detail);
-    case KVE_DEV_ERR_SC_KEY:
-        return set_error(KVE_ERR_RANGE,
-                         "kve_score: row %llu, slot %u: a candidate's slot or its page lies "
-                         "outside desc.keys (its page table, page_size, n_pages) (checked on the "
-                         "device; its score is 0)",
-                         head, detail);
-    default:
-        return set_error(KVE_ERR_RANGE,
-                         "desc.slots[token %llu][head %u]: its page (desc.block_table or "
-                         "desc.indices) must be 0..n_pages-1 (checked on the device)",
-                         head, detail);
-    }
+    const kve_dev_err_rank *r = &kve_dev_err_ranks()[best];
+    return set_error(r->status, r->fmt, (unsigned long long)(rec[r->kind] >> 32),
+                     (unsigned)rec[r->kind]);
 }
 
 #endif /* KVE_LAUNCH_H */

@@ -5,13 +5,14 @@
 
 #include "emu_backend.h"
 #include "kve_backend.h"
+#include "kve_error.h" /* KVE_TRY */
 #include "kve_launch.h"
 
-static kve_backend_ops kve_emu_ops;
-static kve_status (*kve_emu_cpu_evict)(kve_context *, const kve_batch *, const kve_evict_out *,
-                                       void *, size_t);
+#define KVE_COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static const kve_backend_ops *kve_emu_cpu; /* what the emulator leaves to the CPU */
 static kve_emu_pool *kve_emu_pool_now, *kve_emu_evict_pool;
-static uint32_t kve_emu_max_grid = 1;
+static kve_launch_limits kve_emu_lim; /* the emulated device's, planned with as on a GPU */
 static kve_emu_errors kve_emu_records; /* the "device" error records */
 static char kve_emu_message_now[512];
 static uint32_t kve_emu_unit;
@@ -19,9 +20,18 @@ static uint32_t kve_emu_unit;
 void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool)
 {
     kve_emu_pool_now = pool;
-    kve_emu_max_grid = max_grid ? max_grid : 1;
+    kve_emu_lim.max_grid = max_grid ? max_grid : 1;
+    kve_emu_lim.max_grid_workspace = kve_emu_lim.max_grid;
     kve_emu_evict_pool = evict_pool;
 }
+
+void kve_emu_context_evict_limits(size_t evict_smem_max, uint32_t max_grid_workspace)
+{
+    kve_emu_lim.evict_smem_max = evict_smem_max;
+    kve_emu_lim.max_grid_workspace = max_grid_workspace ? max_grid_workspace : 1;
+}
+
+kve_launch_limits kve_emu_context_limits(void) { return kve_emu_lim; }
 
 const char *kve_emu_context_message(void) { return kve_emu_message_now; }
 
@@ -92,6 +102,7 @@ static void kve_emu_log_add(const char *what, uint64_t grid, uint64_t bytes)
         return;
     if (kve_emu_log_n < kve_emu_log_cap) {
         kve_emu_launch_rec *r = &kve_emu_log[kve_emu_log_n];
+        memset(r, 0, sizeof *r);
         snprintf(r->what, sizeof r->what, "%s", what);
         r->grid = grid;
         r->bytes = bytes;
@@ -99,24 +110,34 @@ static void kve_emu_log_add(const char *what, uint64_t grid, uint64_t bytes)
     kve_emu_log_n++; /* counted past cap: the caller sees it overflowed */
 }
 
-/* ---- operations ------------------------------------------------------------ */
+/* An eviction launch: its grid, shared scratch, block size and workspace. */
+static void kve_emu_log_evict(const char *what, const kve_evict_plan *p)
+{
+    kve_emu_log_add(what, p->grid, p->dyn_smem);
+    if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap) {
+        kve_emu_launch_rec *r = &kve_emu_log[kve_emu_log_n - 1];
+        r->threads = p->threads;
+        r->scratch_stride = p->scratch_stride;
+    }
+}
 
-static kve_status (*kve_emu_cpu_copy)(kve_context *, void *, const void *, size_t, kve_copy_kind);
-static kve_status (*kve_emu_cpu_state_evict)(kve_context *, const kve_state_evict *);
+/* ---- operations ------------------------------------------------------------ */
 
 static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
                            kve_copy_kind kind)
 {
-    static const char *const names[] = {"copy host to backend", "copy backend to host",
-                                        "copy backend to backend"};
-    kve_emu_log_add((unsigned)kind < 3 ? names[kind] : "copy", 0, bytes);
-    return kve_emu_cpu_copy(ctx, dst, src, bytes, kind);
+    static const char *const names[] = {
+        [KVE_COPY_HOST_TO_BACKEND] = "copy host to backend",
+        [KVE_COPY_BACKEND_TO_HOST] = "copy backend to host",
+        [KVE_COPY_BACKEND_TO_BACKEND] = "copy backend to backend"};
+    kve_emu_log_add((unsigned)kind < KVE_COUNT_OF(names) ? names[kind] : "copy", 0, bytes);
+    return kve_emu_cpu->copy(ctx, dst, src, bytes, kind);
 }
 
 static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
 {
     kve_emu_log_add("upload", 0, bytes);
-    return kve_emu_cpu_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
+    return kve_emu_cpu->copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
 }
 
 static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
@@ -127,24 +148,34 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
     if (kve_emu_launch_fails("kve_state_kernel"))
         return KVE_OK;
     uint32_t grid;
-    int rc = kve_emu_state_update(kve_emu_pool_now, kve_emu_max_grid, u, &kve_emu_records, &grid);
+    int rc = kve_emu_state_update(kve_emu_pool_now, kve_emu_lim.max_grid, u, &kve_emu_records,
+                                  &grid);
     kve_emu_log_add("kve_state_kernel", grid, 0);
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
-/* On the eviction pool when there is one (the CPU's otherwise); logged with
- * the grid the kernel gets either way. */
+/* The larger of the plan's workspace and the CPU's: kve_evict runs on
+ * either (kve_emu_context_use), and a cache state sizes its workspace once. */
+static kve_status emu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
+{
+    size_t cpu = 0, plan = kve_evict_plan_make(&kve_emu_lim, b).workspace_bytes;
+    KVE_TRY(kve_emu_cpu->evict_workspace_size(ctx, b, &cpu));
+    *out = plan > cpu ? plan : cpu;
+    return KVE_OK;
+}
+
+/* On the eviction pool when there is one (the CPU's otherwise), planned as
+ * the GPU driver plans it; logged with that plan either way. */
 static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
-    uint64_t heads = (uint64_t)e->b.n_seqs * e->b.n_layers * e->b.n_heads;
-    uint32_t grid = kve_launch_grid(heads, 1, kve_emu_max_grid);
-    kve_emu_log_add("kve_state_evict_kernel", grid, kve_evict_scratch_bytes(e->b.n_slots));
+    kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, &e->b);
+    kve_emu_log_evict("kve_state_evict_kernel", &p);
     if (!kve_emu_evict_pool)
-        return kve_emu_cpu_state_evict(ctx, e);
+        return kve_emu_cpu->state_evict(ctx, e);
     if (kve_emu_launch_fails("kve_state_evict_kernel"))
         return KVE_OK;
-    return kve_emu_state_evict(kve_emu_evict_pool, grid, e, &kve_emu_records) ? KVE_ERR_INTERNAL
-                                                                              : KVE_OK;
+    return kve_emu_state_evict(kve_emu_evict_pool, &p, e, &kve_emu_records) ? KVE_ERR_INTERNAL
+                                                                           : KVE_OK;
 }
 
 static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
@@ -163,12 +194,12 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
             return KVE_ERR_INTERNAL;
         kve_cache_write_desc t = *d;
         *(blocks ? &t.block_table : &t.indices) = bad;
-        kve_status st = kve_emu_cache_write(kve_emu_pool_now, kve_emu_max_grid, &t,
+        kve_status st = kve_emu_cache_write(kve_emu_pool_now, kve_emu_lim.max_grid, &t,
                                             &kve_emu_records, &kve_emu_unit);
         free(bad);
         return st;
     }
-    return kve_emu_cache_write(kve_emu_pool_now, kve_emu_max_grid, d, &kve_emu_records,
+    return kve_emu_cache_write(kve_emu_pool_now, kve_emu_lim.max_grid, d, &kve_emu_records,
                                &kve_emu_unit);
 }
 
@@ -177,7 +208,7 @@ static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
     (void)ctx;
     if (kve_emu_launch_fails("kve_score_kernel"))
         return KVE_OK;
-    return kve_emu_score(kve_emu_pool_now, kve_emu_max_grid, d, &kve_emu_records)
+    return kve_emu_score(kve_emu_pool_now, kve_emu_lim.max_grid, d, &kve_emu_records)
                ? KVE_ERR_INTERNAL
                : KVE_OK;
 }
@@ -186,28 +217,27 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
                             void *workspace, size_t workspace_bytes)
 {
     if (!kve_emu_evict_pool)
-        return kve_emu_cpu_evict(ctx, b, o, workspace, workspace_bytes);
-    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
-    uint32_t grid = kve_launch_grid(heads, 1, kve_emu_max_grid);
-    kve_emu_log_add("kve_evict_kernel", grid, kve_evict_scratch_bytes(b->n_slots));
+        return kve_emu_cpu->evict(ctx, b, o, workspace, workspace_bytes);
+    kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, b);
+    kve_emu_log_evict("kve_evict_kernel", &p);
     if (kve_emu_launch_fails("kve_evict_kernel"))
         return KVE_OK;
     kve_emu_fault f;
+    kve_batch t = *b;
+    int32_t *bad = NULL;
     if (b->n_slots && kve_emu_take(KVE_EMU_FAULT_SLOT, &f)) {
         /* The device sees the bad slot; the host checks were skipped (device
          * memory), and under KVE_TRUSTED_SLOTS the kernel checks range only. */
-        int32_t *bad = kve_emu_corrupt(b->slot_pos, (heads - 1) * b->slot_pos_stride + b->n_slots, &f);
+        uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
+        bad = kve_emu_corrupt(b->slot_pos, (heads - 1) * b->slot_pos_stride + b->n_slots, &f);
         if (!bad)
             return KVE_ERR_INTERNAL;
-        kve_batch t = *b;
         t.slot_pos = bad;
         t.flags |= KVE_TRUSTED_SLOTS;
-        int rc = kve_emu_evict(kve_emu_evict_pool, grid, 0, &t, o, &kve_emu_records);
-        free(bad);
-        return rc ? KVE_ERR_INTERNAL : KVE_OK;
     }
-    return kve_emu_evict(kve_emu_evict_pool, grid, 0, b, o, &kve_emu_records) ? KVE_ERR_INTERNAL
-                                                                              : KVE_OK;
+    int rc = kve_emu_evict_planned(kve_emu_evict_pool, &p, &t, o, workspace, &kve_emu_records);
+    free(bad);
+    return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
 /* The GPU glue's synchronize: report the records, then clear them. */
@@ -229,6 +259,61 @@ static kve_status emu_synchronize(kve_context *ctx)
     return st;
 }
 
+/* The CPU's operations the emulated device leaves to the CPU. */
+static kve_status emu_probe(int *out_available) { return kve_emu_cpu->probe(out_available); }
+
+static kve_status emu_context_init(kve_context *ctx) { return kve_emu_cpu->context_init(ctx); }
+
+static void emu_context_fini(kve_context *ctx) { kve_emu_cpu->context_fini(ctx); }
+
+static kve_status emu_set_device(kve_context *ctx, int device)
+{
+    return kve_emu_cpu->set_device(ctx, device);
+}
+
+static kve_status emu_alloc(kve_context *ctx, size_t bytes, void **out)
+{
+    return kve_emu_cpu->alloc(ctx, bytes, out);
+}
+
+static kve_status emu_free(kve_context *ctx, void *ptr) { return kve_emu_cpu->free(ctx, ptr); }
+
+static kve_status emu_keys(kve_context *ctx, uint64_t seed, uint32_t flags,
+                           const kve_coord *coords, size_t n, uint64_t *keys)
+{
+    return kve_emu_cpu->keys(ctx, seed, flags, coords, n, keys);
+}
+
+static kve_status emu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    return kve_emu_cpu->compact(ctx, d);
+}
+
+/* Not host memory: the core skips the content checks it skips for a GPU. */
+static const kve_backend_ops kve_emu_ops = {
+    .abi_version = KVE_BACKEND_ABI_VERSION,
+    .kind = KVE_BACKEND_CPU,
+    .name = "emu",
+    .host_memory = 0,
+    .probe = emu_probe,
+    .context_init = emu_context_init,
+    .context_fini = emu_context_fini,
+    .set_device = emu_set_device,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .copy = emu_copy,
+    .synchronize = emu_synchronize,
+    .keys = emu_keys,
+    .evict_workspace_size = emu_evict_workspace_size,
+    .evict = emu_evict,
+    .compact = emu_compact,
+    .state_update = emu_state_update,
+    .cache_write = emu_cache_write,
+    .state_evict = emu_state_evict,
+    .upload = emu_upload,
+    .score = emu_score,
+};
+
 kve_context *kve_emu_context_create(void)
 {
     kve_context *ctx = NULL;
@@ -238,20 +323,9 @@ kve_context *kve_emu_context_create(void)
         kve_context_destroy(ctx);
         return NULL;
     }
-    kve_emu_ops = *ctx->ops;
-    kve_emu_cpu_evict = kve_emu_ops.evict;
-    kve_emu_ops.host_memory = 0;
-    kve_emu_ops.synchronize = emu_synchronize;
-    kve_emu_ops.evict = emu_evict;
-    kve_emu_ops.state_update = emu_state_update;
-    kve_emu_cpu_state_evict = kve_emu_ops.state_evict;
-    kve_emu_ops.state_evict = emu_state_evict;
-    kve_emu_cpu_copy = kve_emu_ops.copy;
-    kve_emu_ops.copy = emu_copy;
-    kve_emu_ops.upload = emu_upload;
+    kve_emu_cpu = ctx->ops;
+    kve_emu_lim = kve_emu_limits(1);
     kve_emu_log = NULL;
-    kve_emu_ops.cache_write = emu_cache_write;
-    kve_emu_ops.score = emu_score;
     kve_emu_errors_reset(&kve_emu_records);
     kve_emu_message_now[0] = '\0';
     kve_emu_pending.kind = KVE_EMU_FAULT_NONE;

@@ -1,9 +1,11 @@
 /*
  * emu_backend.h — a context that behaves like a GPU context with the
  * emulator as its device: a CPU context whose table of operations runs
- * state_update and cache_write (and, when asked, kve_evict) through
- * common/device/'s bodies on an emulator pool, with the GPU glue's launch
- * plan (kve_launch.h). It says its memory is not host memory, so the core
+ * state_update, cache_write and kve_score (and, when asked, kve_evict and
+ * a state's eviction) through common/device/'s bodies on an emulator pool,
+ * planned by the GPU driver's launch plan (kve_launch.h: grids, and
+ * eviction's scratch in shared memory or the workspace); the block size is
+ * the pool's (the bodies run on any). It says its memory is not host memory, so the core
  * skips the content checks it skips for a GPU, and kve_context_synchronize()
  * reports (and clears) the emulated device's error records as the GPU glue
  * does. The whole public API then runs against the bodies, as on a device.
@@ -21,6 +23,16 @@ kve_context *kve_emu_context_create(void);
  * most @p max_grid blocks; kve_evict on @p evict_pool (threaded), or on the
  * CPU when NULL. */
 void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool);
+
+/* The emulated device's eviction limits (kve_launch.h): @p evict_smem_max
+ * bytes of dynamic shared memory a block's scratch may take (a larger
+ * scratch goes to the workspace), grids of at most @p max_grid_workspace
+ * blocks then. kve_emu_context_create sets "any scratch fits";
+ * kve_emu_context_use sets the workspace grid cap to its max_grid. */
+void kve_emu_context_evict_limits(size_t evict_smem_max, uint32_t max_grid_workspace);
+
+/* The limits the next calls are planned with. */
+kve_launch_limits kve_emu_context_limits(void);
 
 /* The copy unit of the last cache write (16, 8, 4, 2 or 1 bytes). */
 uint32_t kve_emu_context_last_unit(void);
@@ -52,10 +64,14 @@ void kve_emu_inject(const kve_emu_fault *fault);
 /* What the emulated device was asked to run, in order: a launch (kernel
  * name, grid in blocks, shared-memory scratch bytes per block; a cache
  * write: its tokens and moves), a copy (direction, bytes; it waits for the
- * stream on a GPU) or an upload (the state's jobs: bytes; no wait). */
+ * stream on a GPU) or an upload (the state's jobs: bytes; no wait). An
+ * eviction launch also records its plan's block size and workspace bytes
+ * per block (0: scratch in shared memory); other records hold 0 there. */
 typedef struct kve_emu_launch_rec {
     char what[40];
     uint64_t grid, bytes;
+    uint32_t threads;
+    size_t scratch_stride;
 } kve_emu_launch_rec;
 
 /* Record every launch and copy from now on into @p buf (at most @p cap). */

@@ -1,5 +1,6 @@
 /* emu_kernels.c — common/device/'s bodies as plain C on the emulator. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,12 @@ static kve_status kve_emu_set_error(kve_status status, const char *fmt, ...)
     vsnprintf(kve_emu_message, sizeof kve_emu_message, fmt, ap);
     va_end(ap);
     return status;
+}
+
+kve_launch_limits kve_emu_limits(uint32_t max_grid)
+{
+    kve_launch_limits lim = {max_grid, max_grid, SIZE_MAX};
+    return lim;
 }
 
 void kve_emu_errors_reset(kve_emu_errors *e) { memset(e->rec, 0xff, sizeof e->rec); }
@@ -49,26 +56,37 @@ static void kve_emu_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
                    smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
 }
 
+/* The block's shared memory: the fixed state, then the plan's dynamic part. */
+static size_t kve_emu_evict_smem(const kve_evict_plan *p)
+{
+    return KVE_EMU_ALIGN16(sizeof(kve_evict_smem)) + p->dyn_smem;
+}
+
+int kve_emu_evict_planned(kve_emu_pool *pool, const kve_evict_plan *p, const kve_batch *b,
+                          const kve_evict_out *o, void *workspace, kve_emu_errors *e)
+{
+    kve_evict_args a = kve_evict_args_make(b, o, p, workspace, e->rec);
+    return kve_emu_launch(pool, p->grid, kve_emu_evict_smem(p), kve_emu_evict_body, &a);
+}
+
 int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_batch *b,
                   const kve_evict_out *o, kve_emu_errors *e)
 {
-    uint64_t heads = (uint64_t)b->n_seqs * b->n_layers * b->n_heads;
-    kve_evict_args a = kve_evict_args_make(b, o, heads, e->rec);
-    size_t scratch = KVE_EMU_ALIGN16(kve_evict_scratch_bytes(b->n_slots));
-    size_t smem = KVE_EMU_ALIGN16(sizeof(kve_evict_smem));
-    unsigned char *global = NULL;
-    if (global_scratch) {
-        global = (unsigned char *)aligned_alloc(16, (size_t)grid * scratch);
-        if (!global)
+    /* The plan of a device whose shared memory holds everything, or
+     * nothing; then the grid asked for, which may exceed the heads. */
+    kve_launch_limits lim = {grid, grid, global_scratch ? 0 : SIZE_MAX};
+    kve_evict_plan p = kve_evict_plan_make(&lim, b);
+    p.grid = grid;
+    unsigned char *ws = NULL;
+    if (p.place == KVE_SCRATCH_WORKSPACE) {
+        size_t bytes = (size_t)grid * p.scratch_stride + KVE_EVICT_SCRATCH_ALIGN;
+        ws = (unsigned char *)malloc(bytes);
+        if (!ws)
             return -1;
-        memset(global, 0x5a, (size_t)grid * scratch);
-        a.scratch = global;
-        a.scratch_stride = scratch;
-    } else {
-        smem += scratch;
+        memset(ws, 0x5a, bytes); /* garbage, as device memory holds */
     }
-    int rc = kve_emu_launch(pool, grid, smem, kve_emu_evict_body, &a);
-    free(global);
+    int rc = kve_emu_evict_planned(pool, &p, b, o, ws, e);
+    free(ws);
     return rc;
 }
 
@@ -109,7 +127,8 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
     if (!u->n_jobs)
         return 0;
     kve_state_args a = kve_state_args_make(u, e->rec);
-    *grid_used = kve_launch_grid(u->work, nt, max_grid);
+    kve_launch_limits lim = kve_emu_limits(max_grid);
+    *grid_used = kve_state_plan_grid(&lim, u, nt);
     return kve_emu_launch(pool, *grid_used, 0, kve_emu_state_body, &a);
 }
 
@@ -119,13 +138,11 @@ static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
                          smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
 }
 
-int kve_emu_state_evict(kve_emu_pool *pool, uint32_t grid, const kve_state_evict *se,
+int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
                         kve_emu_errors *e)
 {
-    kve_state_evict_args a = {*se, NULL, 0, e->rec};
-    size_t smem = KVE_EMU_ALIGN16(sizeof(kve_evict_smem)) +
-                  KVE_EMU_ALIGN16(kve_evict_scratch_bytes(se->b.n_slots));
-    return kve_emu_launch(pool, grid, smem, kve_emu_state_evict_body, &a);
+    kve_state_evict_args a = kve_state_evict_args_make(se, p, e->rec);
+    return kve_emu_launch(pool, p->grid, kve_emu_evict_smem(p), kve_emu_state_evict_body, &a);
 }
 
 static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -151,12 +168,13 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
     if (st != KVE_OK)
         return st;
     *unit_used = a.unit[0]; /* cache 0's: 0 when it converts */
-    uint64_t moves = kve_cache_move_entries(d);
-    if (moves && kve_emu_launch(pool, kve_launch_grid(moves, nt / a.group, max_grid), 0,
-                                kve_emu_cache_move_body, &a))
+    kve_launch_limits lim = kve_emu_limits(max_grid);
+    kve_cache_write_plan p = kve_cache_write_plan_make(&lim, d, &a, nt);
+    if (p.move_entries &&
+        kve_emu_launch(pool, p.move_grid, 0, kve_emu_cache_move_body, &a))
         return KVE_ERR_NOMEM;
-    uint32_t grid = kve_launch_grid(a.entries, nt / a.group, max_grid);
-    return kve_emu_launch(pool, grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL : KVE_OK;
+    return kve_emu_launch(pool, p.write_grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL
+                                                                               : KVE_OK;
 }
 
 static void kve_emu_score_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -169,12 +187,12 @@ int kve_emu_score(kve_emu_pool *pool, uint32_t max_grid, const kve_score_desc *d
 {
     uint32_t nt, ws;
     kve_emu_pool_shape(pool, &nt, &ws);
+    kve_launch_limits lim = kve_emu_limits(max_grid);
     for (uint32_t k = 0; k < kve_score_launches(d); k++) {
         static kve_score_args a; /* large: off the stack */
         uint32_t items = kve_score_args_make(d, k, e->rec, &a);
-        size_t smem = kve_score_smem_bytes(a.nq, a.nf, nt);
-        if (kve_emu_launch(pool, kve_launch_grid(items, 1, max_grid), smem, kve_emu_score_body,
-                           &a))
+        kve_score_plan p = kve_score_plan_make(&lim, &a, items, nt);
+        if (kve_emu_launch(pool, p.grid, p.smem, kve_emu_score_body, &a))
             return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
 #include "emu_harness.h"
 #include "kve_cases.h"
 #include "kve_backend.h"
+#include "kve_launch.h"
 #include "kvevict.h"
 
 /* The device's error records after a launch. */
@@ -24,8 +25,20 @@ kve_status kve_emu_errors_status(const kve_emu_errors *e, char *msg, size_t msg_
 int kve_emu_keys(kve_emu_pool *pool, uint32_t grid, uint64_t seed, uint32_t flags,
                  const kve_coord *coords, size_t n, uint64_t *keys);
 
-/* kve_evict on @p grid blocks; scratch in "global" memory when
- * @p global_scratch, else in the block's shared memory. */
+/* The launch limits of an emulated device with grids of at most
+ * @p max_grid blocks (eviction's too) whose shared memory holds any
+ * eviction scratch. */
+kve_launch_limits kve_emu_limits(uint32_t max_grid);
+
+/* kve_evict as launch plan @p p (kve_launch.h) says: its grid, its scratch
+ * in the block's shared memory or in @p workspace (p->workspace_bytes);
+ * the block size is the pool's. */
+int kve_emu_evict_planned(kve_emu_pool *pool, const kve_evict_plan *p, const kve_batch *b,
+                          const kve_evict_out *o, void *workspace, kve_emu_errors *e);
+
+/* kve_evict on @p grid blocks (more than the heads: idle blocks); scratch
+ * in "global" memory (a garbage-filled workspace) when @p global_scratch,
+ * else in the block's shared memory. */
 int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_batch *b,
                   const kve_evict_out *o, kve_emu_errors *e);
 
@@ -38,8 +51,9 @@ int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d
 int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
                          kve_emu_errors *e, uint32_t *grid_used);
 
-/* The backend op state_evict on @p grid blocks, scratch in shared memory. */
-int kve_emu_state_evict(kve_emu_pool *pool, uint32_t grid, const kve_state_evict *se,
+/* The backend op state_evict as plan @p p says (kve_evict_plan_make of
+ * se->b): scratch in shared memory or in se->workspace. */
+int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
                         kve_emu_errors *e);
 
 /* The backend op cache_write for a desc with resolved strides (at most
