@@ -198,7 +198,9 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
                 "kernel attributes (is this device's architecture in the build?)");
     g->device = device;
     g->warp = (uint32_t)warp;
-    size_t smem_dyn_max = (size_t)smem > fa.sharedSizeBytes ? (size_t)smem - fa.sharedSizeBytes : 0;
+    /* what the eviction kernels may take beyond their static shared memory */
+    size_t smem_dyn_max =
+        (size_t)smem > fa.sharedSizeBytes ? (size_t)smem - fa.sharedSizeBytes : 0;
     g->limits = kve_launch_limits_of((uint32_t)sms, smem_dyn_max);
 #if !defined(KVE_GPU_HIP)
     KVE_GPU_TRY(cudaFuncSetAttribute((const void *)kve_evict_kernel,

@@ -169,80 +169,134 @@ static double kve_bench_evict(kve_bench *b, const char *name, uint32_t n_seqs, u
     return us;
 }
 
-/* Compaction of a G2 round's K and V, out of place and in place, against
- * a device-to-device copy of the bytes each one moves. */
-static void kve_bench_compact(kve_bench *b)
+/* Compaction's two modes, as the benchmark reports them. */
+enum { KVE_OUT_OF_PLACE = 0, KVE_IN_PLACE = 1, KVE_COMPACT_MODES = 2 };
+
+/* The bytes each mode moves after the evictions of @p p: every kept entry
+ * out of place; in place, the kept entries behind the first evicted slot
+ * (K and V each). */
+static void kve_compact_moved(const kve_problem *p, size_t moved[KVE_COMPACT_MODES])
 {
-    kve_problem p;
-    kve_problem_make(b, &p, 1, 64);
-    KVE_B_CHECK(kve_evict(b->gpu, &p.dev, &p.dev_out, NULL, 0));
-    KVE_B_CHECK(kve_evict(b->cpu, &p.host, &p.host_out, NULL, 0));
-    KVE_B_CHECK(kve_context_synchronize(b->gpu));
-    size_t heads = p.heads, cache = heads * KVE_SLOTS * KVE_ENTRY, rows = heads * KVE_SLOTS * 4;
-    /* bytes each mode moves: every kept entry out of place; in place, the
-     * kept entries behind the first evicted slot */
-    size_t kept_bytes = 0, shifted_bytes = 0;
-    for (size_t h = 0; h < heads; h++) {
-        uint32_t ne = p.host_out.n_evicted[h];
-        int32_t first = ne ? p.host_out.evicted[h * p.host_out.evicted_stride] : KVE_SLOTS;
-        kept_bytes += (size_t)(KVE_SLOTS - ne) * KVE_ENTRY * 2;
-        shifted_bytes += (size_t)(KVE_SLOTS - first - ne) * KVE_ENTRY * 2;
+    moved[KVE_OUT_OF_PLACE] = moved[KVE_IN_PLACE] = 0;
+    for (size_t h = 0; h < p->heads; h++) {
+        uint32_t ne = p->host_out.n_evicted[h];
+        int32_t first = ne ? p->host_out.evicted[h * p->host_out.evicted_stride] : KVE_SLOTS;
+        moved[KVE_OUT_OF_PLACE] += (size_t)(KVE_SLOTS - ne) * KVE_ENTRY * 2;
+        moved[KVE_IN_PLACE] += (size_t)(KVE_SLOTS - first - ne) * KVE_ENTRY * 2;
     }
-    unsigned char *k = (unsigned char *)kve_dev(b, NULL, cache),
-                  *v = (unsigned char *)kve_dev(b, NULL, cache);
-    unsigned char *k2 = (unsigned char *)kve_dev(b, NULL, cache),
-                  *v2 = (unsigned char *)kve_dev(b, NULL, cache);
-    KVE_B_RT(cudaMemsetAsync(k, 1, cache, b->stream));
-    KVE_B_RT(cudaMemsetAsync(v, 2, cache, b->stream));
-    int32_t *slots = (int32_t *)kve_dev(b, NULL, rows);
+}
+
+/* Device buffers of the compaction benchmark: K and V (HND, 64 layers x 8
+ * heads x KVE_SLOTS entries), their out-of-place destinations, and the
+ * slot tables compaction rewrites. */
+typedef struct kve_compact_bufs {
+    unsigned char *k, *v, *k2, *v2;
+    int32_t *slots;
+    size_t cache_bytes, rows_bytes;
+} kve_compact_bufs;
+
+static void kve_compact_bufs_make(kve_bench *b, const kve_problem *p, kve_compact_bufs *u)
+{
+    u->cache_bytes = p->heads * KVE_SLOTS * KVE_ENTRY;
+    u->rows_bytes = p->heads * KVE_SLOTS * 4;
+    u->k = (unsigned char *)kve_dev(b, NULL, u->cache_bytes);
+    u->v = (unsigned char *)kve_dev(b, NULL, u->cache_bytes);
+    u->k2 = (unsigned char *)kve_dev(b, NULL, u->cache_bytes);
+    u->v2 = (unsigned char *)kve_dev(b, NULL, u->cache_bytes);
+    KVE_B_RT(cudaMemsetAsync(u->k, 1, u->cache_bytes, b->stream));
+    KVE_B_RT(cudaMemsetAsync(u->v, 2, u->cache_bytes, b->stream));
+    u->slots = (int32_t *)kve_dev(b, NULL, u->rows_bytes);
+}
+
+static void kve_compact_bufs_free(kve_bench *b, kve_compact_bufs *u)
+{
+    kve_free(b->gpu, u->k);
+    kve_free(b->gpu, u->v);
+    kve_free(b->gpu, u->k2);
+    kve_free(b->gpu, u->v2);
+    kve_free(b->gpu, u->slots);
+}
+
+/* The compaction of @p p's evictions over @p u, in @p mode. */
+static kve_compact_desc kve_compact_bench_desc(const kve_problem *p, const kve_compact_bufs *u,
+                                               int mode)
+{
     kve_compact_desc d;
     memset(&d, 0, sizeof d);
     d.n_seqs = 1;
     d.n_layers = 64;
     d.n_heads = 8;
     d.n_slots = KVE_SLOTS;
-    d.slot_pos = slots;
+    d.slot_pos = u->slots;
     d.slot_pos_stride = KVE_SLOTS;
-    d.evicted = p.dev_out.evicted;
-    d.evicted_stride = p.dev_out.evicted_stride;
-    d.n_evicted = p.dev_out.n_evicted;
+    d.evicted = p->dev_out.evicted;
+    d.evicted_stride = p->dev_out.evicted_stride;
+    d.n_evicted = p->dev_out.n_evicted;
     d.entry_bytes = KVE_ENTRY;
     d.n_caches = 2;
-    kve_cache_view hnd = {k, 0, (size_t)8 * KVE_SLOTS * KVE_ENTRY, (size_t)KVE_SLOTS * KVE_ENTRY,
-                          KVE_ENTRY};
-    d.src[0] = d.src[1] = hnd;
-    d.src[1].base = v;
+    kve_cache_view hnd = {u->k, 0, (size_t)8 * KVE_SLOTS * KVE_ENTRY,
+                          (size_t)KVE_SLOTS * KVE_ENTRY, KVE_ENTRY};
+    d.src[0] = d.src[1] = d.dst[0] = d.dst[1] = hnd;
+    d.src[1].base = u->v;
+    d.dst[0].base = mode == KVE_IN_PLACE ? NULL : u->k2;
+    d.dst[1].base = mode == KVE_IN_PLACE ? NULL : u->v2;
+    return d;
+}
+
+/* Mean device time of one compaction in @p mode over @p iters calls (after
+ * two warm-up calls), slot_pos restored untimed before each. */
+static double kve_compact_us(kve_bench *b, const kve_problem *p, const kve_compact_bufs *u,
+                             int mode, int iters)
+{
+    kve_compact_desc d = kve_compact_bench_desc(p, u, mode);
+    double us = 0;
+    for (int i = 0; i < iters + 2; i++) {
+        KVE_B_RT(cudaMemcpyAsync(u->slots, p->dev.slot_pos, u->rows_bytes,
+                                 cudaMemcpyDeviceToDevice, b->stream));
+        double t = kve_time_us(b, [&] { KVE_B_CHECK(kve_compact(b->gpu, &d)); });
+        us += i >= 2 ? t : 0;
+    }
+    KVE_B_CHECK(kve_context_synchronize(b->gpu));
+    return us / iters;
+}
+
+/* Mean device time of copying @p bytes, half from K and half from V, like
+ * the compaction. */
+static double kve_copy_us(kve_bench *b, const kve_compact_bufs *u, size_t bytes, int iters)
+{
+    auto copy = [&] {
+        KVE_B_RT(cudaMemcpyAsync(u->k2, u->k, bytes / 2, cudaMemcpyDeviceToDevice, b->stream));
+        KVE_B_RT(cudaMemcpyAsync(u->v2, u->v, bytes / 2, cudaMemcpyDeviceToDevice, b->stream));
+    };
+    copy();
+    return kve_time_us(b, [&] {
+               for (int i = 0; i < iters; i++)
+                   copy();
+           }) /
+           iters;
+}
+
+/* Compaction of a G2 round's K and V, out of place and in place, against
+ * a device-to-device copy of the bytes each one moves. */
+static void kve_bench_compact(kve_bench *b)
+{
+    static const char *const names[KVE_COMPACT_MODES] = {"compact_out", "compact_in"}; /* by mode */
+    kve_problem p;
+    kve_problem_make(b, &p, 1, 64);
+    KVE_B_CHECK(kve_evict(b->gpu, &p.dev, &p.dev_out, NULL, 0));
+    KVE_B_CHECK(kve_evict(b->cpu, &p.host, &p.host_out, NULL, 0));
+    KVE_B_CHECK(kve_context_synchronize(b->gpu));
+    size_t moved[KVE_COMPACT_MODES];
+    kve_compact_moved(&p, moved);
+    kve_compact_bufs u;
+    kve_compact_bufs_make(b, &p, &u);
     int iters = b->quick ? 5 : 30;
-    double us[2] = {0, 0};
-    for (int mode = 0; mode < 2; mode++) { /* 0: out of place, 1: in place */
-        d.dst[0] = d.dst[1] = hnd;
-        d.dst[0].base = mode ? NULL : k2;
-        d.dst[1].base = mode ? NULL : v2;
-        for (int i = 0; i < iters + 2; i++) {
-            /* slot_pos is compacted in place: restore it, untimed */
-            KVE_B_RT(
-                cudaMemcpyAsync(slots, p.dev.slot_pos, rows, cudaMemcpyDeviceToDevice, b->stream));
-            double t = kve_time_us(b, [&] { KVE_B_CHECK(kve_compact(b->gpu, &d)); });
-            us[mode] += i >= 2 ? t : 0; /* two warm-up calls */
-        }
-        KVE_B_CHECK(kve_context_synchronize(b->gpu));
-        us[mode] /= iters;
-    }
-    double copy_us[2];
-    size_t moved[2] = {kept_bytes, shifted_bytes};
-    for (int mode = 0; mode < 2; mode++) { /* half from K, half from V, like the compaction */
-        auto copy = [&] {
-            KVE_B_RT(cudaMemcpyAsync(k2, k, moved[mode] / 2, cudaMemcpyDeviceToDevice, b->stream));
-            KVE_B_RT(cudaMemcpyAsync(v2, v, moved[mode] / 2, cudaMemcpyDeviceToDevice, b->stream));
-        };
-        copy();
-        copy_us[mode] = kve_time_us(b, [&] {
-            for (int i = 0; i < iters; i++)
-                copy();
-        }) / iters;
-    }
-    static const char *const names[2] = {"compact_out", "compact_in"};
-    for (int mode = 0; mode < 2; mode++) {
+    double us[KVE_COMPACT_MODES], copy_us[KVE_COMPACT_MODES];
+    for (int mode = 0; mode < KVE_COMPACT_MODES; mode++)
+        us[mode] = kve_compact_us(b, &p, &u, mode, iters);
+    for (int mode = 0; mode < KVE_COMPACT_MODES; mode++)
+        copy_us[mode] = kve_copy_us(b, &u, moved[mode], iters);
+    for (int mode = 0; mode < KVE_COMPACT_MODES; mode++) {
         double gbs = moved[mode] / (us[mode] * 1e3), copy_gbs = moved[mode] / (copy_us[mode] * 1e3);
         printf("%s: %.1f MB in %.1f us = %.0f GB/s; device copy of the same bytes %.0f GB/s "
                "(ratio %.2f)\n",
@@ -250,11 +304,7 @@ static void kve_bench_compact(kve_bench *b)
         printf("RESULT %s_gbs %.1f\nRESULT %s_copy_gbs %.1f\nRESULT %s_ratio %.3f\n", names[mode],
                gbs, names[mode], copy_gbs, names[mode], gbs / copy_gbs);
     }
-    kve_free(b->gpu, k);
-    kve_free(b->gpu, v);
-    kve_free(b->gpu, k2);
-    kve_free(b->gpu, v2);
-    kve_free(b->gpu, slots);
+    kve_compact_bufs_free(b, &u);
     kve_problem_free(b, &p);
 }
 

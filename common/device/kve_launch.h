@@ -1,8 +1,10 @@
 /*
- * kve_launch.h — host-side planning shared by the CUDA and HIP glue and by
- * the host emulator, so all three launch the bodies with the same
- * arguments: kernel arguments from the public structs, block and grid
- * sizes, the copy units of compaction and the cache write, and the
+ * kve_launch.h — the launch plan, plain host C shared by the CUDA and HIP
+ * driver (backends/gpu.cu) and the host emulator (tests/emu), so all three
+ * launch the bodies alike: kernel arguments from the public structs, block
+ * sizes and grids from the call's shape and the device's limits
+ * (kve_launch_limits), eviction's scratch in shared memory or in the
+ * workspace, the copy units of compaction and the cache write, and the
  * device's error records as a kve_status.
  */
 #ifndef KVE_LAUNCH_H

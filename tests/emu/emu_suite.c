@@ -1,6 +1,7 @@
 /* emu_suite.c — pools, shapes and the reference of the emulator suites. */
 #include <stdlib.h>
 
+#include "emu_backend.h"
 #include "emu_suite.h"
 #include "kve_cases.h"
 
@@ -40,6 +41,23 @@ kve_context *kve_reference(void)
     ck_assert_int_eq(kve_context_set_cpu_isa(ctx, KVE_CPU_ISA_SCALAR), KVE_OK);
     ck_assert_int_eq(kve_context_set_threads(ctx, 1), KVE_OK);
     return ctx;
+}
+
+kve_context *kve_ref, *kve_emu;
+
+void kve_emu_fixture_setup(void)
+{
+    kve_pools_setup();
+    kve_ref = kve_reference();
+    kve_emu = kve_emu_context_create();
+    ck_assert_ptr_nonnull(kve_emu);
+}
+
+void kve_emu_fixture_teardown(void)
+{
+    kve_context_destroy(kve_emu);
+    kve_context_destroy(kve_ref);
+    kve_pools_teardown();
 }
 
 unsigned kve_env_count(const char *name, unsigned dflt)

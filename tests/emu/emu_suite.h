@@ -28,6 +28,13 @@ size_t kve_pick_shape(uint64_t *rng);
 /* The reference: a CPU context, scalar ISA, one thread. */
 kve_context *kve_reference(void);
 
+/* The fixture of the suites that drive the public API on an emulated
+ * device context (emu_backend.h): every pool, the reference and the
+ * emulated context. */
+extern kve_context *kve_ref, *kve_emu;
+void kve_emu_fixture_setup(void);
+void kve_emu_fixture_teardown(void);
+
 /* $name as a count, or @p dflt when unset. */
 unsigned kve_env_count(const char *name, unsigned dflt);
 

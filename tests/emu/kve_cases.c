@@ -255,6 +255,57 @@ static void kve_random_view(uint64_t *rng, const kve_compact_desc *d, kve_cache_
     *bytes = *offset + d->n_seqs * v->stride_seq;
 }
 
+/* The slot tables and evicted lists of @p ev after its eviction on
+ * @p reference: compaction's first three buffers. 0, or -1. */
+static int kve_compact_tables(kve_case *c, const kve_case *ev, kve_context *reference)
+{
+    kve_case_bufs eb_host;
+    kve_batch b;
+    kve_evict_out o;
+    if (kve_case_host_copy(ev, &eb_host))
+        return -1;
+    kve_case_bind_evict(ev, &eb_host, &b, &o);
+    b.flags &= ~(uint32_t)KVE_TRUSTED_SLOTS;
+    int rc = kve_evict(reference, &b, &o, NULL, 0) != KVE_OK ||
+             kve_case_add(c, ev->bytes[B_SLOTS]) || kve_case_add(c, ev->bytes[B_EVICTED]) ||
+             kve_case_add(c, ev->bytes[B_NEVICTED]);
+    if (!rc) {
+        memcpy(c->master[C_SLOTS], eb_host.p[B_SLOTS], ev->bytes[B_SLOTS]);
+        memcpy(c->master[C_EVICTED], eb_host.p[B_EVICTED], ev->bytes[B_EVICTED]);
+        memcpy(c->master[C_NEVICTED], eb_host.p[B_NEVICTED], ev->bytes[B_NEVICTED]);
+    }
+    kve_case_host_free(ev, &eb_host);
+    return rc ? -1 : 0;
+}
+
+/* Break one head's inputs as the device checks must catch: n_evicted too
+ * large, an evicted slot out of range, a list out of order, or a slot
+ * position below -1. */
+static void kve_compact_break(kve_case *c, uint64_t *rng)
+{
+    const kve_compact_desc *d = &c->desc;
+    size_t h = kve_rand_below(rng, (uint32_t)c->heads);
+    uint32_t *nev = (uint32_t *)c->master[C_NEVICTED];
+    int32_t *row = (int32_t *)c->master[C_EVICTED] + h * d->evicted_stride;
+    int32_t *slots = (int32_t *)c->master[C_SLOTS] + h * d->slot_pos_stride;
+    switch (kve_rand_below(rng, 4)) {
+    case 0: nev[h] = d->n_slots + 1 + kve_rand_below(rng, 3); break;
+    case 1:
+        nev[h] = nev[h] ? nev[h] : 1;
+        row[kve_rand_below(rng, nev[h])] = kve_chance(rng, 50) ? -1 : (int32_t)d->n_slots;
+        break;
+    case 2:
+        if (nev[h] >= 2) {
+            row[1] = row[0];
+            break;
+        }
+        __attribute__((fallthrough)); /* too short to disorder */
+    default:
+        slots[kve_rand_below(rng, d->n_slots)] = -2 - (int32_t)kve_rand_below(rng, 9);
+        break;
+    }
+}
+
 int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, uint64_t *rng,
                      const kve_case_limits *lim)
 {
@@ -269,18 +320,6 @@ int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, ui
     d->slot_pos_stride = eb->slot_pos_stride;
     d->evicted_stride = ev->out.evicted_stride;
     c->heads = ev->heads;
-    /* the eviction itself, on the reference */
-    kve_case_bufs eb_host;
-    kve_batch b;
-    kve_evict_out o;
-    if (kve_case_host_copy(ev, &eb_host))
-        return -1;
-    kve_case_bind_evict(ev, &eb_host, &b, &o);
-    b.flags &= ~(uint32_t)KVE_TRUSTED_SLOTS;
-    if (kve_evict(reference, &b, &o, NULL, 0) != KVE_OK) {
-        kve_case_host_free(ev, &eb_host);
-        return -1;
-    }
     static const size_t entry_sizes[] = {16, 32, 256, 48, 4, 12, 8, 3, 1, 2};
     d->entry_bytes = entry_sizes[kve_rand_below(rng, 10)];
     d->n_caches = 1 + kve_rand_below(rng, 3);
@@ -290,15 +329,8 @@ int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, ui
         for (int side = 0; side <= out_of_place; side++)
             kve_random_view(rng, d, side ? &d->dst[k] : &d->src[k], &bytes[side][k],
                             &offset[side][k]);
-    if (kve_case_add(c, ev->bytes[B_SLOTS]) || kve_case_add(c, ev->bytes[B_EVICTED]) ||
-        kve_case_add(c, ev->bytes[B_NEVICTED])) {
-        kve_case_host_free(ev, &eb_host);
+    if (kve_compact_tables(c, ev, reference)) /* the eviction itself, on the reference */
         return -1;
-    }
-    memcpy(c->master[C_SLOTS], eb_host.p[B_SLOTS], ev->bytes[B_SLOTS]);
-    memcpy(c->master[C_EVICTED], eb_host.p[B_EVICTED], ev->bytes[B_EVICTED]);
-    memcpy(c->master[C_NEVICTED], eb_host.p[B_NEVICTED], ev->bytes[B_NEVICTED]);
-    kve_case_host_free(ev, &eb_host);
     for (int side = 0; side <= out_of_place; side++)
         for (uint32_t k = 0; k < d->n_caches; k++) {
             kve_cache_view *v = side ? &d->dst[k] : &d->src[k];
@@ -309,28 +341,8 @@ int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, ui
                 m[i] = (unsigned char)kve_rand(rng);
             v->base = (void *)offset[side][k]; /* an offset until bound */
         }
-    if (lim->errors) {
-        size_t h = kve_rand_below(rng, (uint32_t)c->heads);
-        uint32_t *nev = (uint32_t *)c->master[C_NEVICTED];
-        int32_t *row = (int32_t *)c->master[C_EVICTED] + h * d->evicted_stride;
-        int32_t *slots = (int32_t *)c->master[C_SLOTS] + h * d->slot_pos_stride;
-        switch (kve_rand_below(rng, 4)) {
-        case 0: nev[h] = d->n_slots + 1 + kve_rand_below(rng, 3); break;
-        case 1:
-            nev[h] = nev[h] ? nev[h] : 1;
-            row[kve_rand_below(rng, nev[h])] = kve_chance(rng, 50) ? -1 : (int32_t)d->n_slots;
-            break;
-        case 2:
-            if (nev[h] >= 2) {
-                row[1] = row[0];
-                break;
-            }
-            __attribute__((fallthrough)); /* too short to disorder */
-        default:
-            slots[kve_rand_below(rng, d->n_slots)] = -2 - (int32_t)kve_rand_below(rng, 9);
-            break;
-        }
-    }
+    if (lim->errors)
+        kve_compact_break(c, rng);
     snprintf(c->label, sizeof c->label,
              "compact: %ux%ux%u heads, n_slots %u, entry %zu bytes, %u caches, %s, src stride "
              "slot %zu head %zu, base +%zu",

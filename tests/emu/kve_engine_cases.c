@@ -115,32 +115,38 @@ static size_t kve_cw_src_span(uint64_t *rng, const kve_cache_write_desc *d, size
     return (T - 1) * st + (H - 1) * sh + e;
 }
 
-/* Destination strides (page, slot, head) of entries of @p e bytes: dense
- * (0) or padded, in the layout's order; with @p pair, pages of two caches
- * side by side (FlashInfer's [pages][2][...]): the page stride doubled,
- * *half = the second cache's offset. The span. */
+/* A destination cache's strides. */
+typedef struct kve_cw_dst_strides {
+    size_t page, slot, head;
+} kve_cw_dst_strides;
+
+/* Destination strides of entries of @p e bytes: dense (0) or padded, in
+ * the layout's order; with @p pair, pages of two caches side by side
+ * (FlashInfer's [pages][2][...]): the page stride doubled, *half = the
+ * second cache's offset. The span. */
 static size_t kve_cw_dst_span(uint64_t *rng, const kve_cache_write_desc *d, size_t e, size_t a,
-                              int pair, size_t st[3], size_t *half)
+                              int pair, kve_cw_dst_strides *st, size_t *half)
 {
     size_t H = d->n_heads, ps = d->page_size;
     int nhd = d->layout == KVE_LAYOUT_NHD;
     if (!pair && kve_chance(rng, 50)) {
-        st[0] = st[1] = st[2] = 0;
+        st->page = st->slot = st->head = 0;
         return d->n_pages * ps * H * e;
     }
     if (nhd) {
-        st[2] = e + kve_cw_pad(rng);
-        st[1] = H * st[2] + kve_cw_pad(rng);
-        st[0] = ps * st[1] + kve_cw_pad(rng);
+        st->head = e + kve_cw_pad(rng);
+        st->slot = H * st->head + kve_cw_pad(rng);
+        st->page = ps * st->slot + kve_cw_pad(rng);
     } else {
-        st[1] = e + kve_cw_pad(rng);
-        st[2] = ps * st[1] + kve_cw_pad(rng);
-        st[0] = H * st[2] + kve_cw_pad(rng);
+        st->slot = e + kve_cw_pad(rng);
+        st->head = ps * st->slot + kve_cw_pad(rng);
+        st->page = H * st->head + kve_cw_pad(rng);
     }
-    *half = st[0];
+    *half = st->page;
     if (pair)
-        st[0] *= 2;
-    return (d->n_pages - 1) * st[0] + (ps - 1) * st[1] + (H - 1) * st[2] + e + (pair ? *half : 0);
+        st->page *= 2;
+    return (d->n_pages - 1) * st->page + (ps - 1) * st->slot + (H - 1) * st->head + e +
+           (pair ? *half : 0);
 }
 
 /* Element types of a typed case's cache: a source, a cache, converted or
@@ -243,12 +249,14 @@ static void kve_cw_break(uint64_t *rng, const kve_cache_write_desc *d, const kve
     }
 }
 
-int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
+/* The call's shape: tokens, heads, entry, caches, layout, page table
+ * (*flat: block-table slots to translate), rows and slot strides: [token]
+ * [head] padded, [head][token], or one per token (shared heads). Returns
+ * the slots array's length. */
+static size_t kve_cw_shape(kve_cache_write_desc *d, uint64_t *rng, const kve_cw_limits *lim,
+                           kve_cw_pages *p, int *flat)
 {
     static const size_t entry_sizes[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 48, 64, 130, 256};
-    memset(c, 0, sizeof *c);
-    c->is_cache_write = 1;
-    kve_cache_write_desc *d = &c->cw;
     uint32_t max_heads = lim->max_heads < CW_HEADS ? lim->max_heads : CW_HEADS;
     d->n_tokens = 1 + kve_rand_below(rng, lim->max_tokens);
     d->n_heads = 1 + kve_rand_below(rng, max_heads);
@@ -256,110 +264,131 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
     d->n_caches = 1 + kve_rand_below(rng, 3);
     d->layout = kve_chance(rng, 50) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
     /* flat slots are made as block-table ones, then translated */
-    int flat = kve_chance(rng, 20);
-    d->page_table = flat ? KVE_PAGES_BLOCK_TABLE : (kve_page_table)kve_rand_below(rng, 3);
+    *flat = kve_chance(rng, 20);
+    d->page_table = *flat ? KVE_PAGES_BLOCK_TABLE : (kve_page_table)kve_rand_below(rng, 3);
     d->page_size = kve_chance(rng, 20) ? 16 : 1 + kve_rand_below(rng, 6);
     d->n_rows = 1 + kve_rand_below(rng, CW_ROWS);
-    kve_cw_pages p;
-    kve_cw_page_table(rng, d, &p);
-    /* slots: [token][head] padded, [head][token], or one per token (shared heads) */
+    kve_cw_page_table(rng, d, p);
     int shared = kve_chance(rng, 25), by_head = !shared && kve_chance(rng, 20);
     d->slots_stride_head = shared ? 0 : by_head ? d->n_tokens + kve_rand_below(rng, 3) : 1;
     d->slots_stride_token = by_head ? 1 : (shared ? 1 : d->n_heads) + kve_rand_below(rng, 3);
-    size_t n_slots = (d->n_tokens - 1) * d->slots_stride_token +
-                     (shared ? 0 : d->n_heads - 1) * d->slots_stride_head + 1;
-    /* typed: each cache its own types, dim and strides; pair: caches 0 and 1
-     * in one tensor [pages][2][...] (same strides, so the same types) */
-    int typed = kve_chance(rng, 40), pair = d->n_caches >= 2 && kve_chance(rng, 20);
-    size_t src_off[KVE_MAX_CACHES], dst_off[KVE_MAX_CACHES], span[2 * KVE_MAX_CACHES];
-    size_t shared_span = 0, half = 0, a = 1, st[3];
+    return (d->n_tokens - 1) * d->slots_stride_token +
+           (shared ? 0 : d->n_heads - 1) * d->slots_stride_head + 1;
+}
+
+/* How the caches are laid out: typed (each cache its own types, dim and
+ * strides), pair (caches 0 and 1 in one tensor [pages][2][...]: the same
+ * strides, so the same types); the spans of the sources, then of the
+ * destinations, and where cache 1 starts in cache 0's tensor. */
+typedef struct kve_cw_layout {
+    int typed, pair;
+    size_t span[2 * KVE_MAX_CACHES];
+    size_t pair_offset;
+} kve_cw_layout;
+
+/* Cache @p k's destination strides (and span), written where the desc
+ * takes them: desc-wide for an untyped cache 0, else its part. */
+static void kve_cw_dst_part(uint64_t *rng, kve_cache_write_desc *d, kve_cw_layout *l, uint32_t k,
+                            size_t de, size_t a, int wide)
+{
+    kve_cw_dst_strides st;
+    size_t half = 0;
+    kve_cache_part *q = &d->part[k];
+    l->span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, l->pair && k == 0, &st, &half);
+    if (!l->typed && !l->pair && k > 0 && !st.page) { /* dense, spelled out */
+        int nhd = d->layout == KVE_LAYOUT_NHD;
+        st.head = nhd ? de : d->page_size * de;
+        st.slot = nhd ? d->n_heads * de : de;
+        st.page = d->page_size * d->n_heads * de;
+    }
+    if (wide && !l->pair)
+        d->dst_stride_page = st.page, d->dst_stride_slot = st.slot, d->dst_stride_head = st.head;
+    else
+        q->dst_stride_page = st.page, q->dst_stride_slot = st.slot, q->dst_stride_head = st.head;
+    if (k == 0)
+        l->pair_offset = half;
+}
+
+/* Every cache's types and strides, and the spans they give. */
+static void kve_cw_caches(uint64_t *rng, kve_cache_write_desc *d, kve_cw_layout *l)
+{
     for (uint32_t k = 0; k < d->n_caches; k++) {
         kve_cache_part *q = &d->part[k];
-        if (typed)
+        if (l->typed)
             kve_cw_typed_part(rng, d, k);
-        if (pair && k == 1)
+        if (l->pair && k == 1)
             *q = d->part[0]; /* one tensor: one type, one set of strides */
-        if (!typed && !pair && k > 0 && kve_chance(rng, 50)) {
-            span[k] = span[0]; /* a zeroed part: cache 0's (desc-wide) strides */
-            span[d->n_caches + k] = span[d->n_caches];
+        if (!l->typed && !l->pair && k > 0 && kve_chance(rng, 50)) {
+            l->span[k] = l->span[0]; /* a zeroed part: cache 0's (desc-wide) strides */
+            l->span[d->n_caches + k] = l->span[d->n_caches];
             continue;
         }
-        size_t se = typed ? q->dim * kve_cw_size(q->src_dtype) : d->entry_bytes;
-        size_t de = typed ? q->dim * kve_cw_size(q->dst_dtype) : d->entry_bytes;
-        a = typed ? kve_cw_size(q->src_dtype) : 1;
-        int wide = !typed && k == 0; /* untyped cache 0: the desc-wide strides */
+        size_t se = l->typed ? q->dim * kve_cw_size(q->src_dtype) : d->entry_bytes;
+        size_t de = l->typed ? q->dim * kve_cw_size(q->dst_dtype) : d->entry_bytes;
+        size_t a = l->typed ? kve_cw_size(q->src_dtype) : 1;
+        int wide = !l->typed && k == 0; /* untyped cache 0: the desc-wide strides */
         size_t *sst = wide ? &d->src_stride_token : &q->src_stride_token,
                *ssh = wide ? &d->src_stride_head : &q->src_stride_head;
-        span[k] = kve_cw_src_span(rng, d, se, a, sst, ssh);
-        if (!typed && !wide && !*sst) /* dense, spelled out: 0 would take cache 0's */
+        l->span[k] = kve_cw_src_span(rng, d, se, a, sst, ssh);
+        if (!l->typed && !wide && !*sst) /* dense, spelled out: 0 would take cache 0's */
             *ssh = se, *sst = d->n_heads * se;
-        a = typed ? kve_cw_size(q->dst_dtype) : 1;
-        if (pair && k == 1) {
-            span[d->n_caches + k] = 0; /* inside cache 0's buffer */
+        if (l->pair && k == 1) {
+            l->span[d->n_caches + k] = 0; /* inside cache 0's buffer */
             continue;
         }
-        span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, pair && k == 0, st, &half);
-        if (!typed && !pair && k > 0 && !st[0]) { /* dense, spelled out */
-            int nhd = d->layout == KVE_LAYOUT_NHD;
-            st[2] = nhd ? de : d->page_size * de;
-            st[1] = nhd ? d->n_heads * de : de;
-            st[0] = d->page_size * d->n_heads * de;
-        }
-        if (wide && !pair)
-            d->dst_stride_page = st[0], d->dst_stride_slot = st[1], d->dst_stride_head = st[2];
-        else
-            q->dst_stride_page = st[0], q->dst_stride_slot = st[1], q->dst_stride_head = st[2];
-        if (k == 0)
-            shared_span = half;
+        kve_cw_dst_part(rng, d, l, k, de, l->typed ? kve_cw_size(q->dst_dtype) : 1, wide);
     }
+}
+
+/* The caches' buffers (sources random, at random aligned offsets), then
+ * slots, token_row, pages, indptr, last_page_len and scales; the desc's
+ * cache pointers are the offsets until bound. 0, or -1. */
+static int kve_cw_buffers(kve_case *c, uint64_t *rng, const kve_cw_layout *l,
+                          const kve_cw_pages *p, size_t n_slots)
+{
+    kve_cache_write_desc *d = &c->cw;
+    size_t src_off[KVE_MAX_CACHES], dst_off[KVE_MAX_CACHES];
     for (uint32_t k = 0; k < 2 * d->n_caches; k++) {
         size_t al = 1;
-        if (typed) {
+        if (l->typed) {
             const kve_cache_part *q = &d->part[k % d->n_caches];
             al = kve_cw_size(k < d->n_caches ? q->src_dtype : q->dst_dtype);
         }
         size_t off = (kve_cw_offset(rng) + al - 1) / al * al;
         *(k < d->n_caches ? &src_off[k] : &dst_off[k - d->n_caches]) = off;
-        if (kve_case_add(c, span[k] ? off + span[k] : 0))
+        if (kve_case_add(c, l->span[k] ? off + l->span[k] : 0))
             return -1;
         for (size_t i = 0; i < c->bytes[k] && k < d->n_caches; i++)
             c->master[k][i] = (unsigned char)kve_rand(rng);
     }
-    if (pair)
-        dst_off[1] = dst_off[0] + shared_span;
-    c->cw_pair = pair;
+    if (l->pair)
+        dst_off[1] = dst_off[0] + l->pair_offset;
+    for (uint32_t k = 0; k < d->n_caches; k++) {
+        d->src[k] = (const void *)(uintptr_t)src_off[k];
+        d->dst[k] = (void *)(uintptr_t)dst_off[k];
+    }
     if (kve_case_add(c, n_slots * 8) || kve_case_add(c, d->n_tokens * 4) ||
-        kve_case_add(c, (p.n_pt + 1) * 4) || kve_case_add(c, (d->n_rows + 1) * 4) ||
+        kve_case_add(c, (p->n_pt + 1) * 4) || kve_case_add(c, (d->n_rows + 1) * 4) ||
         kve_case_add(c, d->n_rows * 4) || kve_case_add(c, d->n_caches * CW_HEADS * 4))
         return -1;
     float *scales = (float *)c->master[kve_cw_buf(d, CW_SCALES)];
     for (uint32_t i = 0; i < d->n_caches * CW_HEADS; i++) /* 2^-8 .. 2^7, odd mantissas */
         scales[i] =
             (float)(1 + 2 * kve_rand_below(rng, 64)) / (float)(1u << kve_rand_below(rng, 15));
-    int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
-    int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
-    memset(slots, 0xff, n_slots * 8);
-    kve_cw_slots(rng, d, &p, slots, token_row);
-    if (flat)
-        kve_cw_flatten(d, &p, slots, token_row);
-    memcpy(c->master[kve_cw_buf(d, CW_PAGES)], p.pages, p.n_pt * 4);
-    memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->n_rows + 1) * 4);
-    memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->n_rows * 4);
-    for (uint32_t k = 0; k < d->n_caches; k++) { /* offsets until bound */
-        d->src[k] = (const void *)(uintptr_t)src_off[k];
-        d->dst[k] = (void *)(uintptr_t)dst_off[k];
-    }
-    uint32_t breaks = lim->errors ? 1 + kve_rand_below(rng, 2) : 0;
-    for (uint32_t i = 0; i < breaks; i++)
-        kve_cw_break(rng, d, &p, c);
-    kve_cw_pad_rows(rng, d, slots, token_row);
+    return 0;
+}
+
+/* The case's parameters, for failure messages. */
+static void kve_cw_label(kve_case *c)
+{
     static const char *const tables[] = {"none", "block_table", "indptr", "flat"};
+    const kve_cache_write_desc *d = &c->cw;
     int at = snprintf(c->label, sizeof c->label,
                       "cache_write: %u tokens x %u heads, entry %zu, %u caches%s, %s, pages %s "
                       "(size %u, %u rows, %u pages), slots strides %zu/%zu, src strides %zu/%zu, "
                       "dst strides %zu/%zu/%zu",
                       d->n_tokens, d->n_heads, d->entry_bytes, d->n_caches,
-                      pair ? " (0 and 1 in one tensor)" : "",
+                      c->cw_pair ? " (0 and 1 in one tensor)" : "",
                       d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->page_table],
                       d->page_size, d->n_rows, d->n_pages, d->slots_stride_token,
                       d->slots_stride_head, d->src_stride_token, d->src_stride_head,
@@ -373,6 +402,38 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
                        q->src_stride_token, q->src_stride_head, q->dst_stride_page,
                        q->dst_stride_slot, q->dst_stride_head);
     }
+}
+
+int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
+{
+    memset(c, 0, sizeof *c);
+    c->is_cache_write = 1;
+    kve_cache_write_desc *d = &c->cw;
+    kve_cw_pages p;
+    int flat;
+    size_t n_slots = kve_cw_shape(d, rng, lim, &p, &flat);
+    kve_cw_layout l;
+    memset(&l, 0, sizeof l);
+    l.typed = kve_chance(rng, 40);
+    l.pair = d->n_caches >= 2 && kve_chance(rng, 20);
+    kve_cw_caches(rng, d, &l);
+    if (kve_cw_buffers(c, rng, &l, &p, n_slots))
+        return -1;
+    c->cw_pair = l.pair;
+    int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
+    int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
+    memset(slots, 0xff, n_slots * 8);
+    kve_cw_slots(rng, d, &p, slots, token_row);
+    if (flat)
+        kve_cw_flatten(d, &p, slots, token_row);
+    memcpy(c->master[kve_cw_buf(d, CW_PAGES)], p.pages, p.n_pt * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->n_rows + 1) * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->n_rows * 4);
+    uint32_t breaks = lim->errors ? 1 + kve_rand_below(rng, 2) : 0;
+    for (uint32_t i = 0; i < breaks; i++)
+        kve_cw_break(rng, d, &p, c);
+    kve_cw_pad_rows(rng, d, slots, token_row);
+    kve_cw_label(c);
     return 0;
 }
 

@@ -128,6 +128,48 @@ static void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slots)
     }
 }
 
+/* TriAttention's parameters (K-norm ignores them): query statistics,
+ * RoPE base, and, a third of the time each, omega, frequency scales and
+ * offsets. */
+static void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
+{
+    kve_score_desc *d = &c->d;
+    const kve_key_cache *k = &d->keys;
+    uint32_t group = 1 + kve_sc_below(x, 3), nf = k->head_dim / 2;
+    size_t nq = (size_t)k->n_heads * group;
+    kve_triattention_params *t = &d->tri;
+    t->group = group;
+    c->q_mean = (float *)malloc(nq * nf * 2 * 4);
+    c->q_abs = (float *)malloc(nq * nf * 4);
+    for (size_t i = 0; i < nq * nf; i++) {
+        c->q_mean[2 * i] = kve_sc_unit(x);
+        c->q_mean[2 * i + 1] = kve_sc_unit(x);
+        c->q_abs[i] = 1.5f + kve_sc_unit(x);
+    }
+    t->q_mean = c->q_mean;
+    t->q_abs_mean = c->q_abs;
+    t->rope_theta = kve_sc_below(x, 2) ? 10000.0 : 1e6;
+    if (kve_sc_below(x, 3) == 0) {
+        c->omega = (float *)malloc(nf * 4);
+        for (uint32_t f = 0; f < nf; f++)
+            c->omega[f] = 0.5f + kve_sc_unit(x) * 0.49f;
+        t->omega = c->omega;
+    }
+    if (kve_sc_below(x, 3) == 0) {
+        c->s2 = (float *)malloc(nf * 4);
+        for (uint32_t f = 0; f < nf; f++)
+            c->s2[f] = 1.0f + 0.5f * kve_sc_unit(x);
+        t->freq_scale_sq = c->s2;
+    }
+    if (kve_sc_below(x, 3) == 0) {
+        t->n_offsets = 1 + kve_sc_below(x, 8);
+        c->offsets = (float *)malloc(t->n_offsets * 4);
+        for (uint32_t i = 0; i < t->n_offsets; i++)
+            c->offsets[i] = (float)(1u << kve_sc_below(x, 12));
+        t->offsets = c->offsets;
+    }
+}
+
 /* A random case: @p tri picks the scorer; every pointer is host memory. */
 static void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri)
 {
@@ -184,39 +226,7 @@ static void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri)
     d->scores = c->scores;
     d->scores_stride_table = stride;
     kve_sc_keys(c, &x, max_slots);
-    uint32_t group = 1 + kve_sc_below(&x, 3), nf = k->head_dim / 2;
-    size_t nq = (size_t)k->n_heads * group;
-    kve_triattention_params *t = &d->tri;
-    t->group = group;
-    c->q_mean = (float *)malloc(nq * nf * 2 * 4);
-    c->q_abs = (float *)malloc(nq * nf * 4);
-    for (size_t i = 0; i < nq * nf; i++) {
-        c->q_mean[2 * i] = kve_sc_unit(&x);
-        c->q_mean[2 * i + 1] = kve_sc_unit(&x);
-        c->q_abs[i] = 1.5f + kve_sc_unit(&x);
-    }
-    t->q_mean = c->q_mean;
-    t->q_abs_mean = c->q_abs;
-    t->rope_theta = kve_sc_below(&x, 2) ? 10000.0 : 1e6;
-    if (kve_sc_below(&x, 3) == 0) {
-        c->omega = (float *)malloc(nf * 4);
-        for (uint32_t f = 0; f < nf; f++)
-            c->omega[f] = 0.5f + kve_sc_unit(&x) * 0.49f;
-        t->omega = c->omega;
-    }
-    if (kve_sc_below(&x, 3) == 0) {
-        c->s2 = (float *)malloc(nf * 4);
-        for (uint32_t f = 0; f < nf; f++)
-            c->s2[f] = 1.0f + 0.5f * kve_sc_unit(&x);
-        t->freq_scale_sq = c->s2;
-    }
-    if (kve_sc_below(&x, 3) == 0) {
-        t->n_offsets = 1 + kve_sc_below(&x, 8);
-        c->offsets = (float *)malloc(t->n_offsets * 4);
-        for (uint32_t i = 0; i < t->n_offsets; i++)
-            c->offsets[i] = (float)(1u << kve_sc_below(&x, 12));
-        t->offsets = c->offsets;
-    }
+    kve_sc_tri_params(c, &x);
 }
 
 #endif

@@ -30,23 +30,6 @@
 #include "kve_scenario.h"
 #include "state_body.h"
 
-static kve_context *kve_ref, *kve_emu;
-
-static void kve_engine_setup(void)
-{
-    kve_pools_setup();
-    kve_ref = kve_reference();
-    kve_emu = kve_emu_context_create();
-    ck_assert_ptr_nonnull(kve_emu);
-}
-
-static void kve_engine_teardown(void)
-{
-    kve_context_destroy(kve_emu);
-    kve_context_destroy(kve_ref);
-    kve_pools_teardown();
-}
-
 /* A random pool and grid for the next emulated calls: serial three times
  * in four (the bodies never synchronize), always for @p program (a state
  * program: a launch on a threaded pool costs barriers across all its
@@ -528,6 +511,7 @@ int main(void)
         KVE_TEST(engine_errors, test_cache_write_errors),
         KVE_TEST(engine_errors, test_state_update_errors),
     };
-    const kve_suite_spec spec = {"emu_engine", 1200, 0, kve_engine_setup, kve_engine_teardown};
+    const kve_suite_spec spec = {"emu_engine", 1200, 0, kve_emu_fixture_setup,
+                                  kve_emu_fixture_teardown};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

@@ -15,23 +15,6 @@
 #include "emu_suite.h"
 #include "kve_test_util.h"
 
-static kve_context *kve_ref, *kve_emu;
-
-static void kve_faults_setup(void)
-{
-    kve_pools_setup();
-    kve_ref = kve_reference();
-    kve_emu = kve_emu_context_create();
-    ck_assert_ptr_nonnull(kve_emu);
-}
-
-static void kve_faults_teardown(void)
-{
-    kve_context_destroy(kve_emu);
-    kve_context_destroy(kve_ref);
-    kve_pools_teardown();
-}
-
 /* The message the emulated synchronize reported contains @p want. */
 static void expect_sync(kve_status st, const char *want)
 {
@@ -306,6 +289,7 @@ int main(void)
         KVE_TEST(faults, fault_cache_write_bad_page),
         KVE_TEST(faults, device_indptr_within_indices),
     };
-    const kve_suite_spec spec = {"emu_faults", 600, 0, kve_faults_setup, kve_faults_teardown};
+    const kve_suite_spec spec = {"emu_faults", 600, 0, kve_emu_fixture_setup,
+                                  kve_emu_fixture_teardown};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

@@ -26,23 +26,6 @@
 #include "kve_launch.h"
 #include "kve_scenario.h"
 
-static kve_context *kve_ref, *kve_emu;
-
-static void kve_plan_setup(void)
-{
-    kve_pools_setup();
-    kve_ref = kve_reference();
-    kve_emu = kve_emu_context_create();
-    ck_assert_ptr_nonnull(kve_emu);
-}
-
-static void kve_plan_teardown(void)
-{
-    kve_context_destroy(kve_emu);
-    kve_context_destroy(kve_ref);
-    kve_pools_teardown();
-}
-
 /* ---- the plan against worked answers ---------------------------------------- */
 
 static kve_batch kve_shape(uint32_t n_seqs, uint32_t n_layers, uint32_t n_heads, uint32_t n_slots)
@@ -264,7 +247,10 @@ static void kve_sides(uint64_t seed, unsigned n, int errors)
     ck_assert_uint_gt(seen[KVE_SCRATCH_WORKSPACE], 0);
 }
 
-START_TEST(test_sides_random) { kve_sides(0x91a40001, kve_env_count("KVE_EMU_CASES", 2000) / 5, 0); }
+START_TEST(test_sides_random)
+{
+    kve_sides(0x91a40001, kve_env_count("KVE_EMU_CASES", 2000) / 5, 0);
+}
 END_TEST
 
 START_TEST(test_sides_errors) { kve_sides(0x91a40002, 120, 1); }
@@ -304,6 +290,7 @@ int main(void)
         KVE_TEST(plan_sides, test_sides_errors),
         KVE_TEST(plan_state, test_state_sides),
     };
-    const kve_suite_spec spec = {"emu_plan", 1200, 0, kve_plan_setup, kve_plan_teardown};
+    const kve_suite_spec spec = {"emu_plan", 1200, 0, kve_emu_fixture_setup,
+                                  kve_emu_fixture_teardown};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
 }

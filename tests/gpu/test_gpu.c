@@ -166,32 +166,55 @@ static void kve_evict_cases(uint64_t seed, unsigned n, kve_case_limits lim, uint
     }
 }
 
+/* Where a golden case's buffers lie in the arena: its sequence, slot
+ * table, evicted row, counts (n_evicted then n_kept), head flags and kept
+ * row, each well apart (a golden head has at most 64 slots). */
+enum {
+    KVE_GA_SEQ = 0,
+    KVE_GA_SLOTS = 256,
+    KVE_GA_EVICTED = 4096,
+    KVE_GA_COUNTS = 8192,
+    KVE_GA_FLAGS = 8200,
+    KVE_GA_KEPT = 12288,
+    KVE_GA_ROW = 64 /* the rows' stride, in slots */
+};
+
 START_TEST(test_evict_golden)
 {
     for (size_t i = 0; i < KVE_GOLDEN_N_CASES; i++) {
         const kve_golden_case *g = &kve_golden_cases[i];
         kve_seq seq = {g->seq_id, g->prompt, g->round};
         unsigned char *d = kve_arena;
-        ck_assert_int_eq(kve_copy(kve_gpu, d, &seq, sizeof seq, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+        ck_assert_uint_le(g->n_slots, KVE_GA_ROW);
         ck_assert_int_eq(
-            kve_copy(kve_gpu, d + 256, g->slot_pos, g->n_slots * 4, KVE_COPY_HOST_TO_BACKEND),
-            KVE_OK);
-        kve_batch b = {g->seed, g->flags, 1, (kve_seq *)d, 1, 1, g->layer, g->head, g->n_slots,
-                       g->budget, g->window, (int32_t *)(d + 256), g->n_slots, NULL, 0};
-        kve_evict_out o = {.evicted = (int32_t *)(d + 4096), .evicted_stride = 64,
-                           .n_evicted = (uint32_t *)(d + 8192), .n_kept = (uint32_t *)(d + 8196),
-                           .head_flags = d + 8200, .kept = (int32_t *)(d + 12288),
-                           .kept_stride = 64};
+            kve_copy(kve_gpu, d + KVE_GA_SEQ, &seq, sizeof seq, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+        ck_assert_int_eq(kve_copy(kve_gpu, d + KVE_GA_SLOTS, g->slot_pos, g->n_slots * 4,
+                                  KVE_COPY_HOST_TO_BACKEND),
+                         KVE_OK);
+        kve_batch b = {g->seed, g->flags, 1, (kve_seq *)(d + KVE_GA_SEQ), 1, 1, g->layer, g->head,
+                       g->n_slots, g->budget, g->window, (int32_t *)(d + KVE_GA_SLOTS),
+                       g->n_slots, NULL, 0};
+        kve_evict_out o = {.evicted = (int32_t *)(d + KVE_GA_EVICTED),
+                           .evicted_stride = KVE_GA_ROW,
+                           .n_evicted = (uint32_t *)(d + KVE_GA_COUNTS),
+                           .n_kept = (uint32_t *)(d + KVE_GA_COUNTS + 4),
+                           .head_flags = d + KVE_GA_FLAGS,
+                           .kept = (int32_t *)(d + KVE_GA_KEPT),
+                           .kept_stride = KVE_GA_ROW};
         ck_assert_int_eq(kve_settle(kve_evict(kve_gpu, &b, &o, NULL, 0)), KVE_OK);
-        int32_t ev[64], kept[64];
-        uint32_t counts[2];
+        int32_t ev[KVE_GA_ROW], kept[KVE_GA_ROW];
+        uint32_t counts[2]; /* n_evicted, n_kept */
         uint8_t flags;
-        ck_assert_int_eq(kve_copy(kve_gpu, counts, d + 8192, 8, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, &flags, d + 8200, 1, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, ev, d + 4096, sizeof ev, KVE_COPY_BACKEND_TO_HOST),
+        ck_assert_int_eq(kve_copy(kve_gpu, counts, d + KVE_GA_COUNTS, sizeof counts,
+                                  KVE_COPY_BACKEND_TO_HOST),
                          KVE_OK);
-        ck_assert_int_eq(kve_copy(kve_gpu, kept, d + 12288, sizeof kept, KVE_COPY_BACKEND_TO_HOST),
+        ck_assert_int_eq(kve_copy(kve_gpu, &flags, d + KVE_GA_FLAGS, 1, KVE_COPY_BACKEND_TO_HOST),
                          KVE_OK);
+        ck_assert_int_eq(
+            kve_copy(kve_gpu, ev, d + KVE_GA_EVICTED, sizeof ev, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+        ck_assert_int_eq(
+            kve_copy(kve_gpu, kept, d + KVE_GA_KEPT, sizeof kept, KVE_COPY_BACKEND_TO_HOST),
+            KVE_OK);
         ck_assert_msg(counts[0] == g->n_evicted && counts[1] == g->n_kept, "%s", g->name);
         ck_assert_int_eq(memcmp(ev, g->evicted, g->n_evicted * 4), 0);
         ck_assert_int_eq(memcmp(kept, g->kept, g->n_kept * 4), 0);

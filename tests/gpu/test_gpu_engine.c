@@ -15,37 +15,35 @@
 #include "kve_scenario.h"
 #include "test_gpu.h"
 
-START_TEST(test_cache_write_random)
+/* @p n random cache writes from @p seed on the device against the CPU;
+ * every tenth with up to 2,000 tokens (a prefill) when @p prefill. */
+static void kve_cache_write_cases(uint64_t seed, unsigned n, kve_cw_limits lim, int prefill)
 {
-    uint64_t rng = 0x6e0101;
-    kve_cw_limits lim = {200, 8, 0};
-    unsigned n = kve_env_count("KVE_GPU_CASES", 10000) * 3 / 10;
+    uint64_t rng = seed;
+    uint32_t max_tokens = lim.max_tokens;
     for (unsigned i = 0; i < n; i++) {
         kve_case c;
-        lim.max_tokens = i % 10 == 9 ? 2000 : 200; /* a few prefill-sized calls */
+        lim.max_tokens = prefill && i % 10 == 9 ? 2000 : max_tokens;
         ck_assert_int_eq(kve_case_cache_write(&c, &rng, &lim), 0);
         kve_check_case(&c, 0);
         kve_case_free(&c);
     }
 }
+
+START_TEST(test_cache_write_random)
+{
+    kve_cw_limits lim = {200, 8, 0};
+    kve_cache_write_cases(0x6e0101, kve_env_count("KVE_GPU_CASES", 10000) * 3 / 10, lim, 1);
+}
 END_TEST
 
 START_TEST(test_cache_write_errors)
 {
-    uint64_t rng = 0x6e0102;
     kve_cw_limits lim = {64, 6, 1};
-    for (unsigned i = 0; i < 400; i++) {
-        kve_case c;
-        ck_assert_int_eq(kve_case_cache_write(&c, &rng, &lim), 0);
-        kve_check_case(&c, 0);
-        kve_case_free(&c);
-    }
+    kve_cache_write_cases(0x6e0102, 400, lim, 0);
     /* the records were cleared: a good call is clean again */
     kve_cw_limits ok = {16, 2, 0};
-    kve_case c;
-    ck_assert_int_eq(kve_case_cache_write(&c, &rng, &ok), 0);
-    kve_check_case(&c, 0);
-    kve_case_free(&c);
+    kve_cache_write_cases(0x6e0109, 1, ok, 0);
 }
 END_TEST
 
