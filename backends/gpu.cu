@@ -340,6 +340,7 @@ static kve_status gpu_free(kve_context *ctx, void *ptr)
 static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
                            kve_copy_kind kind)
 {
+    /* by kve_copy_kind: host to backend, backend to host, backend to backend */
     static const cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                            cudaMemcpyDeviceToDevice};
     KVE_TRY(kve_gpu_enter(ctx));

@@ -24,12 +24,13 @@
 #include "kve_key.h"
 #include "kvevict.h"
 
-/* The public structs as given (device pointers), plus what the glue adds. */
+/* The public structs as given (device pointers), plus what the launch plan
+ * adds (kve_evict_args_make, kve_launch.h). */
 typedef struct kve_evict_args {
     kve_batch b;
     kve_evict_out o;
-    uint64_t heads;
-    /* Per-block scratch of kve_evict_scratch_bytes(n_slots): global memory at
+    uint64_t heads; /* n_seqs x n_layers x n_heads */
+    /* Per-block scratch of kve_evict_scratch_bytes(n_slots): the workspace at
      * scratch + block * scratch_stride, or dynamic shared memory when NULL. */
     unsigned char *scratch;
     size_t scratch_stride;

@@ -1,7 +1,7 @@
 /*
  * kve_device.h — the vendor shim every kernel body is written against. A
  * body (evict_body.h, compact_body.h, keys_body.h, state_body.h,
- * cache_write_body.h) compiles three ways:
+ * cache_write_body.h, convert_body.h, score_body.h) compiles three ways:
  *
  *   CUDA (nvcc)   threadIdx/blockDim, __syncthreads, __shfl_up_sync
  *   HIP (hipcc)   the same names, __shfl_up; warpSize is 32 or 64 per target
@@ -30,7 +30,7 @@ struct kve_emu_block; /* tests/emu/emu_harness.c */
 /* One thread's view of its launch. */
 typedef struct kve_tc {
     uint32_t tid, nt; /* thread in the block, threads per block */
-    uint32_t ws;      /* warp width, from the device (a multiple that divides nt) */
+    uint32_t ws;      /* warp width, from the device (it divides nt) */
     uint32_t bid, nb; /* block in the grid, blocks in the grid */
 #ifndef KVE_ON_GPU
     struct kve_emu_block *emu;

@@ -65,8 +65,9 @@ KVE_HOST_FN kve_launch_limits kve_launch_limits_of(uint32_t sm_count, size_t evi
 
 /* ---- eviction --------------------------------------------------------------- */
 
-/* Threads per block for eviction: about 8 slots per thread, a multiple of
- * 64 (so of every warp width), at most KVE_EVICT_MAX_THREADS. */
+/* Threads per block for eviction: 64 up to 256 slots, 128 up to 1,024,
+ * 256 up to 4,096, then KVE_EVICT_MAX_THREADS (at most 16 slots a thread
+ * below that); a multiple of 64, so of every warp width. */
 KVE_HOST_FN uint32_t kve_evict_threads(uint32_t n_slots)
 {
     return n_slots <= 256 ? 64 : n_slots <= 1024 ? 128 : n_slots <= 4096 ? 256 : 512;
