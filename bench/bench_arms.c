@@ -111,18 +111,8 @@ static void arm_setup(arm_run *r, kve_context *ctx, const arm_workload *w)
     if (!r->slots || !r->scores || !r->keys || !r->q_mean || !r->q_abs || !r->seqs || !r->rows ||
         !r->evicted || !r->n_ev || !r->n_kept)
         fail("the workload's buffers", KVE_ERR_NOMEM);
-    uint64_t rng = 7;
-    for (size_t i = 0; i < r->heads; i++) {
-        int32_t *row = r->slots + i * A_SLOTS;
-        for (uint32_t t = 0; t < A_SLOTS; t++)
-            row[t] = (int32_t)t;
-        for (uint32_t t = A_SLOTS - 1; t > A_PROMPT; t--) {
-            uint32_t j = A_PROMPT + (uint32_t)(bench_splitmix64(&rng) % (t - A_PROMPT + 1));
-            int32_t x = row[t];
-            row[t] = row[j];
-            row[j] = x;
-        }
-    }
+    uint64_t rng = 7; /* the tables, then the keys and query statistics */
+    bench_fill_tables(r->slots, r->heads, A_SLOTS, A_PROMPT, &rng);
     for (size_t i = 0; i < (size_t)A_STORED * A_HEADS * A_SLOTS * A_DIM; i += 4) {
         uint64_t v = bench_splitmix64(&rng);
         for (int j = 0; j < 4; j++) { /* bf16 of a uniform value in [-1, 1) */

@@ -68,22 +68,11 @@ double time_median(double min_time, step_fn setup, step_fn body, void *arg)
 
 void die(const char *what, kve_status st) { bench_fail("kvevict-bench", what, st); }
 
-/* A full G head in steady state under slot reuse: the prompt in slots
- * 0..P-1, the generated positions P..n-1 scattered over the other slots. */
+/* A full G head in steady state under slot reuse (bench_util.h). */
 static void fill_tables(int32_t *slots, size_t heads, uint64_t seed)
 {
     uint64_t rng = seed;
-    for (size_t i = 0; i < heads; i++) {
-        int32_t *row = slots + i * G_SLOTS;
-        for (uint32_t t = 0; t < G_SLOTS; t++)
-            row[t] = (int32_t)t;
-        for (uint32_t t = G_SLOTS - 1; t > G_PROMPT; t--) {
-            uint32_t j = G_PROMPT + (uint32_t)(bench_splitmix64(&rng) % (t - G_PROMPT + 1));
-            int32_t x = row[t];
-            row[t] = row[j];
-            row[j] = x;
-        }
-    }
+    bench_fill_tables(slots, heads, G_SLOTS, G_PROMPT, &rng);
 }
 
 kve_context *cpu_context(int isa, int threads)

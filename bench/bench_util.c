@@ -27,6 +27,22 @@ uint64_t bench_splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+void bench_fill_tables(int32_t *slots, size_t heads, uint32_t n_slots, uint32_t prompt,
+                       uint64_t *rng)
+{
+    for (size_t i = 0; i < heads; i++) {
+        int32_t *row = slots + i * n_slots;
+        for (uint32_t t = 0; t < n_slots; t++)
+            row[t] = (int32_t)t;
+        for (uint32_t t = n_slots - 1; t > prompt; t--) {
+            uint32_t j = prompt + (uint32_t)(bench_splitmix64(rng) % (t - prompt + 1));
+            int32_t x = row[t];
+            row[t] = row[j];
+            row[j] = x;
+        }
+    }
+}
+
 void bench_fail(const char *prog, const char *what, kve_status st)
 {
     fprintf(stderr, "%s: %s: %s: %s\n", prog, what, kve_status_string(st), kve_last_error());
