@@ -15,6 +15,9 @@ double time_median(double min_time, step_fn setup, step_fn body, void *arg);
 extern int g_use_min;
 /* Exits with the library's message. */
 void die(const char *what, kve_status st);
+/* kve_evict, or die() with its message. */
+void evict_or_die(kve_context *ctx, const kve_batch *b, const kve_evict_out *out, void *ws,
+                  size_t ws_bytes);
 /* A CPU context on @p isa with @p threads. */
 kve_context *cpu_context(int isa, int threads);
 

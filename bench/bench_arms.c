@@ -20,8 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "kvevict.h"
 
 #define A_HEADS 8
@@ -43,26 +43,7 @@ static const arm_workload kArmWorkloads[] = {{"G1", 1, 36}, {"G2", 1, 64}, {"G3"
 static int g_results; /* --results: RESULT lines for bench/gpu_check.sh */
 static int g_min;     /* --stat min: the fastest round, robust on a busy machine */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void fail(const char *what, kve_status st)
-{
-    fprintf(stderr, "kvevict-bench-arms: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
-    exit(2);
-}
-
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static void fail(const char *what, kve_status st) { bench_fail("kvevict-bench-arms", what, st); }
 
 /* One workload's inputs and the calls of a round. */
 typedef struct {
@@ -130,20 +111,10 @@ static void arm_setup(arm_run *r, kve_context *ctx, const arm_workload *w)
     if (!r->slots || !r->scores || !r->keys || !r->q_mean || !r->q_abs || !r->seqs || !r->rows ||
         !r->evicted || !r->n_ev || !r->n_kept)
         fail("the workload's buffers", KVE_ERR_NOMEM);
-    uint64_t rng = 7;
-    for (size_t i = 0; i < r->heads; i++) {
-        int32_t *row = r->slots + i * A_SLOTS;
-        for (uint32_t t = 0; t < A_SLOTS; t++)
-            row[t] = (int32_t)t;
-        for (uint32_t t = A_SLOTS - 1; t > A_PROMPT; t--) {
-            uint32_t j = A_PROMPT + (uint32_t)(mix(&rng) % (t - A_PROMPT + 1));
-            int32_t x = row[t];
-            row[t] = row[j];
-            row[j] = x;
-        }
-    }
+    uint64_t rng = 7; /* the tables, then the keys and query statistics */
+    bench_fill_tables(r->slots, r->heads, A_SLOTS, A_PROMPT, &rng);
     for (size_t i = 0; i < (size_t)A_STORED * A_HEADS * A_SLOTS * A_DIM; i += 4) {
-        uint64_t v = mix(&rng);
+        uint64_t v = bench_splitmix64(&rng);
         for (int j = 0; j < 4; j++) { /* bf16 of a uniform value in [-1, 1) */
             float x = (float)(int16_t)(v >> (16 * j)) / 32768.0f;
             uint32_t u;
@@ -152,7 +123,7 @@ static void arm_setup(arm_run *r, kve_context *ctx, const arm_workload *w)
         }
     }
     for (size_t i = 0; i < nq; i++) {
-        uint64_t v = mix(&rng);
+        uint64_t v = bench_splitmix64(&rng);
         r->q_mean[2 * i] = (float)(int16_t)v / 16384.0f;
         r->q_mean[2 * i + 1] = (float)(int16_t)(v >> 16) / 16384.0f;
         r->q_abs[i] = 2.5f;
@@ -218,13 +189,13 @@ static kve_status arm_score_layer(arm_run *r, kve_scorer scorer, uint32_t l)
  * through @p score_s. */
 static kve_status arm_round(arm_run *r, int arm, double *score_s)
 {
-    double t0 = now();
+    double t0 = bench_now();
     kve_status st = KVE_OK;
     for (uint32_t l = 0; arm && st == KVE_OK && l < r->w->layers; l++)
         st = arm_score_layer(r, (kve_scorer)arm, l);
     if (st == KVE_OK && arm)
         st = kve_context_synchronize(r->ctx);
-    *score_s = now() - t0;
+    *score_s = bench_now() - t0;
     for (uint32_t s = 0; r->on_host && s < r->w->seqs; s++)
         r->seqs[s].round = r->round; /* fresh keys every round (host memory only) */
     r->round++;
@@ -240,12 +211,6 @@ static kve_status arm_round(arm_run *r, int arm, double *score_s)
     return st;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median round and median scoring part over >= 3 rounds and min_time;
  * on failure the status, and the message in @p why. */
 static kve_status arm_time(arm_run *r, int arm, double min_time, double *round_s, double *score_s,
@@ -256,18 +221,18 @@ static kve_status arm_time(arm_run *r, int arm, double min_time, double *round_s
     int n = 0;
     double s;
     kve_status st = arm_round(r, arm, &s); /* warm-up */
-    double start = now();
-    while (st == KVE_OK && n < MAX && (n < 3 || now() - start < min_time)) {
-        double t0 = now();
+    double start = bench_now();
+    while (st == KVE_OK && n < MAX && (n < 3 || bench_now() - start < min_time)) {
+        double t0 = bench_now();
         st = arm_round(r, arm, &sc[n]);
-        t[n++] = now() - t0;
+        t[n++] = bench_now() - t0;
     }
     if (st != KVE_OK) {
         snprintf(why, why_len, "%s: %s", kve_status_string(st), kve_last_error());
         return st;
     }
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    qsort(sc, (size_t)n, sizeof(double), cmp_double);
+    qsort(t, (size_t)n, sizeof(double), bench_cmp_double);
+    qsort(sc, (size_t)n, sizeof(double), bench_cmp_double);
     *round_s = g_min ? t[0] : t[n / 2];
     *score_s = g_min ? sc[0] : sc[n / 2];
     return KVE_OK;
@@ -390,11 +355,15 @@ static void arm_workload_rows(kve_context *ctx, int w, double min_time, const ar
     fflush(stdout);
 }
 
-int main(int argc, char **argv)
+typedef struct {
+    int run[3], threads, ref_layers, peers;
+    double min_time;
+    const char *python, *backend, *peer_wl;
+} arm_options;
+
+/* The command line into @p o; -1 to go on, else the exit status. */
+static int parse_arm_options(int argc, char **argv, arm_options *o)
 {
-    int run[3] = {1, 1, 1}, threads = 1, ref_layers = 1, peers = 1;
-    double min_time = 1.0;
-    const char *python = KVE_BENCH_PYTHON, *backend = "cpu", *peer_wl = NULL;
     static const struct option longs[] = {{"workloads", 1, 0, 'w'}, {"threads", 1, 0, 't'},
                                           {"min-time", 1, 0, 'm'},  {"ref-layers", 1, 0, 'r'},
                                           {"no-peers", 0, 0, 'n'},  {"python", 1, 0, 'p'},
@@ -406,33 +375,54 @@ int main(int argc, char **argv)
         switch (c) {
         case 'w':
             for (int w = 0; w < 3; w++)
-                run[w] = strstr(optarg, kArmWorkloads[w].name) != NULL;
+                o->run[w] = strstr(optarg, kArmWorkloads[w].name) != NULL;
             break;
-        case 't': threads = atoi(optarg); break;
-        case 'm': min_time = atof(optarg); break;
-        case 'r': ref_layers = atoi(optarg); break;
-        case 'n': peers = 0; break;
-        case 'p': python = optarg; break;
-        case 'b': backend = optarg; break;
+        case 't': o->threads = atoi(optarg); break;
+        case 'm': o->min_time = atof(optarg); break;
+        case 'r': o->ref_layers = atoi(optarg); break;
+        case 'n': o->peers = 0; break;
+        case 'p': o->python = optarg; break;
+        case 'b': o->backend = optarg; break;
         case 'x': g_results = 1; break;
         case 's': g_min = !strcmp(optarg, "min"); break;
-        case 'q': peer_wl = optarg; break;
+        case 'q': o->peer_wl = optarg; break;
         case 'h': fputs(kArmUsage, stdout); return 0;
         default: fputs(kArmUsage, stderr); return 2;
         }
     }
-    char model[256] = "unknown CPU", wl[16] = "";
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    for (char line[512]; ci && fgets(line, sizeof line, ci);)
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-            model[strcspn(model, "\n")] = 0;
-            break;
-        }
-    if (ci)
-        fclose(ci);
+    return -1;
+}
+
+/* The run's header: the machine, the backend, the statistic, the columns. */
+static void print_arm_header(const arm_options *o, kve_context *ctx, kve_backend be)
+{
+    char model[256];
+    bench_cpu_model(model, sizeof model);
+    kve_cpu_isa isa;
+    kve_context_get_cpu_isa(ctx, &isa);
+    if (be == KVE_BACKEND_CPU)
+        printf("kvevict-bench-arms: %s; kvevict on %s, %d thread(s); PyTorch peers "
+               "single-threaded; %s of >= 3 rounds and %.2f s\n", model,
+               kve_cpu_isa_name(isa), o->threads, g_min ? "fastest" : "medians", o->min_time);
+    else
+        printf("kvevict-bench-arms: kvevict on the %s backend, the PyTorch peers on the same GPU; "
+               "%s of >= 3 rounds and %.2f s\n", kve_backend_name(be),
+               g_min ? "fastest" : "medians", o->min_time);
+    printf("one round = every KV head of the workload keeps 960 of its 1024 candidates "
+           "(2112 slots, P = 1024, W = 64)\n\n");
+    printf("%-3s %-13s %11s %10s %8s | %-26s %12s %8s %9s\n", "wl", "arm", "kvevict ms",
+           "(scoring)", "x random", "PyTorch peer", "peer ms", "x random", "peer/kve");
+}
+
+int main(int argc, char **argv)
+{
+    arm_options o = {{1, 1, 1}, 1, 1, 1, 1.0, KVE_BENCH_PYTHON, "cpu", NULL};
+    int status = parse_arm_options(argc, argv, &o);
+    if (status >= 0)
+        return status;
+    char wl[16] = "";
     for (int w = 0; w < 3; w++)
-        if (run[w])
+        if (o.run[w])
             snprintf(wl + strlen(wl), sizeof wl - strlen(wl), "%s%s", *wl ? "," : "",
                      kArmWorkloads[w].name);
     arm_peers p;
@@ -442,38 +432,25 @@ int main(int argc, char **argv)
             p.ms[k][w] = -1, snprintf(p.why[k][w], sizeof p.why[k][w], "--no-peers");
     kve_backend be;
     kve_context *ctx = NULL;
-    kve_status st = kve_backend_from_name(backend, &be);
+    kve_status st = kve_backend_from_name(o.backend, &be);
     if (st == KVE_OK)
         st = kve_context_create(be, &ctx);
     if (st == KVE_OK && be == KVE_BACKEND_CPU)
-        st = kve_context_set_threads(ctx, threads);
+        st = kve_context_set_threads(ctx, o.threads);
     if (st != KVE_OK)
         fail("the context", st);
     kve_context_get_backend(ctx, &be);
-    if (peers) /* on the GPU the peers' CUDA torch (ROCm builds answer to "cuda" too) */
-        run_arm_peers(python, KVE_BENCH_PEERS_SCORED, peer_wl ? peer_wl : wl, min_time, ref_layers,
-                      be == KVE_BACKEND_CPU ? "cpu" : "cuda", &p);
-    kve_cpu_isa isa;
-    kve_context_get_cpu_isa(ctx, &isa);
-    if (be == KVE_BACKEND_CPU)
-        printf("kvevict-bench-arms: %s; kvevict on %s, %d thread(s); PyTorch peers "
-               "single-threaded; %s of >= 3 rounds and %.2f s\n", model,
-               kve_cpu_isa_name(isa), threads, g_min ? "fastest" : "medians", min_time);
-    else
-        printf("kvevict-bench-arms: kvevict on the %s backend, the PyTorch peers on the same GPU; "
-               "%s of >= 3 rounds and %.2f s\n", kve_backend_name(be),
-               g_min ? "fastest" : "medians", min_time);
-    printf("one round = every KV head of the workload keeps 960 of its 1024 candidates "
-           "(2112 slots, P = 1024, W = 64)\n\n");
-    printf("%-3s %-13s %11s %10s %8s | %-26s %12s %8s %9s\n", "wl", "arm", "kvevict ms",
-           "(scoring)", "x random", "PyTorch peer", "peer ms", "x random", "peer/kve");
+    if (o.peers) /* on the GPU the peers' CUDA torch (ROCm builds answer to "cuda" too) */
+        run_arm_peers(o.python, KVE_BENCH_PEERS_SCORED, o.peer_wl ? o.peer_wl : wl, o.min_time,
+                      o.ref_layers, be == KVE_BACKEND_CPU ? "cpu" : "cuda", &p);
+    print_arm_header(&o, ctx, be);
     for (int w = 0; w < 3; w++)
-        if (run[w])
-            arm_workload_rows(ctx, w, min_time, &p);
+        if (o.run[w])
+            arm_workload_rows(ctx, w, o.min_time, &p);
     printf("\n* timed on %d layer(s) of the round and scaled to all of them.\n"
            "x random: the arm's round over the random arm's round (the paper's Table 9, PyTorch on "
            "an H200: SnapKV 1.23, R-KV 1.93, TriAttention 4.9-5.5); peer/kve: the PyTorch peer's "
-           "round over kvevict's.\n", ref_layers);
+           "round over kvevict's.\n", o.ref_layers);
     kve_context_destroy(ctx);
     return 0;
 }

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
+#include "bench_util.h"
 #include "kve_cpu_kernels.h"
 #include "kvevict.h"
 
@@ -44,19 +44,6 @@ typedef struct {
     const char *python, *script;
 } options;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int g_use_min; /* --stat min: the fastest run instead of the median (bench.h) */
 
 double time_median(double min_time, step_fn setup, step_fn body, void *arg)
@@ -67,48 +54,25 @@ double time_median(double min_time, step_fn setup, step_fn body, void *arg)
     if (setup)
         setup(arg);
     body(arg);
-    double start = now();
-    while (n < MAX_RUNS && (n < 3 || now() - start < min_time)) {
+    double start = bench_now();
+    while (n < MAX_RUNS && (n < 3 || bench_now() - start < min_time)) {
         if (setup)
             setup(arg);
-        double t0 = now();
+        double t0 = bench_now();
         body(arg);
-        samples[n++] = now() - t0;
+        samples[n++] = bench_now() - t0;
     }
-    qsort(samples, (size_t)n, sizeof(double), cmp_double);
+    qsort(samples, (size_t)n, sizeof(double), bench_cmp_double);
     return g_use_min ? samples[0] : samples[n / 2];
 }
 
-void die(const char *what, kve_status st)
-{
-    fprintf(stderr, "kvevict-bench: %s: %s: %s\n", what, kve_status_string(st), kve_last_error());
-    exit(2);
-}
+void die(const char *what, kve_status st) { bench_fail("kvevict-bench", what, st); }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* A full G head in steady state under slot reuse: the prompt in slots
- * 0..P-1, the generated positions P..n-1 scattered over the other slots. */
+/* A full G head in steady state under slot reuse (bench_util.h). */
 static void fill_tables(int32_t *slots, size_t heads, uint64_t seed)
 {
     uint64_t rng = seed;
-    for (size_t i = 0; i < heads; i++) {
-        int32_t *row = slots + i * G_SLOTS;
-        for (uint32_t t = 0; t < G_SLOTS; t++)
-            row[t] = (int32_t)t;
-        for (uint32_t t = G_SLOTS - 1; t > G_PROMPT; t--) {
-            uint32_t j = G_PROMPT + (uint32_t)(rng_next(&rng) % (t - G_PROMPT + 1));
-            int32_t x = row[t];
-            row[t] = row[j];
-            row[j] = x;
-        }
-    }
+    bench_fill_tables(slots, heads, G_SLOTS, G_PROMPT, &rng);
 }
 
 kve_context *cpu_context(int isa, int threads)
@@ -151,12 +115,18 @@ static void evict_next_round(void *arg) /* fresh keys every round */
         r->seqs[s].round = r->round;
 }
 
+void evict_or_die(kve_context *ctx, const kve_batch *b, const kve_evict_out *out, void *ws,
+                  size_t ws_bytes)
+{
+    kve_status st = kve_evict(ctx, b, out, ws, ws_bytes);
+    if (st != KVE_OK)
+        die("kve_evict", st);
+}
+
 static void evict_once(void *arg)
 {
     evict_run *r = (evict_run *)arg;
-    kve_status st = kve_evict(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
-    if (st != KVE_OK)
-        die("kve_evict", st);
+    evict_or_die(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
 }
 
 static void floor_once(void *arg)
@@ -271,16 +241,16 @@ static double bench_scaling(const workload *w, int isa, int threads, int pairs)
         for (int k = 0; k < 2 && st == KVE_OK; k++) {
             for (uint32_t s = 0; s < w->seqs; s++)
                 seqs[s].round++;
-            double t0 = now();
+            double t0 = bench_now();
             st = kve_evict(k ? one : many, &b, &out, ws, bytes);
-            t[k] = now() - t0;
+            t[k] = bench_now() - t0;
         }
         if (p >= 0)
             ratio[p] = t[1] / t[0];
     }
     if (st != KVE_OK)
         die("kve_evict", st);
-    qsort(ratio, (size_t)pairs, sizeof(double), cmp_double);
+    qsort(ratio, (size_t)pairs, sizeof(double), bench_cmp_double);
     kve_context_destroy(one);
     kve_context_destroy(many);
     free(ws);
@@ -494,10 +464,11 @@ static const char kUsage[] =
     "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
     "  --peers PATH      the peers script (default " KVE_BENCH_PEERS ")\n";
 
-int main(int argc, char **argv)
+static const char *const kIsaNames[] = {"auto", "scalar", "avx2", "avx512"};
+
+/* The command line into @p o; -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, options *o)
 {
-    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
-    static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
     static const char *const wl_names[] = {"G1",     "G2",   "G3",    "compact", "moves",
                                            "memory", "step", "score", "scored"};
     static const struct option longs[] = {
@@ -510,38 +481,123 @@ int main(int argc, char **argv)
         switch (c) {
         case 'w':
             n = parse_list(optarg, wl_names, 9, list, 9);
-            memset(o.run, 0, sizeof o.run);
+            memset(o->run, 0, sizeof o->run);
             for (int i = 0; i < n; i++)
-                o.run[list[i]] = 1;
+                o->run[list[i]] = 1;
             break;
-        case 'i': o.n_isas = parse_list(optarg, isa_names, 4, o.isas, 4); break;
-        case 't': o.n_threads = parse_list(optarg, NULL, 0, o.threads, 8); break;
-        case 'm': o.min_time = atof(optarg); break;
+        case 'i': o->n_isas = parse_list(optarg, kIsaNames, 4, o->isas, 4); break;
+        case 't': o->n_threads = parse_list(optarg, NULL, 0, o->threads, 8); break;
+        case 'm': o->min_time = atof(optarg); break;
         case 'x': g_use_min = !strcmp(optarg, "min"); break;
-        case 'n': o.peers = 0; break;
-        case 'p': o.python = optarg; break;
-        case 's': o.script = optarg; break;
+        case 'n': o->peers = 0; break;
+        case 'p': o->python = optarg; break;
+        case 's': o->script = optarg; break;
         case 'h': fputs(kUsage, stdout); return 0;
         default: fputs(kUsage, stderr); return 2;
         }
     }
-    if (!o.n_isas)
+    if (!o->n_isas)
         for (int isa = KVE_CPU_ISA_SCALAR; isa <= KVE_CPU_ISA_AVX512; isa++) {
             int avail = 0;
             kve_cpu_isa_available((kve_cpu_isa)isa, &avail);
             if (avail)
-                o.isas[o.n_isas++] = isa;
+                o->isas[o->n_isas++] = isa;
         }
-    char model[256] = "unknown CPU";
-    FILE *ci = fopen("/proc/cpuinfo", "r");
-    for (char line[512]; ci && fgets(line, sizeof line, ci);)
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-            model[strcspn(model, "\n")] = 0;
-            break;
-        }
-    if (ci)
-        fclose(ci);
+    return -1;
+}
+
+/* The eviction table (checked, trusted, the floor, the peers' ratios),
+ * each figure's digest pair in @p rows. */
+static void print_eviction(const options *o, const peer_result *peers, evict_result rows[3][4][8])
+{
+    printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)\n");
+    printf("%-4s %-7s %3s | %10s %8s %9s | %10s %8s | %9s %8s | %8s %8s\n", "wl", "isa", "thr",
+           "checked ms", "ns/cand", "x floor", "trusted ms", "x floor", "floor ms", "ns/key",
+           "x numpy", "x torch");
+    for (int w = 0; w < 3; w++) {
+        if (!o->run[w])
+            continue;
+        double cands = (double)kWorkloads[w].seqs * kWorkloads[w].layers * G_HEADS * G_CAND;
+        for (int i = 0; i < o->n_isas; i++)
+            for (int t = 0; t < o->n_threads; t++) {
+                evict_result r = bench_evict(&kWorkloads[w], o->isas[i], o->threads[t], o->min_time);
+                rows[w][i][t] = r;
+                printf("%-4s %-7s %3d | %10.3f %8.2f %9.2f | %10.3f %8.2f | %9.3f %8.2f |",
+                       kWorkloads[w].name, kIsaNames[o->isas[i]], o->threads[t], r.checked * 1e3,
+                       r.checked * 1e9 / cands, r.checked / r.floor, r.trusted * 1e3,
+                       r.trusted / r.floor, r.floor * 1e3, r.floor * 1e9 / cands);
+                if (peers->numpy[w] > 0)
+                    printf(" %8.0f", peers->numpy[w] / (r.checked * 1e3));
+                else
+                    printf(" %8s", "-");
+                if (peers->torch[w] > 0)
+                    printf(" %8.0f\n", peers->torch[w] / (r.checked * 1e3));
+                else
+                    printf(" %8s\n", "-");
+                fflush(stdout);
+            }
+    }
+}
+
+/* The running digest's cost, the peers' figures, the thread scaling. */
+static void print_digest_peers_scaling(const options *o, const peer_result *peers,
+                                       evict_result rows[3][4][8])
+{
+    printf("\nrunning digest (round_digest on vs off, checked round, same run):\n");
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; o->run[w] && i < o->n_isas; i++)
+            for (int t = 0; t < o->n_threads; t++) {
+                const evict_result *r = &rows[w][i][t];
+                printf("%-4s %-7s %3d | on %.3f ms, off %.3f ms: %+.1f%%\n", kWorkloads[w].name,
+                       kIsaNames[o->isas[i]], o->threads[t], r->digest_on * 1e3,
+                       r->digest_off * 1e3, (r->digest_on / r->digest_off - 1) * 100);
+            }
+    if (o->peers)
+        for (int w = 0; w < 3; w++)
+            if (o->run[w])
+                printf("peers, 1 thread, %s: numpy %.3f ms, PyTorch %.3f ms per round\n",
+                       kWorkloads[w].name, peers->numpy[w], peers->torch[w]);
+    for (int t = 0; t < o->n_threads; t++) {
+        if (o->threads[t] < 2)
+            continue;
+        printf("\nthread scaling, checked, median of 15 paired rounds (%d threads vs 1):", o->threads[t]);
+        for (int w = 0; w < 3; w++)
+            for (int i = 0; o->run[w] && i < o->n_isas; i++)
+                if (o->isas[i] != KVE_CPU_ISA_SCALAR)
+                    printf(" %s/%s %.2fx", kWorkloads[w].name, kIsaNames[o->isas[i]],
+                           bench_scaling(&kWorkloads[w], o->isas[i], o->threads[t], 15));
+        printf("\n");
+    }
+}
+
+static void print_compaction(const options *o)
+{
+    printf("\ncompaction of G1 after a round: K and V, 256-byte entries; GB/s of entries moved\n");
+    printf("%-22s %-7s %3s | %9s %9s %8s | %11s %8s | %12s\n", "layout", "isa", "thr",
+           "ms/round", "moved MB", "GB/s", "memcpy GB/s", "x memcpy", "memmove GB/s");
+    for (int mode = 0; mode < 4; mode++) /* token rows, head rows; in place, out of place */
+        for (int i = 0; i < o->n_isas; i++)
+            for (int t = 0; t < o->n_threads; t++) {
+                int token_rows = !(mode & 1), oop = mode >> 1;
+                compact_result r = bench_compact(o->isas[i], o->threads[t], token_rows, oop, o->min_time);
+                char name[32];
+                snprintf(name, sizeof name, "%s, %s", token_rows ? "TLHE rows" : "LHTE rows",
+                         oop ? "to new" : "in place");
+                printf("%-22s %-7s %3d | %9.3f %9.1f %8.2f | %11.2f %8.2f | %12.2f\n", name,
+                       kIsaNames[o->isas[i]], o->threads[t], r.ms, r.moved_mb, r.gbs, r.memcpy_gbs,
+                       r.gbs / r.memcpy_gbs, r.memmove_gbs);
+                fflush(stdout);
+            }
+}
+
+int main(int argc, char **argv)
+{
+    options o = {0.5, {0}, 0, {1, 2}, 2, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, KVE_BENCH_PYTHON, KVE_BENCH_PEERS};
+    int status = parse_options(argc, argv, &o);
+    if (status >= 0)
+        return status;
+    char model[256];
+    bench_cpu_model(model, sizeof model);
     printf("kvevict-bench: %s, %d cores visible; %s of >= 3 rounds and %.2f s per figure\n",
            model, omp_get_num_procs(), g_use_min ? "fastest" : "median", o.min_time);
 
@@ -551,78 +607,11 @@ int main(int argc, char **argv)
     else
         for (int w = 0; w < 3; w++)
             peers.numpy[w] = peers.torch[w] = -1;
-
-    evict_result digest_rows[3][4][8];
-    printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)\n");
-    printf("%-4s %-7s %3s | %10s %8s %9s | %10s %8s | %9s %8s | %8s %8s\n", "wl", "isa", "thr",
-           "checked ms", "ns/cand", "x floor", "trusted ms", "x floor", "floor ms", "ns/key",
-           "x numpy", "x torch");
-    for (int w = 0; w < 3; w++) {
-        if (!o.run[w])
-            continue;
-        double cands = (double)kWorkloads[w].seqs * kWorkloads[w].layers * G_HEADS * G_CAND;
-        for (int i = 0; i < o.n_isas; i++)
-            for (int t = 0; t < o.n_threads; t++) {
-                evict_result r = bench_evict(&kWorkloads[w], o.isas[i], o.threads[t], o.min_time);
-                digest_rows[w][i][t] = r;
-                printf("%-4s %-7s %3d | %10.3f %8.2f %9.2f | %10.3f %8.2f | %9.3f %8.2f |",
-                       kWorkloads[w].name, isa_names[o.isas[i]], o.threads[t], r.checked * 1e3,
-                       r.checked * 1e9 / cands, r.checked / r.floor, r.trusted * 1e3,
-                       r.trusted / r.floor, r.floor * 1e3, r.floor * 1e9 / cands);
-                if (peers.numpy[w] > 0)
-                    printf(" %8.0f", peers.numpy[w] / (r.checked * 1e3));
-                else
-                    printf(" %8s", "-");
-                if (peers.torch[w] > 0)
-                    printf(" %8.0f\n", peers.torch[w] / (r.checked * 1e3));
-                else
-                    printf(" %8s\n", "-");
-                fflush(stdout);
-            }
-    }
-    printf("\nrunning digest (round_digest on vs off, checked round, same run):\n");
-    for (int w = 0; w < 3; w++)
-        for (int i = 0; o.run[w] && i < o.n_isas; i++)
-            for (int t = 0; t < o.n_threads; t++) {
-                const evict_result *r = &digest_rows[w][i][t];
-                printf("%-4s %-7s %3d | on %.3f ms, off %.3f ms: %+.1f%%\n", kWorkloads[w].name,
-                       isa_names[o.isas[i]], o.threads[t], r->digest_on * 1e3,
-                       r->digest_off * 1e3, (r->digest_on / r->digest_off - 1) * 100);
-            }
-    if (o.peers)
-        for (int w = 0; w < 3; w++)
-            if (o.run[w])
-                printf("peers, 1 thread, %s: numpy %.3f ms, PyTorch %.3f ms per round\n",
-                       kWorkloads[w].name, peers.numpy[w], peers.torch[w]);
-    for (int t = 0; t < o.n_threads; t++) {
-        if (o.threads[t] < 2)
-            continue;
-        printf("\nthread scaling, checked, median of 15 paired rounds (%d threads vs 1):", o.threads[t]);
-        for (int w = 0; w < 3; w++)
-            for (int i = 0; o.run[w] && i < o.n_isas; i++)
-                if (o.isas[i] != KVE_CPU_ISA_SCALAR)
-                    printf(" %s/%s %.2fx", kWorkloads[w].name, isa_names[o.isas[i]],
-                           bench_scaling(&kWorkloads[w], o.isas[i], o.threads[t], 15));
-        printf("\n");
-    }
-    if (o.run[3]) {
-        printf("\ncompaction of G1 after a round: K and V, 256-byte entries; GB/s of entries moved\n");
-        printf("%-22s %-7s %3s | %9s %9s %8s | %11s %8s | %12s\n", "layout", "isa", "thr",
-               "ms/round", "moved MB", "GB/s", "memcpy GB/s", "x memcpy", "memmove GB/s");
-        for (int mode = 0; mode < 4; mode++) /* token rows, head rows; in place, out of place */
-            for (int i = 0; i < o.n_isas; i++)
-                for (int t = 0; t < o.n_threads; t++) {
-                    int token_rows = !(mode & 1), oop = mode >> 1;
-                    compact_result r = bench_compact(o.isas[i], o.threads[t], token_rows, oop, o.min_time);
-                    char name[32];
-                    snprintf(name, sizeof name, "%s, %s", token_rows ? "TLHE rows" : "LHTE rows",
-                             oop ? "to new" : "in place");
-                    printf("%-22s %-7s %3d | %9.3f %9.1f %8.2f | %11.2f %8.2f | %12.2f\n", name,
-                           isa_names[o.isas[i]], o.threads[t], r.ms, r.moved_mb, r.gbs, r.memcpy_gbs,
-                           r.gbs / r.memcpy_gbs, r.memmove_gbs);
-                    fflush(stdout);
-                }
-    }
+    static evict_result digest_rows[3][4][8];
+    print_eviction(&o, &peers, digest_rows);
+    print_digest_peers_scaling(&o, &peers, digest_rows);
+    if (o.run[3])
+        print_compaction(&o);
     for (int t = 0; o.run[4] && t < o.n_threads; t++) /* copies: the ISA does not matter */
         bench_moves(0, o.threads[t], o.min_time);
     if (o.run[5])
@@ -636,7 +625,7 @@ int main(int argc, char **argv)
         printf("\nscored selection (KVE_SCORED) vs random, G1 checked round, ms, least of 3 alternating\n");
         for (int i = 0; i < o.n_isas; i++)
             for (int t = 0; t < o.n_threads; t++)
-                bench_scored(o.isas[i], o.threads[t], o.min_time, isa_names[o.isas[i]]);
+                bench_scored(o.isas[i], o.threads[t], o.min_time, kIsaNames[o.isas[i]]);
     }
     return 0;
 }

@@ -34,9 +34,7 @@ static void next_round(void *arg)
 static void round_once(void *arg)
 {
     scored_run *r = (scored_run *)arg;
-    kve_status st = kve_evict(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
-    if (st != KVE_OK)
-        die("kve_evict", st);
+    evict_or_die(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
 }
 
 static uint64_t mix(uint64_t *s)

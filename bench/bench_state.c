@@ -65,6 +65,12 @@ typedef struct {
     int threads;
 } moves_run;
 
+/* A figure's heading line: what it measures and on how many threads. */
+static void heading(const char *what, int threads)
+{
+    printf("\n%s, %d thread%s\n", what, threads, threads > 1 ? "s" : "");
+}
+
 static void moves_once(void *arg)
 {
     moves_run *m = (moves_run *)arg;
@@ -152,9 +158,8 @@ void bench_moves(int isa, int threads, double min_time)
     memset(m.a, 2, m.bytes);
     memset(m.z, 3, m.bytes);
     double tc = time_median(min_time, NULL, copy_once, &m);
-    printf("\nmoves of one layer, 128 G1 rows all in a round (64 moves a head, K and V, "
-           "256-byte entries, NHD pages of 16 through a block table), %d thread%s\n",
-           threads, threads > 1 ? "s" : "");
+    heading("moves of one layer, 128 G1 rows all in a round (64 moves a head, K and V, "
+            "256-byte entries, NHD pages of 16 through a block table)", threads);
     printf("  kve_cache_write %.3f ms (%.1f MB, %.2f GB/s); memcpy of the same bytes %.3f ms "
            "(%.2f GB/s): %.2f x memcpy; x 36 layers = %.2f ms a step\n",
            t * 1e3, m.bytes / 1e6, m.bytes / t / 1e9, tc * 1e3, m.bytes / tc / 1e9, tc / t,
@@ -207,9 +212,8 @@ void bench_step(int isa, int threads, double min_time)
     double ta = time_median(min_time, step_setup, step_once, &s);
     s.writes = 1;
     double tw = time_median(min_time, step_setup, step_once, &s);
-    printf("\ndecode step, G2 (64 x 8 heads) x 128 rows, every row in a round (one token a row), "
-           "%d thread%s\n",
-           threads, threads > 1 ? "s" : "");
+    heading("decode step, G2 (64 x 8 heads) x 128 rows, every row in a round (one token a row)",
+            threads);
     printf("  kve_state_append %.3f ms; + 64 layers of kve_cache_write (moves, then 128 x 8 "
            "tokens' K and V) = %.3f ms a step\n",
            ta * 1e3, tw * 1e3);

@@ -10,33 +10,17 @@ evicted slots, and the kept ones on request). Prints one line per peer:
 Run by bench/kvevict-bench so that the figures sit next to kvevict's own.
 """
 import argparse
-import os
-import statistics
 import sys
-import time
 
-# Single-threaded peers: set before numpy/torch load their thread pools.
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = "1"
+from peer_timing import add_peer_options, peer_line, single_threaded, time_rounds
+
+single_threaded()  # before numpy/torch load their thread pools
 
 WORKLOADS = {  # heads per round, candidates per head, kept candidates per head
     "G1": (36 * 8, 1024, 960),
     "G2": (64 * 8, 1024, 960),
     "G3": (128 * 36 * 8, 1024, 960),
 }
-
-
-def time_rounds(fn, min_rounds, min_seconds):
-    fn()  # warm-up: allocations, first-call dispatch
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_rounds or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 10 * min_rounds:
-            break
-    return statistics.median(times), min(times), len(times)
 
 
 def numpy_peer(heads, cand, keep):
@@ -68,10 +52,7 @@ def torch_peer(heads, cand, keep):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="G1,G2,G3")
-    ap.add_argument("--peers", default="numpy,torch")
-    ap.add_argument("--min-rounds", type=int, default=5)
-    ap.add_argument("--min-seconds", type=float, default=1.0)
+    add_peer_options(ap, "G1,G2,G3", "numpy,torch", 5)
     args = ap.parse_args()
     makers = {"numpy": numpy_peer, "torch": torch_peer}
     for name in args.peers.split(","):
@@ -83,9 +64,8 @@ def main():
                 print(f"PEER {name} {wl} unavailable={exc.name}", flush=True)
                 continue
             rounds = args.min_rounds if wl != "G3" else max(2, args.min_rounds // 3)
-            med, best, n = time_rounds(fn, rounds, args.min_seconds)
-            print(f"PEER {name} {wl} median_ms={med * 1e3:.3f} min_ms={best * 1e3:.3f} rounds={n}",
-                  flush=True)
+            peer_line(name, *time_rounds(fn, rounds, args.min_seconds, max_rounds=10 * rounds),
+                      workload=wl)
     return 0
 
 

@@ -27,11 +27,10 @@ import math
 import os
 import sys
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import time_rounds  # noqa: E402
+from peer_timing import add_peer_options, peer_line, single_threaded, time_rounds  # noqa: E402
+
+single_threaded()
 
 P, B, W, S = 1024, 2048, 64, 2112    # prompt, budget, window, slots at a round
 CAND, KEEP = S - P - W, B - P - W     # 1024 candidates, 960 kept per head
@@ -148,10 +147,7 @@ def agree(r):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default="G1,G2")
-    ap.add_argument("--peers", default="random,knorm,tri-ref,tri-factored")
-    ap.add_argument("--min-rounds", type=int, default=3)
-    ap.add_argument("--min-seconds", type=float, default=1.0)
+    add_peer_options(ap, "G1,G2", "random,knorm,tri-ref,tri-factored", 3)
     ap.add_argument("--max-round-seconds", type=float, default=20.0,
                     help="skip a peer whose estimated round exceeds this")
     ap.add_argument("--device", default="cpu")
@@ -193,12 +189,12 @@ def main():
                 sync()
                 return out
 
-            med, best, n = time_rounds(timed, args.min_rounds, args.min_seconds)
+            med, best, n = time_rounds(timed, args.min_rounds, args.min_seconds,
+                                       max_rounds=10 * args.min_rounds)
             med, best = med * scale, best * scale
             per_layer[name] = max(per_layer.get(name, 0), best / r.layers)
             extra = f" layers_timed={part}" if part else ""
-            print(f"PEER {name} {wl} median_ms={med * 1e3:.3f} min_ms={best * 1e3:.3f} rounds={n}"
-                  f"{extra}", flush=True)
+            peer_line(name, med, best, n, workload=wl, extra=extra)
         del r
     return 0
 

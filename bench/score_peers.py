@@ -10,29 +10,14 @@ layers, scaled to the round); K-norm as kvpress's KnormPress
     PEER <name> median_ms=<m> min_ms=<m> rounds=<r>
 """
 import argparse
-import os
-import statistics
-import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = "1"
+from peer_timing import peer_line, single_threaded, time_rounds
 
+single_threaded()
 import torch  # noqa: E402
 
 LAYERS, HKV, GROUP, D, SLOTS, P, W = 36, 8, 4, 128, 2112, 1024, 64
 NF = D // 2
-
-
-def time_rounds(fn, min_rounds, min_seconds, warm=True):
-    if warm:
-        fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_rounds or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times), len(times)
 
 
 def znorm(x):
@@ -92,8 +77,7 @@ def main():
         med, low, n = time_rounds(fn, rounds, args.min_seconds, warm=rounds > 2)
         if fn is tri_round:
             med, low = med * LAYERS / args.layers, low * LAYERS / args.layers
-        print("PEER %s median_ms=%.3f min_ms=%.3f rounds=%d" % (name, med * 1e3, low * 1e3, n),
-              flush=True)
+        peer_line(name, med, low, n)
 
 
 if __name__ == "__main__":

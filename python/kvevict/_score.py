@@ -168,6 +168,20 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     return views
 
 
+# The keyword arguments score() and state_score() pass on to _fill_desc.
+_DESC_OPTIONS = ("block_table", "indptr", "indices", "last_page_len", "flat", "q_mean",
+                 "q_abs_mean", "group", "rope_theta", "omega", "freq_scale_sq", "offsets",
+                 "znorm", "accumulate", "weight")
+
+
+def _new_desc(ctx: Any, keys: Any, layout: str, scorer: str, args: dict) -> tuple:
+    """A ScoreDesc filled from the caller's arguments (its locals()), and
+    the views to keep alive through the call."""
+    d = _lib.ScoreDesc()
+    views = _fill_desc(ctx, d, keys, layout, scorer, **{k: args[k] for k in _DESC_OPTIONS})
+    return d, views
+
+
 def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
           scorer: str = "triattention", round_start: Any = 0, cache_row: Any = None,
           layout: str = "nhd", block_table: Any = None, indptr: Any = None,
@@ -193,12 +207,7 @@ def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
     Returns out, float32 [rows, tables, slots] (new, or the one given;
     accumulate=True adds weight x score into it).
     """
-    d = _lib.ScoreDesc()
-    views = _fill_desc(ctx, d, keys, layout, scorer, block_table=block_table, indptr=indptr,
-                       indices=indices, last_page_len=last_page_len, flat=flat, q_mean=q_mean,
-                       q_abs_mean=q_abs_mean, group=group, rope_theta=rope_theta, omega=omega,
-                       freq_scale_sq=freq_scale_sq, offsets=offsets, znorm=znorm,
-                       accumulate=accumulate, weight=weight)
+    d, views = _new_desc(ctx, keys, layout, scorer, locals())
     sp = _arrays.View(slot_pos, "slot_pos", "int32", 3)
     sp.dense_tail(2)
     rows, tables, n_slots = sp.shape
@@ -238,12 +247,7 @@ def state_score(state: Any, rows: Sequence[int], n_new: Sequence[int], table_lay
     """kve_state_score into out, float32 [rows, table_layers * table_heads,
     stride] (kve_step_buffers.scores' layout), for the next append of n_new."""
     ctx = state.ctx
-    d = _lib.ScoreDesc()
-    views = _fill_desc(ctx, d, keys, layout, scorer, block_table=block_table, indptr=indptr,
-                       indices=indices, last_page_len=last_page_len, flat=flat, q_mean=q_mean,
-                       q_abs_mean=q_abs_mean, group=group, rope_theta=rope_theta, omega=omega,
-                       freq_scale_sq=freq_scale_sq, offsets=offsets, znorm=znorm,
-                       accumulate=accumulate, weight=weight)
+    d, views = _new_desc(ctx, keys, layout, scorer, locals())
     ov = _arrays.View(out, "out", "float32", 3)
     ov.dense_tail(2)
     ctx._prepare([ov])

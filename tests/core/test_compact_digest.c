@@ -35,16 +35,77 @@ static char *entry_at(const kve_cache_view *v, uint32_t s, uint32_t l, uint32_t 
            t * v->stride_slot;
 }
 
+/* One random problem's shape: S x L x H heads of T slots, e-byte entries. */
+typedef struct {
+    uint32_t S, L, H, T;
+    size_t e;
+    int layout, out_of_place;
+} cd_shape;
+
+/* Two caches of random bytes (their copies in orig, the out-of-place
+ * destinations filled with 0x5a) as the desc's views. */
+static void fill_caches(const cd_shape *g, uint64_t *rng, kve_compact_desc *d, char *caches[2],
+                        char *orig[2], char *dst[2])
+{
+    size_t bytes = layout_bytes(g->layout, g->S, g->L, g->H, g->T, g->e);
+    for (int c = 0; c < 2; c++) {
+        caches[c] = malloc(bytes);
+        orig[c] = malloc(bytes);
+        dst[c] = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++)
+            caches[c][i] = (char)kt_next(rng);
+        memcpy(orig[c], caches[c], bytes);
+        memset(dst[c], 0x5a, bytes);
+        d->src[c] = layout_view(g->layout, caches[c], g->S, g->L, g->H, g->T, g->e);
+        if (g->out_of_place)
+            d->dst[c] = layout_view(g->layout, dst[c], g->S, g->L, g->H, g->T, g->e);
+    }
+}
+
+/* Reference: each head's kept = valid slots not evicted, in slot order, in
+ * its table and both caches; the rest of the table empty. */
+static void check_compacted(const cd_shape *g, const kt_out *o, const int32_t *before,
+                            const int32_t *slots, const kve_compact_desc *d, char *const orig[2])
+{
+    uint32_t L = g->L, H = g->H, T = g->T;
+    size_t heads = (size_t)g->S * L * H;
+    for (size_t i = 0; i < heads; i++) {
+        uint32_t s = (uint32_t)(i / ((size_t)L * H)), l = (uint32_t)(i / H % L), h = (uint32_t)(i % H);
+        const int32_t *ev = kt_ev(o, i);
+        uint32_t j = 0, x = 0;
+        for (uint32_t t = 0; t < T; t++) {
+            if (x < o->n_evicted[i] && ev[x] == (int32_t)t) {
+                x++;
+                continue;
+            }
+            if (before[i * T + t] < 0)
+                continue;
+            ck_assert_int_eq(slots[i * T + j], before[i * T + t]);
+            for (int c = 0; c < 2; c++) {
+                kve_cache_view src = layout_view(g->layout, orig[c], g->S, L, H, T, g->e);
+                const kve_cache_view *got = g->out_of_place ? &d->dst[c] : &d->src[c];
+                ck_assert(!memcmp(entry_at(got, s, l, h, j), entry_at(&src, s, l, h, t), g->e));
+            }
+            j++;
+        }
+        ck_assert_uint_eq(j, o->n_kept[i]);
+        for (; j < T; j++)
+            ck_assert_int_eq(slots[i * T + j], -1);
+    }
+}
+
 START_TEST(compact_matches_reference)
 {
     kve_context *ctx = NULL;
     KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
     uint64_t rng = 11;
     for (int iter = 0; iter < 300; iter++) {
-        uint32_t S = 1 + kt_below(&rng, 2), L = 1 + kt_below(&rng, 2), H = 1 + kt_below(&rng, 3);
-        uint32_t T = 1 + kt_below(&rng, 40);
-        size_t e = 1 + kt_below(&rng, 40);
-        int layout = iter % N_LAYOUTS, out_of_place = (iter / N_LAYOUTS) % 2;
+        cd_shape g;
+        g.S = 1 + kt_below(&rng, 2), g.L = 1 + kt_below(&rng, 2), g.H = 1 + kt_below(&rng, 3);
+        g.T = 1 + kt_below(&rng, 40);
+        g.e = 1 + kt_below(&rng, 40);
+        g.layout = iter % N_LAYOUTS, g.out_of_place = (iter / N_LAYOUTS) % 2;
+        uint32_t S = g.S, L = g.L, H = g.H, T = g.T;
         kve_seq seqs[2] = {{kt_next(&rng), kt_below(&rng, 8), 0}, {kt_next(&rng), 2, 1}};
         size_t heads = (size_t)S * L * H;
         int32_t *slots = malloc(heads * T * 4), *before = malloc(heads * T * 4);
@@ -58,54 +119,19 @@ START_TEST(compact_matches_reference)
         kve_evict_out ov = kt_out_view(&o);
         KT_OK(kve_digest(ctx, &b, &ov, &digest_before));
 
-        size_t bytes = layout_bytes(layout, S, L, H, T, e);
         char *caches[2], *orig[2], *dst[2];
         kve_compact_desc d;
         memset(&d, 0, sizeof d);
         d.n_seqs = S, d.n_layers = L, d.n_heads = H, d.n_slots = T;
         d.slot_pos = slots, d.slot_pos_stride = T;
         d.evicted = o.evicted, d.evicted_stride = o.ev_stride, d.n_evicted = o.n_evicted;
-        d.entry_bytes = e, d.n_caches = 2;
-        for (int c = 0; c < 2; c++) {
-            caches[c] = malloc(bytes);
-            orig[c] = malloc(bytes);
-            dst[c] = malloc(bytes);
-            for (size_t i = 0; i < bytes; i++)
-                caches[c][i] = (char)kt_next(&rng);
-            memcpy(orig[c], caches[c], bytes);
-            memset(dst[c], 0x5a, bytes);
-            d.src[c] = layout_view(layout, caches[c], S, L, H, T, e);
-            if (out_of_place)
-                d.dst[c] = layout_view(layout, dst[c], S, L, H, T, e);
-        }
+        d.entry_bytes = g.e, d.n_caches = 2;
+        fill_caches(&g, &rng, &d, caches, orig, dst);
         KT_OK(kve_compact(ctx, &d));
-        for (size_t i = 0; i < heads; i++) {
-            uint32_t s = (uint32_t)(i / ((size_t)L * H)), l = (uint32_t)(i / H % L), h = (uint32_t)(i % H);
-            /* Reference: kept = valid slots not evicted, in slot order. */
-            const int32_t *ev = kt_ev(&o, i);
-            uint32_t j = 0, x = 0;
-            for (uint32_t t = 0; t < T; t++) {
-                if (x < o.n_evicted[i] && ev[x] == (int32_t)t) {
-                    x++;
-                    continue;
-                }
-                if (before[i * T + t] < 0)
-                    continue;
-                ck_assert_int_eq(slots[i * T + j], before[i * T + t]);
-                for (int c = 0; c < 2; c++) {
-                    kve_cache_view src = layout_view(layout, orig[c], S, L, H, T, e);
-                    const kve_cache_view *got = out_of_place ? &d.dst[c] : &d.src[c];
-                    ck_assert(!memcmp(entry_at(got, s, l, h, j), entry_at(&src, s, l, h, t), e));
-                }
-                j++;
-            }
-            ck_assert_uint_eq(j, o.n_kept[i]);
-            for (; j < T; j++)
-                ck_assert_int_eq(slots[i * T + j], -1);
-        }
-        if (out_of_place) /* the source is untouched */
+        check_compacted(&g, &o, before, slots, &d, orig);
+        if (g.out_of_place) /* the source is untouched */
             for (int c = 0; c < 2; c++)
-                ck_assert(!memcmp(caches[c], orig[c], bytes));
+                ck_assert(!memcmp(caches[c], orig[c], layout_bytes(g.layout, S, L, H, T, g.e)));
         KT_OK(kve_digest(ctx, &b, NULL, &digest_after));
         ck_assert_uint_eq(digest_before, digest_after);
         for (int c = 0; c < 2; c++) {

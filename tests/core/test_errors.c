@@ -1,9 +1,12 @@
-/* test_errors.c — bad input: each case returns its status, leaves a message
- * naming the argument, writes no output, and never crashes (also under the
- * sanitize preset). */
+/* test_errors.c — bad input of the core entry points (eviction, compaction,
+ * digest, names, the scorers, the calibration loader): each case returns its
+ * status, leaves a message naming the argument, writes no output, and never
+ * crashes (also under the sanitize preset). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kve_score_fixture.h"
 #include "kve_suite.h"
 #include "kve_test_util.h"
 
@@ -256,6 +259,190 @@ START_TEST(digest_bad_arguments)
 }
 END_TEST
 
+/* The scorers (kve_score, kve_state_score) and the calibration loader. */
+typedef struct {
+    const char *what;
+    kve_status status;
+    const char *word;
+} expect_err;
+
+static void check_err(kve_context *ctx, kve_score_desc *d, expect_err e)
+{
+    kve_status st = kve_score(ctx, d);
+    ck_assert_msg(st == e.status && strstr(kve_last_error(), e.word),
+               "%s: got %s \"%s\", expected %s naming %s", e.what, kve_status_string(st),
+               kve_last_error(), kve_status_string(e.status), e.word);
+}
+
+START_TEST(score_bad_arguments)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    kve_score_desc d = base_desc();
+    ck_assert_msg(kve_score(NULL, &d) == KVE_ERR_NULL, "ctx NULL");
+    ck_assert_msg(kve_score(ctx, NULL) == KVE_ERR_NULL, "desc NULL");
+#define CASE(field_set, st, word)                                                                \
+    do {                                                                                         \
+        d = base_desc();                                                                         \
+        field_set;                                                                               \
+        check_err(ctx, &d, (expect_err){#field_set, st, word});                                  \
+    } while (0)
+    CASE(d.scorer = 0, KVE_ERR_INVALID, "desc.scorer");
+    CASE(d.flags = 8, KVE_ERR_INVALID, "desc.flags");
+    CASE(d.weight = NAN, KVE_ERR_INVALID, "desc.weight");
+    CASE(d.keys.base = NULL, KVE_ERR_NULL, "desc.keys.base");
+    CASE(d.keys.dtype = KVE_DTYPE_FP8_E4M3, KVE_ERR_INVALID, "desc.keys.dtype");
+    CASE(d.keys.head_dim = 3, KVE_ERR_RANGE, "desc.keys.head_dim");
+    CASE(d.keys.head_dim = 1024, KVE_ERR_RANGE, "desc.keys.head_dim");
+    CASE(d.keys.n_heads = 0, KVE_ERR_RANGE, "desc.keys.n_heads");
+    CASE(d.keys.layout = 2, KVE_ERR_INVALID, "desc.keys.layout");
+    CASE(d.keys.page_table = 4, KVE_ERR_INVALID, "desc.keys.page_table");
+    CASE(d.keys.page_size = 0, KVE_ERR_RANGE, "desc.keys.page_size");
+    CASE(d.keys.n_pages = 0, KVE_ERR_RANGE, "desc.keys.n_pages");
+    CASE(d.keys.n_rows = 0, KVE_ERR_RANGE, "desc.keys.n_rows");
+    CASE(d.keys.n_rows = 2, KVE_ERR_RANGE, "desc.keys.n_rows");
+    CASE(d.keys.page_table = KVE_PAGES_BLOCK_TABLE, KVE_ERR_NULL, "desc.keys.block_table");
+    CASE(d.keys.page_table = KVE_PAGES_INDPTR, KVE_ERR_NULL, "desc.keys.indptr");
+    CASE(d.keys.base = (const char *)g_keys + 2, KVE_ERR_INVALID, "desc.keys.base");
+    CASE(d.keys.stride_page = (SIZE_MAX / 2) & ~(size_t)3; d.keys.n_pages = 4; d.keys.n_rows = 1,
+         KVE_ERR_OVERFLOW, "desc.keys");
+    CASE(d.heads_per_table = 3, KVE_ERR_RANGE, "desc.heads_per_table");
+    CASE(d.rows = NULL, KVE_ERR_NULL, "desc.rows");
+    CASE(d.slot_pos = NULL, KVE_ERR_NULL, "desc.slot_pos");
+    CASE(d.scores = NULL, KVE_ERR_NULL, "desc.scores");
+    CASE(g_row.cache_row = 1, KVE_ERR_RANGE, "desc.rows[0].cache_row");
+    CASE(g_row.n_slots = 0x80000000u, KVE_ERR_RANGE, "desc.rows[0].n_slots");
+    CASE(d.keys.page_size = 4; d.keys.n_pages = 2, KVE_ERR_RANGE, "slot 4: not a slot of its row");
+    CASE(g_tab[3] = -2, KVE_ERR_RANGE, "desc.slot_pos[row 0][table 0][slot 3]");
+    g_tab[3] = 3;
+    /* two rows writing one output row */
+    kve_score_row two[2];
+    CASE(two[0] = two[1] = g_row; d.rows = two; d.n_rows = 2; d.keys.n_rows = 1;
+         two[1].cache_row = 0, KVE_ERR_ALIAS, "output rows overlap");
+    /* TriAttention's own fields */
+    float qm[4] = {1, 0, 1, 0}, qa[2] = {1, 1}, off = NAN;
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION, KVE_ERR_RANGE, "desc.tri.group");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1, KVE_ERR_NULL, "desc.tri.q_mean");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm,
+         KVE_ERR_NULL, "desc.tri.q_abs_mean");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa, KVE_ERR_RANGE, "desc.tri.rope_theta");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa; d.tri.rope_theta = 1e4; d.tri.n_offsets = 1, KVE_ERR_INVALID,
+         "desc.tri.offsets");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa; d.tri.rope_theta = 1e4; d.tri.n_offsets = 1;
+         d.tri.offsets = &off, KVE_ERR_INVALID, "desc.tri.offsets[0]");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa; d.tri.rope_theta = 1e4; d.tri.n_offsets = 65;
+         d.tri.offsets = &off, KVE_ERR_RANGE, "desc.tri.n_offsets");
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 300; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa; d.tri.rope_theta = 1e4, KVE_ERR_RANGE, "desc.heads_per_table");
+    qm[1] = INFINITY;
+    CASE(d.scorer = KVE_SCORER_TRIATTENTION; d.tri.group = 1; d.tri.q_mean = qm;
+         d.tri.q_abs_mean = qa; d.tri.rope_theta = 1e4, KVE_ERR_INVALID, "desc.tri.q_mean[1]");
+#undef CASE
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(state_score_bad_arguments)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    kve_state_desc sd = {{1, 0, 16, 4, 4}, 2, 2, 1, 0, 0, 64, 0};
+    kve_state *s = NULL;
+    ck_assert_msg(kve_state_create(ctx, &sd, NULL, 0, &s) == KVE_OK, "state: %s", kve_last_error());
+    ck_assert_msg(kve_state_admit(s, 0, 9, 4) == KVE_OK, "admit");
+    uint32_t rows[2] = {0, 0}, n_new[2] = {4, 1}, cap = 0;
+    ck_assert_msg(kve_state_append(s, 1, rows, n_new, NULL) == KVE_OK, "append");
+    kve_schedule_capacity(&sd.schedule, 4, &cap);
+    float out[2 * 64];
+    kve_score_desc d = base_desc();
+    d.keys.n_rows = 2;
+    d.keys.n_pages = 2;
+    struct {
+        uint32_t n, layer;
+        const uint32_t *rows;
+        size_t sr, st;
+        kve_status status;
+        const char *word;
+    } cases[] = {
+        {1, 2, rows, 128, 64, KVE_ERR_RANGE, "table_layer"},
+        {2, 0, rows, 128, 64, KVE_ERR_INVALID, "listed twice"},
+        {1, 0, rows + 1, 128, 64, KVE_ERR_INVALID, "not an active row"},
+        {1, 0, rows, 64, 64, KVE_ERR_RANGE, "scores_stride_row"},
+    };
+    rows[1] = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t nn[2] = {1, 1};
+        if (i == 2) {
+            static const uint32_t one = 1;
+            cases[i].rows = &one;
+        }
+        kve_status st = kve_state_score(s, cases[i].n, cases[i].rows, nn, cases[i].layer, &d, out,
+                                        cases[i].sr, cases[i].st);
+        ck_assert_msg(st == cases[i].status && strstr(kve_last_error(), cases[i].word),
+                   "state case %zu: %s \"%s\"", i, kve_status_string(st), kve_last_error());
+    }
+    /* more than W tokens before the round */
+    uint32_t big = cap, r0 = 0;
+    kve_status st = kve_state_score(s, 1, &r0, &big, 0, &d, out, 128, 64);
+    ck_assert_msg(st == KVE_ERR_INVALID && strstr(kve_last_error(), "window"),
+               "too many tokens before the round: %s", kve_last_error());
+    kve_state_destroy(s);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* The calibration loader on files written here: one it reads, then bad ones. */
+START_TEST(stats_file_checks)
+{
+    const char *path = "test_score_stats.bin";
+    unsigned char h[32 + 12] = "KVETRIST";
+    uint32_t v[4] = {1, 1, 1, 2};
+    memcpy(h + 8, v, 16);
+    double theta = 1e4;
+    memcpy(h + 24, &theta, 8);
+    float body[3] = {0.5f, -0.25f, 1.0f};
+    memcpy(h + 32, body, 12);
+    FILE *f = fopen(path, "wb");
+    fwrite(h, 1, sizeof h, f);
+    fclose(f);
+    kve_triattention_stats s;
+    ck_assert_msg(kve_triattention_stats_load(path, &s) == KVE_OK && s.n_layers == 1 &&
+                   s.head_dim == 2 && s.q_mean[1] == -0.25f && s.q_abs_mean[0] == 1.0f &&
+                   s.rope_theta == 1e4,
+               "stats load: %s", kve_last_error());
+    kve_triattention_stats_free(&s);
+    ck_assert_msg(s.q_mean == NULL, "stats free");
+    h[32 + 8 + 3] = 0xff; /* q_abs_mean = NaN */
+    f = fopen(path, "wb");
+    fwrite(h, 1, sizeof h, f);
+    fclose(f);
+    ck_assert_msg(kve_triattention_stats_load(path, &s) == KVE_ERR_INVALID &&
+                   strstr(kve_last_error(), "q_abs_mean[0]") && s.q_mean == NULL,
+               "NaN stats: %s", kve_last_error());
+    /* A header promising 65536 x 65536 x 256 pairs (12 TiB) over a 12-byte
+     * body: refused from the file's length, nothing allocated (fuzz_score
+     * found a 10 GiB malloc here). */
+    uint32_t huge[4] = {1, 65536, 65536, 512};
+    memcpy(h + 8, huge, 16);
+    f = fopen(path, "wb");
+    fwrite(h, 1, sizeof h, f);
+    fclose(f);
+    ck_assert_msg(kve_triattention_stats_load(path, &s) == KVE_ERR_INVALID &&
+                   strstr(kve_last_error(), "44 bytes") && strstr(kve_last_error(), "promises") &&
+                   s.q_mean == NULL,
+               "huge header over a short file: %s", kve_last_error());
+    ck_assert_msg(kve_triattention_stats_load("/nonexistent/x", &s) == KVE_ERR_INVALID &&
+                   strstr(kve_last_error(), "/nonexistent/x"),
+               "missing file: %s", kve_last_error());
+    ck_assert_msg(kve_triattention_stats_load(NULL, &s) == KVE_ERR_NULL, "path NULL");
+    remove(path);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -264,6 +451,9 @@ int main(void)
         KVE_TEST(errors, context_and_names),
         KVE_TEST(errors, compact_bad_arguments),
         KVE_TEST(errors, digest_bad_arguments),
+        KVE_TEST(errors, score_bad_arguments),
+        KVE_TEST(errors, state_score_bad_arguments),
+        KVE_TEST(errors, stats_file_checks),
     };
     const kve_suite_spec spec = {"errors", 60, 0, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kve_test_base.h"
 #include "kvevict.h"
 
 /* Bytes in; values out. Past the end every read is 0, so short inputs are
@@ -68,13 +69,7 @@ static inline uint32_t fz_count(fz_bytes *b, uint32_t small)
 
 /* A splitmix64 step: bulk bytes (cache contents, tables) that need not
  * cost the fuzzer's input. */
-static inline uint64_t fz_mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static inline uint64_t fz_mix(uint64_t *s) { return kve_splitmix64(s); }
 
 static inline int fz_cmp_size(const void *a, const void *b)
 {

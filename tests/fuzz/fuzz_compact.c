@@ -70,183 +70,252 @@ static size_t entry_at(const view_shape *v, size_t s, size_t l, size_t h, size_t
     return s * v->stride[0] + l * v->stride[1] + h * v->stride[2] + t * v->stride[3];
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_bytes in = {data, size};
-    kve_context *ctx = fz_context(&in);
+/* One decoded compaction: the descriptor, its buffers and snapshots, and
+ * the harness's verdicts. */
+typedef struct {
     kve_compact_desc d;
-    memset(&d, 0, sizeof d);
-    d.n_seqs = fz_below(&in, 3);
-    d.n_layers = fz_below(&in, 3);
-    d.n_heads = fz_below(&in, 4);
-    d.n_slots = fz_count(&in, MAX_SLOTS + 1);
-    size_t heads = (size_t)d.n_seqs * d.n_layers * d.n_heads;
-    if (heads && d.n_slots > MAX_SLOTS && d.n_slots <= 0x7fffffffu)
-        return 0; /* valid but too large to afford */
-    uint32_t n = heads && d.n_slots <= MAX_SLOTS ? d.n_slots : 0;
-    d.entry_bytes = fz_u8(&in) < 250 ? 1 + fz_below(&in, 20) : 0;
-    d.n_caches = fz_u8(&in) < 250 ? 1 + fz_below(&in, 3) : fz_below(&in, 10);
-    int bad = d.n_slots > 0x7fffffffu || d.entry_bytes == 0 || d.n_caches < 1 ||
-              d.n_caches > KVE_MAX_CACHES;
-    int work = !bad && heads && n; /* whether anything can move */
-    uint32_t caches = bad ? 0 : d.n_caches;
-    d.slot_pos_stride = n + (fz_u8(&in) < 240 ? fz_below(&in, 3) : 0) - (fz_u8(&in) >= 250 && n);
-    d.evicted_stride = n + fz_below(&in, 3) - (fz_u8(&in) >= 250 && n);
-    if (work && (d.slot_pos_stride < n || d.evicted_stride == 0))
-        bad = 1;
-    size_t sp_len = work ? (heads - 1) * d.slot_pos_stride + n : 0;
-    size_t ev_len = work ? (heads - 1) * d.evicted_stride + d.evicted_stride : 0;
-    int32_t *slot_pos = (int32_t *)fz_alloc(sp_len * 4, 0xee);
-    int32_t *evicted = (int32_t *)fz_alloc(ev_len * 4, 0xee);
-    uint32_t *n_evicted = (uint32_t *)fz_alloc(heads * 4, 0);
-    uint64_t rng = fz_u64(&in);
-    /* Tables: distinct positions (or holes), and evicted lists that are
-     * mostly valid and sometimes broken in one place. */
-    for (size_t i = 0; i < heads && !bad && n; i++) {
-        int32_t *row = slot_pos + i * d.slot_pos_stride;
-        int32_t *ev = evicted + i * d.evicted_stride;
+    size_t heads, sp_len, ev_len, extent[4];
+    uint32_t n, caches; /* slots and caches the harness models */
+    int bad, work;      /* work: whether anything can move */
+    int out_of_place, overlap, constructed;
+    uint64_t rng;
+    int32_t *slot_pos, *evicted, *sp0, *ev0;
+    uint32_t *n_evicted;
+    view_shape shape[2][KVE_MAX_CACHES];
+    uint8_t *buf[2][KVE_MAX_CACHES], *snap[2][KVE_MAX_CACHES];
+} cp_case;
+
+/* Counts, strides and the tables' buffers. 0: valid but too large to afford. */
+static int decode_counts(fz_bytes *in, cp_case *c)
+{
+    kve_compact_desc *d = &c->d;
+    d->n_seqs = fz_below(in, 3);
+    d->n_layers = fz_below(in, 3);
+    d->n_heads = fz_below(in, 4);
+    d->n_slots = fz_count(in, MAX_SLOTS + 1);
+    size_t heads = c->heads = (size_t)d->n_seqs * d->n_layers * d->n_heads;
+    if (heads && d->n_slots > MAX_SLOTS && d->n_slots <= 0x7fffffffu)
+        return 0;
+    uint32_t n = c->n = heads && d->n_slots <= MAX_SLOTS ? d->n_slots : 0;
+    d->entry_bytes = fz_u8(in) < 250 ? 1 + fz_below(in, 20) : 0;
+    d->n_caches = fz_u8(in) < 250 ? 1 + fz_below(in, 3) : fz_below(in, 10);
+    c->bad = d->n_slots > 0x7fffffffu || d->entry_bytes == 0 || d->n_caches < 1 ||
+             d->n_caches > KVE_MAX_CACHES;
+    c->work = !c->bad && heads && n;
+    c->caches = c->bad ? 0 : d->n_caches;
+    d->slot_pos_stride = n + (fz_u8(in) < 240 ? fz_below(in, 3) : 0) - (fz_u8(in) >= 250 && n);
+    d->evicted_stride = n + fz_below(in, 3) - (fz_u8(in) >= 250 && n);
+    if (c->work && (d->slot_pos_stride < n || d->evicted_stride == 0))
+        c->bad = 1;
+    c->sp_len = c->work ? (heads - 1) * d->slot_pos_stride + n : 0;
+    c->ev_len = c->work ? (heads - 1) * d->evicted_stride + d->evicted_stride : 0;
+    c->slot_pos = (int32_t *)fz_alloc(c->sp_len * 4, 0xee);
+    c->evicted = (int32_t *)fz_alloc(c->ev_len * 4, 0xee);
+    c->n_evicted = (uint32_t *)fz_alloc(heads * 4, 0);
+    c->rng = fz_u64(in);
+    return 1;
+}
+
+/* Tables: distinct positions (or holes), and evicted lists that are mostly
+ * valid and sometimes broken in one place. */
+static void decode_tables(fz_bytes *in, cp_case *c)
+{
+    const kve_compact_desc *d = &c->d;
+    uint32_t n = c->n;
+    for (size_t i = 0; i < c->heads && !c->bad && n; i++) {
+        int32_t *row = c->slot_pos + i * d->slot_pos_stride;
+        int32_t *ev = c->evicted + i * d->evicted_stride;
         uint32_t ne = 0;
         for (uint32_t t = 0; t < n; t++)
-            row[t] = fz_mix(&rng) % 4 == 0 ? -1 : (int32_t)(t * 3 + fz_mix(&rng) % 3);
-        uint8_t density = fz_u8(&in);
-        for (uint32_t t = 0; t < n && ne < d.evicted_stride; t++)
-            if (row[t] >= 0 && (uint8_t)fz_mix(&rng) < density)
+            row[t] = fz_mix(&c->rng) % 4 == 0 ? -1 : (int32_t)(t * 3 + fz_mix(&c->rng) % 3);
+        uint8_t density = fz_u8(in);
+        for (uint32_t t = 0; t < n && ne < d->evicted_stride; t++)
+            if (row[t] >= 0 && (uint8_t)fz_mix(&c->rng) < density)
                 ev[ne++] = (int32_t)t;
-        n_evicted[i] = ne;
-        uint8_t harm = fz_u8(&in);
+        c->n_evicted[i] = ne;
+        uint8_t harm = fz_u8(in);
         if (harm >= 248) {
             switch (harm & 7) {
-            case 0: n_evicted[i] = d.evicted_stride + 1; break;
-            case 1: if (ne) ev[fz_mix(&rng) % ne] = (int32_t)n; break;
-            case 2: if (ne) ev[fz_mix(&rng) % ne] = -1; break;
+            case 0: c->n_evicted[i] = d->evicted_stride + 1; break;
+            case 1: if (ne) ev[fz_mix(&c->rng) % ne] = (int32_t)n; break;
+            case 2: if (ne) ev[fz_mix(&c->rng) % ne] = -1; break;
             case 3: if (ne > 1) ev[1] = ev[0]; break;
-            case 4: row[fz_mix(&rng) % n] = -2 - (int32_t)(fz_mix(&rng) % 5); break;
+            case 4: row[fz_mix(&c->rng) % n] = -2 - (int32_t)(fz_mix(&c->rng) % 5); break;
             case 5: if (ne) row[ev[0]] = -1; break;
-            case 6: n_evicted[i] = n + 1; break;
+            case 6: c->n_evicted[i] = n + 1; break;
             default: if (ne > 1) { int32_t x = ev[0]; ev[0] = ev[ne - 1]; ev[ne - 1] = x; } break;
             }
         }
     }
-    /* The reference's own view of validity of the contents. */
-    for (size_t i = 0; i < heads && !bad && n; i++) {
-        const int32_t *row = slot_pos + i * d.slot_pos_stride;
-        const int32_t *ev = evicted + i * d.evicted_stride;
-        uint32_t ne = n_evicted[i];
-        if (ne > n || ne > d.evicted_stride) {
-            bad = 1;
-            break;
-        }
+}
+
+/* The reference's own view of validity of the contents. */
+static int tables_bad(const cp_case *c)
+{
+    const kve_compact_desc *d = &c->d;
+    uint32_t n = c->n;
+    int bad = 0;
+    for (size_t i = 0; i < c->heads && !bad && n; i++) {
+        const int32_t *row = c->slot_pos + i * d->slot_pos_stride;
+        const int32_t *ev = c->evicted + i * d->evicted_stride;
+        uint32_t ne = c->n_evicted[i];
+        if (ne > n || ne > d->evicted_stride)
+            return 1;
         for (uint32_t k = 0; k < ne && !bad; k++)
             bad = ev[k] < 0 || (uint32_t)ev[k] >= n || (k && ev[k] <= ev[k - 1]) || row[ev[k]] < 0;
         for (uint32_t t = 0; t < n && !bad; t++)
             bad = row[t] < -1;
     }
-    const size_t extent[4] = {d.n_seqs, d.n_layers, d.n_heads, n};
-    int out_of_place = fz_u8(&in) & 1;
-    view_shape shape[2][KVE_MAX_CACHES];
-    uint8_t *buf[2][KVE_MAX_CACHES] = {{0}};
-    int overlap = 0, constructed = 1;
-    for (uint32_t c = 0; c < caches; c++)
-        for (int side = 0; side < 1 + out_of_place; side++) {
-            view_shape *v = &shape[side][c];
-            pick_shape(&in, extent, d.entry_bytes, v);
-            if (!work)
+    return bad;
+}
+
+/* Each cache's source (and, out of place, destination) view and bytes;
+ * rarely an inconsistent in/out-of-place request. */
+static void decode_views(fz_bytes *in, cp_case *c)
+{
+    kve_compact_desc *d = &c->d;
+    c->out_of_place = fz_u8(in) & 1;
+    c->constructed = 1;
+    for (uint32_t k = 0; k < c->caches; k++)
+        for (int side = 0; side < 1 + c->out_of_place; side++) {
+            view_shape *v = &c->shape[side][k];
+            pick_shape(in, c->extent, d->entry_bytes, v);
+            if (!c->work)
                 v->span = 0;
             if (v->span > (1u << 20))
-                v->span = 0, bad = 1; /* cannot be valid at these extents */
-            buf[side][c] = (uint8_t *)fz_alloc(v->span, 0);
-            for (size_t k = 0; k < v->span; k++)
-                buf[side][c][k] = (uint8_t)fz_mix(&rng);
-            overlap |= work && view_overlaps(extent, v, d.entry_bytes);
-            constructed &= v->by_construction;
-            kve_cache_view *cv = side ? &d.dst[c] : &d.src[c];
-            cv->base = buf[side][c];
+                v->span = 0, c->bad = 1; /* cannot be valid at these extents */
+            c->buf[side][k] = (uint8_t *)fz_alloc(v->span, 0);
+            for (size_t i = 0; i < v->span; i++)
+                c->buf[side][k][i] = (uint8_t)fz_mix(&c->rng);
+            c->overlap |= c->work && view_overlaps(c->extent, v, d->entry_bytes);
+            c->constructed &= v->by_construction;
+            kve_cache_view *cv = side ? &d->dst[k] : &d->src[k];
+            cv->base = c->buf[side][k];
             memcpy(&cv->stride_seq, v->stride, sizeof v->stride);
         }
-    uint8_t harm = fz_u8(&in);
-    if (caches > 1 && harm >= 250) { /* an inconsistent in/out-of-place request */
-        if (out_of_place)
-            d.dst[1 + fz_below(&in, caches - 1)].base = NULL;
+    uint8_t harm = fz_u8(in);
+    if (c->caches > 1 && harm >= 250) {
+        if (c->out_of_place)
+            d->dst[1 + fz_below(in, c->caches - 1)].base = NULL;
         else
-            d.dst[caches - 1].base = buf[0][0];
-        bad |= work;
+            d->dst[c->caches - 1].base = c->buf[0][0];
+        c->bad |= c->work;
     }
-    d.slot_pos = slot_pos;
-    d.evicted = evicted;
-    d.n_evicted = n_evicted;
+    d->slot_pos = c->slot_pos;
+    d->evicted = c->evicted;
+    d->n_evicted = c->n_evicted;
+}
 
-    /* Snapshots: the reference result starts from them. */
-    int32_t *sp0 = (int32_t *)fz_dup(slot_pos, sp_len * 4);
-    int32_t *ev0 = (int32_t *)fz_dup(evicted, ev_len * 4);
-    uint8_t *snap[2][KVE_MAX_CACHES] = {{0}};
-    for (uint32_t c = 0; c < caches; c++)
-        for (int side = 0; side < 1 + out_of_place; side++)
-            snap[side][c] = (uint8_t *)fz_dup(buf[side][c], shape[side][c].span);
+/* Snapshots: the reference result starts from them. */
+static void take_snapshots(cp_case *c)
+{
+    c->sp0 = (int32_t *)fz_dup(c->slot_pos, c->sp_len * 4);
+    c->ev0 = (int32_t *)fz_dup(c->evicted, c->ev_len * 4);
+    for (uint32_t k = 0; k < c->caches; k++)
+        for (int side = 0; side < 1 + c->out_of_place; side++)
+            c->snap[side][k] = (uint8_t *)fz_dup(c->buf[side][k], c->shape[side][k].span);
+}
 
-    kve_status st = kve_compact(ctx, &d);
-    if (st == KVE_OK && work && overlap) {
-        for (uint32_t c = 0; c < caches; c++)
-            for (int side = 0; side < 1 + out_of_place; side++)
-                fprintf(stderr, "%s[%u]: extents %zu %zu %zu %zu, strides %zu %zu %zu %zu, entry %zu\n",
-                        side ? "dst" : "src", c, extent[0], extent[1], extent[2], extent[3],
-                        shape[side][c].stride[0], shape[side][c].stride[1], shape[side][c].stride[2],
-                        shape[side][c].stride[3], d.entry_bytes);
-        FZ_FAIL("a view with overlapping entries was accepted");
-    }
-    if (!bad && !overlap && constructed)
+/* The reference move, on the snapshots. */
+static void reference_move(cp_case *c)
+{
+    const kve_compact_desc *d = &c->d;
+    int dst_side = c->out_of_place;
+    size_t i = 0;
+    for (size_t s = 0; s < d->n_seqs; s++)
+        for (size_t l = 0; l < d->n_layers; l++)
+            for (size_t h = 0; h < d->n_heads; h++, i++) {
+                int32_t *row = c->sp0 + i * d->slot_pos_stride;
+                const int32_t *ev = c->ev0 + i * d->evicted_stride;
+                uint32_t e = 0, k = 0;
+                for (uint32_t t = 0; t < c->n; t++) {
+                    if (e < c->n_evicted[i] && ev[e] == (int32_t)t) {
+                        e++;
+                        continue;
+                    }
+                    if (row[t] < 0)
+                        continue;
+                    for (uint32_t x = 0; x < c->caches; x++)
+                        memmove(c->snap[dst_side][x] + entry_at(&c->shape[dst_side][x], s, l, h, k),
+                                c->snap[0][x] + entry_at(&c->shape[0][x], s, l, h, t),
+                                d->entry_bytes);
+                    row[k++] = row[t];
+                }
+                for (; k < c->n; k++)
+                    row[k] = -1;
+            }
+}
+
+static void report_overlap(const cp_case *c)
+{
+    for (uint32_t k = 0; k < c->caches; k++)
+        for (int side = 0; side < 1 + c->out_of_place; side++) {
+            const view_shape *v = &c->shape[side][k];
+            fprintf(stderr, "%s[%u]: extents %zu %zu %zu %zu, strides %zu %zu %zu %zu, entry %zu\n",
+                    side ? "dst" : "src", k, c->extent[0], c->extent[1], c->extent[2],
+                    c->extent[3], v->stride[0], v->stride[1], v->stride[2], v->stride[3],
+                    c->d.entry_bytes);
+        }
+    FZ_FAIL("a view with overlapping entries was accepted");
+}
+
+/* The library's answer against the verdicts, the snapshots, the reference. */
+static void check_compact(cp_case *c, kve_status st)
+{
+    if (st == KVE_OK && c->work && c->overlap)
+        report_overlap(c);
+    if (!c->bad && !c->overlap && c->constructed)
         FZ_CHECK(st == KVE_OK, "a valid compaction was rejected: %s", kve_status_string(st));
-    if (bad)
+    if (c->bad)
         FZ_CHECK(st != KVE_OK, "an invalid compaction was accepted");
-    FZ_CHECK(!memcmp(ev0, evicted, ev_len * 4), "evicted lists were written");
+    FZ_CHECK(!memcmp(c->ev0, c->evicted, c->ev_len * 4), "evicted lists were written");
     if (st != KVE_OK) {
         FZ_CHECK_ERROR_MESSAGE(st);
-        FZ_CHECK(!memcmp(sp0, slot_pos, sp_len * 4), "an error (%s) changed slot_pos",
+        FZ_CHECK(!memcmp(c->sp0, c->slot_pos, c->sp_len * 4), "an error (%s) changed slot_pos",
                  kve_status_string(st));
-        for (uint32_t c = 0; c < caches; c++)
-            for (int side = 0; side < 1 + out_of_place; side++)
-                FZ_CHECK(!memcmp(snap[side][c], buf[side][c], shape[side][c].span),
+        for (uint32_t k = 0; k < c->caches; k++)
+            for (int side = 0; side < 1 + c->out_of_place; side++)
+                FZ_CHECK(!memcmp(c->snap[side][k], c->buf[side][k], c->shape[side][k].span),
                          "an error (%s) changed a cache", kve_status_string(st));
-    } else if (work) {
-        /* The reference move, on the snapshots. */
-        int dst_side = out_of_place;
-        size_t i = 0;
-        for (size_t s = 0; s < d.n_seqs; s++)
-            for (size_t l = 0; l < d.n_layers; l++)
-                for (size_t h = 0; h < d.n_heads; h++, i++) {
-                    int32_t *row = sp0 + i * d.slot_pos_stride;
-                    const int32_t *ev = ev0 + i * d.evicted_stride;
-                    uint32_t e = 0, k = 0;
-                    for (uint32_t t = 0; t < n; t++) {
-                        if (e < n_evicted[i] && ev[e] == (int32_t)t) {
-                            e++;
-                            continue;
-                        }
-                        if (row[t] < 0)
-                            continue;
-                        for (uint32_t c = 0; c < caches; c++)
-                            memmove(snap[dst_side][c] + entry_at(&shape[dst_side][c], s, l, h, k),
-                                    snap[0][c] + entry_at(&shape[0][c], s, l, h, t),
-                                    d.entry_bytes);
-                        row[k++] = row[t];
-                    }
-                    for (; k < n; k++)
-                        row[k] = -1;
-                }
-        FZ_CHECK(!memcmp(sp0, slot_pos, sp_len * 4), "slot_pos differs from the reference");
-        for (uint32_t c = 0; c < caches; c++)
-            for (int side = 0; side < 1 + out_of_place; side++)
-                FZ_CHECK(!memcmp(snap[side][c], buf[side][c], shape[side][c].span),
-                         "cache %u (%s) differs from the reference move", c, side ? "dst" : "src");
+    } else if (c->work) {
+        reference_move(c);
+        FZ_CHECK(!memcmp(c->sp0, c->slot_pos, c->sp_len * 4), "slot_pos differs from the reference");
+        for (uint32_t k = 0; k < c->caches; k++)
+            for (int side = 0; side < 1 + c->out_of_place; side++)
+                FZ_CHECK(!memcmp(c->snap[side][k], c->buf[side][k], c->shape[side][k].span),
+                         "cache %u (%s) differs from the reference move", k, side ? "dst" : "src");
     }
-    for (uint32_t c = 0; c < caches; c++)
+}
+
+static void free_case(cp_case *c)
+{
+    for (uint32_t k = 0; k < KVE_MAX_CACHES; k++)
         for (int side = 0; side < 2; side++) {
-            free(buf[side][c]);
-            free(snap[side][c]);
+            free(c->buf[side][k]);
+            free(c->snap[side][k]);
         }
-    free(sp0);
-    free(ev0);
-    free(slot_pos);
-    free(evicted);
-    free(n_evicted);
+    free(c->sp0);
+    free(c->ev0);
+    free(c->slot_pos);
+    free(c->evicted);
+    free(c->n_evicted);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fz_bytes in = {data, size};
+    kve_context *ctx = fz_context(&in);
+    cp_case c;
+    memset(&c, 0, sizeof c);
+    if (!decode_counts(&in, &c))
+        return 0; /* valid but too large to afford */
+    decode_tables(&in, &c);
+    c.bad |= !c.bad && tables_bad(&c);
+    const size_t extent[4] = {c.d.n_seqs, c.d.n_layers, c.d.n_heads, c.n};
+    memcpy(c.extent, extent, sizeof extent);
+    decode_views(&in, &c);
+    take_snapshots(&c);
+    check_compact(&c, kve_compact(ctx, &c.d));
+    free_case(&c);
     return 0;
 }

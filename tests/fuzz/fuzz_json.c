@@ -9,7 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 
-#include "../../tools/cli_common.c"
+#include "cli_common.c" /* tools/, on the include path */
 #include "fuzz_common.h"
 
 typedef struct {

@@ -249,6 +249,270 @@ static int64_t *mapping_for(fz_bytes *in, size_t need, size_t *len, int *bad)
     return (int64_t *)fz_alloc(*len * 8, 0x5a);
 }
 
+/* The descriptor: a schedule, counts and offsets, sometimes invalid. Whether
+ * it is. */
+static int decode_desc(fz_bytes *in, model *m)
+{
+    kve_state_desc *d = &m->desc;
+    d->schedule.seed = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in);
+    d->schedule.flags = fz_u8(in) & 7;
+    d->schedule.budget = fz_below(in, 13);
+    d->schedule.window = fz_below(in, 7);
+    d->schedule.interval = 1 + fz_below(in, 5);
+    d->max_seqs = 1 + fz_below(in, MAX_ROWS);
+    d->n_layers = 1 + fz_below(in, 2);
+    d->n_heads = 1 + fz_below(in, 3);
+    d->layer_offset = fz_u8(in) < 250 ? fz_below(in, 40) : UINT32_MAX - fz_below(in, 2);
+    d->head_offset = fz_u8(in) < 250 ? fz_below(in, 40) : UINT32_MAX - fz_below(in, 2);
+    uint32_t min_slots = model_capacity(m, 0);
+    d->max_slots = min_slots + fz_below(in, 24) - (fz_u8(in) >= 250);
+    if (d->max_slots > MAX_SLOTS)
+        d->max_slots = MAX_SLOTS;
+    m->tl = d->schedule.flags & KVE_SHARED_LAYERS ? 1 : d->n_layers;
+    m->th = d->schedule.flags & KVE_SHARED_HEADS ? 1 : d->n_heads;
+    m->tables = m->tl * m->th;
+    return d->layer_offset > UINT32_MAX - (d->n_layers - 1) ||
+           d->head_offset > UINT32_MAX - (d->n_heads - 1) || d->max_slots < min_slots;
+}
+
+static kve_status op_admit(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
+{
+    const kve_state_desc *d = &m->desc;
+    uint64_t seq_id = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in);
+    uint32_t prompt = fz_u8(in) < 245 ? fz_below(in, 14) : fz_u32(in);
+    *bad = row >= d->max_seqs || m->rows[row].active || model_capacity(m, prompt) > d->max_slots ||
+           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64;
+    kve_status s = kve_state_admit(st, row, seq_id, prompt);
+    if (s == KVE_OK && !*bad)
+        model_open(m, &m->rows[row], seq_id, prompt);
+    return s;
+}
+
+static kve_status op_retire(model *m, kve_state *st, uint32_t row, int *bad)
+{
+    *bad = row >= m->desc.max_seqs || !m->rows[row].active;
+    kve_status s = kve_state_retire(st, row);
+    if (s == KVE_OK && !*bad)
+        m->rows[row].active = 0;
+    return s;
+}
+
+/* An append's rows and counts (rows[0] is the step's row); its total
+ * tokens, trimmed to what the model can follow. */
+static uint64_t decode_append(fz_bytes *in, const model *m, uint32_t row, uint32_t n_rows,
+                              uint32_t *rows, uint32_t *n_new, int *bad)
+{
+    const kve_state_desc *d = &m->desc;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        rows[i] = i ? fz_below(in, d->max_seqs) : row;
+        /* rarely a count that passes position 2^31-1 (never one that
+         * is valid and huge: the model appends token by token) */
+        n_new[i] = fz_u8(in) < 250 ? fz_below(in, 2 * MAX_SLOTS) : 0x80000000u - fz_below(in, 2);
+        if (rows[i] < d->max_seqs && n_new[i] >= 0x7fffffffu - 4 * MAX_SLOTS &&
+            (uint64_t)m->rows[rows[i]].n_tokens + n_new[i] <= 0x7fffffffu)
+            n_new[i] = 0x80000000u;
+        total += n_new[i];
+        int seen = 0;
+        for (uint32_t j = 0; j < i; j++)
+            seen |= rows[j] == rows[i];
+        *bad |= rows[i] >= d->max_seqs || !m->rows[rows[i]].active || seen ||
+                (uint64_t)m->rows[rows[i]].n_tokens + n_new[i] > 0x7fffffffu;
+    }
+    if (total > 4 * MAX_SLOTS) /* too long a program step to model: trim */
+        for (uint32_t i = 0; i < n_rows; i++)
+            n_new[i] = n_new[i] > 0x7ffffffeu ? n_new[i] : n_new[i] % 8;
+    total = 0;
+    for (uint32_t i = 0; i < n_rows; i++)
+        total += n_new[i];
+    return total;
+}
+
+/* kve_state_rounds_due (host bookkeeping) before the call: the model's
+ * count for every row of a valid call; NULL arguments refused. */
+static void check_rounds_due(const model *m, kve_state *st, uint32_t n_rows, const uint32_t *rows,
+                             const uint32_t *n_new, int bad)
+{
+    uint32_t due[MAX_ROWS + 1];
+    kve_status sd = kve_state_rounds_due(st, n_rows, rows, n_new, due);
+    for (uint32_t i = 0; !bad && i < n_rows; i++) {
+        FZ_CHECK(sd == KVE_OK, "rounds_due: status %d on a valid call: %s", (int)sd,
+                 kve_last_error());
+        uint32_t want = model_rounds_due(m, &m->rows[rows[i]], n_new[i]);
+        FZ_CHECK(due[i] == want, "rounds_due: row %u, %u tokens: %u rounds, the model %u",
+                 rows[i], n_new[i], due[i], want);
+    }
+    FZ_CHECK(kve_state_rounds_due(st, n_rows, NULL, n_new, due) == KVE_ERR_NULL &&
+                 kve_state_rounds_due(st, n_rows, rows, n_new, NULL) == KVE_ERR_NULL,
+             "rounds_due: NULL rows or out_due accepted");
+}
+
+/* An accepted append, in the model; slot_mapping: where each token is now,
+ * -1 if evicted since. */
+static void apply_append(model *m, kve_state *st, uint32_t n_rows, const uint32_t *rows,
+                         const uint32_t *n_new, uint64_t total, const int64_t *map)
+{
+    size_t base = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        model_row *r = &m->rows[rows[i]];
+        uint32_t first = r->n_tokens;
+        for (uint32_t k = 0; k < n_new[i]; k++)
+            model_append_one(m, r);
+        if (n_new[i])
+            r->call_pos0 = first;
+        if (n_new[i] > 1 && (uint64_t)first + n_new[i] > r->capacity)
+            r->one_by_one = 0;
+        for (uint32_t k = 0; map && k < n_new[i]; k++)
+            for (uint32_t tb = 0; tb < m->tables; tb++) {
+                uint32_t tl = tb / m->th, th = tb % m->th;
+                int64_t got = map[((size_t)tl * total + base + k) * m->th + th];
+                int kept = find_pos(r->table[tb], r->capacity, (int32_t)(first + k)) >= 0;
+                FZ_CHECK((got >= 0) == kept, "append: mapping of row %u position %u "
+                         "table %u: %lld, the model %s it", rows[i], first + k, tb,
+                         (long long)got, kept ? "keeps" : "evicted");
+                int32_t lt[MAX_TABLES * MAX_SLOTS];
+                FZ_CHECK(got < 0 || (got < (int64_t)r->capacity &&
+                                     kve_state_read_slots(st, rows[i], lt, m->tables *
+                                         m->desc.max_slots) == KVE_OK &&
+                                     lt[tb * m->desc.max_slots + got] == (int32_t)(first + k)),
+                         "append: mapping of row %u position %u table %u: slot %lld "
+                         "does not hold it", rows[i], first + k, tb, (long long)got);
+            }
+        base += n_new[i];
+    }
+}
+
+static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
+{
+    uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(in, m->desc.max_seqs);
+    uint64_t total = decode_append(in, m, row, n_rows, rows, n_new, bad);
+    size_t len;
+    int64_t *map = mapping_for(in, *bad ? 1 : (size_t)total * m->tables, &len, bad);
+    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = total};
+    check_rounds_due(m, st, n_rows, rows, n_new, *bad);
+    kve_status s = kve_state_append(st, n_rows, rows, n_new, map || !len ? &sb : NULL);
+    if (s == KVE_OK && !*bad)
+        apply_append(m, st, n_rows, rows, n_new, total, map);
+    free(map);
+    return s;
+}
+
+/* An accepted rebuild of @p row, in the model; its slot_mapping; a rebuild
+ * from a live row's ids (@p from) is that row, slot for slot, when the row
+ * took the default history (prompt, then one by one). */
+static void apply_rebuild(model *m, kve_state *st, uint32_t row, uint32_t from,
+                          const model_row *src, uint64_t seq_id, uint32_t prompt,
+                          uint32_t n_tokens, const int64_t *map)
+{
+    model_open(m, &m->rows[row], seq_id, prompt);
+    for (uint32_t k = 0; k < n_tokens; k++)
+        model_append_one(m, &m->rows[row]);
+    /* no steps given: the prompt in one append, then one token each */
+    m->rows[row].call_pos0 = n_tokens > prompt ? n_tokens - 1 : 0;
+    const model_row *r = &m->rows[row];
+    for (uint32_t p = 0; map && p < n_tokens; p++)
+        for (uint32_t tb = 0; tb < m->tables; tb++) {
+            int64_t got = map[((size_t)(tb / m->th) * n_tokens + p) * m->th + tb % m->th];
+            FZ_CHECK((got >= 0) == (find_pos(r->table[tb], r->capacity, (int32_t)p) >= 0),
+                     "rebuild: mapping of position %u table %u: %lld", p, tb, (long long)got);
+        }
+    if (src->active && seq_id == src->seq_id && prompt == src->prompt &&
+        n_tokens == src->n_tokens && from != row && src->one_by_one) {
+        int32_t a[MAX_TABLES * MAX_SLOTS], b[MAX_TABLES * MAX_SLOTS];
+        size_t n = (size_t)m->tables * m->desc.max_slots;
+        FZ_CHECK(kve_state_read_slots(st, row, a, n) == KVE_OK &&
+                     kve_state_read_slots(st, from, b, n) == KVE_OK && !memcmp(a, b, n * 4),
+                 "rebuild of row %u's ids into row %u differs from it", from, row);
+    }
+}
+
+/* Rebuild: from another row's ids, or fresh ones. */
+static kve_status op_rebuild(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
+{
+    const kve_state_desc *d = &m->desc;
+    uint32_t from = fz_below(in, d->max_seqs);
+    model_row src = m->rows[from];
+    uint64_t seq_id = src.seq_id;
+    uint32_t prompt = src.prompt, n_tokens = src.n_tokens;
+    if (!src.active || (fz_u8(in) & 1)) {
+        seq_id = fz_u8(in);
+        prompt = fz_u8(in) < 250 ? fz_below(in, 14) : fz_u32(in);
+        n_tokens = fz_u8(in) < 250 ? fz_below(in, 3 * MAX_SLOTS) : 0x80000000u;
+    }
+    *bad = row >= d->max_seqs || model_capacity(m, prompt) > d->max_slots ||
+           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu;
+    size_t len;
+    int64_t *map = mapping_for(in, *bad ? 1 : (size_t)n_tokens * m->tables, &len, bad);
+    kve_status s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, NULL, 0, map, len);
+    if (s == KVE_OK && !*bad)
+        apply_rebuild(m, st, row, from, &src, seq_id, prompt, n_tokens, map);
+    free(map);
+    return s;
+}
+
+/* Calls that must fail: NULL arguments, short reads. */
+static kve_status op_must_fail(fz_bytes *in, const model *m, kve_state *st, uint32_t row, int *bad)
+{
+    *bad = 1;
+    uint32_t one = 1;
+    switch (fz_u8(in) % 4) {
+    case 0: return kve_state_append(st, 1, NULL, &one, NULL);
+    case 1: return kve_state_append(st, 1, &row, NULL, NULL);
+    case 2: {
+        kve_step_buffers none = {.max_tokens = 1};
+        int32_t mv[2];
+        none.moves = mv; /* moves without n_moves */
+        return kve_state_append(st, 1, &row, &one, &none);
+    }
+    default: {
+        int ok_row = row < m->desc.max_seqs;
+        size_t n = (size_t)m->tables * m->desc.max_slots;
+        int32_t small[1];
+        kve_status s = ok_row && m->rows[row].active
+                           ? kve_state_read_slots(st, row, small, n - 1 + (n == 1))
+                           : kve_state_retire(st, row);
+        if (ok_row && m->rows[row].active && n == 1)
+            *bad = 0; /* one element is enough there */
+        return s;
+    }
+    }
+}
+
+/* One step of the program: an operation on a row (sometimes out of range),
+ * its verdict, and after a failure the state unchanged. */
+static void run_step(fz_bytes *in, model *m, kve_state *st)
+{
+    const kve_state_desc *d = &m->desc;
+    uint8_t op = fz_u8(in) % 8;
+    uint32_t row = fz_u8(in) < 245 ? fz_below(in, d->max_seqs) : d->max_seqs + fz_u8(in) % 3;
+    int bad = 0;
+    snapshot before;
+    take(m, st, &before);
+    kve_status s;
+    if (op == 0 || op == 1)
+        s = op_admit(in, m, st, row, &bad);
+    else if (op == 2)
+        s = op_retire(m, st, row, &bad);
+    else if (op <= 5)
+        s = op_append(in, m, st, row, &bad);
+    else if (op == 6)
+        s = op_rebuild(in, m, st, row, &bad);
+    else
+        s = op_must_fail(in, m, st, row, &bad);
+    if (bad) {
+        FZ_CHECK(s != KVE_OK, "op %u: an invalid call was accepted", op);
+        FZ_CHECK_ERROR_MESSAGE(s);
+    } else
+        FZ_CHECK(s == KVE_OK, "op %u: a valid call failed: %s", op, kve_status_string(s));
+    if (s != KVE_OK) {
+        snapshot after;
+        take(m, st, &after);
+        FZ_CHECK(!memcmp(&before, &after, sizeof before), "op %u: a failed call (%s) changed the state",
+                 op, kve_status_string(s));
+    }
+    check_all(m, st);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_bytes in = {data, size};
@@ -256,25 +520,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static model m;
     memset(&m, 0, sizeof m);
     kve_state_desc *d = &m.desc;
-    d->schedule.seed = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
-    d->schedule.flags = fz_u8(&in) & 7;
-    d->schedule.budget = fz_below(&in, 13);
-    d->schedule.window = fz_below(&in, 7);
-    d->schedule.interval = 1 + fz_below(&in, 5);
-    d->max_seqs = 1 + fz_below(&in, MAX_ROWS);
-    d->n_layers = 1 + fz_below(&in, 2);
-    d->n_heads = 1 + fz_below(&in, 3);
-    d->layer_offset = fz_u8(&in) < 250 ? fz_below(&in, 40) : UINT32_MAX - fz_below(&in, 2);
-    d->head_offset = fz_u8(&in) < 250 ? fz_below(&in, 40) : UINT32_MAX - fz_below(&in, 2);
-    uint32_t min_slots = model_capacity(&m, 0);
-    d->max_slots = min_slots + fz_below(&in, 24) - (fz_u8(&in) >= 250);
-    if (d->max_slots > MAX_SLOTS)
-        d->max_slots = MAX_SLOTS;
-    m.tl = d->schedule.flags & KVE_SHARED_LAYERS ? 1 : d->n_layers;
-    m.th = d->schedule.flags & KVE_SHARED_HEADS ? 1 : d->n_heads;
-    m.tables = m.tl * m.th;
-    int bad_desc = d->layer_offset > UINT32_MAX - (d->n_layers - 1) ||
-                   d->head_offset > UINT32_MAX - (d->n_heads - 1) || d->max_slots < min_slots;
+    int bad_desc = decode_desc(&in, &m);
     size_t mem_bytes = 0;
     void *mem = NULL;
     kve_state *st = NULL;
@@ -295,177 +541,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                  lay.max_seqs == d->max_seqs,
              "layout");
     check_all(&m, st);
-    for (int step = 0; step < 48 && in.n; step++) {
-        uint8_t op = fz_u8(&in) % 8;
-        uint32_t row = fz_u8(&in) < 245 ? fz_below(&in, d->max_seqs) : d->max_seqs + fz_u8(&in) % 3;
-        int ok_row = row < d->max_seqs;
-        int bad = 0;
-        snapshot before;
-        take(&m, st, &before);
-        if (op == 0 || op == 1) { /* admit */
-            uint64_t seq_id = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
-            uint32_t prompt = fz_u8(&in) < 245 ? fz_below(&in, 14) : fz_u32(&in);
-            bad = !ok_row || m.rows[row].active || model_capacity(&m, prompt) > d->max_slots ||
-                  (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64;
-            s = kve_state_admit(st, row, seq_id, prompt);
-            if (s == KVE_OK && !bad)
-                model_open(&m, &m.rows[row], seq_id, prompt);
-        } else if (op == 2) { /* retire */
-            bad = !ok_row || !m.rows[row].active;
-            s = kve_state_retire(st, row);
-            if (s == KVE_OK && !bad)
-                m.rows[row].active = 0;
-        } else if (op <= 5) { /* append to a few rows */
-            uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(&in, d->max_seqs);
-            uint64_t total = 0;
-            for (uint32_t i = 0; i < n_rows; i++) {
-                rows[i] = i ? fz_below(&in, d->max_seqs) : (ok_row ? row : row);
-                /* rarely a count that passes position 2^31-1 (never one that
-                 * is valid and huge: the model appends token by token) */
-                n_new[i] = fz_u8(&in) < 250 ? fz_below(&in, 2 * MAX_SLOTS) : 0x80000000u - fz_below(&in, 2);
-                if (rows[i] < d->max_seqs && n_new[i] >= 0x7fffffffu - 4 * MAX_SLOTS &&
-                    (uint64_t)m.rows[rows[i]].n_tokens + n_new[i] <= 0x7fffffffu)
-                    n_new[i] = 0x80000000u;
-                total += n_new[i];
-                int seen = 0;
-                for (uint32_t j = 0; j < i; j++)
-                    seen |= rows[j] == rows[i];
-                bad |= rows[i] >= d->max_seqs || !m.rows[rows[i]].active || seen ||
-                       (uint64_t)m.rows[rows[i]].n_tokens + n_new[i] > 0x7fffffffu;
-            }
-            if (total > 4 * MAX_SLOTS) /* too long a program step to model: trim */
-                for (uint32_t i = 0; i < n_rows; i++)
-                    n_new[i] = n_new[i] > 0x7ffffffeu ? n_new[i] : n_new[i] % 8;
-            total = 0;
-            for (uint32_t i = 0; i < n_rows; i++)
-                total += n_new[i];
-            size_t len;
-            int64_t *map = mapping_for(&in, bad ? 1 : (size_t)total * m.tables, &len, &bad);
-            kve_step_buffers sb = {.slot_mapping = map, .max_tokens = total};
-            /* kve_state_rounds_due (host bookkeeping) before the call: the
-             * model's count for every row of a valid call */
-            uint32_t due[MAX_ROWS + 1];
-            kve_status sd = kve_state_rounds_due(st, n_rows, rows, n_new, due);
-            for (uint32_t i = 0; !bad && i < n_rows; i++) {
-                FZ_CHECK(sd == KVE_OK, "rounds_due: status %d on a valid call: %s", (int)sd,
-                         kve_last_error());
-                uint32_t want = model_rounds_due(&m, &m.rows[rows[i]], n_new[i]);
-                FZ_CHECK(due[i] == want, "rounds_due: row %u, %u tokens: %u rounds, the model %u",
-                         rows[i], n_new[i], due[i], want);
-            }
-            FZ_CHECK(kve_state_rounds_due(st, n_rows, NULL, n_new, due) == KVE_ERR_NULL &&
-                         kve_state_rounds_due(st, n_rows, rows, n_new, NULL) == KVE_ERR_NULL,
-                     "rounds_due: NULL rows or out_due accepted");
-            s = kve_state_append(st, n_rows, rows, n_new, map || !len ? &sb : NULL);
-            if (s == KVE_OK && !bad) {
-                size_t base = 0;
-                for (uint32_t i = 0; i < n_rows; i++) {
-                    model_row *r = &m.rows[rows[i]];
-                    uint32_t first = r->n_tokens;
-                    for (uint32_t k = 0; k < n_new[i]; k++)
-                        model_append_one(&m, r);
-                    if (n_new[i])
-                        r->call_pos0 = first;
-                    if (n_new[i] > 1 && (uint64_t)first + n_new[i] > r->capacity)
-                        r->one_by_one = 0;
-                    /* slot_mapping: where each token is now, -1 if evicted since */
-                    for (uint32_t k = 0; map && k < n_new[i]; k++)
-                        for (uint32_t tb = 0; tb < m.tables; tb++) {
-                            uint32_t tl = tb / m.th, th = tb % m.th;
-                            int64_t got = map[((size_t)tl * total + base + k) * m.th + th];
-                            int kept = find_pos(r->table[tb], r->capacity, (int32_t)(first + k)) >= 0;
-                            FZ_CHECK((got >= 0) == kept, "append: mapping of row %u position %u "
-                                     "table %u: %lld, the model %s it", rows[i], first + k, tb,
-                                     (long long)got, kept ? "keeps" : "evicted");
-                            int32_t lt[MAX_TABLES * MAX_SLOTS];
-                            FZ_CHECK(got < 0 || (got < (int64_t)r->capacity &&
-                                                 kve_state_read_slots(st, rows[i], lt, m.tables *
-                                                     d->max_slots) == KVE_OK &&
-                                                 lt[tb * d->max_slots + got] == (int32_t)(first + k)),
-                                     "append: mapping of row %u position %u table %u: slot %lld "
-                                     "does not hold it", rows[i], first + k, tb, (long long)got);
-                        }
-                    base += n_new[i];
-                }
-            }
-            free(map);
-        } else if (op == 6) { /* rebuild: from another row's ids, or fresh ones */
-            uint32_t from = fz_below(&in, d->max_seqs);
-            model_row src = m.rows[from];
-            uint64_t seq_id = src.seq_id;
-            uint32_t prompt = src.prompt, n_tokens = src.n_tokens;
-            if (!src.active || (fz_u8(&in) & 1)) {
-                seq_id = fz_u8(&in);
-                prompt = fz_u8(&in) < 250 ? fz_below(&in, 14) : fz_u32(&in);
-                n_tokens = fz_u8(&in) < 250 ? fz_below(&in, 3 * MAX_SLOTS) : 0x80000000u;
-            }
-            bad = !ok_row || model_capacity(&m, prompt) > d->max_slots ||
-                  (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu;
-            size_t len;
-            int64_t *map = mapping_for(&in, bad ? 1 : (size_t)n_tokens * m.tables, &len, &bad);
-            s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, NULL, 0, map, len);
-            if (s == KVE_OK && !bad) {
-                model_open(&m, &m.rows[row], seq_id, prompt);
-                for (uint32_t k = 0; k < n_tokens; k++)
-                    model_append_one(&m, &m.rows[row]);
-                /* no steps given: the prompt in one append, then one token each */
-                m.rows[row].call_pos0 = n_tokens > prompt ? n_tokens - 1 : 0;
-                const model_row *r = &m.rows[row];
-                for (uint32_t p = 0; map && p < n_tokens; p++)
-                    for (uint32_t tb = 0; tb < m.tables; tb++) {
-                        int64_t got = map[((size_t)(tb / m.th) * n_tokens + p) * m.th + tb % m.th];
-                        FZ_CHECK((got >= 0) == (find_pos(r->table[tb], r->capacity, (int32_t)p) >= 0),
-                                 "rebuild: mapping of position %u table %u: %lld", p, tb, (long long)got);
-                    }
-                /* a rebuild from a live row's ids is that row, slot for slot, when
-                 * the row took the default history (prompt, then one by one) */
-                if (src.active && seq_id == src.seq_id && prompt == src.prompt &&
-                    n_tokens == src.n_tokens && from != row && src.one_by_one) {
-                    int32_t a[MAX_TABLES * MAX_SLOTS], b[MAX_TABLES * MAX_SLOTS];
-                    size_t n = (size_t)m.tables * d->max_slots;
-                    FZ_CHECK(kve_state_read_slots(st, row, a, n) == KVE_OK &&
-                                 kve_state_read_slots(st, from, b, n) == KVE_OK && !memcmp(a, b, n * 4),
-                             "rebuild of row %u's ids into row %u differs from it", from, row);
-                }
-            }
-            free(map);
-        } else { /* calls that must fail: NULL arguments, short reads */
-            bad = 1;
-            uint32_t one = 1;
-            switch (fz_u8(&in) % 4) {
-            case 0: s = kve_state_append(st, 1, NULL, &one, NULL); break;
-            case 1: s = kve_state_append(st, 1, &row, NULL, NULL); break;
-            case 2: {
-                kve_step_buffers none = {.max_tokens = 1};
-                int32_t mv[2];
-                none.moves = mv; /* moves without n_moves */
-                s = kve_state_append(st, 1, &row, &one, &none);
-                break;
-            }
-            default: {
-                int32_t small[1];
-                s = ok_row && m.rows[row].active
-                        ? kve_state_read_slots(st, row, small, (size_t)m.tables * d->max_slots - 1 + (m.tables * d->max_slots == 1))
-                        : kve_state_retire(st, row);
-                if (ok_row && m.rows[row].active && m.tables * d->max_slots == 1)
-                    bad = 0; /* one element is enough there */
-                break;
-            }
-            }
-        }
-        if (bad) {
-            FZ_CHECK(s != KVE_OK, "op %u: an invalid call was accepted", op);
-            FZ_CHECK_ERROR_MESSAGE(s);
-        } else
-            FZ_CHECK(s == KVE_OK, "op %u: a valid call failed: %s", op, kve_status_string(s));
-        if (s != KVE_OK) {
-            snapshot after;
-            take(&m, st, &after);
-            FZ_CHECK(!memcmp(&before, &after, sizeof before), "op %u: a failed call (%s) changed the state",
-                     op, kve_status_string(s));
-        }
-        check_all(&m, st);
-    }
+    for (int step = 0; step < 48 && in.n; step++)
+        run_step(&in, &m, st);
     kve_state_destroy(st);
     free(mem);
     return 0;

@@ -94,24 +94,19 @@ static const int32_t kve_gs_scored_within_budget_kept[4] = {
     0, 1, 2, 4,
 };
 
+/* A case's four arrays, by the case's name. */
+#define KVE_GS_ARRAYS(n) kve_gs_##n##_slot_pos, kve_gs_##n##_scores, kve_gs_##n##_evicted, kve_gs_##n##_kept
 static const kve_golden_scored kve_golden_scored_cases[] = {
-    {"scored_basic", 4, 2, 10, 16, kve_gs_scored_basic_slot_pos, kve_gs_scored_basic_scores, kve_gs_scored_basic_evicted,
-     kve_gs_scored_basic_kept, 6, 10, 0},
-    {"scored_zeros", 0, 0, 2, 6, kve_gs_scored_zeros_slot_pos, kve_gs_scored_zeros_scores, kve_gs_scored_zeros_evicted,
-     kve_gs_scored_zeros_kept, 4, 2, 0},
-    {"scored_all_equal", 1, 1, 4, 8, kve_gs_scored_all_equal_slot_pos, kve_gs_scored_all_equal_scores, kve_gs_scored_all_equal_evicted,
-     kve_gs_scored_all_equal_kept, 4, 4, 0},
-    {"scored_infinities", 0, 1, 3, 7, kve_gs_scored_infinities_slot_pos, kve_gs_scored_infinities_scores, kve_gs_scored_infinities_evicted,
-     kve_gs_scored_infinities_kept, 4, 3, 0},
-    {"scored_over_budget", 6, 2, 5, 10, kve_gs_scored_over_budget_slot_pos, kve_gs_scored_over_budget_scores, kve_gs_scored_over_budget_evicted,
-     kve_gs_scored_over_budget_kept, 2, 8, 1},
-    {"scored_budget_zero", 0, 0, 0, 6, kve_gs_scored_budget_zero_slot_pos, kve_gs_scored_budget_zero_scores, kve_gs_scored_budget_zero_evicted,
-     kve_gs_scored_budget_zero_kept, 4, 0, 0},
-    {"scored_holes", 2, 2, 5, 10, kve_gs_scored_holes_slot_pos, kve_gs_scored_holes_scores, kve_gs_scored_holes_evicted,
-     kve_gs_scored_holes_kept, 3, 5, 0},
-    {"scored_within_budget", 0, 0, 8, 5, kve_gs_scored_within_budget_slot_pos, kve_gs_scored_within_budget_scores, kve_gs_scored_within_budget_evicted,
-     kve_gs_scored_within_budget_kept, 0, 4, 0},
+    {"scored_basic", 4, 2, 10, 16, KVE_GS_ARRAYS(scored_basic), 6, 10, 0},
+    {"scored_zeros", 0, 0, 2, 6, KVE_GS_ARRAYS(scored_zeros), 4, 2, 0},
+    {"scored_all_equal", 1, 1, 4, 8, KVE_GS_ARRAYS(scored_all_equal), 4, 4, 0},
+    {"scored_infinities", 0, 1, 3, 7, KVE_GS_ARRAYS(scored_infinities), 4, 3, 0},
+    {"scored_over_budget", 6, 2, 5, 10, KVE_GS_ARRAYS(scored_over_budget), 2, 8, 1},
+    {"scored_budget_zero", 0, 0, 0, 6, KVE_GS_ARRAYS(scored_budget_zero), 4, 0, 0},
+    {"scored_holes", 2, 2, 5, 10, KVE_GS_ARRAYS(scored_holes), 3, 5, 0},
+    {"scored_within_budget", 0, 0, 8, 5, KVE_GS_ARRAYS(scored_within_budget), 0, 4, 0},
 };
+#undef KVE_GS_ARRAYS
 #define KVE_GOLDEN_N_SCORED (sizeof kve_golden_scored_cases / sizeof kve_golden_scored_cases[0])
 
 #endif

@@ -82,13 +82,16 @@ def header_text(cs, c_array):
         h.append(c_array("kve_gs_%s_evicted" % n, c["evicted"]).rstrip())
         h.append(c_array("kve_gs_%s_kept" % n, c["kept"]).rstrip())
     h.append("")
+    h.append("/* A case's four arrays, by the case's name. */")
+    h.append("#define KVE_GS_ARRAYS(n) kve_gs_##n##_slot_pos, kve_gs_##n##_scores, "
+             "kve_gs_##n##_evicted, kve_gs_##n##_kept")
     h.append("static const kve_golden_scored kve_golden_scored_cases[] = {")
     for c in cs:
-        n = c["name"]
-        h.append("    {\"%s\", %d, %d, %d, %d, kve_gs_%s_slot_pos, kve_gs_%s_scores, kve_gs_%s_evicted,"
-                 % (n, c["P"], c["W"], c["B"], len(c["slot_pos"]), n, n, n))
-        h.append("     kve_gs_%s_kept, %d, %d, %d}," % (n, len(c["evicted"]), len(c["kept"]), int(c["over"])))
+        h.append("    {\"%s\", %d, %d, %d, %d, KVE_GS_ARRAYS(%s), %d, %d, %d},"
+                 % (c["name"], c["P"], c["W"], c["B"], len(c["slot_pos"]), c["name"],
+                    len(c["evicted"]), len(c["kept"]), int(c["over"])))
     h.append("};")
+    h.append("#undef KVE_GS_ARRAYS")
     h.append("#define KVE_GOLDEN_N_SCORED (sizeof kve_golden_scored_cases / sizeof kve_golden_scored_cases[0])")
     h.append("")
     h.append("#endif")

@@ -10,7 +10,7 @@
  *     };
  *     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
  *
- * tests/CMakeLists.txt's kve_add_check_suite() reads the same lines from the
+ * tests/lib/kve_tests.cmake's kve_add_check_suite() reads the same lines from the
  * sources and registers one ctest test per group, telling the runner its
  * group, how many entries it read there and every group it registered
  * (KVE_SUITE_GROUP, KVE_SUITE_ENTRIES, KVE_SUITE_GROUPS). The runner fails

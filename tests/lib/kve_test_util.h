@@ -1,4 +1,4 @@
-/* kve_test_util.h — shared helpers of the core test suites: a seeded RNG,
+/* kve_test_util.h — shared helpers of the Check suites (tests/lib): a seeded RNG,
  * random slot tables, and one-call eviction into host buffers. */
 #ifndef KVE_TEST_UTIL_H
 #define KVE_TEST_UTIL_H
@@ -7,17 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kve_test_base.h"
 #include "kvevict.h"
 
-static inline uint64_t kt_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static inline uint64_t kt_next(uint64_t *s) { return kve_splitmix64(s); }
 
-static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)(kt_next(s) % n) : 0; }
+static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)(kve_splitmix64(s) % n) : 0; }
 
 #define KT_OK(expr)                                                                              \
     do {                                                                                         \
