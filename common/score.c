@@ -284,7 +284,7 @@ kve_status kve_score(kve_context *ctx, const kve_score_desc *desc)
 /* Row rows[i]'s scoring row for the call, or 0 when no round runs for it;
  * KVE_ERR_INVALID when the call would break the scored state's rules. */
 static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t row, uint32_t n_new,
-                                      uint32_t tl, const kve_score_desc *desc,
+                                      uint32_t table_layer, const kve_score_desc *desc,
                                       size_t stride_row, size_t stride_table, kve_score_row *out,
                                       int *due)
 {
@@ -302,8 +302,8 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     KVE_RETURN_ERROR_IF(stride_table < r->capacity, KVE_ERR_RANGE,
                         "scores_stride_table = %zu: row %u's tables hold %u slots", stride_table,
                         row, r->capacity);
-    out->table_offset = r->off * s->tables + (uint64_t)tl * s->th * r->capacity;
-    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)tl * s->th * stride_table;
+    out->table_offset = r->off * s->tables + (uint64_t)table_layer * s->table_heads * r->capacity;
+    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)table_layer * s->table_heads * stride_table;
     out->n_slots = r->capacity;
     out->table_stride = r->capacity;
     out->prompt_len = r->prompt;
@@ -325,8 +325,8 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(!n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->tl, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer, s->tl);
+    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer, s->table_layers);
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: the state holds %u rows", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
@@ -361,7 +361,7 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     }
     if (st == KVE_OK) {
         kve_score_desc d = *desc;
-        d.heads_per_table = s->th == 1 ? s->d.n_heads : 1;
+        d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
         d.n_rows = n;
         d.rows = sr;
         d.slot_pos = s->slot_pos;
