@@ -9,6 +9,7 @@
 
 #include "device/cache_write_body.h"
 #include "kve_backend.h"
+#include "kve_check.h"
 #include "kve_error.h"
 
 static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
@@ -199,11 +200,8 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
                         "desc.n_caches = %u: must be 1..%d", d->n_caches, KVE_MAX_CACHES);
     KVE_RETURN_ERROR_IF(d->layout != KVE_LAYOUT_NHD && d->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.layout = %d: not a kve_cache_layout value", (int)d->layout);
-    KVE_RETURN_ERROR_IF(d->page_table < KVE_PAGES_NONE || d->page_table > KVE_PAGES_FLAT,
-                        KVE_ERR_INVALID, "desc.page_table = %d: not a kve_page_table value",
-                        (int)d->page_table);
-    KVE_RETURN_ERROR_IF(d->page_size == 0, KVE_ERR_RANGE, "desc.page_size = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(d->n_pages == 0, KVE_ERR_RANGE, "desc.n_pages = 0: must be >= 1");
+    kve_pages_view pages = KVE_PAGES_VIEW(d);
+    KVE_TRY(kve_check_pages("desc", &pages));
     for (uint32_t c = 0; c < d->n_caches; c++) {
         KVE_TRY(kve_check_part(d, c));
         size_t dense, es = kve_dtype_size(d->part[c].dst_dtype);
@@ -217,26 +215,11 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
         KVE_RETURN_ERROR_IF(!d->src[c], KVE_ERR_NULL, "desc.src[%u] is NULL", c);
         KVE_RETURN_ERROR_IF(!d->dst[c], KVE_ERR_NULL, "desc.dst[%u] is NULL", c);
     }
-    if (d->page_table != KVE_PAGES_FLAT) {
-        KVE_RETURN_ERROR_IF(d->n_rows == 0, KVE_ERR_RANGE, "desc.n_rows = 0: must be >= 1");
-        KVE_RETURN_ERROR_IF(!d->token_row, KVE_ERR_NULL, "desc.token_row is NULL");
-    }
-    KVE_RETURN_ERROR_IF(d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages, KVE_ERR_RANGE,
-                        "desc.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages = %u",
-                        d->n_rows, d->n_pages);
+    KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT && !d->token_row, KVE_ERR_NULL,
+                        "desc.token_row is NULL");
     KVE_RETURN_ERROR_IF(!d->slots, KVE_ERR_NULL, "desc.slots is NULL");
     KVE_RETURN_ERROR_IF(d->slots_stride_token == 0, KVE_ERR_RANGE,
                         "desc.slots_stride_token = 0: must be >= 1");
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        KVE_RETURN_ERROR_IF(!d->block_table, KVE_ERR_NULL, "desc.block_table is NULL");
-        KVE_RETURN_ERROR_IF(d->blocks_per_row == 0, KVE_ERR_RANGE,
-                            "desc.blocks_per_row = 0: must be >= 1");
-    }
-    if (d->page_table == KVE_PAGES_INDPTR) {
-        KVE_RETURN_ERROR_IF(!d->indptr, KVE_ERR_NULL, "desc.indptr is NULL");
-        KVE_RETURN_ERROR_IF(!d->indices, KVE_ERR_NULL, "desc.indices is NULL");
-        KVE_RETURN_ERROR_IF(!d->last_page_len, KVE_ERR_NULL, "desc.last_page_len is NULL");
-    }
     return KVE_OK;
 }
 

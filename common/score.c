@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "device/score_body.h"
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 
@@ -28,29 +29,10 @@ static kve_status kve_check_keys(const kve_key_cache *k)
     KVE_RETURN_ERROR_IF(k->n_heads == 0, KVE_ERR_RANGE, "desc.keys.n_heads = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(k->layout != KVE_LAYOUT_NHD && k->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.keys.layout = %d: not a kve_cache_layout value", (int)k->layout);
-    KVE_RETURN_ERROR_IF(k->page_table < KVE_PAGES_NONE || k->page_table > KVE_PAGES_FLAT,
-                        KVE_ERR_INVALID, "desc.keys.page_table = %d: not a kve_page_table value",
-                        (int)k->page_table);
-    KVE_RETURN_ERROR_IF(k->page_size == 0, KVE_ERR_RANGE, "desc.keys.page_size = 0: must be >= 1");
+    kve_pages_view pages = KVE_PAGES_VIEW(k);
+    KVE_TRY(kve_check_pages("desc.keys", &pages));
     KVE_RETURN_ERROR_IF(k->page_size > INT32_MAX, KVE_ERR_RANGE,
                         "desc.keys.page_size = %u: must be <= 2^31-1", k->page_size);
-    KVE_RETURN_ERROR_IF(k->n_pages == 0, KVE_ERR_RANGE, "desc.keys.n_pages = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(k->page_table != KVE_PAGES_FLAT && k->n_rows == 0, KVE_ERR_RANGE,
-                        "desc.keys.n_rows = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(k->page_table == KVE_PAGES_NONE && k->n_rows > k->n_pages, KVE_ERR_RANGE,
-                        "desc.keys.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages "
-                        "= %u",
-                        k->n_rows, k->n_pages);
-    if (k->page_table == KVE_PAGES_BLOCK_TABLE) {
-        KVE_RETURN_ERROR_IF(!k->block_table, KVE_ERR_NULL, "desc.keys.block_table is NULL");
-        KVE_RETURN_ERROR_IF(k->blocks_per_row == 0, KVE_ERR_RANGE,
-                            "desc.keys.blocks_per_row = 0: must be >= 1");
-    }
-    if (k->page_table == KVE_PAGES_INDPTR) {
-        KVE_RETURN_ERROR_IF(!k->indptr, KVE_ERR_NULL, "desc.keys.indptr is NULL");
-        KVE_RETURN_ERROR_IF(!k->indices, KVE_ERR_NULL, "desc.keys.indices is NULL");
-        KVE_RETURN_ERROR_IF(!k->last_page_len, KVE_ERR_NULL, "desc.keys.last_page_len is NULL");
-    }
     return KVE_OK;
 }
 
