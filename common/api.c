@@ -10,12 +10,19 @@
 #include "kve_cpu_isa.h"
 #include "kve_digest.h"
 #include "kve_error.h"
+#include "kve_util.h"
 #include "kve_validate.h"
-
-#define KVE_ALLOC_ALIGN 256
 
 #define KVE_CHECK_CTX(ctx) KVE_RETURN_ERROR_IF(!(ctx), KVE_ERR_NULL, "ctx is NULL")
 #define KVE_CHECK_OUT(p) KVE_RETURN_ERROR_IF(!(p), KVE_ERR_NULL, #p " is NULL")
+/* The body of a context getter: both pointers checked, then the field. */
+#define KVE_CONTEXT_GET(ctx, out, field)                                                         \
+    do {                                                                                         \
+        KVE_CHECK_CTX(ctx);                                                                      \
+        KVE_CHECK_OUT(out);                                                                      \
+        *(out) = (ctx)->field;                                                                   \
+        return KVE_OK;                                                                           \
+    } while (0)
 
 kve_status kve_context_create(kve_backend backend, kve_context **out)
 {
@@ -57,10 +64,7 @@ kve_status kve_context_destroy(kve_context *ctx)
 
 kve_status kve_context_get_backend(const kve_context *ctx, kve_backend *out)
 {
-    KVE_CHECK_CTX(ctx);
-    KVE_CHECK_OUT(out);
-    *out = ctx->backend;
-    return KVE_OK;
+    KVE_CONTEXT_GET(ctx, out, backend);
 }
 
 kve_status kve_context_set_threads(kve_context *ctx, int threads)
@@ -74,10 +78,7 @@ kve_status kve_context_set_threads(kve_context *ctx, int threads)
 
 kve_status kve_context_get_threads(const kve_context *ctx, int *out)
 {
-    KVE_CHECK_CTX(ctx);
-    KVE_CHECK_OUT(out);
-    *out = ctx->threads;
-    return KVE_OK;
+    KVE_CONTEXT_GET(ctx, out, threads);
 }
 
 kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa)
@@ -88,10 +89,7 @@ kve_status kve_context_set_cpu_isa(kve_context *ctx, kve_cpu_isa isa)
 
 kve_status kve_context_get_cpu_isa(const kve_context *ctx, kve_cpu_isa *out)
 {
-    KVE_CHECK_CTX(ctx);
-    KVE_CHECK_OUT(out);
-    *out = ctx->isa;
-    return KVE_OK;
+    KVE_CONTEXT_GET(ctx, out, isa);
 }
 
 kve_status kve_context_set_device(kve_context *ctx, int device)
@@ -105,10 +103,7 @@ kve_status kve_context_set_device(kve_context *ctx, int device)
 
 kve_status kve_context_get_device(const kve_context *ctx, int *out)
 {
-    KVE_CHECK_CTX(ctx);
-    KVE_CHECK_OUT(out);
-    *out = ctx->device;
-    return KVE_OK;
+    KVE_CONTEXT_GET(ctx, out, device);
 }
 
 kve_status kve_context_set_stream(kve_context *ctx, void *stream)
@@ -120,10 +115,7 @@ kve_status kve_context_set_stream(kve_context *ctx, void *stream)
 
 kve_status kve_context_get_stream(const kve_context *ctx, void **out)
 {
-    KVE_CHECK_CTX(ctx);
-    KVE_CHECK_OUT(out);
-    *out = ctx->stream;
-    return KVE_OK;
+    KVE_CONTEXT_GET(ctx, out, stream);
 }
 
 kve_status kve_context_synchronize(kve_context *ctx)

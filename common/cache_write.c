@@ -7,8 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "device/convert_body.h"
+#include "device/cache_write_body.h"
 #include "kve_backend.h"
+#include "kve_check.h"
 #include "kve_error.h"
 
 static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
@@ -199,11 +200,8 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
                         "desc.n_caches = %u: must be 1..%d", d->n_caches, KVE_MAX_CACHES);
     KVE_RETURN_ERROR_IF(d->layout != KVE_LAYOUT_NHD && d->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.layout = %d: not a kve_cache_layout value", (int)d->layout);
-    KVE_RETURN_ERROR_IF(d->page_table < KVE_PAGES_NONE || d->page_table > KVE_PAGES_FLAT,
-                        KVE_ERR_INVALID, "desc.page_table = %d: not a kve_page_table value",
-                        (int)d->page_table);
-    KVE_RETURN_ERROR_IF(d->page_size == 0, KVE_ERR_RANGE, "desc.page_size = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(d->n_pages == 0, KVE_ERR_RANGE, "desc.n_pages = 0: must be >= 1");
+    kve_pages_view pages = KVE_PAGES_VIEW(d);
+    KVE_TRY(kve_check_pages("desc", &pages));
     for (uint32_t c = 0; c < d->n_caches; c++) {
         KVE_TRY(kve_check_part(d, c));
         size_t dense, es = kve_dtype_size(d->part[c].dst_dtype);
@@ -217,26 +215,11 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
         KVE_RETURN_ERROR_IF(!d->src[c], KVE_ERR_NULL, "desc.src[%u] is NULL", c);
         KVE_RETURN_ERROR_IF(!d->dst[c], KVE_ERR_NULL, "desc.dst[%u] is NULL", c);
     }
-    if (d->page_table != KVE_PAGES_FLAT) {
-        KVE_RETURN_ERROR_IF(d->n_rows == 0, KVE_ERR_RANGE, "desc.n_rows = 0: must be >= 1");
-        KVE_RETURN_ERROR_IF(!d->token_row, KVE_ERR_NULL, "desc.token_row is NULL");
-    }
-    KVE_RETURN_ERROR_IF(d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages, KVE_ERR_RANGE,
-                        "desc.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages = %u",
-                        d->n_rows, d->n_pages);
+    KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT && !d->token_row, KVE_ERR_NULL,
+                        "desc.token_row is NULL");
     KVE_RETURN_ERROR_IF(!d->slots, KVE_ERR_NULL, "desc.slots is NULL");
     KVE_RETURN_ERROR_IF(d->slots_stride_token == 0, KVE_ERR_RANGE,
                         "desc.slots_stride_token = 0: must be >= 1");
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        KVE_RETURN_ERROR_IF(!d->block_table, KVE_ERR_NULL, "desc.block_table is NULL");
-        KVE_RETURN_ERROR_IF(d->blocks_per_row == 0, KVE_ERR_RANGE,
-                            "desc.blocks_per_row = 0: must be >= 1");
-    }
-    if (d->page_table == KVE_PAGES_INDPTR) {
-        KVE_RETURN_ERROR_IF(!d->indptr, KVE_ERR_NULL, "desc.indptr is NULL");
-        KVE_RETURN_ERROR_IF(!d->indices, KVE_ERR_NULL, "desc.indices is NULL");
-        KVE_RETURN_ERROR_IF(!d->last_page_len, KVE_ERR_NULL, "desc.last_page_len is NULL");
-    }
     return KVE_OK;
 }
 
@@ -291,58 +274,57 @@ static kve_status kve_check_strides(const kve_cache_write_desc *r)
     return KVE_OK;
 }
 
-/* Slots a row may use and the page of each: host-memory checks. */
+/* Slots a row may use and the page of each: host-memory checks, by the
+ * device's own lookup (kve_cw_lookup), each rule it finds broken named. */
 static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint32_t h, int32_t row,
                                  int64_t slot)
 {
-    int64_t limit = d->page_size;
-    int64_t blk = slot / d->page_size;
-    int64_t page = row;
-    const char *rule = "page_size";
-    if (d->page_table == KVE_PAGES_FLAT) {
-        limit = (int64_t)d->n_pages * d->page_size;
-        rule = "n_pages * page_size, flat slots";
-        page = blk;
-    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        limit = (int64_t)d->blocks_per_row * d->page_size;
-        rule = "blocks_per_row * page_size";
-        if (slot >= 0 && slot < limit)
-            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)blk];
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
-        /* indptr[0] = 0 and 0 <= lo <= hi <= indptr[n_rows], the length of
-         * indices: the row's pages are read within indices. Checked for the
-         * rows tokens use, token by token, as the device checks them. */
-        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-        int32_t end = d->indptr[d->n_rows];
-        KVE_RETURN_ERROR_IF(d->indptr[0] != 0, KVE_ERR_RANGE,
-                            "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; token "
-                            "%u uses row %d)",
-                            d->indptr[0], t, row);
-        KVE_RETURN_ERROR_IF(lo < 0 || hi < lo, KVE_ERR_RANGE,
-                            "desc.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
-                            "(indptr must not decrease)",
-                            row, lo, row + 1, hi, row);
-        KVE_RETURN_ERROR_IF(hi > end, KVE_ERR_RANGE,
-                            "desc.indptr[%d] = %d, indptr[%u] = %d: row %d ends past "
-                            "indptr[n_rows], the length of indices",
-                            row + 1, hi, d->n_rows, end, row);
-        KVE_RETURN_ERROR_IF(hi > lo && (last < 1 || (uint32_t)last > d->page_size), KVE_ERR_RANGE,
-                            "desc.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
-                            d->page_size);
-        limit = hi > lo ? (int64_t)(hi - lo - 1) * d->page_size + last : 0;
-        rule = "the row's length by indptr and last_page_len";
-        if (slot >= 0 && slot < limit)
-            page = d->indices[lo + blk];
+    kve_cw_place at;
+    int fault = kve_cw_lookup(d, row, slot, &at);
+    int32_t lo = 0, hi = 0, last = 0, end = 0;
+    if (d->page_table == KVE_PAGES_INDPTR) {
+        lo = d->indptr[row];
+        hi = d->indptr[row + 1];
+        last = d->last_page_len[row];
+        end = d->indptr[d->n_rows];
     }
-    KVE_RETURN_ERROR_IF(slot < -1 || slot >= limit, KVE_ERR_RANGE,
-                        "desc.slots[token %u][head %u] = %lld: must be -1 or 0..%lld (%s, row %d)",
-                        t, h, (long long)slot, (long long)limit - 1, rule, row);
-    KVE_RETURN_ERROR_IF(page < 0 || page >= d->n_pages, KVE_ERR_RANGE,
-                        "page %lld of row %d, slot %lld (from desc.%s): must be 0..%u",
-                        (long long)page, row, (long long)slot,
-                        d->page_table == KVE_PAGES_BLOCK_TABLE ? "block_table" : "indices",
-                        d->n_pages - 1);
-    return KVE_OK;
+    static const char *const rules[] = {"page_size", "blocks_per_row * page_size",
+                                        "the row's length by indptr and last_page_len",
+                                        "n_pages * page_size, flat slots"};
+    switch (fault) {
+    case KVE_CW_INDPTR_FIRST:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; token "
+                             "%u uses row %d)",
+                             d->indptr[0], t, row);
+    case KVE_CW_INDPTR_ORDER:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "desc.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
+                             "(indptr must not decrease)",
+                             row, lo, row + 1, hi, row);
+    case KVE_CW_INDPTR_END:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "desc.indptr[%d] = %d, indptr[%u] = %d: row %d ends past "
+                             "indptr[n_rows], the length of indices",
+                             row + 1, hi, d->n_rows, end, row);
+    case KVE_CW_LAST_LEN:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "desc.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
+                             d->page_size);
+    case KVE_CW_SLOT:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "desc.slots[token %u][head %u] = %lld: must be -1 or 0..%lld (%s, "
+                             "row %d)",
+                             t, h, (long long)slot, (long long)at.limit - 1,
+                             rules[d->page_table], row);
+    case KVE_CW_PAGE:
+        return kve_error_set(KVE_ERR_RANGE,
+                             "page %lld of row %d, slot %lld (from desc.%s): must be 0..%u",
+                             (long long)at.page, row, (long long)slot,
+                             d->page_table == KVE_PAGES_BLOCK_TABLE ? "block_table" : "indices",
+                             d->n_pages - 1);
+    default: return KVE_OK;
+    }
 }
 
 static kve_status kve_check_contents(const kve_cache_write_desc *d)

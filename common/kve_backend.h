@@ -3,11 +3,11 @@
  * other public entry points in common/) and a backend (backends/<name>: one
  * driver per backend, exporting one table of operations):
  *
- *   1. the job protocol: what the cache state (common/state.c) asks of a
+ *   1. the job protocol: what the cache state (common/state*.c) asks of a
  *      backend — one operation running a list of small jobs on the state's
  *      tables (state_update), one evicting the rows of an append that are
  *      due (state_evict), and the cache write (which also runs the moves the
- *      jobs list); the per-table code is common/device/state_body.h;
+ *      jobs list); the job interpreter is common/device/state_body.h;
  *   2. struct kve_context, which every public call receives;
  *   3. kve_backend_ops, the table a backend fills (designated initializers).
  *

@@ -1,5 +1,6 @@
-/* kve_state_impl.h — the cache state's insides, shared by state.c and
- * state_rebuild.c. */
+/* kve_state_impl.h — the cache state's insides, shared by the files of the
+ * state: state.c, state_pool.c, state_append.c, state_scored.c,
+ * state_rebuild.c and the scorer's state path in score.c. */
 #ifndef KVE_STATE_IMPL_H
 #define KVE_STATE_IMPL_H
 
@@ -31,17 +32,32 @@ typedef struct kve_state_work {
     uint8_t evict, rounds, mark; /* evicts in this wave; ran a round in this call */
 } kve_state_work;
 
-/* Parts of the state's backend memory: tables, freed lists, jobs, counts,
- * eviction workspace, running digests. */
-#define KVE_STATE_PARTS 6
-/* Jobs per call row a wave may upload: its row list entry, round, run,
- * final mapping and move-list clearing. */
-#define KVE_STATE_JOB_SETS 5u
+/* Parts of the state's backend memory, in order (kve_state.offsets). */
+enum kve_state_part {
+    KVE_PART_SLOT_POS,  /* the slot tables of the pool */
+    KVE_PART_FREED,     /* freed-slot lists, laid out as the tables */
+    KVE_PART_JOBS,      /* the wave's jobs (dev_jobs) */
+    KVE_PART_COUNTS,    /* n_evicted then n_kept, by call row */
+    KVE_PART_WORKSPACE, /* the eviction's workspace */
+    KVE_PART_DIGESTS,   /* running digests, one a row */
+    KVE_STATE_PARTS
+};
+
+/* Sets of jobs a wave uploads, n_rows jobs each, in this order in
+ * s->jobs: set k of call row i is s->jobs[k * n_rows + i]. */
+enum kve_state_job_set {
+    KVE_SET_EVICT,       /* its row list entry (KVE_JOB_EVICT) */
+    KVE_SET_ROUND,       /* its round's placement */
+    KVE_SET_RUN,         /* its next run of tokens */
+    KVE_SET_FINAL,       /* its final mapping (the call's last wave) */
+    KVE_SET_MOVES_CLEAR, /* its move lists cleared (the call's first wave) */
+    KVE_STATE_JOB_SETS
+};
 
 struct kve_state {
     kve_context *ctx;
     kve_state_desc d;
-    uint32_t tl, th; /* table layers, table heads */
+    uint32_t table_layers, table_heads; /* 1 when shared (KVE_SHARED_LAYERS, _HEADS) */
     size_t tables, row_elems;
     uint64_t pool; /* slots per table in the pool */
     size_t offsets[KVE_STATE_PARTS], memory_bytes, workspace_bytes;
@@ -79,6 +95,10 @@ kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint6
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
 kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
+/* Give row @p row's pool slots back (state_pool.c). */
+void kve_pool_release(kve_state *s, uint32_t row);
+/* Take @p capacity pool slots for row @p row (state_pool.c). */
+kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity);
 /* Free row @p row and give its pool slots back. */
 void kve_state_close_row(kve_state *s, uint32_t row);
 /* Reset row @p row's tables and bookkeeping to an admitted, empty sequence

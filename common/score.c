@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "device/score_body.h"
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 
@@ -28,29 +29,10 @@ static kve_status kve_check_keys(const kve_key_cache *k)
     KVE_RETURN_ERROR_IF(k->n_heads == 0, KVE_ERR_RANGE, "desc.keys.n_heads = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(k->layout != KVE_LAYOUT_NHD && k->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.keys.layout = %d: not a kve_cache_layout value", (int)k->layout);
-    KVE_RETURN_ERROR_IF(k->page_table < KVE_PAGES_NONE || k->page_table > KVE_PAGES_FLAT,
-                        KVE_ERR_INVALID, "desc.keys.page_table = %d: not a kve_page_table value",
-                        (int)k->page_table);
-    KVE_RETURN_ERROR_IF(k->page_size == 0, KVE_ERR_RANGE, "desc.keys.page_size = 0: must be >= 1");
+    kve_pages_view pages = KVE_PAGES_VIEW(k);
+    KVE_TRY(kve_check_pages("desc.keys", &pages));
     KVE_RETURN_ERROR_IF(k->page_size > INT32_MAX, KVE_ERR_RANGE,
                         "desc.keys.page_size = %u: must be <= 2^31-1", k->page_size);
-    KVE_RETURN_ERROR_IF(k->n_pages == 0, KVE_ERR_RANGE, "desc.keys.n_pages = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(k->page_table != KVE_PAGES_FLAT && k->n_rows == 0, KVE_ERR_RANGE,
-                        "desc.keys.n_rows = 0: must be >= 1");
-    KVE_RETURN_ERROR_IF(k->page_table == KVE_PAGES_NONE && k->n_rows > k->n_pages, KVE_ERR_RANGE,
-                        "desc.keys.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages "
-                        "= %u",
-                        k->n_rows, k->n_pages);
-    if (k->page_table == KVE_PAGES_BLOCK_TABLE) {
-        KVE_RETURN_ERROR_IF(!k->block_table, KVE_ERR_NULL, "desc.keys.block_table is NULL");
-        KVE_RETURN_ERROR_IF(k->blocks_per_row == 0, KVE_ERR_RANGE,
-                            "desc.keys.blocks_per_row = 0: must be >= 1");
-    }
-    if (k->page_table == KVE_PAGES_INDPTR) {
-        KVE_RETURN_ERROR_IF(!k->indptr, KVE_ERR_NULL, "desc.keys.indptr is NULL");
-        KVE_RETURN_ERROR_IF(!k->indices, KVE_ERR_NULL, "desc.keys.indices is NULL");
-        KVE_RETURN_ERROR_IF(!k->last_page_len, KVE_ERR_NULL, "desc.keys.last_page_len is NULL");
-    }
     return KVE_OK;
 }
 
@@ -284,7 +266,7 @@ kve_status kve_score(kve_context *ctx, const kve_score_desc *desc)
 /* Row rows[i]'s scoring row for the call, or 0 when no round runs for it;
  * KVE_ERR_INVALID when the call would break the scored state's rules. */
 static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t row, uint32_t n_new,
-                                      uint32_t tl, const kve_score_desc *desc,
+                                      uint32_t table_layer, const kve_score_desc *desc,
                                       size_t stride_row, size_t stride_table, kve_score_row *out,
                                       int *due)
 {
@@ -302,8 +284,8 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     KVE_RETURN_ERROR_IF(stride_table < r->capacity, KVE_ERR_RANGE,
                         "scores_stride_table = %zu: row %u's tables hold %u slots", stride_table,
                         row, r->capacity);
-    out->table_offset = r->off * s->tables + (uint64_t)tl * s->th * r->capacity;
-    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)tl * s->th * stride_table;
+    out->table_offset = r->off * s->tables + (uint64_t)table_layer * s->table_heads * r->capacity;
+    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)table_layer * s->table_heads * stride_table;
     out->n_slots = r->capacity;
     out->table_stride = r->capacity;
     out->prompt_len = r->prompt;
@@ -325,8 +307,8 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(!n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->tl, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer, s->tl);
+    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer, s->table_layers);
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: the state holds %u rows", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
@@ -361,7 +343,7 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     }
     if (st == KVE_OK) {
         kve_score_desc d = *desc;
-        d.heads_per_table = s->th == 1 ? s->d.n_heads : 1;
+        d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
         d.n_rows = n;
         d.rows = sr;
         d.slot_pos = s->slot_pos;

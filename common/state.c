@@ -1,22 +1,20 @@
 /*
  * state.c — the cache state: docs/SPEC.md "Schedule" for a batch of
- * sequences. Slot tables and freed-slot lists live in backend memory and
- * change only through the backend's state_update jobs and state_evict;
- * counts and rounds are host bookkeeping, so the host plans a whole wave of
- * an append (which rows evict, what each writes) before the device runs
- * it. The jobs are uploaded to backend memory, one copy a wave, and every
- * launch of a wave is sized by the call's shape (rows, tokens) alone: a
- * decode step launches the same kernels on the same grids whichever rows
- * evict (docs/GPU.md "CUDA graphs"). Rebuild is in state_rebuild.c.
+ * sequences. Its plan, creation and memory, the job upload and launch
+ * every other part uses, admit and retire, and the read-back calls. Slot
+ * tables and freed-slot lists live in backend memory and change only
+ * through the backend's state_update jobs and state_evict; counts and
+ * rounds are host bookkeeping. The rest of the state is in
+ * state_pool.c (slot capacity), state_append.c (the waves of an append),
+ * state_scored.c (KVE_SCORED checks) and state_rebuild.c (rebuild).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
-
-#define KVE_I32_MAX 0x7fffffffu
-#define KVE_ALIGN256(x) (((x) + 255) & ~(size_t)255)
+#include "kve_util.h"
 
 kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uint32_t *out_slots)
 {
@@ -29,10 +27,8 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
     KVE_RETURN_ERROR_IF((s->flags & KVE_SCORED) && (s->flags & KVE_PERSISTENT), KVE_ERR_INVALID,
                         "schedule.flags = 0x%x: KVE_SCORED and KVE_PERSISTENT exclude each other",
                         s->flags);
-    KVE_RETURN_ERROR_IF(s->budget > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "schedule.budget = %u: must be <= 2^31-1", s->budget);
-    KVE_RETURN_ERROR_IF(s->window > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "schedule.window = %u: must be <= 2^31-1", s->window);
+    KVE_TRY(kve_check_i32("schedule.budget", s->budget));
+    KVE_TRY(kve_check_i32("schedule.window", s->window));
     KVE_RETURN_ERROR_IF(s->interval == 0 || s->interval > KVE_I32_MAX, KVE_ERR_RANGE,
                         "schedule.interval = %u: must be 1..2^31-1 (each round frees r slots)",
                         s->interval);
@@ -70,9 +66,9 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     memset(s, 0, sizeof *s);
     s->ctx = ctx;
     s->d = *d;
-    s->tl = (d->schedule.flags & KVE_SHARED_LAYERS) ? 1 : d->n_layers;
-    s->th = (d->schedule.flags & KVE_SHARED_HEADS) ? 1 : d->n_heads;
-    s->tables = (size_t)s->tl * s->th;
+    s->table_layers = (d->schedule.flags & KVE_SHARED_LAYERS) ? 1 : d->n_layers;
+    s->table_heads = (d->schedule.flags & KVE_SHARED_HEADS) ? 1 : d->n_heads;
+    s->tables = (size_t)s->table_layers * s->table_heads;
     s->row_elems = s->tables * d->max_slots;
     KVE_RETURN_ERROR_IF(d->pool_slots && d->pool_slots < d->max_slots, KVE_ERR_RANGE,
                         "desc.pool_slots = %llu: below max_slots = %u (0: max_seqs x max_slots)",
@@ -82,25 +78,26 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     /* Tables and freed lists (kve_evict wants capacity - B entries a head,
      * so a row's freed lists take its capacity too) share the pool's layout. */
     KVE_RETURN_ERROR_IF(s->pool > SIZE_MAX / 4 ||
-                            __builtin_mul_overflow(s->tables, (size_t)s->pool * 4, &sizes[0]),
+                            __builtin_mul_overflow(s->tables, (size_t)s->pool * 4,
+                                                   &sizes[KVE_PART_SLOT_POS]),
                         KVE_ERR_OVERFLOW, "desc: %zu tables x %llu pool slots overflows",
                         s->tables, (unsigned long long)s->pool);
-    sizes[1] = sizes[0];
-    sizes[2] = (size_t)d->max_seqs * KVE_STATE_JOB_SETS * sizeof(kve_state_job);
-    sizes[3] = (size_t)d->max_seqs * s->tables * 4 * 2; /* n_evicted, n_kept per call row */
+    sizes[KVE_PART_FREED] = sizes[KVE_PART_SLOT_POS];
+    sizes[KVE_PART_JOBS] = (size_t)d->max_seqs * KVE_STATE_JOB_SETS * sizeof(kve_state_job);
+    sizes[KVE_PART_COUNTS] = (size_t)d->max_seqs * s->tables * 4 * 2; /* n_evicted, n_kept */
     kve_batch b = kve_state_batch(s, d->max_seqs); /* the largest eviction of a wave */
-    KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[4]));
-    sizes[5] = (size_t)d->max_seqs * 8; /* running digests */
+    KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[KVE_PART_WORKSPACE]));
+    sizes[KVE_PART_DIGESTS] = (size_t)d->max_seqs * 8; /* running digests */
     s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
                        ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
     for (int i = 0; i < KVE_STATE_PARTS; i++) {
         s->offsets[i] = off;
-        KVE_RETURN_ERROR_IF(off + KVE_ALIGN256(sizes[i]) < off, KVE_ERR_OVERFLOW,
+        KVE_RETURN_ERROR_IF(off + KVE_ALIGN_UP(sizes[i], KVE_ALLOC_ALIGN) < off, KVE_ERR_OVERFLOW,
                             "desc: state memory overflows");
-        off += KVE_ALIGN256(sizes[i]);
+        off += KVE_ALIGN_UP(sizes[i], KVE_ALLOC_ALIGN);
     }
-    s->workspace_bytes = sizes[4];
+    s->workspace_bytes = sizes[KVE_PART_WORKSPACE];
     s->memory_bytes = off;
     return KVE_OK;
 }
@@ -112,8 +109,8 @@ kve_batch kve_state_batch(const kve_state *s, uint32_t n_rows)
                    sc->flags | KVE_TRUSTED_SLOTS, /* the state's own tables: unique by design */
                    n_rows,
                    NULL, /* each row's coordinates travel in its row list entry */
-                   s->tl,
-                   s->th,
+                   s->table_layers,
+                   s->table_heads,
                    s->d.layer_offset,
                    s->d.head_offset,
                    s->d.max_slots,
@@ -192,13 +189,13 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     }
     char *base = (char *)memory;
     s->memory = memory;
-    s->slot_pos = (int32_t *)(base + s->offsets[0]);
-    s->freed = (int32_t *)(base + s->offsets[1]);
-    s->dev_jobs = (kve_state_job *)(base + s->offsets[2]);
-    s->n_evicted = (uint32_t *)(base + s->offsets[3]);
+    s->slot_pos = (int32_t *)(base + s->offsets[KVE_PART_SLOT_POS]);
+    s->freed = (int32_t *)(base + s->offsets[KVE_PART_FREED]);
+    s->dev_jobs = (kve_state_job *)(base + s->offsets[KVE_PART_JOBS]);
+    s->n_evicted = (uint32_t *)(base + s->offsets[KVE_PART_COUNTS]);
     s->n_kept = s->n_evicted + (size_t)desc->max_seqs * s->tables;
-    s->workspace = s->workspace_bytes ? base + s->offsets[4] : NULL;
-    s->run_digest = (uint64_t *)(base + s->offsets[5]);
+    s->workspace = s->workspace_bytes ? base + s->offsets[KVE_PART_WORKSPACE] : NULL;
+    s->run_digest = (uint64_t *)(base + s->offsets[KVE_PART_DIGESTS]);
     kve_error_clear();
     *out = s;
     return KVE_OK;
@@ -230,8 +227,8 @@ kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint6
 {
     if (n_jobs == 0)
         return KVE_OK;
-    kve_state_update u = {.table_layers = s->tl,
-                          .table_heads = s->th,
+    kve_state_update u = {.table_layers = s->table_layers,
+                          .table_heads = s->table_heads,
                           .slot_pos = s->slot_pos,
                           .freed = s->freed,
                           .run_digest = s->run_digest,
@@ -240,7 +237,7 @@ kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint6
                           .work = work};
     if (out) {
         u.mapping = out->slot_mapping;
-        u.map_layer_stride = (size_t)out->max_tokens * s->th;
+        u.map_layer_stride = (size_t)out->max_tokens * s->table_heads;
         u.moves = out->moves;
         u.n_moves = out->n_moves;
         u.move_rows = out->max_rows;
@@ -288,131 +285,6 @@ kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row
     return j;
 }
 
-/* Give row @p row's pool slots back (merging with the free runs beside them). */
-static void kve_pool_release(kve_state *s, uint32_t row)
-{
-    kve_state_row *r = &s->rows[row];
-    if (!r->held)
-        return;
-    r->held = 0;
-    uint64_t start = r->off, len = r->capacity;
-    uint32_t i = 0;
-    while (i < s->n_runs && s->free_runs[i].start < start)
-        i++;
-    if (i > 0 && s->free_runs[i - 1].start + s->free_runs[i - 1].len == start) {
-        s->free_runs[i - 1].len += len; /* joins the run before */
-        if (i < s->n_runs && start + len == s->free_runs[i].start) {
-            s->free_runs[i - 1].len += s->free_runs[i].len;
-            memmove(&s->free_runs[i], &s->free_runs[i + 1],
-                    (s->n_runs - i - 1) * sizeof(kve_pool_run));
-            s->n_runs--;
-        }
-        return;
-    }
-    if (i < s->n_runs && start + len == s->free_runs[i].start) {
-        s->free_runs[i].start = start;
-        s->free_runs[i].len += len;
-        return;
-    }
-    memmove(&s->free_runs[i + 1], &s->free_runs[i], (s->n_runs - i) * sizeof(kve_pool_run));
-    s->free_runs[i] = (kve_pool_run){start, len};
-    s->n_runs++;
-}
-
-/* Move every held row's tables down to the start of the pool, in pool
- * order, leaving one free run at the end. Backend copies, stream-ordered,
- * in pieces no longer than the shift so that no piece overlaps itself.
- * (Freed lists are scratch of a round: they do not move.) */
-static kve_status kve_pool_compact(kve_state *s)
-{
-    uint64_t next = 0;
-    for (;;) {
-        uint32_t pick = s->d.max_seqs;
-        for (uint32_t r = 0; r < s->d.max_seqs; r++)
-            if (s->rows[r].held && s->rows[r].off >= next &&
-                (pick == s->d.max_seqs || s->rows[r].off < s->rows[pick].off))
-                pick = r;
-        if (pick == s->d.max_seqs)
-            break;
-        kve_state_row *r = &s->rows[pick];
-        uint64_t shift = (r->off - next) * s->tables, len = (uint64_t)r->capacity * s->tables;
-        int32_t *dst = s->slot_pos + next * s->tables, *src = s->slot_pos + r->off * s->tables;
-        for (uint64_t done = 0; shift && done < len;) {
-            uint64_t piece = len - done < shift ? len - done : shift;
-            KVE_TRY(kve_copy(s->ctx, dst + done, src + done, piece * 4,
-                             KVE_COPY_BACKEND_TO_BACKEND));
-            done += piece;
-        }
-        r->off = next;
-        next += r->capacity;
-    }
-    s->free_runs[0] = (kve_pool_run){next, s->pool - next};
-    s->n_runs = next < s->pool;
-    return KVE_OK;
-}
-
-/* Take @p capacity slots for row @p row: the first free run that fits,
- * after compacting the pool when the free slots suffice but no run does. */
-static kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
-{
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++)
-        total += s->free_runs[i].len;
-    int fits = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++)
-        fits |= s->free_runs[i].len >= capacity;
-    if (!fits && total >= capacity)
-        KVE_TRY(kve_pool_compact(s));
-    uint64_t free_slots = 0, largest = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++) {
-        kve_pool_run *run = &s->free_runs[i];
-        free_slots += run->len;
-        largest = run->len > largest ? run->len : largest;
-        if (run->len < capacity)
-            continue;
-        s->rows[row].off = run->start;
-        s->rows[row].held = 1;
-        run->start += capacity;
-        run->len -= capacity;
-        if (!run->len) {
-            memmove(run, run + 1, (s->n_runs - i - 1) * sizeof(kve_pool_run));
-            s->n_runs--;
-        }
-        return KVE_OK;
-    }
-    return kve_error_set(KVE_ERR_RANGE,
-                         "prompt_len = %u: capacity %u slots, but the pool of %llu has %llu free, "
-                         "at most %llu in one run (retire a row, or size desc.pool_slots larger)",
-                         prompt_len, capacity, (unsigned long long)s->pool,
-                         (unsigned long long)free_slots, (unsigned long long)largest);
-}
-
-void kve_state_close_row(kve_state *s, uint32_t row)
-{
-    s->rows[row].active = 0;
-    kve_pool_release(s, row);
-}
-
-kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
-                              uint32_t capacity)
-{
-    kve_state_row *r = &s->rows[row];
-    kve_pool_release(s, row);
-    memset(r, 0, sizeof *r);
-    KVE_TRY(kve_pool_take(s, row, prompt_len, capacity));
-    r->capacity = capacity;
-    s->jobs[0] = kve_state_job_make(s, KVE_JOB_RESET, row, 0, 0, 0, 0);
-    kve_status st = kve_state_run(s, 1, (uint64_t)s->tables * capacity, NULL);
-    if (st != KVE_OK) {
-        kve_pool_release(s, row);
-        return st;
-    }
-    r->active = 1;
-    r->seq_id = seq_id;
-    r->prompt = prompt_len;
-    return KVE_OK;
-}
-
 kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len)
 {
     KVE_TRY(kve_check_row(s, row, 0));
@@ -428,219 +300,14 @@ kve_status kve_state_retire(kve_state *s, uint32_t row)
     return KVE_OK;
 }
 
-uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
-                              uint32_t n_new)
-{
-    uint32_t room = capacity - n_valid, r = s->d.schedule.interval;
-    return n_new <= room ? 0 : (uint32_t)(((uint64_t)n_new - room + r - 1) / r);
-}
-
-kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
-{
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
-    KVE_RETURN_ERROR_IF(!out_moves, KVE_ERR_NULL, "out_moves is NULL");
-    uint64_t r = s->d.schedule.interval, m = r * ((max_new + r - 1) / r);
-    *out_moves = m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
-    return KVE_OK;
-}
-
-/* Rows of kve_state_append: distinct, active, positions within int32; the
- * buffers large enough for the call. */
-static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                   const uint32_t *n_new, const kve_step_buffers *out)
-{
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
-    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
-                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
-    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    int with_moves = out && (out->moves || out->n_moves);
-    if (with_moves) {
-        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
-                            "out->%s is NULL: moves and n_moves go together",
-                            out->moves ? "n_moves" : "moves");
-        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
-                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
-    }
-    uint64_t total = 0;
-    uint32_t rounds = 0;
-    for (uint32_t i = 0; i < n_rows; i++) {
-        KVE_RETURN_ERROR_IF(rows[i] >= s->d.max_seqs, KVE_ERR_RANGE, "rows[%u] = %u: must be 0..%u",
-                            i, rows[i], s->d.max_seqs - 1);
-        const kve_state_row *r = &s->rows[rows[i]];
-        KVE_RETURN_ERROR_IF(!r->active, KVE_ERR_INVALID, "rows[%u] = %u: holds no sequence", i,
-                            rows[i]);
-        KVE_RETURN_ERROR_IF(s->work[rows[i]].mark, KVE_ERR_INVALID,
-                            "rows[%u] = %u: appears twice in this call", i, rows[i]);
-        s->work[rows[i]].mark = 1;
-        KVE_RETURN_ERROR_IF((uint64_t)r->n_tokens + n_new[i] > KVE_I32_MAX, KVE_ERR_RANGE,
-                            "n_new[%u] = %u: row %u would pass position 2^31-1 (it holds %u "
-                            "tokens)",
-                            i, n_new[i], rows[i], r->n_tokens);
-        uint32_t k = kve_state_rounds_for(s, r->capacity, r->n_valid, n_new[i]);
-        rounds = k > rounds ? k : rounds;
-        total += n_new[i];
-    }
-    KVE_RETURN_ERROR_IF(total > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "n_new sums to %llu tokens: at most 2^31-1 per call",
-                        (unsigned long long)total);
-    KVE_RETURN_ERROR_IF(out && out->slot_mapping && out->max_tokens < total, KVE_ERR_RANGE,
-                        "out->max_tokens = %u: the call appends %llu tokens", out->max_tokens,
-                        (unsigned long long)total);
-    uint64_t need = (uint64_t)rounds * s->d.schedule.interval;
-    KVE_RETURN_ERROR_IF(with_moves && out->max_moves < need, KVE_ERR_RANGE,
-                        "out->max_moves = %u: a row of this call runs %u rounds, up to r = %u "
-                        "moves each (%llu)",
-                        out->max_moves, rounds, s->d.schedule.interval, (unsigned long long)need);
-    return KVE_OK;
-}
-
-/* Waves an append whose rows take at most @p max_new tokens runs: enough
- * for any row whatever its fill (a row with room takes it first, then
- * evicts once every r tokens), so the count depends on the call's shape. */
-static uint32_t kve_state_waves(const kve_state *s, uint32_t max_new)
-{
-    uint64_t r = s->d.schedule.interval;
-    return max_new ? 1 + (uint32_t)((max_new - 1 + r - 1) / r) : 0;
-}
-
-/* Plan call row @p i's part of a wave: its row list entry (due when it
- * still has tokens and is full), its round (a no-op when not due) and its
- * next run of tokens at its first free slot, in s->jobs (sets of n_rows). */
-static void kve_state_plan_row(kve_state *s, uint32_t n_rows, uint32_t i, uint32_t row)
-{
-    kve_state_row *r = &s->rows[row];
-    kve_state_work *w = &s->work[row];
-    uint32_t r_slots = s->d.schedule.interval;
-    w->evict = w->left && r->n_valid == r->capacity;
-    kve_state_job *j = s->jobs + i;
-    *j = kve_state_job_make(s, KVE_JOB_EVICT, row, 0, w->evict, 0, i);
-    j->seq = (kve_seq){r->seq_id, r->prompt, r->round};
-    j[n_rows] = kve_state_job_make(s, KVE_JOB_ROUND, row, r->capacity, w->evict ? r_slots : 0,
-                                   w->pos0, i);
-    if (w->evict) {
-        r->n_valid = r->capacity - r_slots;
-        r->round++;
-        w->rounds = 1;
-    }
-    uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
-    j[2 * n_rows] = kve_state_job_make(s, KVE_JOB_LINEAR, row, r->n_valid, count, r->n_tokens,
-                                       w->base + w->done);
-    r->n_valid += count;
-    r->n_tokens += count;
-    w->done += count;
-    w->left -= count;
-}
-
-/* Host memory: every table of a row that evicted lost exactly r slots. */
-static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows,
-                                          const uint32_t *rows)
-{
-    for (uint32_t i = 0; s->ctx->ops->host_memory && i < n_rows; i++)
-        for (size_t t = 0; s->work[rows[i]].evict && t < s->tables; t++)
-            KVE_RETURN_ERROR_IF(s->n_evicted[i * s->tables + t] != s->d.schedule.interval,
-                                KVE_ERR_INTERNAL,
-                                "row %u, table %zu: a full head evicted %u slots, not r = %u",
-                                rows[i], t, s->n_evicted[i * s->tables + t],
-                                s->d.schedule.interval);
-    return KVE_OK;
-}
-
-/* One wave on the device: its jobs uploaded in one copy, then the move
- * lists cleared (the call's first wave), the due rows evicted, the rounds
- * placed, the runs written, the final mappings (its last wave). Every
- * launch and its size follow from the call's shape. */
-static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 uint64_t tokens, int first, int last, const kve_step_buffers *out)
-{
-    int clear = first && out && out->moves, final = last && out && out->slot_mapping;
-    uint64_t n = n_rows, per_row = n * s->tables;
-    KVE_TRY(kve_state_upload(s, (uint32_t)((clear ? 5 : final ? 4 : 3) * n)));
-    if (clear)
-        KVE_TRY(kve_state_launch(s, 4 * n_rows, n_rows, per_row, out));
-    kve_state_evict e = {kve_state_batch(s, n_rows),
-                         s->freed,
-                         s->n_evicted,
-                         s->n_kept,
-                         s->run_digest,
-                         s->digest_weight,
-                         s->dev_jobs,
-                         s->workspace,
-                         s->workspace_bytes,
-                         NULL,
-                         0,
-                         0};
-    if ((s->d.schedule.flags & KVE_SCORED) && out) { /* checked: scores given */
-        e.scores = out->scores;
-        e.scores_stride_row = out->scores_stride_row;
-        e.scores_stride_table = out->scores_stride_table;
-    }
-    KVE_TRY(s->ctx->ops->state_evict(s->ctx, &e));
-    KVE_TRY(kve_state_check_evicted(s, n_rows, rows));
-    KVE_TRY(kve_state_launch(s, n_rows, n_rows, per_row, out));
-    KVE_TRY(kve_state_launch(s, 2 * n_rows, n_rows, tokens * s->tables, out));
-    if (final)
-        KVE_TRY(kve_state_launch(s, 3 * n_rows, n_rows, per_row, out));
-    return KVE_OK;
-}
-
-/* The waves of an append (a fixed number for the call's shape): each wave
- * evicts the rows that are full and places their round (moving kept
- * entries down), then writes every row's next run of tokens at its first
- * free slot. Rows that went through a round get their final mapping in the
- * last wave: a later round may have moved the call's tokens down. */
-kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 const uint32_t *n_new, const kve_step_buffers *out)
-{
-    uint32_t base = 0, max_new = 0;
-    for (uint32_t i = 0; i < n_rows; i++) {
-        kve_state_work *w = &s->work[rows[i]];
-        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, i, 0, 0, 0};
-        base += n_new[i];
-        max_new = n_new[i] > max_new ? n_new[i] : max_new;
-    }
-    uint32_t waves = kve_state_waves(s, max_new);
-    if (!waves && out && out->moves) { /* every list of the call starts empty */
-        for (uint32_t i = 0; i < n_rows; i++)
-            s->jobs[i] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
-        return kve_state_run(s, n_rows, (uint64_t)n_rows * s->tables, out);
-    }
-    for (uint32_t k = 0; k < waves; k++) {
-        for (uint32_t i = 0; i < n_rows; i++)
-            kve_state_plan_row(s, n_rows, i, rows[i]);
-        for (uint32_t i = 0; k + 1 == waves && i < n_rows; i++) {
-            const kve_state_work *w = &s->work[rows[i]];
-            KVE_RETURN_ERROR_IF(w->left, KVE_ERR_INTERNAL,
-                                "row %u: %u tokens left after the %u waves of the call", rows[i],
-                                w->left, waves);
-            s->jobs[3 * n_rows + i] =
-                kve_state_job_make(s, KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
-                                   w->rounds ? w->done : 0, w->pos0, w->base);
-        }
-        for (uint32_t i = 0; k == 0 && i < n_rows; i++)
-            s->jobs[4 * n_rows + i] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
-        KVE_TRY(kve_state_wave(s, n_rows, rows, base, k == 0, k + 1 == waves, out));
-    }
-    return KVE_OK;
-}
-
-kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                            const uint32_t *n_new, const kve_step_buffers *out)
-{
-    kve_status st = kve_append_check(s, n_rows, rows, n_new, out);
-    for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
-        s->work[rows[i]].mark = 0;
-    KVE_TRY(st);
-    KVE_TRY(kve_state_check_scored(s, n_rows, rows, n_new, out));
-    return kve_state_append_rows(s, n_rows, rows, n_new, out);
-}
 
 kve_status kve_state_get_layout(const kve_state *s, kve_state_layout *out)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
-    *out = (kve_state_layout){s->slot_pos,     s->row_elems,  s->tl,  s->th,
-                              s->d.max_slots, s->d.max_seqs, s->pool};
+    *out = (kve_state_layout){s->slot_pos,       s->row_elems,     s->table_layers,
+                              s->table_heads,    s->d.max_slots,  s->d.max_seqs,
+                              s->pool};
     return KVE_OK;
 }
 
@@ -675,7 +342,7 @@ kve_status kve_state_read_slots(kve_state *s, uint32_t row, int32_t *out, size_t
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     KVE_RETURN_ERROR_IF(out_len < s->row_elems, KVE_ERR_RANGE,
                         "out_len = %zu: a row holds %u x %u tables x %u slots = %zu", out_len,
-                        s->tl, s->th, s->d.max_slots, s->row_elems);
+                        s->table_layers, s->table_heads, s->d.max_slots, s->row_elems);
     const kve_state_row *r = &s->rows[row];
     size_t C = r->capacity, M = s->d.max_slots;
     KVE_TRY(kve_copy(s->ctx, out, s->slot_pos + r->off * s->tables, s->tables * C * 4,

@@ -18,6 +18,7 @@
 
 #include "kve_error.h"
 #include "kve_key.h"
+#include "kve_util.h"
 #include "device/state_body.h"
 #include "kve_state_impl.h"
 
@@ -57,12 +58,6 @@ static kve_cand kve_heap_pop(kve_cand *h, size_t *n)
     if (*n)
         h[i] = last;
     return top;
-}
-
-static int kve_cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
 }
 
 /* The appends of a rebuild, merged where no round separates them. */
@@ -133,8 +128,8 @@ static int kve_rebuild_round(const kve_state *s, const kve_state_row *r, size_t 
 {
     const kve_schedule *sc = &s->d.schedule;
     uint32_t C = r->capacity, P = r->prompt, W = sc->window, rs = sc->interval;
-    uint32_t layer = s->d.layer_offset + (uint32_t)(t / s->th);
-    uint32_t head = s->d.head_offset + (uint32_t)(t % s->th);
+    uint32_t layer = s->d.layer_offset + (uint32_t)(t / s->table_heads);
+    uint32_t head = s->d.head_offset + (uint32_t)(t % s->table_heads);
     uint64_t seq_seed = kve_seq_seed(sc->seed, r->seq_id);
     uint64_t keep_max = sc->budget > (uint64_t)P + W ? sc->budget - P - W : 0;
     for (; *next + W < tm; ++*next) {
@@ -190,7 +185,7 @@ static int kve_rebuild_table(const kve_state *s, const kve_state_row *r, size_t 
     }
     if (b->map)
         for (uint32_t i = 0; i < nv; i++)
-            b->map[((t / s->th) * pos + (size_t)b->tab[i]) * s->th + t % s->th] = i;
+            b->map[((t / s->table_heads) * pos + (size_t)b->tab[i]) * s->table_heads + t % s->table_heads] = i;
     return 0;
 }
 
@@ -265,7 +260,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
                         s->d.max_seqs - 1);
     uint32_t capacity;
     KVE_TRY(kve_state_check_prompt(s, prompt_len, &capacity));
-    KVE_RETURN_ERROR_IF(n_tokens > 0x7fffffffu, KVE_ERR_RANGE,
+    KVE_RETURN_ERROR_IF(n_tokens > KVE_I32_MAX, KVE_ERR_RANGE,
                         "n_tokens = %u: positions must stay below 2^31", n_tokens);
     KVE_RETURN_ERROR_IF(!slot_mapping && mapping_len, KVE_ERR_NULL,
                         "slot_mapping is NULL but mapping_len = %zu", mapping_len);
@@ -285,7 +280,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     KVE_RETURN_ERROR_IF(slot_mapping && mapping_len < need, KVE_ERR_RANGE,
                         "mapping_len = %zu: %u tokens x %u table layers x %u table heads need "
                         "%llu",
-                        mapping_len, n_tokens, s->tl, s->th, (unsigned long long)need);
+                        mapping_len, n_tokens, s->table_layers, s->table_heads, (unsigned long long)need);
     kve_calls c = {s, steps, n_steps, 0, n_tokens, prompt_len, capacity, 0, 0};
     uint32_t n_calls = 0, *calls = (uint32_t *)malloc(((size_t)kve_steps_count(&c) + 1) * 4);
     KVE_RETURN_ERROR_IF(!calls, KVE_ERR_NOMEM, "cannot allocate the appends of row %u", row);

@@ -80,7 +80,7 @@ static kve_status kve_scored_nan(const kve_state *s, uint32_t i, uint32_t row, u
     KVE_RETURN_ERROR_IF(h != SIZE_MAX, KVE_ERR_INVALID,
                         "out->scores of rows[%u] = %u, table %zu (layer %zu, head %zu), slot "
                         "%u is NaN: a candidate's score must be a number (+-inf allowed)",
-                        i, row, h, h / s->th, h % s->th, t);
+                        i, row, h, h / s->table_heads, h % s->table_heads, t);
     return KVE_OK;
 }
 

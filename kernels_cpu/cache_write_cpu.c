@@ -1,78 +1,25 @@
 /*
- * cache_write_cpu.c — the CPU backend's engine-integration ops: the cache
- * state's table jobs (common/kve_backend.h) and kve_cache_write with its
- * moves. Arguments arrive validated (common/api.c habit); OpenMP across
- * jobs, move lists or tokens, each element written by exactly one thread.
- * The per-table code is the device's (common/device/state_body.h), so the
- * CPU and the GPUs place tokens by one implementation.
+ * cache_write_cpu.c — the CPU backend's kve_cache_write with its moves.
+ * Arguments arrive validated (common/cache_write.c); OpenMP across move
+ * rows or tokens, each element written by exactly one thread. Slots find
+ * their page by the device's lookup (common/device/cache_write_body.h), so
+ * the host checks, the CPU and the GPUs place entries by one rule.
  */
 #include <string.h>
 
-#include "device/convert_body.h"
-#include "device/state_body.h"
+#include "device/cache_write_body.h"
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 
-kve_status kve_cpu_state_update(kve_context *ctx, const kve_state_update *u)
-{
-    /* Decode steps bring one small job per sequence; threads only pay off
-     * for big batches. A table that fails the body's checks cannot come
-     * from the state's own jobs: it is an internal error. */
-    int threads = u->n_jobs >= 64 ? ctx->threads : 1, bad = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
-    for (uint32_t i = 0; i < u->n_jobs; i++) {
-        uint64_t items = kve_state_job_items(u, &u->jobs[i]);
-        for (uint64_t e = 0; e < items; e++)
-            bad |= kve_state_item_run(u, &u->jobs[i], e);
-    }
-    return bad ? kve_error_set(KVE_ERR_INTERNAL, "state_update: a job's table does not fit")
-               : KVE_OK;
-}
-
-/* The rows that are due, one after another, each a kve_evict of its tables
- * (threads across them inside); the row list is host memory here. */
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
-{
-    const kve_backend_ops *cpu = kve_cpu_backend_ops();
-    for (uint32_t i = 0; i < e->b.n_seqs; i++) {
-        if (!e->rows[i].count)
-            continue;
-        kve_batch b;
-        kve_evict_out o;
-        kve_state_evict_row(e, i, &e->rows[i], &b, &o);
-        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
-    }
-    return KVE_OK;
-}
-
-/* The pages of page-table row @p row (NULL for KVE_PAGES_NONE and FLAT,
- * whose pages follow from the row or the slot). */
-static const int32_t *kve_row_pages(const kve_cache_write_desc *d, int32_t row)
-{
-    switch (d->page_table) {
-    case KVE_PAGES_BLOCK_TABLE: return d->block_table + (size_t)row * d->blocks_per_row;
-    case KVE_PAGES_INDPTR: return d->indices + d->indptr[row];
-    default: return NULL;
-    }
-}
-
-/* Byte offset of @p slot of a row whose pages are @p pages (see
- * kve_row_pages; @p row for KVE_PAGES_NONE), by part @p p's strides. */
+/* Byte offset of @p slot of row @p row in part @p p (arguments validated:
+ * the slot has a place), by the one page lookup (kve_cw_lookup). */
 static inline size_t kve_slot_at(const kve_cache_write_desc *d, const kve_cache_part *p,
-                                 const int32_t *pages, int32_t row, int64_t slot)
+                                 int32_t row, int64_t slot)
 {
-    size_t blk = (size_t)slot / d->page_size, in = (size_t)slot % d->page_size;
-    size_t page = pages ? (size_t)pages[blk] : d->page_table == KVE_PAGES_FLAT ? blk : (size_t)row;
-    return page * p->dst_stride_page + in * p->dst_stride_slot;
-}
-
-/* Byte offset of (row, slot, head) in cache @p c, by that cache's strides. */
-static size_t kve_entry_at(const kve_cache_write_desc *d, uint32_t c, int32_t row, int64_t slot,
-                           uint32_t h)
-{
-    const kve_cache_part *p = &d->part[c];
-    return kve_slot_at(d, p, kve_row_pages(d, row), row, slot) + h * p->dst_stride_head;
+    kve_cw_place at;
+    kve_cw_lookup(d, row, slot, &at);
+    return (size_t)at.page * p->dst_stride_page + at.in * p->dst_stride_slot;
 }
 
 #define KVE_MOVE_BATCH 64u /* pairs addressed and prefetched while the batch before is copied */
@@ -88,7 +35,6 @@ typedef struct kve_move_batch {
 /* Where move row @p i's moves are walked from: a cursor over its lists. */
 typedef struct kve_move_walk {
     const kve_cache_write_desc *d;
-    const int32_t *pages;
     int32_t row;
     uint32_t c, k, h; /* next pair: cache c, pair k of head h's list */
     uint32_t k_end;   /* the longest of the row's lists */
@@ -113,8 +59,8 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
                 continue;
             const int32_t *pair = d->moves + 2 * (list * d->max_moves + w->k);
             char *base = (char *)d->dst[w->c] + (size_t)w->h * p->dst_stride_head;
-            const char *from = base + kve_slot_at(d, p, w->pages, w->row, pair[0]);
-            char *to = base + kve_slot_at(d, p, w->pages, w->row, pair[1]);
+            const char *from = base + kve_slot_at(d, p, w->row, pair[0]);
+            char *to = base + kve_slot_at(d, p, w->row, pair[1]);
             for (size_t o = 0; o < bytes; o += 64) {
                 __builtin_prefetch(from + o, 0, 0);
                 __builtin_prefetch(to + o, 1, 0);
@@ -145,7 +91,7 @@ static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (uint32_t i = 0; i < d->n_move_rows; i++) {
         int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
-        kve_move_walk w = {d, kve_row_pages(d, row), row, 0, 0, 0, 0, i};
+        kve_move_walk w = {d, row, 0, 0, 0, 0, i};
         for (uint32_t h = 0; h < d->n_heads; h++) {
             uint32_t n = d->n_moves[i * d->moves_stride_row + (size_t)h * d->moves_stride_head];
             w.k_end = n > w.k_end ? n : w.k_end;
@@ -174,10 +120,13 @@ kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
                 d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
             if (slot < 0)
                 continue;
-            int32_t row = flat ? 0 : d->token_row[t];
+            kve_cw_place at;
+            kve_cw_lookup(d, flat ? 0 : d->token_row[t], slot, &at); /* validated: found */
             for (uint32_t c = 0; c < d->n_caches; c++) {
                 const kve_cache_part *p = &d->part[c];
-                unsigned char *dst = (unsigned char *)d->dst[c] + kve_entry_at(d, c, row, slot, h);
+                unsigned char *dst = (unsigned char *)d->dst[c] +
+                                     (size_t)at.page * p->dst_stride_page +
+                                     at.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
                 const unsigned char *src = (const unsigned char *)d->src[c] +
                                            (size_t)t * p->src_stride_token +
                                            (size_t)h * p->src_stride_head;

@@ -82,9 +82,9 @@ extern const kve_score_kernels kve_score_kernels_avx512;
 const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
 
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
- * puts them in its kve_backend_ops): the state's jobs, its wave eviction and
- * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
- * (kernels_cpu/score_cpu.c). */
+ * puts them in its kve_backend_ops): the state's jobs and its wave eviction
+ * (kernels_cpu/state_jobs_cpu.c), the cache write (kernels_cpu/
+ * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c). */
 struct kve_state_update;
 struct kve_state_evict;
 kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);

@@ -44,8 +44,19 @@ int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t 
 
 /* Parses the options shared by select and digest; returns 0 or an exit code.
  * The config's slot tables are built (from --cached or stdin). */
+/* Where the engine options every command shares land. */
+typedef struct kve_cli_engine {
+    uint32_t *flags;      /* --persistent, --shared-heads, --shared-layers */
+    const char **backend; /* --backend */
+    const char **isa;     /* --isa */
+    int *threads;         /* --threads */
+} kve_cli_engine;
+/* Long option @p name with argument @p arg when it is one of the engine
+ * options (returns 1, *rc = 0 or an exit code); 0 otherwise. */
+int kve_cli_engine_option(const char *name, const char *arg, const kve_cli_engine *e, int *rc);
+
 int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
-                         kve_cli_config *cfg);
+                         const char *default_backend, kve_cli_config *cfg);
 void kve_cli_config_free(kve_cli_config *cfg);
 
 /* Creates a context for a backend name and optional ISA / thread count. */

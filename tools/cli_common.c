@@ -61,6 +61,33 @@ int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t 
     return 0;
 }
 
+int kve_cli_engine_option(const char *name, const char *arg, const kve_cli_engine *e, int *rc)
+{
+    static const struct {
+        const char *name;
+        uint32_t flag;
+    } flags[] = {{"persistent", KVE_PERSISTENT},
+                 {"shared-heads", KVE_SHARED_HEADS},
+                 {"shared-layers", KVE_SHARED_LAYERS}};
+    *rc = 0;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(name, flags[i].name)) {
+            *e->flags |= flags[i].flag;
+            return 1;
+        }
+    if (!strcmp(name, "backend"))
+        *e->backend = arg;
+    else if (!strcmp(name, "isa"))
+        *e->isa = arg;
+    else if (!strcmp(name, "threads")) {
+        uint64_t v = 0;
+        *rc = kve_cli_parse_u64(name, arg, 1024, &v);
+        *e->threads = (int)v;
+    } else
+        return 0;
+    return 1;
+}
+
 /* ---- JSON slot tables: an array of ints, or an array of arrays ---------- */
 
 typedef struct {
@@ -119,96 +146,108 @@ static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *
     }
 }
 
-static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
+/* All of stdin as a string; NULL (message printed) when it cannot be held. */
+static char *kve_cli_read_all_stdin(void)
 {
-    size_t cap = 1 << 16, n = 0;
+    size_t cap = 1 << 16, n = 0, got;
     char *text = (char *)malloc(cap);
-    if (!text)
-        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes to read stdin", cap);
-    size_t got;
-    while ((got = fread(text + n, 1, cap - n - 1, stdin)) > 0) {
+    while (text && (got = fread(text + n, 1, cap - n - 1, stdin)) > 0) {
         n += got;
         if (n + 1 == cap) {
             char *grown = (char *)realloc(text, cap *= 2);
-            if (!grown) {
+            if (!grown)
                 free(text);
-                return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes to read stdin",
-                                           cap);
-            }
             text = grown;
         }
     }
+    if (!text) {
+        kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes to read stdin", cap);
+        return NULL;
+    }
     text[n] = '\0';
+    return text;
+}
+
+/* "[[...], [...], ...]": one table per head, all of one width. Returns the
+ * width, -1 when malformed, or -2 (message printed) for a wrong count. */
+static long kve_json_tables(kve_json *j, size_t heads, int32_t **buf)
+{
+    size_t cap = 0, len = 0, rows = 0;
+    long width = -1;
+    j->p++; /* the outer '[' */
+    for (;;) {
+        long c = kve_json_int_array(j, buf, &cap, &len);
+        if (c < 0 || (width >= 0 && c != width))
+            return -1;
+        width = c;
+        rows++;
+        kve_json_ws(j);
+        if (*j->p == ',') {
+            j->p++;
+            continue;
+        }
+        if (*j->p != ']')
+            return -1;
+        j->p++;
+        if (rows == heads)
+            return width;
+        kve_cli_usage_error("stdin holds %zu slot tables; --layers x --heads = %zu", rows, heads);
+        return -2;
+    }
+}
+
+/* "[...]": one table for every head, copied to each. Returns the width,
+ * -1 when malformed, or -2 (message printed) when the copies do not fit. */
+static long kve_json_table_all(kve_json *j, size_t heads, int32_t **buf)
+{
+    size_t cap = 0, len = 0;
+    long c = kve_json_int_array(j, buf, &cap, &len);
+    if (c < 0)
+        return -1;
+    size_t bytes = (heads * (size_t)c + 1) * sizeof(int32_t);
+    int32_t *all = (int32_t *)malloc(bytes);
+    if (!all) {
+        kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for %zu slot tables", bytes,
+                            heads);
+        return -2;
+    }
+    for (size_t h = 0; c > 0 && h < heads; h++)
+        memcpy(all + h * (size_t)c, *buf, (size_t)c * sizeof *all);
+    free(*buf);
+    *buf = all;
+    return c;
+}
+
+/* --slots-stdin: the slot tables as JSON on stdin; 0 or an exit code. */
+static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
+{
+    char *text = kve_cli_read_all_stdin();
+    if (!text)
+        return 2;
     kve_json j = {text, 0};
     kve_json_ws(&j);
-    int32_t *buf = NULL;
-    size_t bcap = 0, blen = 0;
-    size_t heads = (size_t)cfg->layers * cfg->heads;
-    int ok = 0;
     const char *second = j.p + 1;
     while (isspace((unsigned char)*second))
         second++;
-    if (*j.p == '[' && *second == '[') { /* one table per head */
-        j.p = second;
-        size_t rows = 0;
-        long width = -1;
-        for (;;) {
-            long c = kve_json_int_array(&j, &buf, &bcap, &blen);
-            if (c < 0 || (width >= 0 && c != width))
-                break;
-            width = c;
-            rows++;
-            kve_json_ws(&j);
-            if (*j.p == ',') {
-                j.p++;
-                continue;
-            }
-            if (*j.p == ']') {
-                j.p++;
-                ok = rows == heads;
-                if (!ok) {
-                    free(text);
-                    free(buf);
-                    return kve_cli_usage_error("stdin holds %zu slot tables; --layers x --heads = %zu",
-                                               rows, heads);
-                }
-                cfg->n_slots = (uint32_t)width;
-            }
-            break;
-        }
-    } else { /* one table for every head */
-        long c = kve_json_int_array(&j, &buf, &bcap, &blen);
-        if (c >= 0) {
-            ok = 1;
-            cfg->n_slots = (uint32_t)c;
-            int32_t *all = (int32_t *)malloc((heads * (size_t)c + 1) * sizeof *all);
-            if (!all) {
-                free(text);
-                free(buf);
-                return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for %zu slot "
-                                           "tables",
-                                           (heads * (size_t)c + 1) * sizeof *all, heads);
-            }
-            for (size_t h = 0; ok && c > 0 && h < heads; h++)
-                memcpy(all + h * (size_t)c, buf, (size_t)c * sizeof *all);
-            free(buf);
-            buf = all;
-        }
-    }
+    size_t heads = (size_t)cfg->layers * cfg->heads;
+    int32_t *buf = NULL;
+    long width = *j.p == '[' && *second == '[' ? kve_json_tables(&j, heads, &buf)
+                                               : kve_json_table_all(&j, heads, &buf);
     kve_json_ws(&j);
     int trailing = *j.p != '\0';
     free(text);
-    if (j.nomem_bytes) {
+    if (width == -2 || j.nomem_bytes || width < 0 || trailing) {
         free(buf);
-        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for the slot tables "
-                                   "on stdin",
-                                   j.nomem_bytes);
-    }
-    if (!ok || trailing) {
-        free(buf);
+        if (width == -2)
+            return 2;
+        if (j.nomem_bytes)
+            return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for the slot "
+                                       "tables on stdin",
+                                       j.nomem_bytes);
         return kve_cli_usage_error("stdin: expected a JSON array of integers, or an array of "
                                    "--layers x --heads such arrays of equal length");
     }
+    cfg->n_slots = (uint32_t)width;
     cfg->slot_pos = buf ? buf : (int32_t *)calloc(1, sizeof(int32_t));
     if (!cfg->slot_pos)
         return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for an empty slot table",
@@ -222,69 +261,10 @@ enum {
     OPT_STDIN, OPT_ISA, OPT_THREADS, OPT_REQUIRE, OPT_HELP
 };
 
-int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
-                         kve_cli_config *cfg)
+/* The checks across options and the slot tables (stdin's, or the identity
+ * of --cached slots); 0 or an exit code. */
+static int kve_cli_config_finish(const char *cmd, kve_cli_config *cfg)
 {
-    static const struct option opts[] = {
-        {"seed", required_argument, 0, OPT_SEED},       {"seq-id", required_argument, 0, OPT_SEQ},
-        {"layers", required_argument, 0, OPT_LAYERS},   {"heads", required_argument, 0, OPT_HEADS},
-        {"layer-offset", required_argument, 0, OPT_LOFF},
-        {"head-offset", required_argument, 0, OPT_HOFF},
-        {"prompt", required_argument, 0, OPT_PROMPT},   {"window", required_argument, 0, OPT_WINDOW},
-        {"budget", required_argument, 0, OPT_BUDGET},   {"round", required_argument, 0, OPT_ROUND},
-        {"cached", required_argument, 0, OPT_CACHED},   {"persistent", no_argument, 0, OPT_PERSIST},
-        {"shared-heads", no_argument, 0, OPT_SHEADS},   {"shared-layers", no_argument, 0, OPT_SLAYERS},
-        {"backend", required_argument, 0, OPT_BACKEND}, {"slots-stdin", no_argument, 0, OPT_STDIN},
-        {"isa", required_argument, 0, OPT_ISA},         {"threads", required_argument, 0, OPT_THREADS},
-        {"require", required_argument, 0, OPT_REQUIRE}, {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0}};
-    memset(cfg, 0, sizeof *cfg);
-    cfg->layers = 1;
-    cfg->heads = 1;
-    cfg->window = 64;
-    cfg->budget = 2048;
-    cfg->backend = NULL; /* the command picks its default */
-    optind = 1;
-    int c;
-    uint64_t v;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *name = c >= OPT_SEED && c <= OPT_HELP ? opts[c - OPT_SEED].name : "?";
-        int rc = 0;
-        switch (c) {
-        case OPT_SEED: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seed); break;
-        case OPT_SEQ: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seq_id); break;
-        case OPT_LAYERS: case OPT_HEADS: case OPT_LOFF: case OPT_HOFF: case OPT_PROMPT:
-        case OPT_WINDOW: case OPT_BUDGET: case OPT_ROUND: case OPT_CACHED: {
-            uint32_t *field[] = {&cfg->layers, &cfg->heads, &cfg->layer_offset, &cfg->head_offset,
-                                 &cfg->prompt, &cfg->window, &cfg->budget, &cfg->round,
-                                 &cfg->cached};
-            rc = kve_cli_parse_u64(name, optarg, UINT32_MAX, &v);
-            *field[c - OPT_LAYERS] = (uint32_t)v;
-            break;
-        }
-        case OPT_PERSIST: cfg->flags |= KVE_PERSISTENT; break;
-        case OPT_SHEADS: cfg->flags |= KVE_SHARED_HEADS; break;
-        case OPT_SLAYERS: cfg->flags |= KVE_SHARED_LAYERS; break;
-        case OPT_BACKEND: cfg->backend = optarg; break;
-        case OPT_ISA: cfg->isa = optarg; break;
-        case OPT_THREADS:
-            rc = kve_cli_parse_u64(name, optarg, 1024, &v);
-            cfg->threads = (int)v;
-            break;
-        case OPT_STDIN: cfg->slots_stdin = 1; break;
-        case OPT_REQUIRE:
-            if (strcmp(cmd, "digest") != 0)
-                return kve_cli_usage_error("%s: --require is an option of digest", cmd);
-            cfg->require = optarg;
-            break;
-        case OPT_HELP: fputs(usage, stdout); return -1;
-        default: fprintf(stderr, "%s", usage); return 2;
-        }
-        if (rc)
-            return rc;
-    }
-    if (optind < argc)
-        return kve_cli_usage_error("%s: unexpected argument \"%s\" (see --help)", cmd, argv[optind]);
     if (cfg->layers == 0 || cfg->heads == 0)
         return kve_cli_usage_error("%s: --layers and --heads must be >= 1", cmd);
     if ((uint64_t)cfg->layers * cfg->heads > (1u << 20))
@@ -304,6 +284,69 @@ int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usa
         for (uint32_t t = 0; t < cfg->n_slots; t++)
             cfg->slot_pos[h * cfg->n_slots + t] = (int32_t)t;
     return 0;
+}
+
+int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usage,
+                         const char *default_backend, kve_cli_config *cfg)
+{
+    static const struct option opts[] = {
+        {"seed", required_argument, 0, OPT_SEED},       {"seq-id", required_argument, 0, OPT_SEQ},
+        {"layers", required_argument, 0, OPT_LAYERS},   {"heads", required_argument, 0, OPT_HEADS},
+        {"layer-offset", required_argument, 0, OPT_LOFF},
+        {"head-offset", required_argument, 0, OPT_HOFF},
+        {"prompt", required_argument, 0, OPT_PROMPT},   {"window", required_argument, 0, OPT_WINDOW},
+        {"budget", required_argument, 0, OPT_BUDGET},   {"round", required_argument, 0, OPT_ROUND},
+        {"cached", required_argument, 0, OPT_CACHED},   {"persistent", no_argument, 0, OPT_PERSIST},
+        {"shared-heads", no_argument, 0, OPT_SHEADS},   {"shared-layers", no_argument, 0, OPT_SLAYERS},
+        {"backend", required_argument, 0, OPT_BACKEND}, {"slots-stdin", no_argument, 0, OPT_STDIN},
+        {"isa", required_argument, 0, OPT_ISA},         {"threads", required_argument, 0, OPT_THREADS},
+        {"require", required_argument, 0, OPT_REQUIRE}, {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
+    memset(cfg, 0, sizeof *cfg);
+    cfg->layers = 1;
+    cfg->heads = 1;
+    cfg->window = 64;
+    cfg->budget = 2048;
+    cfg->backend = default_backend;
+    kve_cli_engine engine = {&cfg->flags, &cfg->backend, &cfg->isa, &cfg->threads};
+    optind = 1;
+    int c;
+    uint64_t v;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        const char *name = c >= OPT_SEED && c <= OPT_HELP ? opts[c - OPT_SEED].name : "?";
+        int rc = 0;
+        if (kve_cli_engine_option(name, optarg, &engine, &rc)) {
+            if (rc)
+                return rc;
+            continue;
+        }
+        switch (c) {
+        case OPT_SEED: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seed); break;
+        case OPT_SEQ: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &cfg->seq_id); break;
+        case OPT_LAYERS: case OPT_HEADS: case OPT_LOFF: case OPT_HOFF: case OPT_PROMPT:
+        case OPT_WINDOW: case OPT_BUDGET: case OPT_ROUND: case OPT_CACHED: {
+            uint32_t *field[] = {&cfg->layers, &cfg->heads, &cfg->layer_offset, &cfg->head_offset,
+                                 &cfg->prompt, &cfg->window, &cfg->budget, &cfg->round,
+                                 &cfg->cached};
+            rc = kve_cli_parse_u64(name, optarg, UINT32_MAX, &v);
+            *field[c - OPT_LAYERS] = (uint32_t)v;
+            break;
+        }
+        case OPT_STDIN: cfg->slots_stdin = 1; break;
+        case OPT_REQUIRE:
+            if (strcmp(cmd, "digest") != 0)
+                return kve_cli_usage_error("%s: --require is an option of digest", cmd);
+            cfg->require = optarg;
+            break;
+        case OPT_HELP: fputs(usage, stdout); return -1;
+        default: fprintf(stderr, "%s", usage); return 2;
+        }
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return kve_cli_usage_error("%s: unexpected argument \"%s\" (see --help)", cmd, argv[optind]);
+    return kve_cli_config_finish(cmd, cfg);
 }
 
 void kve_cli_config_free(kve_cli_config *cfg)

@@ -64,11 +64,14 @@ static int kve_replay_parse(int argc, char **argv, kve_replay_opts *o)
     uint32_t *u32[] = {&o->prompt, &o->tokens, &o->sched.budget, &o->sched.window,
                        &o->sched.interval, &o->layers, &o->heads, &o->layer_offset,
                        &o->head_offset};
+    kve_cli_engine engine = {&o->sched.flags, &o->backend, &o->isa, &o->threads};
     optind = 1;
     int c, rc = 0;
     uint64_t v;
     while (!rc && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         const char *name = c >= SEED && c <= HELP ? opts[c - SEED].name : "?";
+        if (kve_cli_engine_option(name, optarg, &engine, &rc))
+            continue;
         switch (c) {
         case SEED: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &o->sched.seed); break;
         case SEQ: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &o->seq_id); break;
@@ -76,15 +79,6 @@ static int kve_replay_parse(int argc, char **argv, kve_replay_opts *o)
         case HEADS: case LOFF: case HOFF:
             rc = kve_cli_parse_u64(name, optarg, UINT32_MAX, &v);
             *u32[c - PROMPT] = (uint32_t)v;
-            break;
-        case PERSIST: o->sched.flags |= KVE_PERSISTENT; break;
-        case SHEADS: o->sched.flags |= KVE_SHARED_HEADS; break;
-        case SLAYERS: o->sched.flags |= KVE_SHARED_LAYERS; break;
-        case BACKEND: o->backend = optarg; break;
-        case ISA: o->isa = optarg; break;
-        case THREADS:
-            rc = kve_cli_parse_u64(name, optarg, 1024, &v);
-            o->threads = (int)v;
             break;
         case SUMMARY: o->summary = 1; break;
         case HELP: fputs(kve_replay_usage, stdout); return -1;

@@ -44,11 +44,9 @@ static void kve_print_list(const int32_t *v, uint32_t n)
 int kve_cmd_select(int argc, char **argv)
 {
     kve_cli_config cfg;
-    int rc = kve_cli_parse_config(argc, argv, "select", kve_select_usage, &cfg);
+    int rc = kve_cli_parse_config(argc, argv, "select", kve_select_usage, "auto", &cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!cfg.backend)
-        cfg.backend = "auto";
     kve_context *ctx = NULL;
     rc = kve_cli_context(cfg.backend, cfg.isa, cfg.threads, &ctx);
     kve_cli_result r;
@@ -188,12 +186,16 @@ static int kve_listed(const char *list, const char *name)
 /* Checks --require's names; 0 or an exit code. */
 static int kve_check_require(const kve_cli_config *cfg)
 {
-    static const char *names[] = {"cpu", "cuda", "hip"};
     for (const char *p = cfg->require; p && *p;) {
         const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p), known = 0;
-        for (size_t i = 0; i < 3; i++)
-            known |= len == strlen(names[i]) && strncmp(p, names[i], len) == 0;
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[8] = "";
+        kve_backend b = KVE_BACKEND_AUTO; /* the library's names, lower case: not "auto" */
+        if (len < sizeof name)
+            memcpy(name, p, len);
+        name[len < sizeof name ? len : 0] = '\0';
+        int known = len < sizeof name && kve_backend_from_name(name, &b) == KVE_OK &&
+                    b != KVE_BACKEND_AUTO && !strcmp(name, kve_backend_name(b));
         if (!known)
             return kve_cli_usage_error("digest: --require %s: expected cpu, cuda or hip, "
                                        "comma-separated",
@@ -235,11 +237,9 @@ static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const 
 int kve_cmd_digest(int argc, char **argv)
 {
     kve_cli_config cfg;
-    int rc = kve_cli_parse_config(argc, argv, "digest", kve_digest_usage, &cfg);
+    int rc = kve_cli_parse_config(argc, argv, "digest", kve_digest_usage, "all", &cfg);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!cfg.backend)
-        cfg.backend = "all";
     rc = kve_check_require(&cfg);
     if (rc) {
         kve_cli_config_free(&cfg);

@@ -57,22 +57,18 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     argc--;
     argv++;
-    if (!strcmp(cmd, "select"))
-        return kve_cmd_select(argc, argv);
-    if (!strcmp(cmd, "key"))
-        return kve_cmd_key(argc, argv);
-    if (!strcmp(cmd, "digest"))
-        return kve_cmd_digest(argc, argv);
-    if (!strcmp(cmd, "vectors"))
-        return kve_cmd_vectors(argc, argv);
-    if (!strcmp(cmd, "replay"))
-        return kve_cmd_replay(argc, argv);
-    if (!strcmp(cmd, "diff"))
-        return kve_cmd_diff(argc, argv);
-    if (!strcmp(cmd, "demo"))
-        return kve_cmd_demo(argc, argv);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return kve_cmd_version();
+    static const struct {
+        const char *name;
+        int (*run)(int argc, char **argv);
+    } commands[] = {{"select", kve_cmd_select}, {"key", kve_cmd_key},
+                    {"digest", kve_cmd_digest}, {"vectors", kve_cmd_vectors},
+                    {"replay", kve_cmd_replay}, {"diff", kve_cmd_diff},
+                    {"demo", kve_cmd_demo}};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name))
+            return commands[i].run(argc, argv);
     fprintf(stderr, "kvevict: unknown command \"%s\"\n%s", cmd, kve_usage);
     return 2;
 }

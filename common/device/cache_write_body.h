@@ -39,39 +39,81 @@ typedef struct kve_cache_write_args {
     uint64_t *errors;               /* [KVE_DEV_ERR_KINDS] */
 } kve_cache_write_args;
 
-/* Page and in-page slot of slot @p slot of page table row @p row (ignored
- * with KVE_PAGES_FLAT): 0 when the slot or its page is not one the desc
- * allows (*why = the error kind), else 1. The host's rule for indptr:
- * indptr[0] = 0, and the row within indices. */
+/* Why a slot has no place in the cache (kve_cw_lookup), in the order the
+ * lookup checks: the row's indptr entries first, then the slot, then its
+ * page. The host names each (common/cache_write.c); the device raises
+ * KVE_DEV_ERR_CW_PAGE for a page, KVE_DEV_ERR_CW_SLOT for the rest. */
+enum kve_cw_fault {
+    KVE_CW_FOUND = 0,
+    KVE_CW_INDPTR_FIRST, /* indptr[0] != 0 */
+    KVE_CW_INDPTR_ORDER, /* the row ends before it starts, or starts below 0 */
+    KVE_CW_INDPTR_END,   /* the row ends past indptr[n_rows] */
+    KVE_CW_LAST_LEN,     /* last_page_len of a row with pages not 1..page_size */
+    KVE_CW_SLOT,         /* slot < 0 or past the row's length (limit) */
+    KVE_CW_PAGE          /* the slot's page is not 0..n_pages-1 */
+};
+
+/* Where a slot lies: its page and in-page slot; limit, the row's length in
+ * slots, and page are set whenever the lookup got that far (for messages). */
+typedef struct kve_cw_place {
+    int64_t limit, page;
+    size_t in;
+} kve_cw_place;
+
+/* The one page lookup of kve_cache_write (host checks, CPU writes, device
+ * kernels): slot @p slot of page table row @p row (ignored with
+ * KVE_PAGES_FLAT; a valid row otherwise). Returns KVE_CW_FOUND with @p out
+ * filled, or the first rule the slot breaks. For indptr the row's pages are
+ * read within indices: indptr[0] = 0 and lo <= hi <= indptr[n_rows]. */
+KVE_HD_FN int kve_cw_lookup(const kve_cache_write_desc *d, int32_t row, int64_t slot,
+                            kve_cw_place *out)
+{
+    int64_t ps = d->page_size;
+    out->limit = ps;
+    out->page = row;
+    out->in = 0;
+    if (d->page_table == KVE_PAGES_FLAT) {
+        out->limit = (int64_t)d->n_pages * ps;
+        out->page = slot >= 0 ? slot / ps : 0;
+    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+        out->limit = (int64_t)d->blocks_per_row * ps;
+        if (slot >= 0 && slot < out->limit)
+            out->page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
+    } else if (d->page_table == KVE_PAGES_INDPTR) {
+        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
+        if (d->indptr[0] != 0)
+            return KVE_CW_INDPTR_FIRST;
+        if (lo < 0 || hi < lo)
+            return KVE_CW_INDPTR_ORDER;
+        if (hi > d->indptr[d->n_rows])
+            return KVE_CW_INDPTR_END;
+        if (hi > lo && (last < 1 || last > ps))
+            return KVE_CW_LAST_LEN;
+        out->limit = hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
+        if (slot >= 0 && slot < out->limit)
+            out->page = d->indices[(size_t)lo + (size_t)(slot / ps)];
+    }
+    if (slot < 0 || slot >= out->limit)
+        return KVE_CW_SLOT;
+    if (out->page < 0 || out->page >= d->n_pages)
+        return KVE_CW_PAGE;
+    out->in = (size_t)(slot % ps);
+    return KVE_CW_FOUND;
+}
+
+/* Page and in-page slot of slot @p slot of row @p row: 0 when the desc
+ * does not allow it (*why = the device error kind), else 1. */
 KVE_FN int kve_cw_locate(const kve_cache_write_desc *d, int32_t row, int64_t slot,
                          size_t *page_out, size_t *in_out, int *why)
 {
-    int64_t ps = d->page_size, limit = ps, page = row;
-    if (d->page_table == KVE_PAGES_FLAT) {
-        limit = (int64_t)d->n_pages * ps;
-        page = slot >= 0 ? slot / ps : 0;
-    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        limit = (int64_t)d->blocks_per_row * ps;
-        if (slot >= 0 && slot < limit)
-            page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
-        int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
-        int ok = d->indptr[0] == 0 && lo >= 0 && hi >= lo && hi <= d->indptr[d->n_rows] &&
-                 (hi == lo || (last >= 1 && last <= ps));
-        limit = ok && hi > lo ? (int64_t)(hi - lo - 1) * ps + last : 0;
-        if (slot >= 0 && slot < limit)
-            page = d->indices[(size_t)lo + (size_t)(slot / ps)];
-    }
-    if (slot < 0 || slot >= limit) {
-        *why = KVE_DEV_ERR_CW_SLOT;
+    kve_cw_place at;
+    int fault = kve_cw_lookup(d, row, slot, &at);
+    if (fault != KVE_CW_FOUND) {
+        *why = fault == KVE_CW_PAGE ? KVE_DEV_ERR_CW_PAGE : KVE_DEV_ERR_CW_SLOT;
         return 0;
     }
-    if (page < 0 || page >= d->n_pages) {
-        *why = KVE_DEV_ERR_CW_PAGE;
-        return 0;
-    }
-    *page_out = (size_t)page;
-    *in_out = (size_t)(slot % ps);
+    *page_out = (size_t)at.page;
+    *in_out = at.in;
     return 1;
 }
 

@@ -1,7 +1,8 @@
 /*
  * state_body.h — the backend op state_update (common/kve_backend.h) on the
  * device, written once for CUDA, HIP and the host emulator (kve_device.h);
- * the CPU backend and the host rebuild run the same per-table functions.
+ * the CPU backend (kernels_cpu/state_jobs_cpu.c) runs the same job
+ * interpreter (kve_state_job_run), the host rebuild the same rounds.
  *
  * The jobs of one call are independent and each writes its own elements:
  * a job's items (one per table and token, table and slot, or table) go to
@@ -207,6 +208,26 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
     }
 }
 
+/* The one job interpreter (the device kernel below and the CPU backend's
+ * state_update): items first, first + step, ... of job @p j. Returns how
+ * many of them had to leave their table alone, each raised as
+ * KVE_DEV_ERR_STATE_SLOT in @p errors when that is not NULL. */
+KVE_FN uint64_t kve_state_job_run(const kve_state_update *u, const kve_state_job *j,
+                                  uint64_t first, uint64_t step, uint64_t *errors)
+{
+    uint64_t items = kve_state_job_items(u, j), bad = 0;
+    for (uint64_t e = first; e < items; e += step) {
+        if (!kve_state_item_run(u, j, e))
+            continue;
+        bad++;
+        if (errors) {
+            uint64_t each = j->kind == KVE_JOB_LINEAR ? j->count : 1;
+            kve_raise(errors, KVE_DEV_ERR_STATE_SLOT, j->row, (uint32_t)(e / each));
+        }
+    }
+    return bad;
+}
+
 /* The kernel: the launch's blocks shared among the jobs (see above). */
 KVE_FN void kve_state_grid(kve_tc *tc, const kve_state_args *a)
 {
@@ -214,15 +235,8 @@ KVE_FN void kve_state_grid(kve_tc *tc, const kve_state_args *a)
     if (tc->bid >= groups * per)
         return;
     uint64_t step = (uint64_t)per * tc->nt, first = (uint64_t)(tc->bid % per) * tc->nt + tc->tid;
-    for (uint32_t j = tc->bid / per; j < n; j += groups) {
-        const kve_state_job *job = &a->u.jobs[j];
-        uint64_t items = kve_state_job_items(&a->u, job);
-        for (uint64_t e = first; e < items; e += step)
-            if (kve_state_item_run(&a->u, job, e)) {
-                uint64_t each = job->kind == KVE_JOB_LINEAR ? job->count : 1;
-                kve_raise(a->errors, KVE_DEV_ERR_STATE_SLOT, job->row, (uint32_t)(e / each));
-            }
-    }
+    for (uint32_t j = tc->bid / per; j < n; j += groups)
+        kve_state_job_run(&a->u, &a->u.jobs[j], first, step, a->errors);
 }
 
 /* kve_evict's batch and outputs for call row @p i of @p e, whose list

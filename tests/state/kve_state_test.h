@@ -8,6 +8,13 @@
 #include "kve_suite.h"
 #include "kve_test_util.h"
 
+/* qsort order of int32_t, ascending. */
+static inline int ks_cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Expect @p st from @p expr, and a message containing @p needle. */
 #define EXPECT_ERR(expr, st, needle)                                                               \
     do {                                                                                           \

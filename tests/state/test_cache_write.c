@@ -221,6 +221,43 @@ END_TEST
 
 /* End to end: the state's mapping, written into an NHD cache through a
  * block table; every valid slot of every head then holds its token. */
+/* Layers, heads, page size, blocks per row and entry bytes of a
+ * block-table cache per layer, NHD. */
+typedef struct {
+    uint32_t layers, heads, page_size, blocks_per_row, entry;
+} kve_cw_geometry;
+
+/* Every valid slot of the state's rows holds, in each layer's cache @p
+ * cache (pages by @p bt), the entry tagged (position, layer * H + head). */
+static void expect_cache_holds_tables(kve_state *st, const kve_state_layout *lay,
+                                      const kve_cw_geometry *g, uint32_t rows, const int32_t *bt,
+                                      unsigned char *const *cache)
+{
+    uint32_t H = g->heads, PS = g->page_size, E = g->entry;
+    int32_t *tab = (int32_t *)malloc(lay->row_elems * 4);
+    for (uint32_t r = 0; r < rows; r++) {
+        KT_OK(kve_state_read_slots(st, r, tab, lay->row_elems));
+        for (uint32_t l = 0; l < g->layers; l++)
+            for (uint32_t h = 0; h < H; h++) {
+                size_t t = (size_t)(lay->table_layers > 1 ? l : 0) * lay->table_heads +
+                           (lay->table_heads > 1 ? h : 0);
+                for (uint32_t s = 0; s < lay->max_slots; s++) {
+                    int32_t p = tab[t * lay->max_slots + s];
+                    if (p < 0)
+                        continue;
+                    size_t page = (size_t)bt[r * g->blocks_per_row + s / PS];
+                    size_t off = (page * PS + s % PS) * H * E + h * E;
+                    uint32_t got[2];
+                    memcpy(got, cache[l] + off, 8);
+                    ck_assert_msg(got[0] == (uint32_t)p && got[1] == l * H + h,
+                                  "row %u layer %u head %u slot %u: (%u, %u), want (%d, %u)", r, l,
+                                  h, s, got[0], got[1], p, l * H + h);
+                }
+            }
+    }
+    free(tab);
+}
+
 START_TEST(state_drives_writes)
 {
     kve_context *ctx = ks_context();
@@ -262,7 +299,7 @@ START_TEST(state_drives_writes)
         for (uint32_t l = 0; l < L; l++) {
             for (uint32_t t = 0; t < T * H; t++)
                 tag[t * 2 + 1] = l * H + t % H;
-            uint32_t tl = lay.table_layers > 1 ? l : 0, th = lay.table_heads;
+            uint32_t table_layer = lay.table_layers > 1 ? l : 0, th = lay.table_heads;
             kve_cache_write_desc w = {.n_tokens = T,
                                       .n_heads = H,
                                       .entry_bytes = E,
@@ -272,7 +309,7 @@ START_TEST(state_drives_writes)
                                       .layout = KVE_LAYOUT_NHD,
                                       .page_size = PS,
                                       .n_pages = 2 * ROWS * BPR,
-                                      .slots = sb.b.slot_mapping + (size_t)tl * 20 * th,
+                                      .slots = sb.b.slot_mapping + (size_t)table_layer * 20 * th,
                                       .slots_stride_token = th,
                                       .slots_stride_head = th > 1,
                                       .token_row = token_row,
@@ -280,8 +317,8 @@ START_TEST(state_drives_writes)
                                       .page_table = KVE_PAGES_BLOCK_TABLE,
                                       .block_table = bt,
                                       .blocks_per_row = BPR,
-                                      .moves = sb.b.moves + (size_t)tl * 2 * th * sb.b.max_moves * 2,
-                                      .n_moves = sb.b.n_moves + (size_t)tl * 2 * th,
+                                      .moves = sb.b.moves + (size_t)table_layer * 2 * th * sb.b.max_moves * 2,
+                                      .n_moves = sb.b.n_moves + (size_t)table_layer * 2 * th,
                                       .n_move_rows = 2,
                                       .max_moves = sb.b.max_moves,
                                       .moves_stride_row = th,
@@ -290,33 +327,77 @@ START_TEST(state_drives_writes)
         }
     }
     ks_step_free(&sb);
-    int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
-    for (uint32_t r = 0; r < ROWS; r++) {
-        KT_OK(kve_state_read_slots(st, r, tab, lay.row_elems));
-        for (uint32_t l = 0; l < L; l++)
-            for (uint32_t h = 0; h < H; h++) {
-                size_t t = (size_t)(lay.table_layers > 1 ? l : 0) * lay.table_heads +
-                           (lay.table_heads > 1 ? h : 0);
-                for (uint32_t s = 0; s < lay.max_slots; s++) {
-                    int32_t p = tab[t * lay.max_slots + s];
-                    if (p < 0)
-                        continue;
-                    size_t off = ((size_t)bt[r * BPR + s / PS] * PS + s % PS) * H * E + h * E;
-                    uint32_t got[2];
-                    memcpy(got, cache[l] + off, 8);
-                    ck_assert_msg(got[0] == (uint32_t)p && got[1] == l * H + h,
-                                  "row %u layer %u head %u slot %u: (%u, %u), want (%d, %u)", r, l,
-                                  h, s, got[0], got[1], p, l * H + h);
-                }
-            }
-    }
-    free(tab);
+    kve_cw_geometry g = {L, H, PS, BPR, E};
+    expect_cache_holds_tables(st, &lay, &g, ROWS, bt, cache);
     for (int l = 0; l < L; l++)
         free(cache[l]);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }
 END_TEST
+
+/* kve_state_append's refusals on a state whose row 0 holds an empty
+ * sequence (capacity 20, r = 4); a failed call changes nothing. */
+static void expect_bad_appends(kve_state *st)
+{
+    uint32_t rows[2] = {0, 0}, n_new[2] = {3, 3};
+    int64_t map[64];
+    int32_t mv[64];
+    uint32_t n_mv[8];
+    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4, NULL, 0, 0};
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID, "appears twice");
+    rows[1] = 1;
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID,
+               "rows[1] = 1: holds no sequence");
+    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, &out), KVE_ERR_NULL, "rows is NULL");
+    out.max_tokens = 2;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_tokens = 2");
+    out.max_tokens = 3;
+    out.n_moves = NULL;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_NULL, "out->n_moves");
+    out.n_moves = n_mv;
+    out.max_rows = 0;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_rows = 0");
+    out.max_rows = 2;
+    n_new[0] = 30; /* 20 slots: 10 past a full row, 3 rounds of r = 4 */
+    out.max_tokens = 30;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_moves = 4");
+    out.max_tokens = 3;
+    n_new[0] = 0x80000000u;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL), KVE_ERR_RANGE, "n_new[0] = ");
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    ck_assert_uint_eq(info.n_tokens, 0); /* failed calls changed nothing */
+    n_new[0] = 3;
+    KT_OK(kve_state_append(st, 1, rows, n_new, &out)); /* and the marks were cleared */
+    uint32_t moves_for = 0;
+    KT_OK(kve_state_max_moves(st, 9, &moves_for));
+    ck_assert_uint_eq(moves_for, 12);
+
+}
+
+/* kve_state_rebuild's, the read calls' and kve_schedule_capacity's refusals. */
+static void expect_bad_rebuilds_and_reads(kve_state *st, const kve_state_desc *d)
+{
+    int64_t map[64];
+    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE, "row = 5");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE,
+               "prompt_len = 40");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 0, map, 5), KVE_ERR_RANGE,
+               "mapping_len = 5");
+    uint32_t steps[2] = {4, 5};
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, steps, 2, NULL, 0), KVE_ERR_INVALID,
+               "steps sum to 9");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 2, NULL, 0), KVE_ERR_NULL, "steps is NULL");
+    int32_t tab[4 * 32];
+    EXPECT_ERR(kve_state_read_slots(st, 1, tab, 128), KVE_ERR_INVALID, "row = 1");
+    EXPECT_ERR(kve_state_read_slots(st, 0, tab, 100), KVE_ERR_RANGE, "out_len = 100");
+    EXPECT_ERR(kve_state_get_seq(st, 0, NULL), KVE_ERR_NULL, "out");
+    EXPECT_ERR(kve_state_get_layout(NULL, NULL), KVE_ERR_NULL, "state");
+    uint32_t cap;
+    EXPECT_ERR(kve_schedule_capacity(&d->schedule, 0x7ffffffau, &cap), KVE_ERR_OVERFLOW,
+               "prompt_len = 2147483642");
+}
 
 START_TEST(state_bad_input)
 {
@@ -356,57 +437,8 @@ START_TEST(state_bad_input)
     EXPECT_ERR(kve_state_admit(st, 0, 2, 1), KVE_ERR_INVALID, "already holds seq_id 1");
     EXPECT_ERR(kve_state_retire(st, 1), KVE_ERR_INVALID, "row = 1: holds no sequence");
 
-    uint32_t rows[2] = {0, 0}, n_new[2] = {3, 3};
-    int64_t map[64];
-    int32_t mv[64];
-    uint32_t n_mv[8];
-    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4, NULL, 0, 0};
-    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID, "appears twice");
-    rows[1] = 1;
-    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID,
-               "rows[1] = 1: holds no sequence");
-    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, &out), KVE_ERR_NULL, "rows is NULL");
-    out.max_tokens = 2;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_tokens = 2");
-    out.max_tokens = 3;
-    out.n_moves = NULL;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_NULL, "out->n_moves");
-    out.n_moves = n_mv;
-    out.max_rows = 0;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_rows = 0");
-    out.max_rows = 2;
-    n_new[0] = 30; /* 20 slots: 10 past a full row, 3 rounds of r = 4 */
-    out.max_tokens = 30;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_moves = 4");
-    out.max_tokens = 3;
-    n_new[0] = 0x80000000u;
-    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL), KVE_ERR_RANGE, "n_new[0] = ");
-    kve_state_seq_info info;
-    KT_OK(kve_state_get_seq(st, 0, &info));
-    ck_assert_uint_eq(info.n_tokens, 0); /* failed calls changed nothing */
-    n_new[0] = 3;
-    KT_OK(kve_state_append(st, 1, rows, n_new, &out)); /* and the marks were cleared */
-    uint32_t moves_for = 0;
-    KT_OK(kve_state_max_moves(st, 9, &moves_for));
-    ck_assert_uint_eq(moves_for, 12);
-
-    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE, "row = 5");
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE,
-               "prompt_len = 40");
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 0, map, 5), KVE_ERR_RANGE,
-               "mapping_len = 5");
-    uint32_t steps[2] = {4, 5};
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, steps, 2, NULL, 0), KVE_ERR_INVALID,
-               "steps sum to 9");
-    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 2, NULL, 0), KVE_ERR_NULL, "steps is NULL");
-    int32_t tab[4 * 32];
-    EXPECT_ERR(kve_state_read_slots(st, 1, tab, 128), KVE_ERR_INVALID, "row = 1");
-    EXPECT_ERR(kve_state_read_slots(st, 0, tab, 100), KVE_ERR_RANGE, "out_len = 100");
-    EXPECT_ERR(kve_state_get_seq(st, 0, NULL), KVE_ERR_NULL, "out");
-    EXPECT_ERR(kve_state_get_layout(NULL, NULL), KVE_ERR_NULL, "state");
-    uint32_t cap;
-    EXPECT_ERR(kve_schedule_capacity(&d.schedule, 0x7ffffffau, &cap), KVE_ERR_OVERFLOW,
-               "prompt_len = 2147483642");
+    expect_bad_appends(st);
+    expect_bad_rebuilds_and_reads(st, &d);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }

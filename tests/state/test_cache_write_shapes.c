@@ -68,20 +68,17 @@ END_TEST
  * the latent from a bf16 source into an fp8 part with a scale, the rope
  * part copied: two caches with their own dim in one tensor; and K / V with
  * head_dim 8 and 4 in their own tensors. */
-START_TEST(mla_and_head_dims)
+static void check_mla_parts(kve_context *ctx, uint64_t *rng, const int32_t *bt, const int32_t *row)
 {
-    kve_context *ctx = ks_context();
-    uint64_t rng = 32;
     enum { T = 6, LAT = 16, ROPE = 4, W = LAT + 2 * ROPE }; /* fp8 latent, f16 rope: bytes */
     unsigned char cache[P][PS][W], want[P][PS][W];
-    uint16_t lat[T][LAT], rope[T][ROPE];
-    fill(&rng, cache, sizeof cache);
-    fill(&rng, rope, sizeof rope);
+    uint16_t lat[T + 1][LAT], rope[T][ROPE]; /* a spare row: the dim LAT + 1 case reads it */
+    fill(rng, cache, sizeof cache);
+    fill(rng, rope, sizeof rope);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < LAT; i++) /* bf16 of modest values, some beyond 448 * scale */
-            lat[t][i] = (uint16_t)(kr_bits((float)((int)kt_below(&rng, 4000) - 2000) / 3) >> 16);
+            lat[t][i] = (uint16_t)(kr_bits((float)((int)kt_below(rng, 4000) - 2000) / 3) >> 16);
     memcpy(want, cache, sizeof cache);
-    int32_t bt[2 * 3] = {5, 0, 3, 2, 4, 1}, row[T] = {0, 1, 1, 0, 0, 1};
     int64_t slots[T] = {1, 0, 11, 7, -1, 5};
     float scale = 0.5f;
     for (int t = 0; t < T; t++) {
@@ -108,18 +105,23 @@ START_TEST(mla_and_head_dims)
     d.part[0].dim = LAT + 1; /* the latent would run into the rope */
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "share entry bytes");
 
-    /* K head_dim 8 (f32 -> f16), V head_dim 4 (f32 -> e5m2, a scale per head) */
+}
+
+/* K head_dim 8 (f32 -> f16), V head_dim 4 (f32 -> e5m2, a scale per head). */
+static void check_head_dims(kve_context *ctx, uint64_t *rng, const int32_t *bt, const int32_t *row)
+{
+    enum { T = 6 };
     float k[T][H][8], v[T][H][4], vs[H] = {2.0f, 0.125f};
     uint16_t kc[P][PS][H][8], kw[P][PS][H][8];
     uint8_t vc[P][PS][H][4], vw[P][PS][H][4];
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < 8; i++) {
-                k[t][h][i] = kr_f32((uint32_t)kt_next(&rng));
-                v[t][h][i % 4] = (float)((int)kt_below(&rng, 1 << 20)) / 8;
+                k[t][h][i] = kr_f32((uint32_t)kt_next(rng));
+                v[t][h][i % 4] = (float)((int)kt_below(rng, 1 << 20)) / 8;
             }
-    fill(&rng, kc, sizeof kc);
-    fill(&rng, vc, sizeof vc);
+    fill(rng, kc, sizeof kc);
+    fill(rng, vc, sizeof vc);
     memcpy(kw, kc, sizeof kc);
     memcpy(vw, vc, sizeof vc);
     int64_t hs[T][H] = {{0, 1}, {2, 3}, {4, -1}, {5, 6}, {7, 0}, {-1, 9}};
@@ -149,6 +151,16 @@ START_TEST(mla_and_head_dims)
     KT_OK(kve_cache_write(ctx, &kv));
     ck_assert(memcmp(kc, kw, sizeof kc) == 0);
     ck_assert(memcmp(vc, vw, sizeof vc) == 0);
+}
+
+/* Both shapes above, on one block table. */
+START_TEST(mla_and_head_dims)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 32;
+    int32_t bt[2 * 3] = {5, 0, 3, 2, 4, 1}, row[6] = {0, 1, 1, 0, 0, 1};
+    check_mla_parts(ctx, &rng, bt, row);
+    check_head_dims(ctx, &rng, bt, row);
     kve_context_destroy(ctx);
 }
 END_TEST

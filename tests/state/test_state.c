@@ -72,6 +72,60 @@ START_TEST(matches_reference)
 }
 END_TEST
 
+/* One step of rows 0 .. live-1 at random: an idle row may be admitted (its
+ * model cache filled with another request's bytes, its prompt the step's
+ * prefill), a live one retired, the others take one token or a few. Returns
+ * the step's rows and n_new. */
+static uint32_t random_step(kve_state *st, ks_cache *cache, uint32_t live, uint64_t *rng,
+                            uint64_t *next_id, int *active, uint32_t *hist_n, uint32_t *rows,
+                            uint32_t *n_new)
+{
+    size_t per_row = (size_t)cache->tables * cache->slots;
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < live; r++) {
+        if (!active[r] && kt_below(rng, 20) == 0) {
+            uint32_t prompt = kPrompts[kt_below(rng, 4)];
+            KT_OK(kve_state_admit(st, r, (*next_id)++ * 0x9E3779B97F4A7C15ULL, prompt));
+            active[r] = 1;
+            hist_n[r] = 0;
+            for (size_t i = 0; i < per_row; i++)
+                cache->pos[(size_t)r * per_row + i] = KS_FOREIGN;
+            rows[n] = r;
+            n_new[n++] = prompt;
+        } else if (active[r] && kt_below(rng, 1500) == 0) {
+            KT_OK(kve_state_retire(st, r));
+            active[r] = 0;
+        } else if (active[r]) {
+            rows[n] = r;
+            n_new[n++] = kt_below(rng, 10) == 0 ? 1 + kt_below(rng, 12) : 1;
+        }
+    }
+    return n;
+}
+
+/* A rebuild's recompute mapping @p map names each of row @p row's valid
+ * slots 0 .. n_valid-1 exactly once, at the position it holds. */
+static void expect_mapping_names_valid(kve_state *st, uint32_t row, const kve_state_layout *lay,
+                                       const kve_state_seq_info *info, const int64_t *map,
+                                       int32_t *tab)
+{
+    size_t tables = (size_t)lay->table_layers * lay->table_heads;
+    KT_OK(kve_state_read_slots(st, row, tab, lay->row_elems));
+    for (size_t t = 0; t < tables; t++) {
+        uint32_t named = 0;
+        for (uint32_t p = 0; p < info->n_tokens; p++) {
+            int64_t m = map[((t / lay->table_heads) * info->n_tokens + p) * lay->table_heads +
+                            t % lay->table_heads];
+            ck_assert(m >= -1 && m < (int64_t)info->n_valid);
+            if (m >= 0) {
+                ck_assert_int_eq(tab[t * lay->max_slots + m], (int32_t)p);
+                named++;
+            }
+        }
+        ck_assert_uint_eq(named, info->n_valid);
+    }
+}
+
 /* Thousands of steps over rows admitted and retired at random times, with
  * multi-token appends driving a model cache; rebuilds of live rows (given
  * their appends) into spare rows must equal them, also after more appends
@@ -92,30 +146,13 @@ START_TEST(rebuild_equals_live)
     uint64_t rng = 77 + _i;
     uint64_t next_id = 1;
     int active[LIVE] = {0};
-    uint32_t rebuilds = 0, prompt[LIVE] = {0}, hist_n[LIVE] = {0};
+    uint32_t rebuilds = 0, hist_n[LIVE] = {0};
     uint32_t *hist = (uint32_t *)malloc((size_t)LIVE * HIST * 4);
     int64_t *map = (int64_t *)malloc(8192 * tables * 8);
     int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
     for (uint32_t s = 0; s < 3000; s++) {
-        uint32_t rows[LIVE], n_new[LIVE], pos0[LIVE], n = 0;
-        for (uint32_t r = 0; r < LIVE; r++) {
-            if (!active[r] && kt_below(&rng, 20) == 0) {
-                prompt[r] = kPrompts[kt_below(&rng, 4)];
-                KT_OK(kve_state_admit(st, r, next_id++ * 0x9E3779B97F4A7C15ULL, prompt[r]));
-                active[r] = 1;
-                hist_n[r] = 0;
-                for (size_t i = 0; i < tables * lay.max_slots; i++) /* another request's bytes */
-                    cache.pos[(size_t)r * tables * lay.max_slots + i] = KS_FOREIGN;
-                rows[n] = r;
-                n_new[n++] = prompt[r]; /* the prefill in this step */
-            } else if (active[r] && kt_below(&rng, 1500) == 0) {
-                KT_OK(kve_state_retire(st, r));
-                active[r] = 0;
-            } else if (active[r]) {
-                rows[n] = r;
-                n_new[n++] = kt_below(&rng, 10) == 0 ? 1 + kt_below(&rng, 12) : 1;
-            }
-        }
+        uint32_t rows[LIVE], n_new[LIVE], pos0[LIVE];
+        uint32_t n = random_step(st, &cache, LIVE, &rng, &next_id, active, hist_n, rows, n_new);
         for (uint32_t i = 0; i < n; i++) {
             kve_state_seq_info info;
             KT_OK(kve_state_get_seq(st, rows[i], &info));
@@ -139,20 +176,7 @@ START_TEST(rebuild_equals_live)
         KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
                                 hist + r * HIST, hist_n[r], map, 8192 * tables));
         ks_expect_same(st, r, st, SPARE);
-        KT_OK(kve_state_read_slots(st, SPARE, tab, lay.row_elems));
-        for (size_t t = 0; t < tables; t++) { /* the recompute mapping names slots 0..n_valid-1 */
-            uint32_t named = 0;
-            for (uint32_t p = 0; p < info.n_tokens; p++) {
-                int64_t m = map[((t / lay.table_heads) * info.n_tokens + p) * lay.table_heads +
-                                t % lay.table_heads];
-                ck_assert(m >= -1 && m < (int64_t)info.n_valid);
-                if (m >= 0) {
-                    ck_assert_int_eq(tab[t * lay.max_slots + m], (int32_t)p);
-                    named++;
-                }
-            }
-            ck_assert_uint_eq(named, info.n_valid);
-        }
+        expect_mapping_names_valid(st, SPARE, &lay, &info, map, tab);
         for (uint32_t k = 0; k < 7; k++) {
             uint32_t both[2] = {r, SPARE}, cnt[2];
             cnt[0] = cnt[1] = 1 + kt_below(&rng, 3);
@@ -191,12 +215,6 @@ START_TEST(rebuild_equals_live)
 }
 END_TEST
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* One row fed in random chunks keeps, in every head, the same positions as
  * the same row fed token by token (the keep-sets never depend on the
  * grouping); a rebuild with no history is the token-by-token row. */
@@ -223,8 +241,8 @@ START_TEST(append_grouping)
         KT_OK(kve_state_read_slots(st, 0, a, lay.row_elems));
         KT_OK(kve_state_read_slots(st, 1, b, lay.row_elems));
         for (size_t t = 0; t < tables; t++) {
-            qsort(a + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
-            qsort(b + t * lay.max_slots, lay.max_slots, 4, cmp_i32);
+            qsort(a + t * lay.max_slots, lay.max_slots, 4, ks_cmp_i32);
+            qsort(b + t * lay.max_slots, lay.max_slots, 4, ks_cmp_i32);
         }
         ck_assert(!memcmp(a, b, lay.row_elems * 4));
         if (done % 7 == 0) {

@@ -63,12 +63,6 @@ static void model_append(model_row *m, uint32_t n_new)
     }
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The state's rows hold the model's positions (as sets) and counts. */
 static void expect_model(kve_state *st, const kve_state_layout *lay, const model_row *m)
 {
@@ -84,8 +78,8 @@ static void expect_model(kve_state *st, const kve_state_layout *lay, const model
             int32_t got[64], want[64];
             memcpy(got, buf + (size_t)t * lay->max_slots, (size_t)m[r].count * 4);
             memcpy(want, m[r].pos[t], (size_t)m[r].count * 4);
-            qsort(got, m[r].count, 4, cmp_i32);
-            qsort(want, m[r].count, 4, cmp_i32);
+            qsort(got, m[r].count, 4, ks_cmp_i32);
+            qsort(want, m[r].count, 4, ks_cmp_i32);
             ck_assert_msg(memcmp(got, want, (size_t)m[r].count * 4) == 0,
                           "row %u table %u: the state holds other positions than the model", r, t);
         }
@@ -126,7 +120,7 @@ static void fill_scores(kve_state *st, const kve_state_layout *lay, const model_
             for (uint32_t s = 0; s < x->count; s++)
                 if ((uint32_t)tab[s] >= x->P)
                     gen[ng++] = tab[s];
-            qsort(gen, ng, 4, cmp_i32);
+            qsort(gen, ng, 4, ks_cmp_i32);
             uint32_t wc = W - before < ng ? W - before : ng;
             int32_t win_lo = wc ? gen[ng - wc] : INT32_MAX;
             for (uint32_t s = 0; s < x->count; s++)
@@ -135,6 +129,37 @@ static void fill_scores(kve_state *st, const kve_state_layout *lay, const model_
         }
     }
     free(buf);
+}
+
+/* Every row admitted with a random prompt of 0..20 tokens, prefilled. */
+static void admit_rows(kve_state *st, const kve_schedule *sch, model_row *m, uint64_t *rng)
+{
+    for (uint32_t r = 0; r < ROWS; r++) {
+        m[r].id = 100 + r;
+        m[r].P = kt_below(rng, 21);
+        KT_OK(kve_schedule_capacity(sch, m[r].P, &m[r].C));
+        KT_OK(kve_state_admit(st, r, m[r].id, m[r].P));
+        uint32_t p = m[r].P;
+        if (p) {
+            KT_OK(kve_state_append(st, 1, &r, &p, NULL));
+            model_append(&m[r], p);
+        }
+    }
+}
+
+/* The append is refused with a message naming @p needle, and neither the
+ * tables nor the rows' infos changed. */
+static void expect_refused(kve_state *st, const kve_state_layout *lay, uint32_t n_rows,
+                           const uint32_t *rows, const uint32_t *n_new,
+                           const kve_step_buffers *out, const char *needle, int32_t *snap0,
+                           int32_t *snap1)
+{
+    kve_state_seq_info i0[ROWS], i1[ROWS];
+    snapshot(st, lay, snap0, i0);
+    EXPECT_ERR(kve_state_append(st, n_rows, rows, n_new, out), KVE_ERR_INVALID, needle);
+    snapshot(st, lay, snap1, i1);
+    ck_assert(memcmp(snap0, snap1, ROWS * lay->row_elems * 4) == 0);
+    ck_assert(memcmp(i0, i1, sizeof i0) == 0);
 }
 
 START_TEST(scored_state_against_model)
@@ -153,18 +178,7 @@ START_TEST(scored_state_against_model)
     const size_t s_tab = cap_max + PAD, s_row = TABLES * s_tab + 5;
     float *sc = (float *)malloc(ROWS * s_row * 4);
     int32_t *snap0 = (int32_t *)malloc(ROWS * lay.row_elems * 4), *snap1 = (int32_t *)malloc(ROWS * lay.row_elems * 4);
-    kve_state_seq_info i0[ROWS], i1[ROWS];
-    for (uint32_t r = 0; r < ROWS; r++) {
-        m[r].id = 100 + r;
-        m[r].P = kt_below(&rng, 21);
-        KT_OK(kve_schedule_capacity(&sch, m[r].P, &m[r].C));
-        KT_OK(kve_state_admit(st, r, m[r].id, m[r].P));
-        uint32_t p = m[r].P;
-        if (p) {
-            KT_OK(kve_state_append(st, 1, &r, &p, NULL));
-            model_append(&m[r], p);
-        }
-    }
+    admit_rows(st, &sch, m, &rng);
     int errors_seen = 0, rounds_seen = 0;
     for (int call = 0; call < 400; call++) {
         uint32_t rows[ROWS], n_new[ROWS], due[ROWS], n_rows = 1 + kt_below(&rng, ROWS);
@@ -186,11 +200,7 @@ START_TEST(scored_state_against_model)
         out.scores_stride_table = s_tab;
         fill_scores(st, &lay, m, rows, n_new, n_rows, sc, s_row, s_tab);
         if (bad) { /* refused, nothing changed; then one token per row */
-            snapshot(st, &lay, snap0, i0);
-            EXPECT_ERR(kve_state_append(st, n_rows, rows, n_new, &out), KVE_ERR_INVALID, "window W = 4");
-            snapshot(st, &lay, snap1, i1);
-            ck_assert(memcmp(snap0, snap1, ROWS * lay.row_elems * 4) == 0);
-            ck_assert(memcmp(i0, i1, sizeof i0) == 0);
+            expect_refused(st, &lay, n_rows, rows, n_new, &out, "window W = 4", snap0, snap1);
             errors_seen++;
             for (uint32_t i = 0; i < n_rows; i++)
                 n_new[i] = 1;
@@ -208,10 +218,7 @@ START_TEST(scored_state_against_model)
                 s++;
             float keep = sc[at + s];
             sc[at + s] = NAN;
-            snapshot(st, &lay, snap0, i0);
-            EXPECT_ERR(kve_state_append(st, n_rows, rows, n_new, &out), KVE_ERR_INVALID, "is NaN");
-            snapshot(st, &lay, snap1, i1);
-            ck_assert(memcmp(snap0, snap1, ROWS * lay.row_elems * 4) == 0);
+            expect_refused(st, &lay, n_rows, rows, n_new, &out, "is NaN", snap0, snap1);
             sc[at + s] = keep;
         }
         KT_OK(kve_state_append(st, n_rows, rows, n_new, any_due || kt_below(&rng, 2) ? &out : NULL));
@@ -278,7 +285,7 @@ START_TEST(scored_state_errors)
     for (uint32_t t = 0; t < 2; t++) {
         int32_t got[13];
         memcpy(got, tab + t * lay.max_slots, sizeof got);
-        qsort(got, 13, 4, cmp_i32);
+        qsort(got, 13, 4, ks_cmp_i32);
         ck_assert(memcmp(got, want, sizeof want) == 0);
         ck_assert_int_eq(tab[t * lay.max_slots + 13], -1);
     }
