@@ -149,7 +149,7 @@ static int cpu_check_head(const kve_cpu_kernels *k, const kve_batch *b, size_t i
 {
     const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
     int check_dups = !(b->flags & KVE_TRUSTED_SLOTS);
-    if (kve_check_row(k, row, b->n_slots, check_dups, map, (uint64_t *)scratch, &q->slot)) {
+    if (kve_row_check(k, row, b->n_slots, check_dups, map, (uint64_t *)scratch, &q->slot)) {
         q->head = i;
         q->nan = 0;
         return 1;
@@ -275,6 +275,18 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     return first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&first);
 }
 
+/* Whether slot t of a head stays in compaction: valid, and not the next of
+ * its ascending evicted list (*e, advanced past it); t must ascend. */
+static inline int kve_slot_stays(const int32_t *row, const int32_t *ev, uint32_t ne, uint32_t *e,
+                                 uint32_t t)
+{
+    if (*e < ne && ev[*e] == (int32_t)t) {
+        ++*e;
+        return 0;
+    }
+    return row[t] >= 0;
+}
+
 static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t h)
 {
     return (char *)v->base + s * v->stride_seq + l * v->stride_layer + h * v->stride_head;
@@ -298,11 +310,7 @@ static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d
         char *db = kve_entry_base(dst, s, l, h);
         uint32_t filled = 0, j = 0, e = 0;
         for (uint32_t t = 0; t < d->n_slots; t++) {
-            if (e < ne && ev[e] == (int32_t)t) {
-                e++;
-                continue;
-            }
-            if (row[t] < 0)
+            if (!kve_slot_stays(row, ev, ne, &e, t))
                 continue;
             if (j != t || out_of_place) {
                 to[filled] = db + (size_t)j * dst->stride_slot;
@@ -375,13 +383,7 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
         uint32_t moves = 0;
         for (size_t g = 0; g < count; g++) {
             kve_head_cursor *c = &hc[g];
-            if (t < c->t0)
-                continue;
-            if (c->e < c->ne && c->ev[c->e] == (int32_t)t) {
-                c->e++;
-                continue;
-            }
-            if (c->row[t] < 0)
+            if (t < c->t0 || !kve_slot_stays(c->row, c->ev, c->ne, &c->e, t))
                 continue;
             if (c->j != t || out_of_place)
                 for (uint32_t m = 0; m < d->n_caches; m++) {
@@ -420,14 +422,9 @@ static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
         int32_t *row = d->slot_pos + i * d->slot_pos_stride;
         const int32_t *ev = d->evicted + i * d->evicted_stride;
         uint32_t ne = d->n_evicted[i], j = 0, e = 0;
-        for (uint32_t t = 0; t < d->n_slots; t++) {
-            if (e < ne && ev[e] == (int32_t)t) {
-                e++;
-                continue;
-            }
-            if (row[t] >= 0)
+        for (uint32_t t = 0; t < d->n_slots; t++)
+            if (kve_slot_stays(row, ev, ne, &e, t))
                 row[j++] = row[t];
-        }
         for (; j < d->n_slots; j++)
             row[j] = -1;
     }

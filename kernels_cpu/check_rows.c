@@ -38,7 +38,7 @@ static int kve_sparse_problem(const int32_t *row, uint32_t n, int32_t *sorted, k
     return 0;
 }
 
-/* The exact first problem (kve_check_row's rule); @p scratch: n words. */
+/* The exact first problem (kve_row_check's rule); @p scratch: n words. */
 static int kve_exact_problem(const int32_t *row, uint32_t n, int check_dups, uint64_t *scratch,
                              kve_slot_problem *p)
 {
@@ -166,7 +166,7 @@ static int kve_row_suspect(const kve_cpu_kernels *k, const int32_t *row, uint32_
     return !k->row_distinct(rest, n - r, (int32_t)q.lo, span, q.valid, map);
 }
 
-int kve_check_row(const kve_cpu_kernels *k, const int32_t *row, uint32_t n, int check_dups,
+int kve_row_check(const kve_cpu_kernels *k, const int32_t *row, uint32_t n, int check_dups,
                   void *map, uint64_t *scratch, kve_slot_problem *p)
 {
     if (n == 0 || !kve_row_suspect(k, row, n, check_dups, map))

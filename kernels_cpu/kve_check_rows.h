@@ -38,7 +38,7 @@ struct kve_cpu_kernels;
  * the first value < -1; else, positions within 64 x n of each other, the
  * first slot holding a position an earlier slot holds; else the second
  * slot of the smallest repeated position. */
-int kve_check_row(const struct kve_cpu_kernels *k, const int32_t *row, uint32_t n, int check_dups,
+int kve_row_check(const struct kve_cpu_kernels *k, const int32_t *row, uint32_t n, int check_dups,
                   void *map, uint64_t *scratch, kve_slot_problem *p);
 
 /* The scalar passes (the reference the ISA passes are tested against), and
