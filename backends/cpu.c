@@ -12,6 +12,7 @@
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
+#include "kve_validate.h"
 
 #define KVE_ALIGN64(x) (((x) + 63) & ~(size_t)63)
 #define KVE_COMPACT_CHUNK 256
@@ -133,6 +134,104 @@ static uint64_t kve_cpu_round_digest(const kve_cpu_kernels *k, const kve_head_jo
     return sum;
 }
 
+/* A head's first problem (kve_check_rows.h's rule for slot_pos, then a NaN
+ * score at a candidate); head SIZE_MAX: none. */
+typedef struct {
+    size_t head;
+    kve_slot_problem slot;
+    int nan;
+} kve_head_problem;
+
+/* Head i's content checks, run just before its eviction, while its tables
+ * are in L1 (they replace a separate pass over every table from L3). */
+static int cpu_check_head(const kve_cpu_kernels *k, const kve_batch *b, size_t i, void *map,
+                          void *scratch, kve_head_problem *q)
+{
+    const int32_t *row = b->slot_pos + i * b->slot_pos_stride;
+    int check_dups = !(b->flags & KVE_TRUSTED_SLOTS);
+    if (kve_row_check(k, row, b->n_slots, check_dups, map, (uint64_t *)scratch, &q->slot)) {
+        q->head = i;
+        q->nan = 0;
+        return 1;
+    }
+    if (!(b->flags & KVE_SCORED))
+        return 0;
+    uint32_t t = kve_scores_head_nan_slot(b, i, (uint32_t *)scratch);
+    if (t == UINT32_MAX)
+        return 0;
+    q->head = i;
+    q->slot.slot = t;
+    q->nan = 1;
+    return 1;
+}
+
+static kve_status cpu_problem_error(const kve_head_problem *q)
+{
+    if (q->nan)
+        return kve_error_set(KVE_ERR_INVALID,
+                             "batch.scores[head %zu][slot %u] is NaN: a candidate's score must be "
+                             "a number (+-inf allowed)",
+                             q->head, q->slot.slot);
+    if (q->slot.duplicate)
+        return kve_error_set(KVE_ERR_DUPLICATE,
+                             "batch.slot_pos[head %zu][slot %u] = %d: position already held by "
+                             "another slot of this head",
+                             q->head, q->slot.slot, q->slot.value);
+    return kve_error_set(KVE_ERR_RANGE,
+                         "batch.slot_pos[head %zu][slot %u] = %d: positions must be >= 0, or -1 "
+                         "for an empty slot",
+                         q->head, q->slot.slot, q->slot.value);
+}
+
+/* Head i's job. Rows of length 0 have no memory behind them: the validation
+ * lets their pointers be NULL and their strides anything, so no offset is
+ * formed. */
+static void cpu_head_job(const kve_batch *b, const kve_evict_out *o, size_t i, kve_head_hint *hint,
+                         kve_head_job *job)
+{
+    size_t per_seq = (size_t)b->n_layers * b->n_heads;
+    int has_slots = b->n_slots != 0, has_evicted = b->n_slots > b->budget;
+    const kve_seq *seq = &b->seqs[i / per_seq];
+    job->slot_pos = has_slots ? b->slot_pos + i * b->slot_pos_stride : b->slot_pos;
+    job->n_slots = b->n_slots;
+    job->prompt = seq->prompt_len;
+    job->window = b->window;
+    job->budget = b->budget;
+    job->seed = b->seed;
+    job->seq_id = seq->seq_id;
+    job->key_flags = b->flags & KVE_KEY_FLAGS;
+    job->layer = b->layer_offset + (uint32_t)((i / b->n_heads) % b->n_layers);
+    job->head = b->head_offset + (uint32_t)(i % b->n_heads);
+    job->round = seq->round;
+    job->hint = hint;
+    job->scores = has_slots && (b->flags & KVE_SCORED) ? b->scores + i * b->scores_stride : NULL;
+    job->evicted = has_evicted ? o->evicted + i * o->evicted_stride : o->evicted;
+    job->kept = o->kept && has_slots ? o->kept + i * o->kept_stride : o->kept;
+}
+
+/* Head i's outputs from its finished job. */
+static void cpu_head_outputs(const kve_cpu_kernels *k, const kve_batch *b, const kve_evict_out *o,
+                             size_t i, const kve_head_job *job)
+{
+    o->n_evicted[i] = job->n_evicted;
+    o->n_kept[i] = job->n_kept;
+    if (o->round_digest || o->run_digest) {
+        uint64_t d = kve_cpu_round_digest(k, job);
+        if (o->round_digest)
+            o->round_digest[i] = d;
+        if (o->run_digest) /* wrapping sums: any thread order gives one value */
+            __atomic_fetch_add(&o->run_digest[i / ((size_t)b->n_layers * b->n_heads)],
+                               (o->run_digest_weight ? o->run_digest_weight : 1) * d,
+                               __ATOMIC_RELAXED);
+    }
+    if (o->head_flags)
+        o->head_flags[i] = job->over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+}
+
+/* Checks and evicts every head in one pass: each thread's heads ascend
+ * (static schedule), so its first problem is its lowest, and the lowest
+ * over all threads is the batch's, whatever the thread count. A thread
+ * stops at its own problem, and skips heads above one already found. */
 static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
@@ -140,56 +239,52 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
     size_t per = cpu_scratch_per_thread(ctx, b->n_slots);
     char *ws = (char *)KVE_ALIGN64((uintptr_t)workspace);
-    size_t per_seq = (size_t)b->n_layers * b->n_heads;
-    size_t heads = (size_t)b->n_seqs * per_seq;
-    uint32_t key_flags = b->flags & KVE_KEY_FLAGS;
-    /* Rows of length 0 have no memory behind them: the validation lets their
-     * pointers be NULL and their strides anything, so no offset is formed. */
-    int has_slots = b->n_slots != 0, has_evicted = b->n_slots > b->budget;
-    int scored = has_slots && (b->flags & KVE_SCORED); /* one branch per head */
+    size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
+    int check = b->n_slots != 0;
+    kve_head_problem first = {SIZE_MAX, {0, 0, 0}, 0};
+    size_t stop = SIZE_MAX; /* the lowest problem head found so far */
 #pragma omp parallel num_threads(ctx->threads)
     {
         /* Each thread's heads are contiguous (static schedule), so the hint
          * carries from one head to the next of the same sequence. */
         kve_head_hint hint;
         memset(&hint, 0, sizeof hint);
+        uint64_t map[KVE_CHECK_MAP_BYTES / 8 + 2];
+        kve_head_problem mine = {SIZE_MAX, {0, 0, 0}, 0};
         char *scratch = ws + (size_t)kve_thread_id() * per;
 #pragma omp for schedule(static)
         for (size_t i = 0; i < heads; i++) {
-            const kve_seq *seq = &b->seqs[i / per_seq];
-            kve_head_job job;
-            job.slot_pos = has_slots ? b->slot_pos + i * b->slot_pos_stride : b->slot_pos;
-            job.n_slots = b->n_slots;
-            job.prompt = seq->prompt_len;
-            job.window = b->window;
-            job.budget = b->budget;
-            job.seed = b->seed;
-            job.seq_id = seq->seq_id;
-            job.key_flags = key_flags;
-            job.layer = b->layer_offset + (uint32_t)((i / b->n_heads) % b->n_layers);
-            job.head = b->head_offset + (uint32_t)(i % b->n_heads);
-            job.round = seq->round;
-            job.hint = &hint;
-            job.scores = scored ? b->scores + i * b->scores_stride : NULL;
-            job.evicted = has_evicted ? o->evicted + i * o->evicted_stride : o->evicted;
-            job.kept = o->kept && has_slots ? o->kept + i * o->kept_stride : o->kept;
-            k->evict_head(&job, scratch);
-            o->n_evicted[i] = job.n_evicted;
-            o->n_kept[i] = job.n_kept;
-            if (o->round_digest || o->run_digest) {
-                uint64_t d = kve_cpu_round_digest(k, &job);
-                if (o->round_digest)
-                    o->round_digest[i] = d;
-                if (o->run_digest) /* wrapping sums: any thread order gives one value */
-                    __atomic_fetch_add(&o->run_digest[i / per_seq],
-                                       (o->run_digest_weight ? o->run_digest_weight : 1) * d,
-                                       __ATOMIC_RELAXED);
+            if (mine.head != SIZE_MAX || i > __atomic_load_n(&stop, __ATOMIC_RELAXED))
+                continue;
+            if (check && cpu_check_head(k, b, i, map, scratch, &mine)) {
+                for (size_t s = __atomic_load_n(&stop, __ATOMIC_RELAXED);
+                     i < s && !__atomic_compare_exchange_n(&stop, &s, i, 0, __ATOMIC_RELAXED,
+                                                           __ATOMIC_RELAXED);)
+                    ;
+                continue;
             }
-            if (o->head_flags)
-                o->head_flags[i] = job.over_budget ? KVE_HEAD_OVER_BUDGET : 0;
+            kve_head_job job;
+            cpu_head_job(b, o, i, &hint, &job);
+            k->evict_head(&job, scratch);
+            cpu_head_outputs(k, b, o, i, &job);
         }
+#pragma omp critical(kve_cpu_evict_problem)
+        if (mine.head < first.head)
+            first = mine;
     }
-    return KVE_OK;
+    return first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&first);
+}
+
+/* Whether slot t of a head stays in compaction: valid, and not the next of
+ * its ascending evicted list (*e, advanced past it); t must ascend. */
+static inline int kve_slot_stays(const int32_t *row, const int32_t *ev, uint32_t ne, uint32_t *e,
+                                 uint32_t t)
+{
+    if (*e < ne && ev[*e] == (int32_t)t) {
+        ++*e;
+        return 0;
+    }
+    return row[t] >= 0;
 }
 
 static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t h)
@@ -215,11 +310,7 @@ static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d
         char *db = kve_entry_base(dst, s, l, h);
         uint32_t filled = 0, j = 0, e = 0;
         for (uint32_t t = 0; t < d->n_slots; t++) {
-            if (e < ne && ev[e] == (int32_t)t) {
-                e++;
-                continue;
-            }
-            if (row[t] < 0)
+            if (!kve_slot_stays(row, ev, ne, &e, t))
                 continue;
             if (j != t || out_of_place) {
                 to[filled] = db + (size_t)j * dst->stride_slot;
@@ -292,13 +383,7 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
         uint32_t moves = 0;
         for (size_t g = 0; g < count; g++) {
             kve_head_cursor *c = &hc[g];
-            if (t < c->t0)
-                continue;
-            if (c->e < c->ne && c->ev[c->e] == (int32_t)t) {
-                c->e++;
-                continue;
-            }
-            if (c->row[t] < 0)
+            if (t < c->t0 || !kve_slot_stays(c->row, c->ev, c->ne, &c->e, t))
                 continue;
             if (c->j != t || out_of_place)
                 for (uint32_t m = 0; m < d->n_caches; m++) {
@@ -337,14 +422,9 @@ static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
         int32_t *row = d->slot_pos + i * d->slot_pos_stride;
         const int32_t *ev = d->evicted + i * d->evicted_stride;
         uint32_t ne = d->n_evicted[i], j = 0, e = 0;
-        for (uint32_t t = 0; t < d->n_slots; t++) {
-            if (e < ne && ev[e] == (int32_t)t) {
-                e++;
-                continue;
-            }
-            if (row[t] >= 0)
+        for (uint32_t t = 0; t < d->n_slots; t++)
+            if (kve_slot_stays(row, ev, ne, &e, t))
                 row[j++] = row[t];
-        }
         for (; j < d->n_slots; j++)
             row[j] = -1;
     }
@@ -352,27 +432,27 @@ static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
 }
 
 static const kve_backend_ops kve_cpu_ops = {
-    KVE_BACKEND_ABI_VERSION,
-    KVE_BACKEND_CPU,
-    "cpu",
-    1,
-    cpu_probe,
-    cpu_context_init,
-    cpu_context_fini,
-    cpu_set_device,
-    cpu_alloc,
-    cpu_free,
-    cpu_copy,
-    cpu_synchronize,
-    cpu_keys,
-    cpu_evict_workspace_size,
-    cpu_evict,
-    cpu_compact,
-    kve_cpu_state_update,
-    kve_cpu_cache_write,
-    kve_cpu_state_evict,
-    cpu_upload,
-    kve_cpu_score,
+    .abi_version = KVE_BACKEND_ABI_VERSION,
+    .kind = KVE_BACKEND_CPU,
+    .name = "cpu",
+    .host_memory = 1,
+    .probe = cpu_probe,
+    .context_init = cpu_context_init,
+    .context_fini = cpu_context_fini,
+    .set_device = cpu_set_device,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .keys = cpu_keys,
+    .evict_workspace_size = cpu_evict_workspace_size,
+    .evict = cpu_evict, /* checks each head's tables in its pass */
+    .compact = cpu_compact,
+    .state_update = kve_cpu_state_update,
+    .cache_write = kve_cpu_cache_write,
+    .state_evict = kve_cpu_state_evict,
+    .upload = cpu_upload,
+    .score = kve_cpu_score,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

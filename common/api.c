@@ -197,11 +197,8 @@ kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_o
                         "workspace is NULL but workspace_bytes = %zu", workspace_bytes);
     if (heads == 0)
         return KVE_OK;
-    if (ctx->ops->host_memory)
-    {
-        KVE_TRY(kve_validate_slot_contents(batch, heads, ctx->threads, ctx->isa));
-        KVE_TRY(kve_validate_score_contents(batch, heads));
-    }
+    /* The tables' contents are the backend's to check, in the pass that
+     * evicts (the CPU: each head while it is in L1; a GPU: on the device). */
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, batch, &need));
     void *owned = NULL;
     if (!workspace && need) {

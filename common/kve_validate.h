@@ -1,4 +1,5 @@
-/* kve_validate.h — argument checks done once, before any backend runs. */
+/* kve_validate.h — argument checks done once, before any backend runs; and
+ * the per-head NaN check of scores the CPU backend and the cache state run. */
 #ifndef KVE_VALIDATE_H
 #define KVE_VALIDATE_H
 
@@ -10,23 +11,17 @@ kve_status kve_validate_batch(const kve_batch *batch, size_t *out_heads);
 /* Output rows: pointers, strides, and no overlap with each other or slot_pos. */
 kve_status kve_validate_evict_out(const kve_batch *batch, size_t heads, const kve_evict_out *out);
 
-/* Contents of slot_pos (host memory): values >= -1 and, unless
- * KVE_TRUSTED_SLOTS, no position twice in a head. The checks run on
- * @p isa's vector passes (the context's, resolved); every ISA reports the
- * same first problem. */
-kve_status kve_validate_slot_contents(const kve_batch *batch, size_t heads, int threads,
-                                      kve_cpu_isa isa);
-
 /* KVE_SCORED batches: not with KVE_PERSISTENT, scores given, stride >= n_slots. */
 kve_status kve_validate_batch_scores(const kve_batch *batch, size_t heads);
 
-/* KVE_SCORED batches (host memory): no NaN at a candidate of a head that
- * evicts; the lowest head, then slot, is named. */
-kve_status kve_validate_score_contents(const kve_batch *batch, size_t heads);
 /* The lowest (head, slot) of a candidate with a NaN score (host memory), or
  * head SIZE_MAX; KVE_ERR_NOMEM when it cannot allocate. */
 kve_status kve_scores_first_nan(const kve_batch *batch, size_t heads, size_t *out_head,
                                 uint32_t *out_slot);
+/* The lowest candidate slot of head @p head holding a NaN score, or
+ * UINT32_MAX (host memory; slot_pos of the head checked); @p tmp: n_slots
+ * words. Scores are read at candidates only, and only when the head evicts. */
+uint32_t kve_scores_head_nan_slot(const kve_batch *batch, size_t head, uint32_t *tmp);
 
 /* Shape, strides (no two entries of one cache overlap) and buffers. */
 kve_status kve_validate_compact(const kve_compact_desc *desc, size_t *out_heads);

@@ -1,6 +1,7 @@
 /* validate_scores.c — the scored batch's checks (docs/SPEC.md "Scored
- * selection"): its fields, and on backends with host memory that no
- * candidate's score is a NaN. Scores are read at candidates only. */
+ * selection"): its fields, and that no candidate's score is a NaN (host
+ * memory: the CPU backend's evict per head, the cache state per call).
+ * Scores are read at candidates only. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -38,10 +39,9 @@ static int kve_cmp_u32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The lowest candidate slot of head @p i holding a NaN, or UINT32_MAX.
- * The window is guessed as the last wc positions (a decode's), verified by
+/* The window is guessed as the last wc positions (a decode's), verified by
  * its count, else found exactly by sorting the generated positions. */
-static uint32_t kve_head_nan_slot(const kve_batch *b, size_t i, uint32_t *tmp)
+uint32_t kve_scores_head_nan_slot(const kve_batch *b, size_t i, uint32_t *tmp)
 {
     const int32_t *sp = b->slot_pos + i * b->slot_pos_stride;
     const float *sc = b->scores + i * b->scores_stride;
@@ -94,24 +94,12 @@ kve_status kve_scores_first_nan(const kve_batch *b, size_t heads, size_t *out_he
     KVE_RETURN_ERROR_IF(!tmp, KVE_ERR_NOMEM, "cannot allocate %zu bytes to check the scores",
                         (size_t)b->n_slots * sizeof *tmp);
     for (size_t i = 0; i < heads && *out_head == SIZE_MAX; i++) {
-        uint32_t t = kve_head_nan_slot(b, i, tmp);
+        uint32_t t = kve_scores_head_nan_slot(b, i, tmp);
         if (t != UINT32_MAX) {
             *out_head = i;
             *out_slot = t;
         }
     }
     free(tmp);
-    return KVE_OK;
-}
-
-kve_status kve_validate_score_contents(const kve_batch *b, size_t heads)
-{
-    size_t h;
-    uint32_t t;
-    KVE_TRY(kve_scores_first_nan(b, heads, &h, &t));
-    KVE_RETURN_ERROR_IF(h != SIZE_MAX, KVE_ERR_INVALID,
-                        "batch.scores[head %zu][slot %u] is NaN: a candidate's score must be a "
-                        "number (+-inf allowed)",
-                        h, t);
     return KVE_OK;
 }

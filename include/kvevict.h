@@ -302,18 +302,23 @@ KVE_API kve_status kve_evict_workspace_size(kve_context *ctx, const kve_batch *b
 
 /**
  * Evict, for every head of @p batch, per docs/SPEC.md "One head's eviction".
- * slot_pos is only read. Every argument is checked before any work starts:
- * NULL pointers, sizes that overflow, strides that make rows overlap,
- * positions < -1, and (unless KVE_TRUSTED_SLOTS) duplicate positions in a
- * head, and with KVE_SCORED a NaN score at a candidate (CPU backend; GPU
- * backends check on the device and report through kve_context_synchronize()).
+ * slot_pos is only read. The arguments are checked before any work starts
+ * (NULL pointers, sizes that overflow, strides that make rows overlap); the
+ * tables' contents are checked head by head in the pass that evicts:
+ * positions < -1, (unless KVE_TRUSTED_SLOTS) duplicate positions in a head,
+ * and with KVE_SCORED a NaN score at a candidate (CPU backend; GPU backends
+ * check on the device and report through kve_context_synchronize()). The
+ * error names the lowest head with a problem, and in it the slot_pos problem
+ * before a NaN score, whatever the thread count.
  * With KVE_SCORED the keep-set is the scored one (SPEC "Scored selection");
  * the counts, outputs, over-budget flag and digests are defined as for keys
  * (round_digest and run_digest still sum the evicted tokens' elements).
  * @param workspace backend memory of kve_evict_workspace_size() bytes, or NULL
  *        with workspace_bytes == 0 to let the library allocate (not hot-path).
- * @return KVE_OK (read head_flags for over-budget heads), or an error with
- *         no output written.
+ * @return KVE_OK (read head_flags for over-budget heads), or an error: then
+ *         the outputs are unspecified (an argument error writes none; a
+ *         content error may leave other heads' outputs written, including
+ *         additions to run_digest). slot_pos and scores are never written.
  */
 KVE_API kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
                              void *workspace, size_t workspace_bytes);

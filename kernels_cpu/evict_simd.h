@@ -1,7 +1,7 @@
 /*
  * evict_simd.h — one head's eviction for the SIMD kernels (docs/SPEC.md
  * "One head's eviction"), written once and compiled into each ISA's file
- * (evict_avx2.c, evict_avx512.c) with that file's target flags. The ISA
+ * (kernels_avx2.c, kernels_avx512.c) with that file's target flags. The ISA
  * file defines the kve_isa_* primitives declared below.
  *
  * The plan, for the common shape (many candidates, keys uniform):
@@ -36,16 +36,17 @@ typedef struct kve_counts {
     uint32_t n_valid, n_gen, n_cand;
 } kve_counts;
 
-/* A head's key, folded for one varying u32 (pos): key = f(pos ^ clo).
+/* A head's key, folded for one varying u32 (pos): key = f(pos ^ pos_mask).
  * With a = the first hashed word and x = the second, XXH3's 9-16 byte path is
  * acc = 16 + bswap64(a) + x + fold64(a * x); a is fixed per head and only the
  * low half of x varies, so two of the four 32x32 products are constants. */
 typedef struct kve_hconst {
-    uint64_t alo, ahi;  /* halves of a */
-    uint64_t c0;        /* 16 + bswap64(a) + (x_hi << 32) */
-    uint64_t lhlo;      /* low half of alo * x_hi */
-    uint64_t uphc;      /* ahi * x_hi + high half of alo * x_hi */
-    uint32_t clo;       /* low half of the seed-dependent mask of x */
+    uint64_t mul_lo, mul_hi; /* the halves of a, the fixed multiplicand */
+    uint64_t acc_base;       /* 16 + bswap64(a) + (x_hi << 32): acc's constant part */
+    uint64_t cross_lo;       /* low half of mul_lo * x_hi, added to the cross term */
+    uint64_t high_base;      /* mul_hi * x_hi + high half of mul_lo * x_hi: the high
+                                half's constant part */
+    uint32_t pos_mask;       /* low half of x's seed-dependent mask: x_lo = pos ^ pos_mask */
 } kve_hconst;
 
 /* The hashing pass (step 2). */
@@ -125,13 +126,13 @@ static kve_hconst kve_hconst_make(uint64_t seq_seed, uint32_t flags, uint32_t la
     uint64_t x = kve_key_word_hi(flags, 0, round) ^ ((KVE_XXH3_S40 ^ KVE_XXH3_S48) - seq_seed);
     uint64_t x_hi = x >> 32;
     kve_hconst h;
-    h.alo = (uint32_t)a;
-    h.ahi = a >> 32;
-    h.clo = (uint32_t)x;
-    h.c0 = 16 + kve_bswap64(a) + (x_hi << 32);
-    uint64_t lo_hi = h.alo * x_hi;
-    h.lhlo = lo_hi & 0xffffffffu;
-    h.uphc = h.ahi * x_hi + (lo_hi >> 32);
+    h.mul_lo = (uint32_t)a;
+    h.mul_hi = a >> 32;
+    h.pos_mask = (uint32_t)x;
+    h.acc_base = 16 + kve_bswap64(a) + (x_hi << 32);
+    uint64_t lo_hi = h.mul_lo * x_hi;
+    h.cross_lo = lo_hi & 0xffffffffu;
+    h.high_base = h.mul_hi * x_hi + (lo_hi >> 32);
     return h;
 }
 

@@ -6,6 +6,7 @@
 #ifndef KVE_CPU_KERNELS_H
 #define KVE_CPU_KERNELS_H
 
+#include "kve_check_rows.h"
 #include "kvevict.h"
 
 /* What a SIMD kernel learnt from the previous head on the same thread:
@@ -21,14 +22,14 @@ typedef struct kve_head_hint {
 
 /* One head's eviction: inputs, then outputs the kernel fills. */
 typedef struct kve_head_job {
-    const int32_t *slot_pos; /* [n_slots], validated: >= -1, unique */
+    const int32_t *slot_pos; /* [n_slots], checked: >= -1, unique */
     uint32_t n_slots;
     uint32_t prompt, window, budget;
     uint64_t seed, seq_id;
     uint32_t key_flags; /* KVE_KEY_FLAGS bits only */
     uint32_t layer, head, round; /* global coordinates */
     kve_head_hint *hint;         /* NULL, or the thread's hint (kernels may ignore it) */
-    /* KVE_SCORED: the head's scores [n_slots] (validated: no NaN at a
+    /* KVE_SCORED: the head's scores [n_slots] (checked: no NaN at a
      * candidate), read at candidates only; NULL: keys. */
     const float *scores;
     int32_t *evicted; /* room for max(0, n_slots - budget) */
@@ -49,6 +50,15 @@ typedef struct kve_cpu_kernels {
     /* dst[i] = src[i] for count entries of entry_bytes, in order; no source
      * overlaps its destination (compaction passes only entries that move). */
     void (*copy_pairs)(char *const *dst, const char *const *src, uint32_t count, size_t entry_bytes);
+    /* The content checks' passes over one slot_pos row (kve_check_rows.h;
+     * kve_check_row drives them): its facts, the length of its leading
+     * in-order run, and whether its valid positions (in [lo, lo + span))
+     * are distinct, with a presence map of row_map_bytes per position. */
+    void (*row_facts)(const int32_t *row, uint32_t n, kve_row_facts *out);
+    uint32_t (*row_run)(const int32_t *row, uint32_t n);
+    int (*row_distinct)(const int32_t *row, uint32_t n, int32_t lo, size_t span, uint32_t valid,
+                        void *map);
+    size_t row_map_bytes;
 } kve_cpu_kernels;
 
 extern const kve_cpu_kernels kve_cpu_kernels_scalar;

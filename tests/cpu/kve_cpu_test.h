@@ -1,11 +1,13 @@
 /* kve_cpu_test.h — what the CPU suites share: a context for every ISA this
  * machine runs x {1,2,3} threads, and a plain reference of kve_evict's
- * content checks (common/validate.c) that every ISA's checks are held to. */
+ * content checks (kernels_cpu/check_rows.c) that every ISA's fused check
+ * and eviction are held to. */
 #ifndef KVE_CPU_TEST_H
 #define KVE_CPU_TEST_H
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kve_test_util.h"
 
@@ -48,7 +50,7 @@ static inline void isa_set_close(isa_set *s)
         kve_context_destroy(s->ctx[i]);
 }
 
-/* The report kve_evict must give for a batch (common/validate.c's rule): the
+/* The report kve_evict must give for a batch (kve_check_rows.h's rule): the
  * first bad head; in it, the first slot below -1; else, positions within
  * 64 x n_slots of each other, the first slot repeating an earlier one; else
  * the second slot of the smallest repeated position. 0 when valid. */
@@ -101,19 +103,60 @@ static inline kve_status kve_check_reference(const kve_batch *b, size_t heads, c
     return KVE_OK;
 }
 
+/* A decode's start: @p heads tables of @p n slots, slot t holding position t. */
+static inline int32_t *kt_decode_tables(size_t heads, uint32_t n)
+{
+    int32_t *slots = (int32_t *)malloc(heads * n * sizeof *slots);
+    for (size_t i = 0; i < heads * n; i++)
+        slots[i] = (int32_t)(i % n);
+    return slots;
+}
+
+/* Slot reuse after a round: each head's freed slots, in slot order, take
+ * the positions next, next + 1, ...; returns next + what head 0 evicted. */
+static inline uint32_t kt_refill_freed(int32_t *slots, size_t heads, uint32_t n, const kt_out *o,
+                                       uint32_t next)
+{
+    for (size_t h = 0; h < heads; h++)
+        for (uint32_t e = 0; e < o->n_evicted[h]; e++)
+            slots[h * n + kt_ev(o, h)[e]] = (int32_t)(next + e);
+    return next + o->n_evicted[0];
+}
+
+/* Whether every output of @p a equals @p b's (rows up to their counts). */
+static inline int kt_out_same(const kt_out *a, const kt_out *b)
+{
+    if (memcmp(a->n_evicted, b->n_evicted, a->heads * 4) || memcmp(a->n_kept, b->n_kept, a->heads * 4) ||
+        memcmp(a->flags, b->flags, a->heads) || memcmp(a->digest, b->digest, a->heads * 8) ||
+        memcmp(a->run, b->run, a->seqs * 8))
+        return 0;
+    for (size_t i = 0; i < a->heads; i++)
+        if (memcmp(kt_ev(a, i), kt_ev(b, i), (size_t)a->n_evicted[i] * 4) ||
+            memcmp(kt_kept(a, i), kt_kept(b, i), (size_t)a->n_kept[i] * 4))
+            return 0;
+    return 1;
+}
+
 /* kve_evict of @p b on each of @p n contexts (ISAs x thread counts) gives
  * the reference's status, a message starting as the reference's, and the
- * same whole message on every context. */
+ * same whole message on every context; when it succeeds, every context's
+ * outputs equal those of ctx[0] (the scalar reference kernel, one thread),
+ * unless a KVE_TRUSTED_SLOTS table breaks its promise (then they may not). */
 static inline void kve_check_contexts(kve_context *const *ctx, const char (*names)[24], int n,
                                       const kve_batch *b, const char *label)
 {
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
     char want[160], first[512];
     kve_status expect = kve_check_reference(b, heads, want, sizeof want);
+    kve_batch strict = *b;
+    strict.flags &= ~(uint32_t)KVE_TRUSTED_SLOTS;
+    char unused[160];
+    int comparable = expect == KVE_OK && kve_check_reference(&strict, heads, unused, sizeof unused) == KVE_OK;
+    kt_out ref;
+    memset(&ref, 0, sizeof ref);
     for (int k = 0; k < n; k++) {
         kt_out o;
         kve_status st = kt_evict(ctx[k], b, &o);
-        kt_out_free(&o);
         const char *got = kve_last_error();
         ck_assert_msg(st == expect, "%s, %s: %s, expected %s (%s)", label, names[k],
                       kve_status_string(st), kve_status_string(expect), got);
@@ -124,7 +167,16 @@ static inline void kve_check_contexts(kve_context *const *ctx, const char (*name
             snprintf(first, sizeof first, "%s", got);
         ck_assert_msg(!strcmp(first, got), "%s: %s says \"%s\", %s \"%s\"", label, names[k], got,
                       names[0], first);
+        if (comparable && k > 0)
+            ck_assert_msg(kt_out_same(&ref, &o), "%s: %s's outputs differ from %s's", label, names[k],
+                          names[0]);
+        if (comparable && k == 0)
+            ref = o;
+        else
+            kt_out_free(&o);
     }
+    if (comparable && n > 0)
+        kt_out_free(&ref);
 }
 
 #endif

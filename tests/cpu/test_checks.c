@@ -2,9 +2,13 @@
  * (the context's ISA picks them: scalar, AVX2, AVX-512) and at 1-3 threads,
  * held against each other and a plain reference on adversarial tables:
  * runs crossing INT32_MAX, repeats at the vector blocks' edges, -2 and
- * INT32_MIN, sorted and sparse tables, empty ones. */
+ * INT32_MIN, sorted and sparse tables, empty ones. The checks run fused
+ * with the eviction, head by head: every valid table's outputs are held to
+ * the scalar kernel's, and an error names the lowest bad head at any
+ * thread count. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kve_cpu_test.h"
 #include "kve_suite.h"
@@ -79,7 +83,8 @@ START_TEST(checks_every_isa_adversarial)
     for (int iter = 0; iter < 4000; iter++) {
         /* 0-3 slots a tenth of the time; at most 200 slots (blocks and tails). */
         uint32_t n = kt_below(&rng, 10) ? 1 + kt_below(&rng, 200) : kt_below(&rng, 4);
-        uint32_t n_seqs = 1 + kt_below(&rng, 2), n_heads = 1 + kt_below(&rng, 3);
+        /* up to 10 heads: several per thread, so threads race to a problem */
+        uint32_t n_seqs = 1 + kt_below(&rng, 2), n_heads = 1 + kt_below(&rng, 5);
         size_t heads = (size_t)n_seqs * n_heads, stride = n + kt_below(&rng, 3);
         int32_t *slots = (int32_t *)malloc((heads * stride + 1) * sizeof *slots);
         for (size_t i = 0; i < heads * stride + 1; i++)
@@ -130,11 +135,56 @@ START_TEST(checks_follow_env_isa)
 }
 END_TEST
 
+/* Problems in several heads, one of them a NaN score: the lowest head is
+ * named on every context (heads spread over 1-3 threads), and in a head the
+ * slot_pos problem comes before its NaN. */
+START_TEST(checks_lowest_head_named)
+{
+    isa_set s;
+    isa_set_open(&s);
+    enum { H = 9, N = 40 };
+    int32_t slots[H * N];
+    float sc[H * N];
+    kve_seq seq = {3, 8, 1};
+    static const struct {
+        int nan_head, nan_slot, bad_head, bad_slot, bad_value;
+        const char *want;
+    } cases[] = {
+        {6, 20, 2, 17, -2, "batch.slot_pos[head 2][slot 17] = -2: positions must be"},
+        {1, 20, 7, 9, INT32_MIN, "batch.scores[head 1][slot 20] is NaN"},
+        {4, 20, 4, 33, 12, "batch.slot_pos[head 4][slot 33] = 12: position already held"},
+        {8, 10, -1, 0, 0, "batch.scores[head 8][slot 10] is NaN"},
+        {-1, 0, 0, 39, 0, "batch.slot_pos[head 0][slot 39] = 0: position already held"},
+    };
+    for (size_t c = 0; c < KVE_COUNT(cases); c++) {
+        for (int i = 0; i < H * N; i++) {
+            slots[i] = i % N; /* prompt 0..7, candidates 8..29, window 30..39 */
+            sc[i] = (float)(i % 13);
+        }
+        if (cases[c].nan_head >= 0)
+            sc[cases[c].nan_head * N + cases[c].nan_slot] = __builtin_nanf("");
+        if (cases[c].bad_head >= 0)
+            slots[cases[c].bad_head * N + cases[c].bad_slot] = cases[c].bad_value;
+        kve_batch b = {9, KVE_SCORED, 1, &seq, 3, 3, 0, 0, N, 20, 10, slots, N, sc, N};
+        for (int k = 0; k < s.n; k++) {
+            kt_out o;
+            kve_status st = kt_evict(s.ctx[k], &b, &o);
+            kt_out_free(&o);
+            ck_assert_msg(st != KVE_OK && strstr(kve_last_error(), cases[c].want),
+                          "case %zu, %s: %s \"%s\", expected \"%s\"", c, s.name[k],
+                          kve_status_string(st), kve_last_error(), cases[c].want);
+        }
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(checks, checks_every_isa_adversarial),
         KVE_TEST(checks, checks_follow_env_isa),
+        KVE_TEST(checks, checks_lowest_head_named),
     };
     const kve_suite_spec spec = {"checks", 600, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

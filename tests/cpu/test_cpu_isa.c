@@ -274,9 +274,7 @@ START_TEST(evict_decode_rounds)
     isa_set_open(&s);
     uint64_t rng = 4096;
     const uint32_t L = 3, H = 4, P = 200, B = 400, W = 64, R = 64, n = B + R;
-    int32_t *slots = (int32_t *)malloc((size_t)L * H * n * 4);
-    for (uint32_t i = 0; i < L * H * n; i++)
-        slots[i] = (int32_t)(i % n);
+    int32_t *slots = kt_decode_tables((size_t)L * H, n);
     kve_seq seq = {77, P, 0};
     uint32_t next = n;
     for (uint32_t round = 0; round < 40; round++) {
@@ -287,10 +285,7 @@ START_TEST(evict_decode_rounds)
         check_batch(&s, &r, (int)round, &rng);
         kt_out o;
         run_evict(s.ctx[0], &b, &o, 0, 0);
-        for (uint32_t h = 0; h < L * H; h++) /* refill the freed slots in slot order */
-            for (uint32_t e = 0; e < o.n_evicted[h]; e++)
-                slots[(size_t)h * n + kt_ev(&o, h)[e]] = (int32_t)(next + e);
-        next += o.n_evicted[0];
+        next = kt_refill_freed(slots, (size_t)L * H, n, &o, next);
         kt_out_free(&o);
     }
     free(slots);

@@ -1,7 +1,9 @@
 /*
- * evict_scalar.c — the reference: docs/SPEC.md "One head's eviction" step by
- * step, with keys from libxxhash itself. Clarity first; other ISAs are
- * tested against this file.
+ * kernels_scalar.c — the scalar entries of kve_cpu_kernels, the reference
+ * every other ISA is tested against: one head's eviction as docs/SPEC.md
+ * "One head's eviction" says, step by step, with keys from libxxhash
+ * itself (clarity first); keys, entry copies; the content checks' scalar
+ * row passes are kernels_cpu/check_rows.c's.
  */
 #include <stddef.h>
 #include <string.h>
@@ -166,6 +168,14 @@ static void kve_scalar_copy_pairs(char *const *dst, const char *const *src, uint
 }
 
 const kve_cpu_kernels kve_cpu_kernels_scalar = {
-    KVE_CPU_ISA_SCALAR, kve_scalar_scratch_bytes, kve_scalar_evict_head, kve_scalar_keys,
-    kve_scalar_head_keys, kve_scalar_copy_pairs,
+    .isa = KVE_CPU_ISA_SCALAR,
+    .evict_scratch_bytes = kve_scalar_scratch_bytes,
+    .evict_head = kve_scalar_evict_head,
+    .keys = kve_scalar_keys,
+    .head_keys = kve_scalar_head_keys,
+    .copy_pairs = kve_scalar_copy_pairs,
+    .row_facts = kve_row_facts_scalar,
+    .row_run = kve_row_run_scalar,
+    .row_distinct = kve_row_distinct_scalar,
+    .row_map_bytes = 1,
 };

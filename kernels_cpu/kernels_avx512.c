@@ -1,8 +1,9 @@
 /*
- * evict_avx512.c — the AVX-512 (F/DQ/BW/VL) kernels: keys 8 lanes at a time,
- * the plan of evict_simd.h on 16 slots at a time, wide entry copies. Built
- * with this file's own target flags; reached only through the ISA table
- * after cpu_isa.c has seen AVX-512 in cpuid and the OS state in xgetbv.
+ * kernels_avx512.c — the AVX-512 (F/DQ/BW/VL) entries of kve_cpu_kernels:
+ * keys 8 lanes at a time, the eviction plan of evict_simd.h on 16 slots at
+ * a time, wide entry copies, the content checks' row passes. Built with
+ * this file's own target flags; reached only through the ISA table after
+ * cpu_isa.c has seen AVX-512 in cpuid and the OS state in xgetbv.
  *
  * Compress instructions always target a register, then a (masked) store:
  * vpcompressd/q to memory is microcoded and slow on Zen 4.
@@ -23,14 +24,14 @@ KVE_INLINE __mmask16 kve512_tail16(uint32_t left)
 /* ---- keys ----------------------------------------------------------------- */
 
 typedef struct {
-    __m512i alo, ahi, c0, lhlo, uphc, clo;
+    __m512i mul_lo, mul_hi, acc_base, cross_lo, high_base, pos_mask;
 } kve512_hc;
 
 static kve512_hc kve512_hc_of(const kve_hconst *h)
 {
-    kve512_hc v = {_mm512_set1_epi64((long long)h->alo),  _mm512_set1_epi64((long long)h->ahi),
-                   _mm512_set1_epi64((long long)h->c0),   _mm512_set1_epi64((long long)h->lhlo),
-                   _mm512_set1_epi64((long long)h->uphc), _mm512_set1_epi32((int)h->clo)};
+    kve512_hc v = {_mm512_set1_epi64((long long)h->mul_lo),  _mm512_set1_epi64((long long)h->mul_hi),
+                   _mm512_set1_epi64((long long)h->acc_base),   _mm512_set1_epi64((long long)h->cross_lo),
+                   _mm512_set1_epi64((long long)h->high_base), _mm512_set1_epi32((int)h->pos_mask)};
     return v;
 }
 
@@ -44,15 +45,15 @@ KVE_INLINE __m512i kve512_avalanche(__m512i acc)
     return _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
 }
 
-/* Keys of 8 lanes x = pos ^ clo (zero-extended) for one head (kve_hconst). */
+/* Keys of 8 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
 KVE_INLINE __m512i kve512_head_keys(__m512i x, const kve512_hc *h)
 {
-    __m512i lolo = _mm512_mul_epu32(x, h->alo), hilo = _mm512_mul_epu32(x, h->ahi);
-    __m512i cross = _mm512_add_epi64(_mm512_add_epi64(hilo, _mm512_srli_epi64(lolo, 32)), h->lhlo);
-    __m512i high = _mm512_add_epi64(_mm512_srli_epi64(cross, 32), h->uphc);
+    __m512i lolo = _mm512_mul_epu32(x, h->mul_lo), hilo = _mm512_mul_epu32(x, h->mul_hi);
+    __m512i cross = _mm512_add_epi64(_mm512_add_epi64(hilo, _mm512_srli_epi64(lolo, 32)), h->cross_lo);
+    __m512i high = _mm512_add_epi64(_mm512_srli_epi64(cross, 32), h->high_base);
     /* low 64 bits: cross's low half over lolo's low half */
     __m512i low = _mm512_mask_shuffle_epi32(lolo, 0xAAAA, cross, _MM_PERM_CCAA);
-    __m512i acc = _mm512_add_epi64(_mm512_add_epi64(x, h->c0), _mm512_xor_si512(low, high));
+    __m512i acc = _mm512_add_epi64(_mm512_add_epi64(x, h->acc_base), _mm512_xor_si512(low, high));
     return kve512_avalanche(acc);
 }
 
@@ -125,7 +126,7 @@ static void kve512_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_
     const kve512_hc h = kve512_hc_of(&hc);
     for (uint32_t i = 0; i < n; i += 16) {
         __mmask16 m = kve512_tail16(n - i);
-        __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi32(m, pos + i), h.clo);
+        __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi32(m, pos + i), h.pos_mask);
         _mm512_mask_storeu_epi64(keys + i, (__mmask8)m,
                                  kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &h));
         _mm512_mask_storeu_epi64(keys + i + 8, (__mmask8)(m >> 8),
@@ -220,7 +221,7 @@ typedef struct {
 KVE_INLINE void kve512_hash_block(const kve_scan *s, const kve512_scan_c *k, __m512i v, __m512i slots,
                                   uint32_t t, __mmask16 kc, uint32_t *ns)
 {
-    __m512i x = _mm512_xor_si512(v, k->h.clo);
+    __m512i x = _mm512_xor_si512(v, k->h.pos_mask);
     __m512i k0 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &k->h);
     __m512i k1 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &k->h);
     _mm512_storeu_si512(s->keys + t, k0);
@@ -398,11 +399,73 @@ static void kve512_copy_pairs(char *const *dst, const char *const *src, uint32_t
         kve512_copy(dst[i], src[i], entry_bytes);
 }
 
+/* ---- content checks (kve_check_rows.h) ---------------------------------------- */
+
+static void kve512_row_facts(const int32_t *row, uint32_t n, kve_row_facts *s)
+{
+    __m512i mn = _mm512_set1_epi32(INT32_MAX), hi = _mm512_set1_epi32(-1), lo = hi;
+    const __m512i m1 = _mm512_set1_epi32(-1), zero = _mm512_setzero_si512();
+    uint32_t valid = 0, bad = 0, t = 0;
+    for (; t + 17 <= n; t += 16) {
+        __m512i v = _mm512_loadu_si512(row + t), next = _mm512_loadu_si512(row + t + 1);
+        mn = _mm512_min_epi32(mn, v);
+        hi = _mm512_max_epi32(hi, v);
+        lo = _mm512_min_epu32(lo, v);
+        valid += (uint32_t)_mm_popcnt_u32(_mm512_cmpge_epi32_mask(v, zero));
+        __mmask16 out = _mm512_cmplt_epi32_mask(v, zero) | _mm512_cmple_epi32_mask(next, v);
+        bad += (uint32_t)_mm_popcnt_u32(_mm512_mask_cmpneq_epi32_mask(out, next, m1));
+    }
+    *s = (kve_row_facts){_mm512_reduce_min_epi32(mn), _mm512_reduce_max_epi32(hi),
+                         (uint32_t)_mm512_reduce_min_epu32(lo), valid, bad};
+    kve_row_facts_tail(row, t, n, s);
+}
+
+static uint32_t kve512_row_run(const int32_t *row, uint32_t n)
+{
+    if (row[0] < 0)
+        return 0;
+    __m512i expect = _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32(row[0]));
+    uint32_t t = 0, lanes = kve_row_run_room(row[0], n);
+    for (; t + 16 <= lanes; t += 16, expect = _mm512_add_epi32(expect, _mm512_set1_epi32(16)))
+        if (_mm512_cmpneq_epi32_mask(_mm512_loadu_si512(row + t), expect))
+            break;
+    return kve_row_run_tail(row, t, n);
+}
+
+/* kve_row_distinct_scalar's map with one dword per position, written by
+ * scatters of 16 lanes. */
+static int kve512_row_distinct(const int32_t *row, uint32_t n, int32_t lo, size_t span,
+                               uint32_t valid, void *buf)
+{
+    int32_t *map = (int32_t *)buf;
+    size_t padded = (span + 15) & ~(size_t)15;
+    memset(map, 0, padded * 4);
+    const __m512i vlo = _mm512_set1_epi32(lo), one = _mm512_set1_epi32(1);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 in = kve512_tail16(n - t);
+        __m512i v = _mm512_maskz_loadu_epi32(in, row + t);
+        __mmask16 ok = _mm512_mask_cmpge_epi32_mask(in, v, _mm512_setzero_si512());
+        _mm512_mask_i32scatter_epi32(map, ok, _mm512_sub_epi32(v, vlo), one, 4);
+    }
+    __m512i sum = _mm512_setzero_si512();
+    for (size_t i = 0; i < padded; i += 16)
+        sum = _mm512_add_epi32(sum, _mm512_loadu_si512(map + i));
+    return (uint32_t)_mm512_reduce_add_epi32(sum) == valid;
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 static void kve512_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_head(j, scratch); }
 
 const kve_cpu_kernels kve_cpu_kernels_avx512 = {
-    KVE_CPU_ISA_AVX512, kve_simd_scratch_bytes, kve512_evict_head, kve512_keys,
-    kve512_floor_keys,  kve512_copy_pairs,
+    .isa = KVE_CPU_ISA_AVX512,
+    .evict_scratch_bytes = kve_simd_scratch_bytes,
+    .evict_head = kve512_evict_head,
+    .keys = kve512_keys,
+    .head_keys = kve512_floor_keys,
+    .copy_pairs = kve512_copy_pairs,
+    .row_facts = kve512_row_facts,
+    .row_run = kve512_row_run,
+    .row_distinct = kve512_row_distinct,
+    .row_map_bytes = 4,
 };

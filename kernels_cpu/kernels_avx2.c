@@ -1,8 +1,9 @@
 /*
- * evict_avx2.c — the AVX2 kernels: keys 4 lanes at a time, the plan of
- * evict_simd.h on 8 slots at a time, wide entry copies. Built with this
- * file's own target flags; reached only through the ISA table after
- * cpu_isa.c has seen AVX2 in cpuid and the OS state in xgetbv.
+ * kernels_avx2.c — the AVX2 entries of kve_cpu_kernels: keys 4 lanes at a
+ * time, the eviction plan of evict_simd.h on 8 slots at a time, wide entry
+ * copies, the content checks' row passes. Built with this file's own target
+ * flags; reached only through the ISA table after cpu_isa.c has seen AVX2
+ * in cpuid and the OS state in xgetbv.
  *
  * AVX2 has no mask registers, no compress and only signed 64-bit compares:
  * compress is a permutation from a 256-entry table, and unsigned compares
@@ -20,14 +21,14 @@
 /* ---- keys ----------------------------------------------------------------- */
 
 typedef struct {
-    __m256i alo, ahi, c0, lhlo, uphc, clo;
+    __m256i mul_lo, mul_hi, acc_base, cross_lo, high_base, pos_mask;
 } kve2_hc;
 
 static kve2_hc kve2_hc_of(const kve_hconst *h)
 {
-    kve2_hc v = {_mm256_set1_epi64x((long long)h->alo),  _mm256_set1_epi64x((long long)h->ahi),
-                 _mm256_set1_epi64x((long long)h->c0),   _mm256_set1_epi64x((long long)h->lhlo),
-                 _mm256_set1_epi64x((long long)h->uphc), _mm256_set1_epi32((int)h->clo)};
+    kve2_hc v = {_mm256_set1_epi64x((long long)h->mul_lo),  _mm256_set1_epi64x((long long)h->mul_hi),
+                 _mm256_set1_epi64x((long long)h->acc_base),   _mm256_set1_epi64x((long long)h->cross_lo),
+                 _mm256_set1_epi64x((long long)h->high_base), _mm256_set1_epi32((int)h->pos_mask)};
     return v;
 }
 
@@ -54,14 +55,14 @@ KVE_INLINE __m256i kve2_avalanche(__m256i acc)
     return _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
 }
 
-/* Keys of 4 lanes x = pos ^ clo (zero-extended) for one head (kve_hconst). */
+/* Keys of 4 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
 KVE_INLINE __m256i kve2_head_keys(__m256i x, const kve2_hc *h)
 {
-    __m256i lolo = _mm256_mul_epu32(x, h->alo), hilo = _mm256_mul_epu32(x, h->ahi);
-    __m256i cross = _mm256_add_epi64(_mm256_add_epi64(hilo, _mm256_srli_epi64(lolo, 32)), h->lhlo);
-    __m256i high = _mm256_add_epi64(_mm256_srli_epi64(cross, 32), h->uphc);
+    __m256i lolo = _mm256_mul_epu32(x, h->mul_lo), hilo = _mm256_mul_epu32(x, h->mul_hi);
+    __m256i cross = _mm256_add_epi64(_mm256_add_epi64(hilo, _mm256_srli_epi64(lolo, 32)), h->cross_lo);
+    __m256i high = _mm256_add_epi64(_mm256_srli_epi64(cross, 32), h->high_base);
     __m256i low = _mm256_blend_epi32(lolo, _mm256_slli_epi64(cross, 32), 0xAA);
-    __m256i acc = _mm256_add_epi64(_mm256_add_epi64(x, h->c0), _mm256_xor_si256(low, high));
+    __m256i acc = _mm256_add_epi64(_mm256_add_epi64(x, h->acc_base), _mm256_xor_si256(low, high));
     return kve2_avalanche(acc);
 }
 
@@ -135,7 +136,7 @@ static void kve2_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_t 
     const kve2_hc h = kve2_hc_of(&hc);
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(pos + i)), h.clo);
+        __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(pos + i)), h.pos_mask);
         _mm256_storeu_si256((__m256i *)(void *)(keys + i),
                             kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h));
         _mm256_storeu_si256((__m256i *)(void *)(keys + i + 4),
@@ -298,7 +299,7 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
         uint32_t kc = kve2_classify(v, &b, &a);
         if (!kc)
             continue;
-        __m256i x = _mm256_xor_si256(v, h.clo);
+        __m256i x = _mm256_xor_si256(v, h.pos_mask);
         __m256i k0 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h);
         __m256i k1 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h);
         _mm256_storeu_si256((__m256i *)(void *)(s->keys + t), k0);
@@ -436,11 +437,66 @@ static void kve2_copy_pairs(char *const *dst, const char *const *src, uint32_t c
         kve2_copy(dst[i], src[i], entry_bytes);
 }
 
+/* ---- content checks (kve_check_rows.h) ---------------------------------------- */
+
+static void kve2_row_facts(const int32_t *row, uint32_t n, kve_row_facts *s)
+{
+    __m256i mn = _mm256_set1_epi32(INT32_MAX), hi = _mm256_set1_epi32(-1), lo = hi;
+    const __m256i m1 = _mm256_set1_epi32(-1);
+    uint32_t valid = 0, bad = 0, t = 0;
+    for (; t + 9 <= n; t += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + t));
+        __m256i next = _mm256_loadu_si256((const __m256i *)(const void *)(row + t + 1));
+        mn = _mm256_min_epi32(mn, v);
+        hi = _mm256_max_epi32(hi, v);
+        lo = _mm256_min_epu32(lo, v);
+        __m256i neg = _mm256_cmpgt_epi32(_mm256_setzero_si256(), v);
+        valid += 8 - (uint32_t)_mm_popcnt_u32(kve2_bits32(neg));
+        __m256i out = _mm256_or_si256(neg, _mm256_xor_si256(_mm256_cmpgt_epi32(next, v), m1));
+        out = _mm256_andnot_si256(_mm256_cmpeq_epi32(next, m1), out);
+        bad += (uint32_t)_mm_popcnt_u32(kve2_bits32(out));
+    }
+    int32_t a[8], b[8];
+    uint32_t c[8];
+    _mm256_storeu_si256((__m256i *)(void *)a, mn);
+    _mm256_storeu_si256((__m256i *)(void *)b, hi);
+    _mm256_storeu_si256((__m256i *)(void *)c, lo);
+    *s = (kve_row_facts){INT32_MAX, -1, UINT32_MAX, valid, bad};
+    for (int k = 0; k < 8; k++) {
+        s->min = a[k] < s->min ? a[k] : s->min;
+        s->hi = b[k] > s->hi ? b[k] : s->hi;
+        s->lo = c[k] < s->lo ? c[k] : s->lo;
+    }
+    kve_row_facts_tail(row, t, n, s);
+}
+
+static uint32_t kve2_row_run(const int32_t *row, uint32_t n)
+{
+    if (row[0] < 0)
+        return 0;
+    __m256i expect = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32(row[0]));
+    uint32_t t = 0, lanes = kve_row_run_room(row[0], n);
+    for (; t + 8 <= lanes; t += 8, expect = _mm256_add_epi32(expect, _mm256_set1_epi32(8))) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(row + t));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(v, expect)) != -1)
+            break;
+    }
+    return kve_row_run_tail(row, t, n);
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 static void kve2_evict_head(kve_head_job *j, void *scratch) { kve_simd_evict_head(j, scratch); }
 
 const kve_cpu_kernels kve_cpu_kernels_avx2 = {
-    KVE_CPU_ISA_AVX2, kve_simd_scratch_bytes, kve2_evict_head, kve2_keys, kve2_floor_keys,
-    kve2_copy_pairs,
+    .isa = KVE_CPU_ISA_AVX2,
+    .evict_scratch_bytes = kve_simd_scratch_bytes,
+    .evict_head = kve2_evict_head,
+    .keys = kve2_keys,
+    .head_keys = kve2_floor_keys,
+    .copy_pairs = kve2_copy_pairs,
+    .row_facts = kve2_row_facts,
+    .row_run = kve2_row_run,
+    .row_distinct = kve_row_distinct_scalar, /* no scatter in AVX2 */
+    .row_map_bytes = 1,
 };
