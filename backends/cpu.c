@@ -13,8 +13,8 @@
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 #include "kve_validate.h"
+#include "kve_util.h"
 
-#define KVE_ALIGN64(x) (((x) + 63) & ~(size_t)63)
 #define KVE_COMPACT_CHUNK 256
 #define KVE_COMPACT_GROUP 64
 
@@ -52,7 +52,7 @@ static kve_status cpu_set_device(kve_context *ctx, int device)
 static kve_status cpu_alloc(kve_context *ctx, size_t bytes, void **out)
 {
     (void)ctx;
-    size_t rounded = KVE_ALIGN64(bytes);
+    size_t rounded = KVE_ALIGN_UP(bytes, 64);
     KVE_RETURN_ERROR_IF(rounded < bytes, KVE_ERR_OVERFLOW, "bytes = %zu: too large", bytes);
     *out = aligned_alloc(256, (rounded + 255) & ~(size_t)255);
     KVE_RETURN_ERROR_IF(!*out, KVE_ERR_NOMEM, "cannot allocate %zu bytes of CPU backend memory",
@@ -104,7 +104,7 @@ static kve_status cpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, cons
 
 static size_t cpu_scratch_per_thread(const kve_context *ctx, uint32_t n_slots)
 {
-    return KVE_ALIGN64(kve_cpu_kernels_get(ctx->isa)->evict_scratch_bytes(n_slots));
+    return KVE_ALIGN_UP(kve_cpu_kernels_get(ctx->isa)->evict_scratch_bytes(n_slots), 64);
 }
 
 static kve_status cpu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
@@ -238,7 +238,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     (void)workspace_bytes;
     const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
     size_t per = cpu_scratch_per_thread(ctx, b->n_slots);
-    char *ws = (char *)KVE_ALIGN64((uintptr_t)workspace);
+    char *ws = (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64);
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
     int check = b->n_slots != 0;
     kve_head_problem first = {SIZE_MAX, {0, 0, 0}, 0};

@@ -162,6 +162,10 @@ typedef struct kve_backend_ops {
                        size_t n, uint64_t *keys);
     kve_status (*evict_workspace_size)(kve_context *ctx, const kve_batch *batch,
                                        size_t *out_bytes);
+    /* Arguments validated; the tables' contents (positions >= -1, no
+     * repeat unless KVE_TRUSTED_SLOTS, no NaN score at a candidate) are the
+     * backend's to check, in the pass that reads them, naming the lowest
+     * bad head. */
     kve_status (*evict)(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
                         void *workspace, size_t workspace_bytes);
     kve_status (*compact)(kve_context *ctx, const kve_compact_desc *desc);

@@ -6,28 +6,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_validate.h"
-
-#define KVE_I32_MAX 0x7fffffffu
 
 static int kve_mul_overflows(size_t a, size_t b, size_t *out)
 {
     return __builtin_mul_overflow(a, b, out);
-}
-
-/* Elements spanned by @p rows rows of @p len at @p stride (0 when empty). */
-static int kve_rows_span(size_t rows, size_t stride, size_t len, size_t *out)
-{
-    size_t s;
-    if (rows == 0 || len == 0) {
-        *out = 0;
-        return 0;
-    }
-    if (kve_mul_overflows(rows - 1, stride, &s) || __builtin_add_overflow(s, len, &s))
-        return 1;
-    *out = s;
-    return 0;
 }
 
 kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
@@ -48,12 +33,9 @@ kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
                         KVE_ERR_OVERFLOW,
                         "batch.head_offset = %u: head_offset + n_heads - 1 exceeds 2^32-1",
                         b->head_offset);
-    KVE_RETURN_ERROR_IF(b->n_slots > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "batch.n_slots = %u: must be <= 2^31-1", b->n_slots);
-    KVE_RETURN_ERROR_IF(b->budget > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "batch.budget = %u: must be <= 2^31-1", b->budget);
-    KVE_RETURN_ERROR_IF(b->window > KVE_I32_MAX, KVE_ERR_RANGE,
-                        "batch.window = %u: must be <= 2^31-1", b->window);
+    KVE_TRY(kve_check_i32("batch.n_slots", b->n_slots));
+    KVE_TRY(kve_check_i32("batch.budget", b->budget));
+    KVE_TRY(kve_check_i32("batch.window", b->window));
     KVE_RETURN_ERROR_IF(b->n_seqs && !b->seqs, KVE_ERR_NULL, "batch.seqs is NULL (n_seqs = %u)",
                         b->n_seqs);
     if (heads && b->n_slots) {

@@ -7,12 +7,7 @@
 
 #include "kve_check_rows.h"
 #include "kve_cpu_kernels.h"
-
-static int kve_cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
+#include "kve_util.h"
 
 /* The second slot holding the smallest repeated position of a sparse row
  * (positions too far apart for a bit map): a sorted copy in @p sorted. */

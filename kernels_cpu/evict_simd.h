@@ -29,6 +29,7 @@
 #include "kve_cpu_kernels.h"
 #include "kve_key.h"
 #include "kve_select.h"
+#include "kve_util.h"
 
 /* Counts of one pass with a given win_lo: valid slots, generated slots
  * (position >= prompt), candidates (prompt <= position < win_lo). */
@@ -88,7 +89,6 @@ static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uin
 
 /* ---- the plan ------------------------------------------------------------ */
 
-#define KVE_SIMD_ALIGN(x) (((x) + 63) & ~(size_t)63)
 
 typedef struct kve_simd_ws {
     uint64_t *keys, *skeys, *bits;
@@ -99,8 +99,8 @@ typedef struct kve_simd_ws {
 
 static size_t kve_simd_ws_layout(uint32_t n, char *base, kve_simd_ws *w)
 {
-    size_t keys = KVE_SIMD_ALIGN(((size_t)n + 16) * 8), surv = KVE_SIMD_ALIGN(((size_t)n + 32) * 4);
-    size_t bits = KVE_SIMD_ALIGN(((size_t)n / 64 + 2) * 8);
+    size_t keys = KVE_ALIGN_UP(((size_t)n + 16) * 8, 64), surv = KVE_ALIGN_UP(((size_t)n + 32) * 4, 64);
+    size_t bits = KVE_ALIGN_UP(((size_t)n / 64 + 2) * 8, 64);
     if (w) {
         w->keys = (uint64_t *)base;
         w->skeys = (uint64_t *)(base + keys);
@@ -404,7 +404,7 @@ static void kve_simd_scored_head(kve_head_job *j, void *scratch)
     const uint32_t n = j->n_slots, W = j->window;
     const int32_t prompt = (int32_t)j->prompt;
     kve_simd_ws w;
-    kve_simd_ws_layout(n, (char *)KVE_SIMD_ALIGN((uintptr_t)scratch), &w);
+    kve_simd_ws_layout(n, (char *)KVE_ALIGN_UP((uintptr_t)scratch, 64), &w);
     kve_counts c, x;
     int32_t max_pos;
     kve_isa_count(j->slot_pos, n, prompt, &c, &max_pos);
@@ -445,7 +445,7 @@ static void kve_simd_evict_head(kve_head_job *j, void *scratch)
     }
     const int32_t prompt = (int32_t)j->prompt;
     kve_simd_ws w;
-    kve_simd_ws_layout(n, (char *)KVE_SIMD_ALIGN((uintptr_t)scratch), &w);
+    kve_simd_ws_layout(n, (char *)KVE_ALIGN_UP((uintptr_t)scratch, 64), &w);
     kve_head_hint *h = j->hint, local;
     if (!h) {
         memset(&local, 0, sizeof local);

@@ -24,6 +24,7 @@
 #include "cache_write_body.h"
 #include "convert_body.h"
 #include "kve_device.h"
+#include "kve_util.h"
 #include "kvevict.h"
 
 #include <string.h>
@@ -283,14 +284,13 @@ static inline void kve_score_args_init(kve_score_args *a, const kve_score_desc *
 
 /* ---- the device grid --------------------------------------------------------- */
 
-#define KVE_SCORE_ALIGN(x) (((x) + 15) & ~(size_t)15)
 
 /* Dynamic shared memory of a block of @p nt threads: coefficients, phase
  * factors, histogram, per-thread sums, per-head mean and scale. */
 KVE_HD_FN size_t kve_score_smem_bytes(uint32_t nq, uint32_t nf, uint32_t nt)
 {
-    return KVE_SCORE_ALIGN((size_t)nq * nf * 3 * 4) + KVE_SCORE_ALIGN((size_t)nf * 16) +
-           256 * 4 + (size_t)nt * 24 + KVE_SCORE_ALIGN((size_t)nq * 8);
+    return KVE_ALIGN_UP((size_t)nq * nf * 3 * 4, 16) + KVE_ALIGN_UP((size_t)nf * 16, 16) +
+           256 * 4 + (size_t)nt * 24 + KVE_ALIGN_UP((size_t)nq * 8, 16);
 }
 
 typedef struct kve_score_smem {
@@ -305,9 +305,9 @@ KVE_FN kve_score_smem kve_score_smem_at(unsigned char *p, uint32_t nq, uint32_t 
 {
     kve_score_smem s;
     s.coef = (float *)p;
-    p += KVE_SCORE_ALIGN((size_t)nq * nf * 3 * 4);
+    p += KVE_ALIGN_UP((size_t)nq * nf * 3 * 4, 16);
     s.phase = (double *)p;
-    p += KVE_SCORE_ALIGN((size_t)nf * 16);
+    p += KVE_ALIGN_UP((size_t)nf * 16, 16);
     s.sums = (double *)p;
     p += (size_t)nt * 24;
     s.hist = (uint32_t *)p;

@@ -7,8 +7,8 @@
 
 #include "emu_kernels.h"
 #include "kve_launch.h"
+#include "kve_util.h"
 
-#define KVE_EMU_ALIGN16(x) (((x) + 15) & ~(size_t)15)
 
 static _Thread_local char kve_emu_message[512];
 
@@ -53,13 +53,13 @@ int kve_emu_keys(kve_emu_pool *pool, uint32_t grid, uint64_t seed, uint32_t flag
 static void kve_emu_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
 {
     kve_evict_grid(tc, (kve_evict_smem *)smem, (const kve_evict_args *)arg,
-                   smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
+                   smem + KVE_ALIGN_UP(sizeof(kve_evict_smem), 16));
 }
 
 /* The block's shared memory: the fixed state, then the plan's dynamic part. */
 static size_t kve_emu_evict_smem(const kve_evict_plan *p)
 {
-    return KVE_EMU_ALIGN16(sizeof(kve_evict_smem)) + p->dyn_smem;
+    return KVE_ALIGN_UP(sizeof(kve_evict_smem), 16) + p->dyn_smem;
 }
 
 int kve_emu_evict_planned(kve_emu_pool *pool, const kve_evict_plan *p, const kve_batch *b,
@@ -135,7 +135,7 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
 static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
 {
     kve_state_evict_grid(tc, (kve_evict_smem *)smem, (const kve_state_evict_args *)arg,
-                         smem + KVE_EMU_ALIGN16(sizeof(kve_evict_smem)));
+                         smem + KVE_ALIGN_UP(sizeof(kve_evict_smem), 16));
 }
 
 int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
