@@ -91,6 +91,12 @@ static float score_value(fz_bytes *b)
     return f;
 }
 
+static void free_each(void *const *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
+}
+
 static size_t pick_stride(fz_bytes *b, size_t min)
 {
     uint8_t sel = fz_u8(b);
@@ -243,13 +249,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sc_span = rows_span(heads, bt.scores_stride, n, &overflow);
         bad |= heads && bt.n_slots && overflow;
         if (sc_span > (1u << 22) && !overflow) { /* valid, but too large to afford: skip */
-            free(seqs);
-            free(slots);
-            free(evicted);
-            free(kept);
-            free(n_evicted);
-            free(n_kept);
-            free(head_flags);
+            void *bufs[] = {seqs, slots, evicted, kept, n_evicted, n_kept, head_flags};
+            free_each(bufs, sizeof bufs / sizeof *bufs);
             return 0;
         }
         int clamped = 0;
@@ -353,14 +354,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(d == ref_digest(&bt, slots, NULL), "digest of the tables");
         free(ev);
     }
-    free(ws);
-    free(seqs);
-    free(slots);
-    free(evicted);
-    free(kept);
-    free(n_evicted);
-    free(n_kept);
-    free(head_flags);
-    free(scores);
+    void *bufs[] = {ws, seqs, slots, evicted, kept, n_evicted, n_kept, head_flags, scores};
+    free_each(bufs, sizeof bufs / sizeof *bufs);
     return 0;
 }
