@@ -147,214 +147,293 @@ static uint64_t ref_digest(const kve_batch *bt, const int32_t *slots, const uint
     return d;
 }
 
+/* One input decoded: the batch, its outputs and the buffers behind them, and
+ * what the header says kve_evict must answer. */
+typedef struct {
+    kve_batch bt;
+    kve_evict_out out;
+    kve_seq *seqs;
+    int32_t *slots, *evicted, *kept;
+    uint32_t *n_evicted, *n_kept;
+    uint8_t *head_flags;
+    float *scores;
+    void *ws;
+    size_t ws_bytes;
+    size_t heads;     /* n_seqs * n_layers * n_heads */
+    uint32_t n;       /* slots filled per row: n_slots, or 0 when no row can be */
+    size_t fill_rows; /* rows filled: every head's, or the first when the span overflows */
+    uint8_t opt;      /* the outputs' choice: kept, head_flags, a workspace, NULL outputs */
+    int bad;          /* an argument error: the call must refuse */
+    int bad_table;    /* the first table problem below the argument errors (ref_table_problem) */
+    size_t bad_head;  /* its head */
+    int trusted_dup;  /* some table repeats a position, trusted or not: its outputs go unchecked */
+    int nan_head;     /* a NaN at a candidate of a valid scored batch: refused */
+    size_t nan_at;    /* its head */
+} evict_case;
+
+/* The batch's header. 0: a valid batch too large to afford (skip the input). */
+static int decode_header(fz_bytes *in, evict_case *c)
+{
+    kve_batch *bt = &c->bt;
+    bt->seed = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in);
+    bt->flags = fz_u8(in) < 250 ? fz_u8(in) & 0xfu : fz_u32(in);
+    bt->n_seqs = fz_below(in, 3);
+    bt->n_layers = fz_below(in, 3);
+    bt->n_heads = fz_below(in, 4);
+    bt->layer_offset = fz_u8(in) < 240 ? fz_below(in, 64) : UINT32_MAX - fz_below(in, 3);
+    bt->head_offset = fz_u8(in) < 240 ? fz_below(in, 64) : UINT32_MAX - fz_below(in, 3);
+    bt->n_slots = fz_count(in, MAX_SLOTS + 1);
+    bt->budget = fz_count(in, MAX_SLOTS + 1);
+    bt->window = fz_count(in, 40);
+    c->heads = (size_t)bt->n_seqs * bt->n_layers * bt->n_heads;
+    int too_big = bt->n_slots > MAX_SLOTS && bt->n_slots <= 0x7fffffffu;
+    if (too_big && c->heads) /* a valid table we cannot afford: skip */
+        return 0;
+    c->n = c->heads && bt->n_slots <= MAX_SLOTS ? bt->n_slots : 0;
+    c->bad = (bt->flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS | KVE_SCORED)) ||
+             (bt->n_layers && bt->layer_offset > UINT32_MAX - (bt->n_layers - 1)) ||
+             (bt->n_heads && bt->head_offset > UINT32_MAX - (bt->n_heads - 1)) ||
+             bt->n_slots > 0x7fffffffu || bt->budget > 0x7fffffffu || bt->window > 0x7fffffffu;
+    return 1;
+}
+
+/* The sequences and the slot tables. 0: a span too large to afford. */
+static int decode_slots(fz_bytes *in, evict_case *c)
+{
+    kve_batch *bt = &c->bt;
+    c->seqs = (kve_seq *)fz_alloc(bt->n_seqs * sizeof *c->seqs, 0);
+    for (uint32_t s = 0; s < bt->n_seqs; s++) {
+        c->seqs[s].seq_id = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in);
+        c->seqs[s].prompt_len = fz_count(in, 40);
+        c->seqs[s].round = fz_u8(in) & 1 ? fz_u32(in) : fz_u8(in) % 4;
+    }
+    bt->seqs = c->seqs;
+    int overflow;
+    bt->slot_pos_stride = pick_stride(in, bt->n_slots);
+    size_t span = rows_span(c->heads, bt->slot_pos_stride, c->n, &overflow);
+    if (c->heads && bt->n_slots && bt->slot_pos_stride < bt->n_slots)
+        c->bad = 1, span = c->n, overflow = 1; /* rows overlap: rejected before any read */
+    c->bad |= overflow;
+    if (span > (1u << 22))
+        return 0;
+    c->slots = (int32_t *)fz_alloc(span * 4, 0xff);
+    c->fill_rows = !c->n ? 0 : overflow ? 1 : c->heads;
+    for (size_t i = 0; i < c->fill_rows; i++)
+        fill_row(in, c->slots + i * bt->slot_pos_stride, c->n,
+                 i ? c->slots + (i - 1) * bt->slot_pos_stride : NULL);
+    bt->slot_pos = fz_u8(in) == 255 ? NULL : c->slots;
+    c->bad |= c->heads && bt->n_slots && !bt->slot_pos;
+    return 1;
+}
+
+/* The first bad table (its head is named), kept apart from the argument
+ * errors, which the call reports first. */
+static void find_bad_table(evict_case *c)
+{
+    for (size_t i = 0; !c->bad && i < c->fill_rows; i++) {
+        int p = ref_table_problem(c->slots + i * c->bt.slot_pos_stride, c->n);
+        if (!c->bad_table && (p == 1 || (p == 2 && !(c->bt.flags & KVE_TRUSTED_SLOTS))))
+            c->bad_table = p, c->bad_head = i;
+        c->trusted_dup |= p == 2;
+    }
+}
+
+/* Outputs, each exactly as long as the header asks. 0: too large to afford. */
+static int decode_outputs(fz_bytes *in, evict_case *c)
+{
+    const kve_batch *bt = &c->bt;
+    kve_evict_out *out = &c->out;
+    int overflow;
+    size_t max_ev = bt->n_slots > bt->budget ? bt->n_slots - bt->budget : 0;
+    out->evicted_stride = pick_stride(in, max_ev ? max_ev : 1);
+    c->bad |= c->heads && out->evicted_stride < (max_ev ? max_ev : 1);
+    size_t ev_span = rows_span(c->heads, out->evicted_stride, c->n ? max_ev : 0, &overflow);
+    c->bad |= overflow && c->heads;
+    uint8_t opt = c->opt = fz_u8(in);
+    out->kept_stride = opt & 1 ? pick_stride(in, bt->n_slots) : 0;
+    if ((opt & 1) && c->heads && out->kept_stride < bt->n_slots)
+        c->bad = 1;
+    size_t kept_span = opt & 1 ? rows_span(c->heads, out->kept_stride, c->n, &overflow) : 0;
+    c->bad |= (opt & 1) && overflow && c->heads;
+    if (ev_span > (1u << 22) || kept_span > (1u << 22))
+        return 0;
+    c->evicted = (int32_t *)fz_alloc(ev_span * 4, 0xa5);
+    c->kept = (int32_t *)fz_alloc(kept_span * 4, 0xa5);
+    c->n_evicted = (uint32_t *)fz_alloc(c->heads * 4, 0xa5);
+    c->n_kept = (uint32_t *)fz_alloc(c->heads * 4, 0xa5);
+    c->head_flags = (uint8_t *)fz_alloc(c->heads, 0xa5);
+    out->evicted = opt == 0xfe ? NULL : c->evicted;
+    out->n_evicted = c->n_evicted;
+    out->n_kept = opt == 0xfc ? NULL : c->n_kept;
+    out->head_flags = opt & 2 ? c->head_flags : NULL;
+    out->kept = opt & 1 ? c->kept : NULL;
+    c->bad |= c->heads && (!out->evicted || !out->n_kept);
+    return 1;
+}
+
+/* Scored: read last, so the corpus of the random path decodes as before.
+ * 0: a valid scores span too large to afford. */
+static int decode_scores(fz_bytes *in, evict_case *c)
+{
+    kve_batch *bt = &c->bt;
+    if (fz_u8(in) & 1)
+        bt->flags |= KVE_SCORED;
+    if (!(bt->flags & KVE_SCORED))
+        return 1;
+    int overflow;
+    c->bad |= (bt->flags & KVE_PERSISTENT) != 0;
+    bt->scores_stride = pick_stride(in, bt->n_slots);
+    c->bad |= c->heads && bt->n_slots && bt->scores_stride < bt->n_slots;
+    size_t sc_span = rows_span(c->heads, bt->scores_stride, c->n, &overflow);
+    c->bad |= c->heads && bt->n_slots && overflow;
+    if (sc_span > (1u << 22) && !overflow)
+        return 0;
+    int clamped = 0;
+    if (overflow && c->n) {
+        sc_span = c->n;
+        c->bad = 1;
+        clamped = 1; /* a span past the address space: refused before any read */
+    }
+    c->scores = (float *)fz_alloc(sc_span * 4 + 4, 0x7f); /* 0x7f7f7f7f: a number */
+    for (size_t i = 0; c->n && !overflow && !clamped && c->scores && i < c->heads; i++)
+        for (uint32_t t = 0; t < c->n; t++)
+            c->scores[i * bt->scores_stride + t] = score_value(in);
+    bt->scores = fz_u8(in) == 255 ? NULL : c->scores;
+    c->bad |= c->heads && bt->n_slots && !bt->scores;
+    return 1;
+}
+
+/* A workspace of the size kve_evict_workspace_size gives, when the outputs'
+ * choice asks for one and the batch is valid. */
+static void make_workspace(kve_context *ctx, evict_case *c)
+{
+    if (!(c->opt & 4) || c->bad)
+        return;
+    if (kve_evict_workspace_size(ctx, &c->bt, &c->ws_bytes) != KVE_OK)
+        FZ_FAIL("workspace size of a valid batch");
+    c->ws = fz_alloc(c->ws_bytes, 0);
+    if (!c->ws) /* a batch of no head may still ask for n_slots-sized scratch */
+        c->ws_bytes = 0;
+}
+
+/* The first head with a NaN candidate score. Heads are checked in order,
+ * slot_pos before scores: a NaN below the first bad table is the error. */
+static void find_nan_head(evict_case *c)
+{
+    const kve_batch *bt = &c->bt;
+    for (size_t i = 0; (bt->flags & KVE_SCORED) && !c->bad && !c->trusted_dup && !c->nan_head &&
+                       i < c->heads && (!c->bad_table || i < c->bad_head); i++) {
+        const kve_seq *q = &c->seqs[i / ((size_t)bt->n_layers * bt->n_heads)];
+        ref_head rh = {0, 0, 0, 0, 0, 0, q->prompt_len, bt->window, bt->budget,
+                       c->n ? c->scores + i * bt->scores_stride : c->scores};
+        uint8_t *tmp = (uint8_t *)fz_alloc(c->n + 1, 0);
+        uint32_t ne, nk;
+        c->nan_head |= ref_evict_head(&rh, c->n ? c->slots + i * bt->slot_pos_stride : c->slots,
+                                      c->n, tmp, &ne, &nk) < 0;
+        c->nan_at = i;
+        free(tmp);
+    }
+}
+
+/* The status agrees with the header; an error names the head at fault. */
+static void check_status(const evict_case *c, kve_status st)
+{
+    char want[64];
+    if (c->nan_head) {
+        snprintf(want, sizeof want, "batch.scores[head %zu][slot ", c->nan_at);
+        FZ_CHECK(st == KVE_ERR_INVALID && strstr(kve_last_error(), "is NaN") &&
+                     !strncmp(kve_last_error(), want, strlen(want)),
+                 "a NaN candidate score of head %zu gave %s: %s", c->nan_at, kve_status_string(st),
+                 kve_last_error());
+    }
+    if (!c->bad && c->bad_table && !c->nan_head && !c->trusted_dup) {
+        snprintf(want, sizeof want, "batch.slot_pos[head %zu][slot ", c->bad_head);
+        FZ_CHECK(st == (c->bad_table == 1 ? KVE_ERR_RANGE : KVE_ERR_DUPLICATE) &&
+                     !strncmp(kve_last_error(), want, strlen(want)),
+                 "table problem %d at head %zu gave %s: %s", c->bad_table, c->bad_head,
+                 kve_status_string(st), kve_last_error());
+    }
+    if (c->bad || c->nan_head || c->bad_table) {
+        FZ_CHECK(st != KVE_OK, "an invalid batch was accepted (n_slots %u, budget %u, table "
+                 "problem %d: 1 = value < -1, 2 = repeat)", c->bt.n_slots, c->bt.budget, c->bad_table);
+    } else if (!c->trusted_dup) {
+        FZ_CHECK(st == KVE_OK, "a valid batch was rejected: %s", kve_status_string(st));
+    }
+    /* kve_evict's outputs after an error are unspecified (the contents are
+     * checked head by head as it evicts): status and message only. */
+    if (st != KVE_OK)
+        FZ_CHECK_ERROR_MESSAGE(st);
+}
+
+/* Head i's outputs against the spec; ev + i * n gets its evicted slots. */
+static void check_head(const evict_case *c, size_t i, uint32_t s, uint32_t l, uint32_t h,
+                       uint8_t *ev)
+{
+    const kve_batch *bt = &c->bt;
+    uint32_t n = c->n;
+    ref_head rh = {bt->seed, c->seqs[s].seq_id, bt->flags & KVE_KEY_FLAGS,
+                   bt->layer_offset + l, bt->head_offset + h, c->seqs[s].round,
+                   c->seqs[s].prompt_len, bt->window, bt->budget,
+                   !(bt->flags & KVE_SCORED) ? NULL
+                   : n ? c->scores + i * bt->scores_stride : c->scores};
+    const int32_t *row = n ? c->slots + i * bt->slot_pos_stride : c->slots;
+    uint32_t ne, nk;
+    int over = ref_evict_head(&rh, row, n, ev + i * n, &ne, &nk);
+    FZ_CHECK(c->n_evicted[i] == ne, "head %zu: n_evicted %u, spec %u", i, c->n_evicted[i], ne);
+    FZ_CHECK(c->n_kept[i] == nk, "head %zu: n_kept %u, spec %u", i, c->n_kept[i], nk);
+    if (c->out.head_flags)
+        FZ_CHECK(c->head_flags[i] == (over ? KVE_HEAD_OVER_BUDGET : 0),
+                 "head %zu: flags %u, spec over-budget %d", i, c->head_flags[i], over);
+    uint32_t e = 0, k = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        if (ev[i * n + t])
+            FZ_CHECK(c->evicted[i * c->out.evicted_stride + e++] == (int32_t)t,
+                     "head %zu: evicted[%u] is not slot %u", i, e - 1, t);
+        else if (row[t] >= 0 && c->out.kept)
+            FZ_CHECK(c->kept[i * c->out.kept_stride + k++] == (int32_t)t,
+                     "head %zu: kept[%u] is not slot %u", i, k - 1, t);
+    }
+}
+
+/* A KVE_OK: every head against the spec, then the digest of what was kept
+ * and of the whole tables. */
+static void check_result(kve_context *ctx, const evict_case *c)
+{
+    const kve_batch *bt = &c->bt;
+    uint8_t *ev = (uint8_t *)fz_alloc(c->heads * c->n + 1, 0);
+    size_t i = 0;
+    for (uint32_t s = 0; s < bt->n_seqs; s++)
+        for (uint32_t l = 0; l < bt->n_layers; l++)
+            for (uint32_t h = 0; h < bt->n_heads; h++, i++)
+                check_head(c, i, s, l, h, ev);
+    uint64_t d;
+    FZ_CHECK(kve_digest(ctx, bt, &c->out, &d) == KVE_OK, "digest after evict");
+    FZ_CHECK(d == ref_digest(bt, c->slots, ev), "digest of the keep-sets");
+    FZ_CHECK(kve_digest(ctx, bt, NULL, &d) == KVE_OK, "digest of the tables");
+    FZ_CHECK(d == ref_digest(bt, c->slots, NULL), "digest of the tables");
+    free(ev);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_bytes in = {data, size};
     kve_context *ctx = fz_context(&in);
-    kve_batch bt = {0};
-    bt.seed = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
-    bt.flags = fz_u8(&in) < 250 ? fz_u8(&in) & 0xfu : fz_u32(&in);
-    bt.n_seqs = fz_below(&in, 3);
-    bt.n_layers = fz_below(&in, 3);
-    bt.n_heads = fz_below(&in, 4);
-    bt.layer_offset = fz_u8(&in) < 240 ? fz_below(&in, 64) : UINT32_MAX - fz_below(&in, 3);
-    bt.head_offset = fz_u8(&in) < 240 ? fz_below(&in, 64) : UINT32_MAX - fz_below(&in, 3);
-    bt.n_slots = fz_count(&in, MAX_SLOTS + 1);
-    bt.budget = fz_count(&in, MAX_SLOTS + 1);
-    bt.window = fz_count(&in, 40);
-    size_t heads = (size_t)bt.n_seqs * bt.n_layers * bt.n_heads;
-    int too_big = bt.n_slots > MAX_SLOTS && bt.n_slots <= 0x7fffffffu;
-    if (too_big && heads) /* a valid table we cannot afford: skip */
-        return 0;
-    uint32_t n = heads && bt.n_slots <= MAX_SLOTS ? bt.n_slots : 0; /* elements we fill */
-    int bad = (bt.flags & ~(uint32_t)(KVE_KEY_FLAGS | KVE_TRUSTED_SLOTS | KVE_SCORED)) ||
-              (bt.n_layers && bt.layer_offset > UINT32_MAX - (bt.n_layers - 1)) ||
-              (bt.n_heads && bt.head_offset > UINT32_MAX - (bt.n_heads - 1)) ||
-              bt.n_slots > 0x7fffffffu || bt.budget > 0x7fffffffu || bt.window > 0x7fffffffu;
-
-    kve_seq *seqs = (kve_seq *)fz_alloc(bt.n_seqs * sizeof *seqs, 0);
-    for (uint32_t s = 0; s < bt.n_seqs; s++) {
-        seqs[s].seq_id = fz_u8(&in) & 1 ? fz_u64(&in) : fz_u8(&in);
-        seqs[s].prompt_len = fz_count(&in, 40);
-        seqs[s].round = fz_u8(&in) & 1 ? fz_u32(&in) : fz_u8(&in) % 4;
-    }
-    bt.seqs = seqs;
-    int overflow;
-    bt.slot_pos_stride = pick_stride(&in, bt.n_slots);
-    size_t span = rows_span(heads, bt.slot_pos_stride, n, &overflow);
-    if (heads && bt.n_slots && bt.slot_pos_stride < bt.n_slots)
-        bad = 1, span = n, overflow = 1; /* rows overlap: rejected before any read */
-    bad |= overflow;
-    if (span > (1u << 22)) {
-        free(seqs);
-        return 0;
-    }
-    int32_t *slots = (int32_t *)fz_alloc(span * 4, 0xff);
-    size_t fill_rows = !n ? 0 : overflow ? 1 : heads;
-    for (size_t i = 0; i < fill_rows; i++)
-        fill_row(&in, slots + i * bt.slot_pos_stride, n,
-                 i ? slots + (i - 1) * bt.slot_pos_stride : NULL);
-    bt.slot_pos = fz_u8(&in) == 255 ? NULL : slots;
-    bad |= heads && bt.n_slots && !bt.slot_pos;
-    /* The first bad table (its head is named), kept apart from the
-     * argument errors, which the call reports first. */
-    int trusted_dup = 0, bad_table = 0;
-    size_t bad_head = 0;
-    for (size_t i = 0; !bad && i < fill_rows; i++) {
-        int p = ref_table_problem(slots + i * bt.slot_pos_stride, n);
-        if (!bad_table && (p == 1 || (p == 2 && !(bt.flags & KVE_TRUSTED_SLOTS))))
-            bad_table = p, bad_head = i;
-        trusted_dup |= p == 2;
-    }
-
-    /* Outputs, each exactly as long as the header asks. */
-    size_t max_ev = bt.n_slots > bt.budget ? bt.n_slots - bt.budget : 0;
-    kve_evict_out out = {0};
-    out.evicted_stride = pick_stride(&in, max_ev ? max_ev : 1);
-    bad |= heads && out.evicted_stride < (max_ev ? max_ev : 1);
-    size_t ev_span = rows_span(heads, out.evicted_stride, n ? max_ev : 0, &overflow);
-    bad |= overflow && heads;
-    uint8_t opt = fz_u8(&in);
-    out.kept_stride = opt & 1 ? pick_stride(&in, bt.n_slots) : 0;
-    if ((opt & 1) && heads && out.kept_stride < bt.n_slots)
-        bad = 1;
-    size_t kept_span = opt & 1 ? rows_span(heads, out.kept_stride, n, &overflow) : 0;
-    bad |= (opt & 1) && overflow && heads;
-    if (ev_span > (1u << 22) || kept_span > (1u << 22)) {
-        free(seqs);
-        free(slots);
-        return 0;
-    }
-    int32_t *evicted = (int32_t *)fz_alloc(ev_span * 4, 0xa5);
-    int32_t *kept = (int32_t *)fz_alloc(kept_span * 4, 0xa5);
-    uint32_t *n_evicted = (uint32_t *)fz_alloc(heads * 4, 0xa5);
-    uint32_t *n_kept = (uint32_t *)fz_alloc(heads * 4, 0xa5);
-    uint8_t *head_flags = (uint8_t *)fz_alloc(heads, 0xa5);
-    out.evicted = opt == 0xfe ? NULL : evicted;
-    out.n_evicted = n_evicted;
-    out.n_kept = opt == 0xfc ? NULL : n_kept;
-    out.head_flags = opt & 2 ? head_flags : NULL;
-    out.kept = opt & 1 ? kept : NULL;
-    bad |= heads && (!out.evicted || !out.n_kept);
-
-    /* Scored: read last, so the corpus of the random path decodes as before. */
-    if (fz_u8(&in) & 1)
-        bt.flags |= KVE_SCORED;
-    float *scores = NULL;
-    size_t sc_span = 0;
-    if (bt.flags & KVE_SCORED) {
-        bad |= (bt.flags & KVE_PERSISTENT) != 0;
-        bt.scores_stride = pick_stride(&in, bt.n_slots);
-        bad |= heads && bt.n_slots && bt.scores_stride < bt.n_slots;
-        sc_span = rows_span(heads, bt.scores_stride, n, &overflow);
-        bad |= heads && bt.n_slots && overflow;
-        if (sc_span > (1u << 22) && !overflow) { /* valid, but too large to afford: skip */
-            void *bufs[] = {seqs, slots, evicted, kept, n_evicted, n_kept, head_flags};
-            free_each(bufs, sizeof bufs / sizeof *bufs);
-            return 0;
+    evict_case c = {0};
+    /* The decoders read the input in this order (the corpus depends on it);
+     * any of them may skip an input too large to afford. */
+    if (decode_header(&in, &c) && decode_slots(&in, &c)) {
+        find_bad_table(&c); /* before the outputs: only the slots' argument errors hide it */
+        if (decode_outputs(&in, &c) && decode_scores(&in, &c)) {
+            make_workspace(ctx, &c);
+            find_nan_head(&c);
+            kve_status st = kve_evict(ctx, &c.bt, &c.out, c.ws, c.ws_bytes);
+            check_status(&c, st);
+            if (st == KVE_OK && !c.trusted_dup)
+                check_result(ctx, &c);
         }
-        int clamped = 0;
-        if (overflow && n) {
-            sc_span = n;
-            bad = 1;
-            clamped = 1; /* a span past the address space: refused before any read */
-        }
-        scores = (float *)fz_alloc(sc_span * 4 + 4, 0x7f); /* 0x7f7f7f7f: a number */
-        for (size_t i = 0; n && !overflow && !clamped && scores && i < heads; i++)
-            for (uint32_t t = 0; t < n; t++)
-                scores[i * bt.scores_stride + t] = score_value(&in);
-        bt.scores = fz_u8(&in) == 255 ? NULL : scores;
-        bad |= heads && bt.n_slots && !bt.scores;
     }
-    void *ws = NULL;
-    size_t ws_bytes = 0;
-    if ((opt & 4) && !bad) {
-        if (kve_evict_workspace_size(ctx, &bt, &ws_bytes) != KVE_OK)
-            FZ_FAIL("workspace size of a valid batch");
-        ws = fz_alloc(ws_bytes, 0);
-        if (!ws) /* a batch of no head may still ask for n_slots-sized scratch */
-            ws_bytes = 0;
-    }
-    int nan_head = 0; /* a NaN at a candidate of a valid scored batch: refused */
-    size_t nan_at = 0;
-    /* Heads are checked in order, slot_pos before scores: a NaN below the
-     * first bad table is the error. */
-    for (size_t i = 0; (bt.flags & KVE_SCORED) && !bad && !trusted_dup && !nan_head && i < heads &&
-                       (!bad_table || i < bad_head); i++) {
-        const kve_seq *q = &seqs[i / ((size_t)bt.n_layers * bt.n_heads)];
-        ref_head rh = {0, 0, 0, 0, 0, 0, q->prompt_len, bt.window, bt.budget,
-                       n ? scores + i * bt.scores_stride : scores};
-        uint8_t *tmp = (uint8_t *)fz_alloc(n + 1, 0);
-        uint32_t ne, nk;
-        nan_head |= ref_evict_head(&rh, n ? slots + i * bt.slot_pos_stride : slots, n, tmp, &ne, &nk) < 0;
-        nan_at = i;
-        free(tmp);
-    }
-    kve_status st = kve_evict(ctx, &bt, &out, ws, ws_bytes);
-    char want[64];
-    if (nan_head) {
-        snprintf(want, sizeof want, "batch.scores[head %zu][slot ", nan_at);
-        FZ_CHECK(st == KVE_ERR_INVALID && strstr(kve_last_error(), "is NaN") &&
-                     !strncmp(kve_last_error(), want, strlen(want)),
-                 "a NaN candidate score of head %zu gave %s: %s", nan_at, kve_status_string(st),
-                 kve_last_error());
-    }
-    if (!bad && bad_table && !nan_head && !trusted_dup) {
-        snprintf(want, sizeof want, "batch.slot_pos[head %zu][slot ", bad_head);
-        FZ_CHECK(st == (bad_table == 1 ? KVE_ERR_RANGE : KVE_ERR_DUPLICATE) &&
-                     !strncmp(kve_last_error(), want, strlen(want)),
-                 "table problem %d at head %zu gave %s: %s", bad_table, bad_head,
-                 kve_status_string(st), kve_last_error());
-    }
-    bad |= nan_head || bad_table;
-    if (bad) {
-        FZ_CHECK(st != KVE_OK, "an invalid batch was accepted (n_slots %u, budget %u, table "
-                 "problem %d: 1 = value < -1, 2 = repeat)", bt.n_slots, bt.budget, bad_table);
-    } else if (!trusted_dup) {
-        FZ_CHECK(st == KVE_OK, "a valid batch was rejected: %s", kve_status_string(st));
-    }
-    if (st != KVE_OK) {
-        /* kve_evict's outputs after an error are unspecified (the contents
-         * are checked head by head as it evicts): status and message only. */
-        FZ_CHECK_ERROR_MESSAGE(st);
-    } else if (!trusted_dup) {
-        uint8_t *ev = (uint8_t *)fz_alloc(heads * n + 1, 0);
-        size_t i = 0;
-        for (uint32_t s = 0; s < bt.n_seqs; s++)
-            for (uint32_t l = 0; l < bt.n_layers; l++)
-                for (uint32_t h = 0; h < bt.n_heads; h++, i++) {
-                    ref_head rh = {bt.seed, seqs[s].seq_id, bt.flags & KVE_KEY_FLAGS,
-                                   bt.layer_offset + l, bt.head_offset + h, seqs[s].round,
-                                   seqs[s].prompt_len, bt.window, bt.budget,
-                                   !(bt.flags & KVE_SCORED) ? NULL
-                                   : n ? scores + i * bt.scores_stride : scores};
-                    const int32_t *row = n ? slots + i * bt.slot_pos_stride : slots;
-                    uint32_t ne, nk;
-                    int over = ref_evict_head(&rh, row, n, ev + i * n, &ne, &nk);
-                    FZ_CHECK(n_evicted[i] == ne, "head %zu: n_evicted %u, spec %u", i, n_evicted[i], ne);
-                    FZ_CHECK(n_kept[i] == nk, "head %zu: n_kept %u, spec %u", i, n_kept[i], nk);
-                    if (out.head_flags)
-                        FZ_CHECK(head_flags[i] == (over ? KVE_HEAD_OVER_BUDGET : 0),
-                                 "head %zu: flags %u, spec over-budget %d", i, head_flags[i], over);
-                    uint32_t e = 0, k = 0;
-                    for (uint32_t t = 0; t < n; t++) {
-                        if (ev[i * n + t])
-                            FZ_CHECK(evicted[i * out.evicted_stride + e++] == (int32_t)t,
-                                     "head %zu: evicted[%u] is not slot %u", i, e - 1, t);
-                        else if (row[t] >= 0 && out.kept)
-                            FZ_CHECK(kept[i * out.kept_stride + k++] == (int32_t)t,
-                                     "head %zu: kept[%u] is not slot %u", i, k - 1, t);
-                    }
-                }
-        /* The digest of what was kept, and of the whole tables. */
-        uint64_t d;
-        FZ_CHECK(kve_digest(ctx, &bt, &out, &d) == KVE_OK, "digest after evict");
-        FZ_CHECK(d == ref_digest(&bt, slots, ev), "digest of the keep-sets");
-        FZ_CHECK(kve_digest(ctx, &bt, NULL, &d) == KVE_OK, "digest of the tables");
-        FZ_CHECK(d == ref_digest(&bt, slots, NULL), "digest of the tables");
-        free(ev);
-    }
-    void *bufs[] = {ws, seqs, slots, evicted, kept, n_evicted, n_kept, head_flags, scores};
+    void *bufs[] = {c.ws, c.seqs, c.slots, c.evicted, c.kept, c.n_evicted, c.n_kept, c.head_flags,
+                    c.scores};
     free_each(bufs, sizeof bufs / sizeof *bufs);
     return 0;
 }
