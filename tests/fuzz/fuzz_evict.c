@@ -166,7 +166,7 @@ typedef struct {
     int bad;          /* an argument error: the call must refuse */
     int bad_table;    /* the first table problem below the argument errors (ref_table_problem) */
     size_t bad_head;  /* its head */
-    int trusted_dup;  /* some table repeats a position, trusted or not: its outputs go unchecked */
+    int trusted_dup;  /* a repeat under KVE_TRUSTED_SLOTS: the answer is unspecified (SPEC) */
     int nan_head;     /* a NaN at a candidate of a valid scored batch: refused */
     size_t nan_at;    /* its head */
 } evict_case;
@@ -234,7 +234,7 @@ static void find_bad_table(evict_case *c)
         int p = ref_table_problem(c->slots + i * c->bt.slot_pos_stride, c->n);
         if (!c->bad_table && (p == 1 || (p == 2 && !(c->bt.flags & KVE_TRUSTED_SLOTS))))
             c->bad_table = p, c->bad_head = i;
-        c->trusted_dup |= p == 2;
+        c->trusted_dup |= p == 2 && (c->bt.flags & KVE_TRUSTED_SLOTS);
     }
 }
 
