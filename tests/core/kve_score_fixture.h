@@ -1,5 +1,5 @@
 /* kve_score_fixture.h — the one-row K-norm problem of tests/core's scorer
- * tests (test_score.c: its exact answers; test_errors.c: the argument
+ * tests (test_score.c: its exact answers; test_errors.c and test_errors_state.c: the argument
  * checks against it). */
 #ifndef KVE_SCORE_FIXTURE_H
 #define KVE_SCORE_FIXTURE_H

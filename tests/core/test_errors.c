@@ -1,5 +1,6 @@
 /* test_errors.c — bad input of the core entry points (eviction, compaction,
- * digest, names, the scorers, the calibration loader): each case returns its
+ * KVE_SCORED's arguments, digest, names, the scorer, the calibration loader;
+ * the state's and cache writes': test_errors_state.c): each case returns its
  * status, leaves a message naming the argument, writes no output (an
  * argument error), and never crashes (also under the sanitize preset). */
 #include <math.h>
@@ -125,6 +126,53 @@ START_TEST(evict_bad_slot_contents)
     KT_OK(kve_evict(f.ctx, &f.b, &f.o, NULL, 0));
     ck_assert_uint_eq(f.n_evicted[0] + f.n_kept[0], N);
     kve_context_destroy(f.ctx);
+}
+END_TEST
+
+/* KVE_SCORED's argument checks in kve_evict and kve_evict_workspace_size,
+ * and kve_keys' refusal of the flag (NaN candidates: tests/cpu/test_scored.c). */
+START_TEST(evict_scored_bad_arguments)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    enum { SC_HEADS = 3 };
+    int32_t slots[SC_HEADS * N];
+    float sc[SC_HEADS * N];
+    for (int i = 0; i < SC_HEADS * N; i++) {
+        slots[i] = i % N;
+        sc[i] = (float)(i * 7 % 5);
+    }
+    kve_seq seq = {1, 4, 0};
+    kve_batch b = {9, KVE_SCORED, 1, &seq, 1, SC_HEADS, 0, 0, N, 8, 2, slots, N, sc, N};
+    kt_out o;
+    kt_out_init(&o, &b);
+    kve_evict_out v = kt_out_view(&o);
+    kve_batch x = b;
+    x.scores = NULL;
+    EXPECT_ERR(kve_evict(ctx, &x, &v, NULL, 0), KVE_ERR_NULL, "batch.scores is NULL");
+    x = b;
+    x.scores_stride = N - 1;
+    EXPECT_ERR(kve_evict(ctx, &x, &v, NULL, 0), KVE_ERR_RANGE, "batch.scores_stride = 15");
+    x = b;
+    x.flags |= KVE_PERSISTENT;
+    EXPECT_ERR(kve_evict(ctx, &x, &v, NULL, 0), KVE_ERR_INVALID, "KVE_SCORED and KVE_PERSISTENT");
+    x = b;
+    x.scores = (const float *)(const void *)o.evicted; /* an output overlapping the scores */
+    EXPECT_ERR(kve_evict(ctx, &x, &v, NULL, 0), KVE_ERR_ALIAS, "batch.scores");
+    x = b;
+    x.flags = 0;
+    x.scores = NULL; /* random eviction ignores the score fields */
+    x.scores_stride = 0;
+    KT_OK(kve_evict(ctx, &x, &v, NULL, 0));
+    kve_coord c = {1, 0, 0, 0, 0};
+    uint64_t key;
+    EXPECT_ERR(kve_keys(ctx, 1, KVE_SCORED, &c, 1, &key), KVE_ERR_INVALID, "KVE_SCORED");
+    size_t ws;
+    x = b;
+    x.scores = NULL;
+    EXPECT_ERR(kve_evict_workspace_size(ctx, &x, &ws), KVE_ERR_NULL, "batch.scores");
+    kt_out_free(&o);
+    kve_context_destroy(ctx);
 }
 END_TEST
 
@@ -260,7 +308,7 @@ START_TEST(digest_bad_arguments)
 }
 END_TEST
 
-/* The scorers (kve_score, kve_state_score) and the calibration loader. */
+/* The scorer (kve_score) and the calibration loader. */
 typedef struct {
     const char *what;
     kve_status status;
@@ -347,55 +395,6 @@ START_TEST(score_bad_arguments)
 }
 END_TEST
 
-START_TEST(state_score_bad_arguments)
-{
-    kve_context *ctx = NULL;
-    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-    kve_state_desc sd = {{1, 0, 16, 4, 4}, 2, 2, 1, 0, 0, 64, 0};
-    kve_state *s = NULL;
-    ck_assert_msg(kve_state_create(ctx, &sd, NULL, 0, &s) == KVE_OK, "state: %s", kve_last_error());
-    ck_assert_msg(kve_state_admit(s, 0, 9, 4) == KVE_OK, "admit");
-    uint32_t rows[2] = {0, 0}, n_new[2] = {4, 1}, cap = 0;
-    ck_assert_msg(kve_state_append(s, 1, rows, n_new, NULL) == KVE_OK, "append");
-    kve_schedule_capacity(&sd.schedule, 4, &cap);
-    float out[2 * 64];
-    kve_score_desc d = base_desc();
-    d.keys.n_rows = 2;
-    d.keys.n_pages = 2;
-    struct {
-        uint32_t n, layer;
-        const uint32_t *rows;
-        size_t sr, st;
-        kve_status status;
-        const char *word;
-    } cases[] = {
-        {1, 2, rows, 128, 64, KVE_ERR_RANGE, "table_layer"},
-        {2, 0, rows, 128, 64, KVE_ERR_INVALID, "listed twice"},
-        {1, 0, rows + 1, 128, 64, KVE_ERR_INVALID, "not an active row"},
-        {1, 0, rows, 64, 64, KVE_ERR_RANGE, "scores_stride_row"},
-    };
-    rows[1] = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        uint32_t nn[2] = {1, 1};
-        if (i == 2) {
-            static const uint32_t one = 1;
-            cases[i].rows = &one;
-        }
-        kve_status st = kve_state_score(s, cases[i].n, cases[i].rows, nn, cases[i].layer, &d, out,
-                                        cases[i].sr, cases[i].st);
-        ck_assert_msg(st == cases[i].status && strstr(kve_last_error(), cases[i].word),
-                   "state case %zu: %s \"%s\"", i, kve_status_string(st), kve_last_error());
-    }
-    /* more than W tokens before the round */
-    uint32_t big = cap, r0 = 0;
-    kve_status st = kve_state_score(s, 1, &r0, &big, 0, &d, out, 128, 64);
-    ck_assert_msg(st == KVE_ERR_INVALID && strstr(kve_last_error(), "window"),
-               "too many tokens before the round: %s", kve_last_error());
-    kve_state_destroy(s);
-    kve_context_destroy(ctx);
-}
-END_TEST
-
 /* The calibration loader on files written here: one it reads, then bad ones. */
 START_TEST(stats_file_checks)
 {
@@ -449,11 +448,11 @@ int main(void)
     const kve_suite_test tests[] = {
         KVE_TEST(errors, evict_bad_arguments),
         KVE_TEST(errors, evict_bad_slot_contents),
+        KVE_TEST(errors, evict_scored_bad_arguments),
         KVE_TEST(errors, context_and_names),
         KVE_TEST(errors, compact_bad_arguments),
         KVE_TEST(errors, digest_bad_arguments),
         KVE_TEST(errors, score_bad_arguments),
-        KVE_TEST(errors, state_score_bad_arguments),
         KVE_TEST(errors, stats_file_checks),
     };
     const kve_suite_spec spec = {"errors", 60, 0, NULL, NULL};

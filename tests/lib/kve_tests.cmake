@@ -4,7 +4,7 @@
 include_guard(GLOBAL)
 
 # kve_testlib: tests/lib's headers (kve_suite.h, kve_expect.h,
-# kve_test_util.h, kve_test_base.h, kve_scored_model.h) and the generated
+# kve_test_util.h, kve_test_base.h, kve_test_state.h, kve_scored_model.h) and the generated
 # golden tables of tests/golden, for every suite through its include path.
 add_library(kve_testlib INTERFACE)
 target_include_directories(kve_testlib INTERFACE

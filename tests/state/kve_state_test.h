@@ -1,11 +1,13 @@
-/* kve_state_test.h — helpers of the state suite: a state on the CPU, and a
- * straightforward reference of docs/SPEC.md "Schedule" and "Placement"
- * for one row (one kve_evict call per table), step buffers, and a model of
- * an engine's cache that the steps' moves and writes drive. */
+/* kve_state_test.h — helpers of the state suites (a state on the CPU is
+ * tests/lib/kve_test_state.h's): a straightforward reference of docs/SPEC.md
+ * "Schedule" and "Placement" for one row (one kve_evict call per table),
+ * step buffers, and a model of an engine's cache that the steps' moves and
+ * writes drive. */
 #ifndef KVE_STATE_TEST_H
 #define KVE_STATE_TEST_H
 
 #include "kve_suite.h"
+#include "kve_test_state.h"
 #include "kve_test_util.h"
 
 /* qsort order of int32_t, ascending. */
@@ -25,36 +27,6 @@ static inline int ks_cmp_i32(const void *a, const void *b)
                       "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),          \
                       (needle));                                                                   \
     } while (0)
-
-/* A CPU context on one thread: the suite's batches are tiny, and OpenMP
- * teams only slow them down on a loaded machine. Results never depend on
- * the thread count (test_state's caller_memory compares two counts). */
-static inline kve_context *ks_context(void)
-{
-    kve_context *ctx = NULL;
-    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-    KT_OK(kve_context_set_threads(ctx, 1));
-    return ctx;
-}
-
-static inline kve_state_desc ks_desc(uint32_t flags, uint32_t max_seqs, uint32_t layers,
-                                     uint32_t heads, uint32_t budget, uint32_t window,
-                                     uint32_t interval, uint32_t max_slots)
-{
-    kve_state_desc d = {
-        {0x5eed0001ULL, flags, budget, window, interval}, max_seqs, layers, heads, 3, 5, max_slots,
-        0};
-    return d;
-}
-
-/* A state on @p ctx, with its layout in @p lay. */
-static inline kve_state *ks_create(kve_context *ctx, const kve_state_desc *d, kve_state_layout *lay)
-{
-    kve_state *st = NULL;
-    KT_OK(kve_state_create(ctx, d, NULL, 0, &st));
-    KT_OK(kve_state_get_layout(st, lay));
-    return st;
-}
 
 /* The reference row: tables [tables][capacity] in host memory, placed by
  * docs/SPEC.md "Placement" as written there (not the library's code). */

@@ -2,7 +2,8 @@
  * kve_cache_write, each checked against plain multi-dimensional indexing:
  * FlashInfer's one K/V tensor [pages][2][...], MLA's latent + rope parts of
  * one entry, head_dim_v != head_dim_k, vLLM's flat slot_mapping with -1
- * padding; and the errors of overlaps, types and parts. */
+ * padding; and which overlaps are refused (bad types and parts:
+ * tests/core/test_errors_state.c). */
 #include "kve_convert_ref.h"
 #include "kve_state_test.h"
 
@@ -214,64 +215,6 @@ START_TEST(flat_slots_and_padding)
 }
 END_TEST
 
-START_TEST(type_errors)
-{
-    kve_context *ctx = ks_context();
-    uint16_t src[H][D], dst[P][PS][H][D];
-    float scale = 1;
-    int64_t slot = 0;
-    int32_t row = 0;
-    kve_cache_write_desc ok = {.n_tokens = 1, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
-                               .src = {src}, .dst = {dst}, .layout = KVE_LAYOUT_NHD,
-                               .page_size = PS, .n_pages = P, .slots = &slot,
-                               .slots_stride_token = 1, .token_row = &row, .n_rows = 1,
-                               .page_table = KVE_PAGES_NONE};
-    ok.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16};
-    KT_OK(kve_cache_write(ctx, &ok));
-    kve_cache_write_desc d = ok;
-    d.part[0].dst_dtype = KVE_DTYPE_BF16;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID,
-               "desc.part[0]: source type f16 and cache type bf16 differ, and convert is 0");
-    d.part[0].convert = 1;
-    KT_OK(kve_cache_write(ctx, &d));
-    d.part[0].convert = 2;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].convert = 2");
-    d = ok;
-    d.part[0].src_dtype = KVE_DTYPE_RAW;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "source type raw and cache type f16");
-    d.part[0].convert = 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "raw bytes have no type");
-    d = ok;
-    d.part[0].scale = &scale;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale: a scale needs");
-    d.part[0].convert = 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "cache f16");
-    d.part[0].dst_dtype = KVE_DTYPE_FP8_E4M3;
-    d.part[0].dim = D;
-    KT_OK(kve_cache_write(ctx, &d));
-    d.part[0].scale_per_head = 3;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale_per_head = 3");
-    d = ok;
-    d.part[0].dst_dtype = (kve_dtype)9;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].dst_dtype = 9");
-    d = ok;
-    d.entry_bytes = 2 * D + 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "not a whole number of f16 elements");
-    d = ok;
-    d.src[0] = (const char *)src + 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "multiple of 2 bytes");
-    d = ok;
-    d.part[0].dst_stride_slot = 2 * H * D + 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.dst[0]");
-    d = ok;
-    d.entry_bytes = 0;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.entry_bytes = 0");
-    d.part[0].dim = D;
-    KT_OK(kve_cache_write(ctx, &d));
-    kve_context_destroy(ctx);
-}
-END_TEST
-
 /* Two caches on one lattice (equal strides), at random offsets and entry
  * sizes: refused exactly when some entry of one shares a byte with some
  * entry of the other, by brute force over every pair of entries. */
@@ -335,7 +278,6 @@ int main(void)
         KVE_LOOP_TEST(cache_write_shapes, kv_one_tensor, 0, 2),
         KVE_TEST(cache_write_shapes, mla_and_head_dims),
         KVE_TEST(cache_write_shapes, flat_slots_and_padding),
-        KVE_TEST(cache_write_shapes, type_errors),
         KVE_TEST(cache_write_shapes, overlap_entry_by_entry),
     };
     const kve_suite_spec spec = {"cache_write_shapes", 60, 1, NULL, NULL};

@@ -1,8 +1,9 @@
 /* test_state_scored.c — a KVE_SCORED cache state against a plain model of
  * docs/SPEC.md "Schedule" whose rounds keep the highest engine-supplied
  * scores: random calls over several rows, rounds_due against the model,
- * NaN wherever the spec reads no score, the restriction errors (state
- * unchanged), scores errors, rebuild refusal, flag checks. */
+ * NaN wherever the spec reads no score, and the restriction errors (state
+ * unchanged); the flag, scores and rebuild errors are
+ * tests/core/test_errors_state.c's. */
 #include <math.h>
 
 #include "kve_scored_model.h"
@@ -238,70 +239,10 @@ START_TEST(scored_state_against_model)
 }
 END_TEST
 
-START_TEST(scored_state_errors)
-{
-    kve_context *ctx = ks_context();
-    kve_schedule sch = {1, KVE_SCORED | KVE_PERSISTENT, B, W, R};
-    uint32_t cap;
-    EXPECT_ERR(kve_schedule_capacity(&sch, 0, &cap), KVE_ERR_INVALID, "KVE_SCORED and KVE_PERSISTENT");
-    kve_state_desc d = ks_desc(KVE_SCORED | KVE_PERSISTENT, 1, 1, 1, B, W, R, 64);
-    kve_state *st = NULL;
-    EXPECT_ERR(kve_state_create(ctx, &d, NULL, 0, &st), KVE_ERR_INVALID, "KVE_PERSISTENT");
-    d = ks_desc(KVE_SCORED | KVE_SHARED_HEADS, 1, 2, 3, B, W, R, 64);
-    kve_state_layout lay;
-    st = ks_create(ctx, &d, &lay);
-    uint32_t row = 0, n = B, one = 1, due = 9;
-    KT_OK(kve_state_admit(st, 0, 7, 2)); /* capacity max(12, 2 + 4) + 4 = 16 */
-    KT_OK(kve_state_append(st, 1, &row, &n, NULL));
-    EXPECT_ERR(kve_state_rounds_due(st, 1, &row, &one, NULL), KVE_ERR_NULL, "out_due");
-    uint32_t bad_row = 5;
-    EXPECT_ERR(kve_state_rounds_due(st, 1, &bad_row, &one, &due), KVE_ERR_RANGE, "rows[0] = 5");
-    n = 4;
-    KT_OK(kve_state_append(st, 1, &row, &n, NULL)); /* full, still no round */
-    KT_OK(kve_state_rounds_due(st, 1, &row, &one, &due));
-    ck_assert_uint_eq(due, 1);
-    EXPECT_ERR(kve_state_append(st, 1, &row, &one, NULL), KVE_ERR_NULL, "rows[0] = 0 runs a scored round");
-    float sc[2 * 16];
-    for (int i = 0; i < 32; i++)
-        sc[i] = (float)i;
-    kve_step_buffers out;
-    memset(&out, 0, sizeof out);
-    out.scores = sc;
-    out.scores_stride_table = 15;
-    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_RANGE, "scores_stride_table = 15");
-    out.scores_stride_table = 16;
-    uint32_t five = R + 1;
-    EXPECT_ERR(kve_state_append(st, 1, &row, &five, &out), KVE_ERR_INVALID, "2 rounds");
-    sc[16 + 3] = NAN; /* table 1, slot 3: a candidate */
-    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_INVALID, "table 1 (layer 1, head 0), slot 3 is NaN");
-    sc[16 + 3] = 19;
-    sc[0] = sc[15] = NAN; /* the prompt and the window: never read */
-    KT_OK(kve_state_append(st, 1, &row, &one, &out));
-    /* kept: the prompt 0, 1; the 6 highest of the candidates 2..11 (score = slot =
-     * position); the window 12..15; the new token 16 */
-    int32_t tab[2 * 64];
-    KT_OK(kve_state_read_slots(st, 0, tab, lay.row_elems));
-    const int32_t want[13] = {0, 1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-    for (uint32_t t = 0; t < 2; t++) {
-        int32_t got[13];
-        memcpy(got, tab + t * lay.max_slots, sizeof got);
-        qsort(got, 13, 4, ks_cmp_i32);
-        ck_assert(memcmp(got, want, sizeof want) == 0);
-        ck_assert_int_eq(tab[t * lay.max_slots + 13], -1);
-    }
-    EXPECT_ERR(kve_state_rebuild(st, 0, 7, 2, 17, NULL, 0, NULL, 0), KVE_ERR_INVALID,
-               "scored rounds depend on the cache contents");
-    KT_OK(kve_state_rebuild(st, 0, 7, 2, 16, NULL, 0, NULL, 0));
-    kve_state_destroy(st);
-    kve_context_destroy(ctx);
-}
-END_TEST
-
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_LOOP_TEST(scored, scored_state_against_model, 0, 3),
-        KVE_TEST(scored, scored_state_errors),
     };
     const kve_suite_spec spec = {"state_scored", 600, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

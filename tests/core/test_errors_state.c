@@ -1,0 +1,384 @@
+/* test_errors_state.c — bad input of the cache state and cache-write entry
+ * points (kve_state_*, kve_schedule_capacity, kve_cache_write, KVE_SCORED
+ * states, kve_state_score): each case returns its status and leaves a
+ * message naming the argument and value; a refused call changes nothing.
+ * The core entry points' bad input is test_errors.c's. */
+#include <math.h>
+
+#include "kve_score_fixture.h"
+#include "kve_suite.h"
+#include "kve_test_state.h"
+
+/* kve_state_append's refusals on a state whose row 0 holds an empty
+ * sequence (capacity 20, r = 4); a failed call changes nothing. */
+static void expect_bad_appends(kve_state *st)
+{
+    uint32_t rows[2] = {0, 0}, n_new[2] = {3, 3};
+    int64_t map[64];
+    int32_t mv[64];
+    uint32_t n_mv[8];
+    kve_step_buffers out = {map, 3, mv, n_mv, 2, 4, NULL, 0, 0};
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID, "appears twice");
+    rows[1] = 1;
+    EXPECT_ERR(kve_state_append(st, 2, rows, n_new, &out), KVE_ERR_INVALID,
+               "rows[1] = 1: holds no sequence");
+    EXPECT_ERR(kve_state_append(st, 1, NULL, n_new, &out), KVE_ERR_NULL, "rows is NULL");
+    out.max_tokens = 2;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_tokens = 2");
+    out.max_tokens = 3;
+    out.n_moves = NULL;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_NULL, "out->n_moves");
+    out.n_moves = n_mv;
+    out.max_rows = 0;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_rows = 0");
+    out.max_rows = 2;
+    n_new[0] = 30; /* 20 slots: 10 past a full row, 3 rounds of r = 4 */
+    out.max_tokens = 30;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, &out), KVE_ERR_RANGE, "out->max_moves = 4");
+    out.max_tokens = 3;
+    n_new[0] = 0x80000000u;
+    EXPECT_ERR(kve_state_append(st, 1, rows, n_new, NULL), KVE_ERR_RANGE, "n_new[0] = ");
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    ck_assert_uint_eq(info.n_tokens, 0); /* failed calls changed nothing */
+    n_new[0] = 3;
+    KT_OK(kve_state_append(st, 1, rows, n_new, &out)); /* and the marks were cleared */
+    uint32_t moves_for = 0;
+    KT_OK(kve_state_max_moves(st, 9, &moves_for));
+    ck_assert_uint_eq(moves_for, 12);
+
+}
+
+/* kve_state_rebuild's, the read calls' and kve_schedule_capacity's refusals. */
+static void expect_bad_rebuilds_and_reads(kve_state *st, const kve_state_desc *d)
+{
+    int64_t map[64];
+    EXPECT_ERR(kve_state_rebuild(st, 5, 1, 0, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE, "row = 5");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 40, 10, NULL, 0, NULL, 0), KVE_ERR_RANGE,
+               "prompt_len = 40");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 0, map, 5), KVE_ERR_RANGE,
+               "mapping_len = 5");
+    uint32_t steps[2] = {4, 5};
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, steps, 2, NULL, 0), KVE_ERR_INVALID,
+               "steps sum to 9");
+    EXPECT_ERR(kve_state_rebuild(st, 1, 1, 0, 10, NULL, 2, NULL, 0), KVE_ERR_NULL, "steps is NULL");
+    int32_t tab[4 * 32];
+    EXPECT_ERR(kve_state_read_slots(st, 1, tab, 128), KVE_ERR_INVALID, "row = 1");
+    EXPECT_ERR(kve_state_read_slots(st, 0, tab, 100), KVE_ERR_RANGE, "out_len = 100");
+    EXPECT_ERR(kve_state_get_seq(st, 0, NULL), KVE_ERR_NULL, "out");
+    EXPECT_ERR(kve_state_get_layout(NULL, NULL), KVE_ERR_NULL, "state");
+    uint32_t cap;
+    EXPECT_ERR(kve_schedule_capacity(&d->schedule, 0x7ffffffau, &cap), KVE_ERR_OVERFLOW,
+               "prompt_len = 2147483642");
+}
+
+START_TEST(state_bad_input)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 2, 2, 2, 16, 4, 4, 32), bad;
+    kve_state *st = NULL;
+    size_t bytes;
+    EXPECT_ERR(kve_state_create(ctx, NULL, NULL, 0, &st), KVE_ERR_NULL, "desc");
+    EXPECT_ERR(kve_state_create(NULL, &d, NULL, 0, &st), KVE_ERR_NULL, "ctx");
+    EXPECT_ERR(kve_state_memory_size(ctx, &d, NULL), KVE_ERR_NULL, "out_bytes");
+    bad = d;
+    bad.schedule.interval = 0;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "schedule.interval = 0");
+    bad = d;
+    bad.schedule.flags = 8;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_INVALID, "schedule.flags = 0x8");
+    bad = d;
+    bad.max_slots = 19;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "desc.max_slots = 19");
+    bad = d;
+    bad.n_heads = 0;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_RANGE, "desc.n_heads = 0");
+    bad = d;
+    bad.layer_offset = UINT32_MAX;
+    EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_OVERFLOW, "desc.layer_offset");
+    KT_OK(kve_state_memory_size(ctx, &d, &bytes));
+    char small[64];
+    EXPECT_ERR(kve_state_create(ctx, &d, small, sizeof small, &st), KVE_ERR_WORKSPACE,
+               "memory_bytes = 64");
+    ck_assert_ptr_null(st);
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+
+    EXPECT_ERR(kve_state_admit(st, 2, 1, 0), KVE_ERR_RANGE, "row = 2");
+    EXPECT_ERR(kve_state_admit(st, 0, 1, 25), KVE_ERR_RANGE, "prompt_len = 25");
+    EXPECT_ERR(kve_state_admit(NULL, 0, 1, 1), KVE_ERR_NULL, "state");
+    KT_OK(kve_state_admit(st, 0, 1, 12)); /* max(16, 16) + 4 = 20 <= 32 */
+    EXPECT_ERR(kve_state_admit(st, 0, 2, 1), KVE_ERR_INVALID, "already holds seq_id 1");
+    EXPECT_ERR(kve_state_retire(st, 1), KVE_ERR_INVALID, "row = 1: holds no sequence");
+
+    expect_bad_appends(st);
+    expect_bad_rebuilds_and_reads(st, &d);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(cache_write_bad_input)
+{
+    kve_context *ctx = ks_context();
+    unsigned char src[2 * 2 * 4], k[4 * 2 * 2 * 4], v[4 * 2 * 2 * 4];
+    int64_t slots[4] = {0, 1, 2, 3};
+    int32_t token_row[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, ip[3] = {0, 1, 3}, last[2] = {2, 2};
+    kve_cache_write_desc ok = {.n_tokens = 2,
+                               .n_heads = 2,
+                               .entry_bytes = 4,
+                               .n_caches = 2,
+                               .src = {src, src},
+                               .dst = {k, v},
+                               .layout = KVE_LAYOUT_NHD,
+                               .page_size = 2,
+                               .n_pages = 4,
+                               .slots = slots,
+                               .slots_stride_token = 2,
+                               .slots_stride_head = 1,
+                               .token_row = token_row,
+                               .n_rows = 2,
+                               .page_table = KVE_PAGES_BLOCK_TABLE,
+                               .block_table = bt,
+                               .blocks_per_row = 2};
+    KT_OK(kve_cache_write(ctx, &ok));
+    kve_cache_write_desc d;
+    EXPECT_ERR(kve_cache_write(ctx, NULL), KVE_ERR_NULL, "desc");
+    EXPECT_ERR(kve_cache_write(NULL, &ok), KVE_ERR_NULL, "ctx");
+    d = ok;
+    d.n_caches = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_caches = 0");
+    d = ok;
+    d.layout = (kve_cache_layout)7;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.layout = 7");
+    d = ok;
+    d.dst[1] = k + 8;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst[1]");
+    d = ok;
+    d.src[0] = k;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.src[0]");
+    d = ok;
+    d.dst_stride_slot = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst_stride_");
+    d = ok;
+    d.slots_stride_token = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.slots_stride_token = 0");
+    d = ok;
+    d.block_table = NULL;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_NULL, "desc.block_table");
+    token_row[1] = 2;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.token_row[1] = 2");
+    token_row[1] = 1;
+    slots[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.slots[token 1][head 1] = 4");
+    slots[3] = -2;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "= -2");
+    slots[3] = 3;
+    bt[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "block_table");
+    bt[3] = 3;
+    d = ok;
+    d.page_table = KVE_PAGES_INDPTR;
+    d.indptr = ip;
+    d.indices = bt;
+    d.last_page_len = last;
+    KT_OK(kve_cache_write(ctx, &d));
+    last[1] = 1; /* row 1 is one slot long; slot 3 is past it */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "0..2 (the row's length");
+    last[1] = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.last_page_len[1] = 0");
+    last[1] = 2;
+    ip[1] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
+    ip[1] = 1;
+    d = ok;
+    d.page_table = KVE_PAGES_NONE;
+    d.n_rows = 5;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_rows = 5");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* kve_cache_write's type and part checks: dtypes, conversion, scales, element
+ * sizes and alignment. */
+START_TEST(cache_write_type_errors)
+{
+    enum { P = 6, PS = 4, H = 2, D = 8 };
+    kve_context *ctx = ks_context();
+    uint16_t src[H][D], dst[P][PS][H][D];
+    float scale = 1;
+    int64_t slot = 0;
+    int32_t row = 0;
+    kve_cache_write_desc ok = {.n_tokens = 1, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
+                               .src = {src}, .dst = {dst}, .layout = KVE_LAYOUT_NHD,
+                               .page_size = PS, .n_pages = P, .slots = &slot,
+                               .slots_stride_token = 1, .token_row = &row, .n_rows = 1,
+                               .page_table = KVE_PAGES_NONE};
+    ok.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16};
+    KT_OK(kve_cache_write(ctx, &ok));
+    kve_cache_write_desc d = ok;
+    d.part[0].dst_dtype = KVE_DTYPE_BF16;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID,
+               "desc.part[0]: source type f16 and cache type bf16 differ, and convert is 0");
+    d.part[0].convert = 1;
+    KT_OK(kve_cache_write(ctx, &d));
+    d.part[0].convert = 2;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].convert = 2");
+    d = ok;
+    d.part[0].src_dtype = KVE_DTYPE_RAW;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "source type raw and cache type f16");
+    d.part[0].convert = 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "raw bytes have no type");
+    d = ok;
+    d.part[0].scale = &scale;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale: a scale needs");
+    d.part[0].convert = 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "cache f16");
+    d.part[0].dst_dtype = KVE_DTYPE_FP8_E4M3;
+    d.part[0].dim = D;
+    KT_OK(kve_cache_write(ctx, &d));
+    d.part[0].scale_per_head = 3;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].scale_per_head = 3");
+    d = ok;
+    d.part[0].dst_dtype = (kve_dtype)9;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.part[0].dst_dtype = 9");
+    d = ok;
+    d.entry_bytes = 2 * D + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "not a whole number of f16 elements");
+    d = ok;
+    d.src[0] = (const char *)src + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "multiple of 2 bytes");
+    d = ok;
+    d.part[0].dst_stride_slot = 2 * H * D + 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.dst[0]");
+    d = ok;
+    d.entry_bytes = 0;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.entry_bytes = 0");
+    d.part[0].dim = D;
+    KT_OK(kve_cache_write(ctx, &d));
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* KVE_SCORED state: the flag checks, rounds_due's and the scored round's
+ * arguments, a NaN candidate, and rebuild's refusal of scored rounds. */
+START_TEST(scored_state_errors)
+{
+    enum { B = 12, W = 4, R = 4 };
+    kve_context *ctx = ks_context();
+    kve_schedule sch = {1, KVE_SCORED | KVE_PERSISTENT, B, W, R};
+    uint32_t cap;
+    EXPECT_ERR(kve_schedule_capacity(&sch, 0, &cap), KVE_ERR_INVALID, "KVE_SCORED and KVE_PERSISTENT");
+    kve_state_desc d = ks_desc(KVE_SCORED | KVE_PERSISTENT, 1, 1, 1, B, W, R, 64);
+    kve_state *st = NULL;
+    EXPECT_ERR(kve_state_create(ctx, &d, NULL, 0, &st), KVE_ERR_INVALID, "KVE_PERSISTENT");
+    d = ks_desc(KVE_SCORED | KVE_SHARED_HEADS, 1, 2, 3, B, W, R, 64);
+    kve_state_layout lay;
+    st = ks_create(ctx, &d, &lay);
+    uint32_t row = 0, n = B, one = 1, due = 9;
+    KT_OK(kve_state_admit(st, 0, 7, 2)); /* capacity max(12, 2 + 4) + 4 = 16 */
+    KT_OK(kve_state_append(st, 1, &row, &n, NULL));
+    EXPECT_ERR(kve_state_rounds_due(st, 1, &row, &one, NULL), KVE_ERR_NULL, "out_due");
+    uint32_t bad_row = 5;
+    EXPECT_ERR(kve_state_rounds_due(st, 1, &bad_row, &one, &due), KVE_ERR_RANGE, "rows[0] = 5");
+    n = 4;
+    KT_OK(kve_state_append(st, 1, &row, &n, NULL)); /* full, still no round */
+    KT_OK(kve_state_rounds_due(st, 1, &row, &one, &due));
+    ck_assert_uint_eq(due, 1);
+    EXPECT_ERR(kve_state_append(st, 1, &row, &one, NULL), KVE_ERR_NULL, "rows[0] = 0 runs a scored round");
+    float sc[2 * 16];
+    for (int i = 0; i < 32; i++)
+        sc[i] = (float)i;
+    kve_step_buffers out;
+    memset(&out, 0, sizeof out);
+    out.scores = sc;
+    out.scores_stride_table = 15;
+    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_RANGE, "scores_stride_table = 15");
+    out.scores_stride_table = 16;
+    uint32_t five = R + 1;
+    EXPECT_ERR(kve_state_append(st, 1, &row, &five, &out), KVE_ERR_INVALID, "2 rounds");
+    sc[16 + 3] = NAN; /* table 1, slot 3: a candidate */
+    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_INVALID, "table 1 (layer 1, head 0), slot 3 is NaN");
+    sc[16 + 3] = 19;
+    sc[0] = sc[15] = NAN; /* the prompt and the window: never read */
+    KT_OK(kve_state_append(st, 1, &row, &one, &out));
+    /* kept: the prompt 0, 1; the 6 highest of the candidates 2..11 (score = slot =
+     * position); the window 12..15; the new token 16 */
+    int32_t tab[2 * 64];
+    KT_OK(kve_state_read_slots(st, 0, tab, lay.row_elems));
+    const int32_t want[13] = {0, 1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    for (uint32_t t = 0; t < 2; t++) {
+        int32_t got[13];
+        memcpy(got, tab + t * lay.max_slots, sizeof got);
+        qsort(got, 13, 4, kve_test_cmp_i32);
+        ck_assert(memcmp(got, want, sizeof want) == 0);
+        ck_assert_int_eq(tab[t * lay.max_slots + 13], -1);
+    }
+    EXPECT_ERR(kve_state_rebuild(st, 0, 7, 2, 17, NULL, 0, NULL, 0), KVE_ERR_INVALID,
+               "scored rounds depend on the cache contents");
+    KT_OK(kve_state_rebuild(st, 0, 7, 2, 16, NULL, 0, NULL, 0));
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+START_TEST(state_score_bad_arguments)
+{
+    kve_context *ctx = NULL;
+    KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+    kve_state_desc sd = {{1, 0, 16, 4, 4}, 2, 2, 1, 0, 0, 64, 0};
+    kve_state *s = NULL;
+    ck_assert_msg(kve_state_create(ctx, &sd, NULL, 0, &s) == KVE_OK, "state: %s", kve_last_error());
+    ck_assert_msg(kve_state_admit(s, 0, 9, 4) == KVE_OK, "admit");
+    uint32_t rows[2] = {0, 0}, n_new[2] = {4, 1}, cap = 0;
+    ck_assert_msg(kve_state_append(s, 1, rows, n_new, NULL) == KVE_OK, "append");
+    kve_schedule_capacity(&sd.schedule, 4, &cap);
+    float out[2 * 64];
+    kve_score_desc d = base_desc();
+    d.keys.n_rows = 2;
+    d.keys.n_pages = 2;
+    struct {
+        uint32_t n, layer;
+        const uint32_t *rows;
+        size_t sr, st;
+        kve_status status;
+        const char *word;
+    } cases[] = {
+        {1, 2, rows, 128, 64, KVE_ERR_RANGE, "table_layer"},
+        {2, 0, rows, 128, 64, KVE_ERR_INVALID, "listed twice"},
+        {1, 0, rows + 1, 128, 64, KVE_ERR_INVALID, "not an active row"},
+        {1, 0, rows, 64, 64, KVE_ERR_RANGE, "scores_stride_row"},
+    };
+    rows[1] = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t nn[2] = {1, 1};
+        if (i == 2) {
+            static const uint32_t one = 1;
+            cases[i].rows = &one;
+        }
+        kve_status st = kve_state_score(s, cases[i].n, cases[i].rows, nn, cases[i].layer, &d, out,
+                                        cases[i].sr, cases[i].st);
+        ck_assert_msg(st == cases[i].status && strstr(kve_last_error(), cases[i].word),
+                   "state case %zu: %s \"%s\"", i, kve_status_string(st), kve_last_error());
+    }
+    /* more than W tokens before the round */
+    uint32_t big = cap, r0 = 0;
+    kve_status st = kve_state_score(s, 1, &r0, &big, 0, &d, out, 128, 64);
+    ck_assert_msg(st == KVE_ERR_INVALID && strstr(kve_last_error(), "window"),
+               "too many tokens before the round: %s", kve_last_error());
+    kve_state_destroy(s);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    const kve_suite_test tests[] = {
+        KVE_TEST(errors_state, state_bad_input),
+        KVE_TEST(errors_state, cache_write_bad_input),
+        KVE_TEST(errors_state, cache_write_type_errors),
+        KVE_TEST(errors_state, scored_state_errors),
+        KVE_TEST(errors_state, state_score_bad_arguments),
+    };
+    const kve_suite_spec spec = {"errors_state", 60, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
+}
