@@ -4,8 +4,10 @@
 include_guard(GLOBAL)
 
 # kve_testlib: tests/lib's headers (kve_suite.h, kve_expect.h,
-# kve_test_util.h, kve_test_base.h, kve_test_state.h, kve_scored_model.h) and the generated
-# golden tables of tests/golden, for every suite through its include path.
+# kve_test_util.h, kve_test_base.h, kve_test_state.h, kve_scored_model.h,
+# kve_score_case.h; kve_cases' too, whose sources tests/lib/CMakeLists.txt
+# compiles) and the generated golden tables of tests/golden, for every
+# suite through its include path.
 add_library(kve_testlib INTERFACE)
 target_include_directories(kve_testlib INTERFACE
   ${PROJECT_SOURCE_DIR}/tests/lib ${PROJECT_SOURCE_DIR}/tests/golden)

@@ -1,7 +1,8 @@
 /*
  * kve_score_case.h — random kve_score problems (keys in every layout, page
  * table and element type, slot tables with empty slots, TriAttention's
- * inputs), shared by the emulator test and the C test of the scorers.
+ * inputs), shared by the scorers' emulator test (tests/emu/test_emu_score.c)
+ * and device test (tests/gpu/test_gpu_score.c).
  * Header-only; one translation unit per program includes it.
  */
 #ifndef KVE_SCORE_CASE_H
