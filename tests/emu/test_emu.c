@@ -43,12 +43,12 @@ START_TEST(test_keys_random)
     uint64_t *want = malloc(N * 8), *got = malloc(N * 8);
     ck_assert(c && want && got);
     for (int round = 0; round < 8; round++) {
-        uint64_t seed = kve_rand(&rng);
+        uint64_t seed = kve_splitmix64(&rng);
         uint32_t flags = kve_rand_below(&rng, 8);
         for (int i = 0; i < N; i++)
             c[i] =
-                (kve_coord){kve_rand(&rng) % 5, (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
-                            (uint32_t)kve_rand(&rng), kve_rand_below(&rng, 4)};
+                (kve_coord){kve_splitmix64(&rng) % 5, (uint32_t)kve_splitmix64(&rng), (uint32_t)kve_splitmix64(&rng),
+                            (uint32_t)kve_splitmix64(&rng), kve_rand_below(&rng, 4)};
         ck_assert_int_eq(kve_keys(ref, seed, flags, c, N, want), KVE_OK);
         size_t s = kve_pick_shape(&rng);
         ck_assert_int_eq(

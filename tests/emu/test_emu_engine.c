@@ -102,7 +102,7 @@ static void kve_job_case_make(uint64_t *rng, kve_job_case *jc, uint32_t rows)
         }
         if (j->kind == KVE_JOB_ROUND || j->kind == KVE_JOB_MOVES_CLEAR)
             j->token = i; /* the job's call row: its own move lists */
-        j->seq = (kve_seq){kve_rand(rng), kve_rand_below(rng, 50), kve_rand_below(rng, 9)};
+        j->seq = (kve_seq){kve_splitmix64(rng), kve_rand_below(rng, 50), kve_rand_below(rng, 9)};
         if (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FINAL)
             tokens += j->count;
     }

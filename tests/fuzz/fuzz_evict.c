@@ -125,7 +125,7 @@ static uint64_t ref_digest(const kve_batch *bt, const int32_t *slots, const uint
                 for (uint32_t t = 0; t < bt->n_slots; t++)
                     if (row[t] >= 0 && !(ev && ev[i * bt->n_slots + t]))
                         kept[count++] = row[t];
-                qsort(kept, count, sizeof *kept, ref_i32_cmp);
+                qsort(kept, count, sizeof *kept, kve_test_cmp_i32);
                 uint8_t hdr[20];
                 uint64_t id = bt->seqs[s].seq_id;
                 uint32_t f[3] = {bt->layer_offset + l, bt->head_offset + h, count};

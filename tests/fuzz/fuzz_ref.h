@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
+#include "kve_test_base.h"
 #include "kvevict.h"
 
 static inline uint64_t ref_key(uint64_t seed, uint32_t flags, uint64_t seq_id, uint32_t layer,
@@ -121,12 +122,6 @@ static inline int ref_evict_head(const ref_head *h, const int32_t *row, uint32_t
     return prefix + win > h->budget;
 }
 
-static int ref_i32_cmp(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* 0 when row[0..n) is a valid table, else 1 (an entry < -1) or 2 (a
  * repeated position), the first found scanning positions in order. */
 static inline int ref_table_problem(const int32_t *row, uint32_t n)
@@ -141,7 +136,7 @@ static inline int ref_table_problem(const int32_t *row, uint32_t n)
     for (uint32_t t = 0; t < n; t++)
         if (row[t] >= 0)
             s[m++] = row[t];
-    qsort(s, m, sizeof *s, ref_i32_cmp);
+    qsort(s, m, sizeof *s, kve_test_cmp_i32);
     int dup = 0;
     for (uint32_t i = 1; i < m; i++)
         dup |= s[i] == s[i - 1];

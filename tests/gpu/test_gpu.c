@@ -101,11 +101,11 @@ START_TEST(test_keys)
     uint64_t *want = malloc(N * 8), *got = malloc(N * 8);
     ck_assert(c && want && got);
     for (int round = 0; round < 5; round++) {
-        uint64_t seed = kve_rand(&rng);
+        uint64_t seed = kve_splitmix64(&rng);
         uint32_t flags = kve_rand_below(&rng, 8);
         for (size_t i = 0; i < N; i++)
-            c[i] = (kve_coord){kve_rand(&rng) % 7, (uint32_t)kve_rand(&rng),
-                               (uint32_t)kve_rand(&rng), (uint32_t)kve_rand(&rng),
+            c[i] = (kve_coord){kve_splitmix64(&rng) % 7, (uint32_t)kve_splitmix64(&rng),
+                               (uint32_t)kve_splitmix64(&rng), (uint32_t)kve_splitmix64(&rng),
                                kve_rand_below(&rng, 4)};
         ck_assert_int_eq(kve_keys(kve_cpu, seed, flags, c, N, want), KVE_OK);
         kve_device_keys(seed, flags, c, N, got);

@@ -9,17 +9,9 @@
 enum { B_SEQS, B_SLOTS, B_EVICTED, B_NEVICTED, B_NKEPT, B_FLAGS, B_KEPT, B_DIGEST, B_RUN };
 enum { C_SLOTS, C_EVICTED, C_NEVICTED, C_CACHES };
 
-uint64_t kve_rand(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint32_t kve_rand_below(uint64_t *s, uint32_t bound)
 {
-    return bound ? (uint32_t)(kve_rand(s) % bound) : 0;
+    return bound ? (uint32_t)(kve_splitmix64(s) % bound) : 0;
 }
 
 int kve_chance(uint64_t *s, uint32_t percent) { return kve_rand_below(s, 100) < percent; }
@@ -134,7 +126,7 @@ int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim)
                  : kve_chance(rng, 50) ? 1 + kve_rand_below(rng, cap / 8 + 1)
                                        : 1 + kve_rand_below(rng, 48);
     uint32_t n = b->n_slots;
-    b->seed = kve_rand(rng);
+    b->seed = kve_splitmix64(rng);
     b->flags =
         kve_rand_below(rng, 8) | (kve_chance(rng, 20) && !lim->errors ? KVE_TRUSTED_SLOTS : 0);
     b->layer_offset =
@@ -162,7 +154,7 @@ int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim)
         kve_case_add(c, want_digest ? c->heads * 8 : 0) ||
         kve_case_add(c, kve_chance(rng, 50) ? b->n_seqs * 8 : 0))
         return -1;
-    c->out.run_digest_weight = kve_chance(rng, 50) ? 0 : kve_rand(rng);
+    c->out.run_digest_weight = kve_chance(rng, 50) ? 0 : kve_splitmix64(rng);
     uint32_t *scratch = (uint32_t *)malloc((4 * (size_t)n + 8) * sizeof *scratch);
     if (!scratch)
         return -1;
@@ -172,7 +164,7 @@ int kve_case_evict(kve_case *c, uint64_t *rng, const kve_case_limits *lim)
     for (size_t h = 0; h < c->heads; h++)
         kve_fill_head(slots + h * b->slot_pos_stride, n, rng, scratch, &base, &span);
     for (uint32_t s = 0; s < b->n_seqs; s++) {
-        seqs[s].seq_id = kve_rand(rng);
+        seqs[s].seq_id = kve_splitmix64(rng);
         seqs[s].round = kve_chance(rng, 10) ? 0xffffffffu : kve_rand_below(rng, 5);
         /* prompts around the last head's positions, sometimes none or all */
         seqs[s].prompt_len = kve_chance(rng, 15)   ? 0
@@ -338,7 +330,7 @@ int kve_case_compact(kve_case *c, const kve_case *ev, kve_context *reference, ui
                 return -1;
             unsigned char *m = c->master[c->n_bufs - 1];
             for (size_t i = 0; i < bytes[side][k]; i++)
-                m[i] = (unsigned char)kve_rand(rng);
+                m[i] = (unsigned char)kve_splitmix64(rng);
             v->base = (void *)offset[side][k]; /* an offset until bound */
         }
     if (lim->errors)

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kve_test_base.h"
 #include "kvevict.h"
 
 #define KVE_CASE_MAX_BUFS (5 + 2 * KVE_MAX_CACHES)
@@ -48,7 +49,8 @@ typedef struct kve_case_limits {
     int errors;         /* 1: break some slot tables (kve_evict must reject them) */
 } kve_case_limits;
 
-uint64_t kve_rand(uint64_t *state);
+/* The draws, from tests/lib/kve_test_base.h's kve_splitmix64: below @p bound
+ * (0 when 0). */
 uint32_t kve_rand_below(uint64_t *state, uint32_t bound);
 /* Percent chance. */
 int kve_chance(uint64_t *state, uint32_t percent);

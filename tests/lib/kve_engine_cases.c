@@ -359,7 +359,7 @@ static int kve_cw_buffers(kve_case *c, uint64_t *rng, const kve_cw_layout *l,
         if (kve_case_add(c, l->span[k] ? off + l->span[k] : 0))
             return -1;
         for (size_t i = 0; i < c->bytes[k] && k < d->n_caches; i++)
-            c->master[k][i] = (unsigned char)kve_rand(rng);
+            c->master[k][i] = (unsigned char)kve_splitmix64(rng);
     }
     if (l->pair)
         dst_off[1] = dst_off[0] + l->pair_offset;

@@ -17,7 +17,7 @@ void kve_scenario_make(kve_scenario *s, uint64_t *rng, kve_scenario_kind kind)
     s->kind = kind;
     kve_state_desc *d = &s->desc;
     kve_schedule *sc = &d->schedule;
-    sc->seed = kve_rand(rng);
+    sc->seed = kve_splitmix64(rng);
     sc->flags = kve_rand_below(rng, 8); /* any of the 8 sharing / key modes */
     d->layer_offset = kve_rand_below(rng, 50);
     d->head_offset = kve_rand_below(rng, 50);
@@ -56,7 +56,7 @@ void kve_scenario_make(kve_scenario *s, uint64_t *rng, kve_scenario_kind kind)
     uint32_t cap;
     kve_schedule_capacity(sc, s->max_prompt, &cap); /* small numbers: cannot fail */
     d->max_slots = cap + (kind == KVE_SCENARIO_LARGE ? 0 : kve_rand_below(rng, 4));
-    s->seed = kve_rand(rng);
+    s->seed = kve_splitmix64(rng);
     snprintf(s->label, sizeof s->label,
              "state: flags 0x%x, %u rows x %u layers x %u heads, B %u, W %u, r %u, max_slots %u, "
              "prompts <= %u, steps %u, entry %u",
@@ -305,7 +305,7 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
         return 0;
     size_t src_bytes = total * r->s->desc.n_heads * r->s->entry_bytes;
     for (size_t i = 0; i < src_bytes; i++)
-        r->src_h[i] = (unsigned char)kve_rand(&r->rng);
+        r->src_h[i] = (unsigned char)kve_splitmix64(&r->rng);
     for (int k = 0; k < 2; k++) {
         kve_side *sd = &r->side[k];
         if (kve_copy(sd->ctx, sd->src, r->src_h, src_bytes, KVE_COPY_HOST_TO_BACKEND) ||
@@ -352,7 +352,7 @@ static int kve_sc_step(kve_sc_run *r, uint32_t step, uint32_t *rows, uint32_t *n
     for (uint32_t row = 0; row < R; row++) {
         uint32_t prompt = 0;
         if (!r->active[row] && (step == 0 || (!many && kve_chance(&r->rng, 20)))) {
-            uint64_t id = kve_rand(&r->rng);
+            uint64_t id = kve_splitmix64(&r->rng);
             prompt = kve_rand_below(&r->rng, s->max_prompt + 1);
             for (int k = 0; k < 2; k++)
                 if (kve_state_admit(r->side[k].st, row, id, prompt) != KVE_OK)

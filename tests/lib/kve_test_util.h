@@ -22,7 +22,6 @@ static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)
     } while (0)
 
 /* @p expr returns @p st with a message naming @p needle. */
-#ifndef EXPECT_ERR
 #define EXPECT_ERR(expr, st, needle)                                                             \
     do {                                                                                         \
         kve_status got_ = (expr);                                                                \
@@ -32,7 +31,6 @@ static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)
                       "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),         \
                       (needle));                                                                 \
     } while (0)
-#endif
 
 /* Host outputs of one eviction, sized for a batch. */
 typedef struct {

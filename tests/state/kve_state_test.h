@@ -10,24 +10,6 @@
 #include "kve_test_state.h"
 #include "kve_test_util.h"
 
-/* qsort order of int32_t, ascending. */
-static inline int ks_cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Expect @p st from @p expr, and a message containing @p needle. */
-#define EXPECT_ERR(expr, st, needle)                                                               \
-    do {                                                                                           \
-        kve_status got_ = (expr);                                                                  \
-        ck_assert_msg(got_ == (st), "%s -> %s (%s), expected %s", #expr, kve_status_string(got_),  \
-                      kve_last_error(), kve_status_string(st));                                    \
-        ck_assert_msg(strstr(kve_last_error(), (needle)) != NULL,                                  \
-                      "%s: message \"%s\" does not name \"%s\"", #expr, kve_last_error(),          \
-                      (needle));                                                                   \
-    } while (0)
-
 /* The reference row: tables [tables][capacity] in host memory, placed by
  * docs/SPEC.md "Placement" as written there (not the library's code). */
 typedef struct {

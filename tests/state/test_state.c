@@ -241,8 +241,8 @@ START_TEST(append_grouping)
         KT_OK(kve_state_read_slots(st, 0, a, lay.row_elems));
         KT_OK(kve_state_read_slots(st, 1, b, lay.row_elems));
         for (size_t t = 0; t < tables; t++) {
-            qsort(a + t * lay.max_slots, lay.max_slots, 4, ks_cmp_i32);
-            qsort(b + t * lay.max_slots, lay.max_slots, 4, ks_cmp_i32);
+            qsort(a + t * lay.max_slots, lay.max_slots, 4, kve_test_cmp_i32);
+            qsort(b + t * lay.max_slots, lay.max_slots, 4, kve_test_cmp_i32);
         }
         ck_assert(!memcmp(a, b, lay.row_elems * 4));
         if (done % 7 == 0) {

@@ -79,8 +79,8 @@ static void expect_model(kve_state *st, const kve_state_layout *lay, const model
             int32_t got[64], want[64];
             memcpy(got, buf + (size_t)t * lay->max_slots, (size_t)m[r].count * 4);
             memcpy(want, m[r].pos[t], (size_t)m[r].count * 4);
-            qsort(got, m[r].count, 4, ks_cmp_i32);
-            qsort(want, m[r].count, 4, ks_cmp_i32);
+            qsort(got, m[r].count, 4, kve_test_cmp_i32);
+            qsort(want, m[r].count, 4, kve_test_cmp_i32);
             ck_assert_msg(memcmp(got, want, (size_t)m[r].count * 4) == 0,
                           "row %u table %u: the state holds other positions than the model", r, t);
         }
@@ -121,7 +121,7 @@ static void fill_scores(kve_state *st, const kve_state_layout *lay, const model_
             for (uint32_t s = 0; s < x->count; s++)
                 if ((uint32_t)tab[s] >= x->P)
                     gen[ng++] = tab[s];
-            qsort(gen, ng, 4, ks_cmp_i32);
+            qsort(gen, ng, 4, kve_test_cmp_i32);
             uint32_t wc = W - before < ng ? W - before : ng;
             int32_t win_lo = wc ? gen[ng - wc] : INT32_MAX;
             for (uint32_t s = 0; s < x->count; s++)
