@@ -1,7 +1,7 @@
 /*
  * test_gpu_score.c — kve_score on a GPU backend (argv[1]: cuda or hip)
  * against the CPU's scalar ISA over the random problems of
- * tests/emu/kve_score_case.h: non-candidates exactly as the CPU leaves them,
+ * tests/lib/kve_score_case.h: non-candidates exactly as the CPU leaves them,
  * scores within 1e-4 x (1 + |score|) (the device contracts multiply-adds
  * and sums the moments in its own order). Exit 77 when the backend or a
  * device is missing.
