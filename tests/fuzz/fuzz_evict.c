@@ -2,9 +2,12 @@
  * fuzz_evict — kve_evict (and kve_digest of its result) on adversarial
  * batches, random or scored (the bytes after the outputs' choice turn
  * KVE_SCORED on, with scores on every float edge: NaN, +-0, +-inf,
- * subnormals): every KVE_OK is held against SPEC §3/§12 (fuzz_ref.h), every error
- * must leave every output byte as it was, and the call must agree with the
- * header on which batches are valid.
+ * subnormals): every KVE_OK is held against SPEC §3/§12 (fuzz_ref.h); the
+ * call must agree with the header on which batches are valid, a content
+ * error (a position below -1, a repeat without KVE_TRUSTED_SLOTS, a NaN
+ * candidate) must give its status and name the first head at fault, and
+ * every error must come with a message (the outputs after one are
+ * unspecified).
  */
 #include <xxhash.h>
 
