@@ -8,13 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "kve_backend.h"
 #include "kve_registry.h"
 #include "kve_error.h"
+#include "kve_names.h"
 
 static const kve_host_services kve_services = {KVE_BACKEND_ABI_VERSION, kve_error_set};
+
+/* kve_backend's names, by value (kve_names.h). */
+static const char *const kve_backend_names[] = {"auto", "cpu", "cuda", "hip"};
+enum { KVE_N_BACKEND_NAMES = sizeof kve_backend_names / sizeof kve_backend_names[0] };
+_Static_assert(KVE_N_BACKEND_NAMES == KVE_BACKEND_HIP + 1, "a name for every kve_backend");
 
 typedef struct {
     kve_backend kind;
@@ -112,9 +117,10 @@ kve_status kve_registry_resolve(kve_backend requested, kve_backend *out)
     }
     const char *env = getenv("KVE_BACKEND");
     if (env && *env) {
-        kve_backend named;
-        KVE_RETURN_ERROR_IF(kve_backend_from_name(env, &named) != KVE_OK, KVE_ERR_ENV,
-                            "KVE_BACKEND=\"%s\": expected auto, cpu, cuda or hip", env);
+        int v = 0;
+        KVE_TRY(kve_name_parse(kve_backend_names, KVE_N_BACKEND_NAMES, KVE_ERR_ENV, "KVE_BACKEND=",
+                               env, &v));
+        kve_backend named = (kve_backend)v;
         if (named != KVE_BACKEND_AUTO) {
             *out = named;
             return KVE_OK;
@@ -132,29 +138,18 @@ kve_status kve_registry_resolve(kve_backend requested, kve_backend *out)
 
 const char *kve_backend_name(kve_backend backend)
 {
-    switch (backend) {
-    case KVE_BACKEND_AUTO: return "auto";
-    case KVE_BACKEND_CPU: return "cpu";
-    case KVE_BACKEND_CUDA: return "cuda";
-    case KVE_BACKEND_HIP: return "hip";
-    }
-    return "?";
+    return kve_name_of(kve_backend_names, KVE_N_BACKEND_NAMES, (int)backend);
 }
 
 kve_status kve_backend_from_name(const char *name, kve_backend *out)
 {
     KVE_RETURN_ERROR_IF(!name, KVE_ERR_NULL, "name is NULL");
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
-    static const kve_backend all[] = {KVE_BACKEND_AUTO, KVE_BACKEND_CPU, KVE_BACKEND_CUDA,
-                                      KVE_BACKEND_HIP};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (strcasecmp(name, kve_backend_name(all[i])) == 0) {
-            *out = all[i];
-            return KVE_OK;
-        }
-    }
-    return kve_error_set(KVE_ERR_INVALID, "backend name \"%s\": expected auto, cpu, cuda or hip",
-                         name);
+    int v = 0;
+    KVE_TRY(kve_name_parse(kve_backend_names, KVE_N_BACKEND_NAMES, KVE_ERR_INVALID, "backend name ",
+                           name, &v));
+    *out = (kve_backend)v;
+    return KVE_OK;
 }
 
 kve_status kve_backend_available(kve_backend backend, int *out_available)

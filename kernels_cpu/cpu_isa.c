@@ -2,7 +2,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -11,6 +10,7 @@
 #include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
+#include "kve_names.h"
 
 static kve_cpu_isa kve_best_isa = KVE_CPU_ISA_SCALAR;
 static pthread_once_t kve_isa_once = PTHREAD_ONCE_INIT;
@@ -50,28 +50,24 @@ kve_cpu_isa kve_cpu_isa_best(void)
     return kve_best_isa;
 }
 
+/* kve_cpu_isa's names, by value (kve_names.h). */
+static const char *const kve_isa_names[] = {"auto", "scalar", "avx2", "avx512"};
+enum { KVE_N_ISA_NAMES = sizeof kve_isa_names / sizeof kve_isa_names[0] };
+_Static_assert(KVE_N_ISA_NAMES == KVE_CPU_ISA_AVX512 + 1, "a name for every kve_cpu_isa");
+
 const char *kve_cpu_isa_name(kve_cpu_isa isa)
 {
-    switch (isa) {
-    case KVE_CPU_ISA_AUTO: return "auto";
-    case KVE_CPU_ISA_SCALAR: return "scalar";
-    case KVE_CPU_ISA_AVX2: return "avx2";
-    case KVE_CPU_ISA_AVX512: return "avx512";
-    }
-    return "?";
+    return kve_name_of(kve_isa_names, KVE_N_ISA_NAMES, (int)isa);
 }
 
 kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out)
 {
     KVE_RETURN_ERROR_IF(!name, KVE_ERR_NULL, "name is NULL");
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
-    for (int i = KVE_CPU_ISA_AUTO; i <= KVE_CPU_ISA_AVX512; i++)
-        if (strcasecmp(name, kve_cpu_isa_name((kve_cpu_isa)i)) == 0) {
-            *out = (kve_cpu_isa)i;
-            return KVE_OK;
-        }
-    return kve_error_set(KVE_ERR_INVALID, "ISA name \"%s\": expected auto, scalar, avx2 or avx512",
-                         name);
+    int v = 0;
+    KVE_TRY(kve_name_parse(kve_isa_names, KVE_N_ISA_NAMES, KVE_ERR_INVALID, "ISA name ", name, &v));
+    *out = (kve_cpu_isa)v;
+    return KVE_OK;
 }
 
 /* Built into this library and runnable on this CPU. */
@@ -96,9 +92,10 @@ kve_status kve_cpu_isa_resolve(kve_cpu_isa requested, kve_cpu_isa *out)
     if (requested == KVE_CPU_ISA_AUTO) {
         const char *env = getenv("KVE_CPU_ISA");
         if (env && *env) {
-            kve_cpu_isa named;
-            KVE_RETURN_ERROR_IF(kve_cpu_isa_from_name(env, &named) != KVE_OK, KVE_ERR_ENV,
-                                "KVE_CPU_ISA=\"%s\": expected auto, scalar, avx2 or avx512", env);
+            int v = 0;
+            KVE_TRY(kve_name_parse(kve_isa_names, KVE_N_ISA_NAMES, KVE_ERR_ENV, "KVE_CPU_ISA=", env,
+                                   &v));
+            kve_cpu_isa named = (kve_cpu_isa)v;
             KVE_RETURN_ERROR_IF(named != KVE_CPU_ISA_AUTO && !kve_isa_runs(named), KVE_ERR_ENV,
                                 "KVE_CPU_ISA=\"%s\": this CPU (best: %s) or build cannot run it",
                                 env, kve_cpu_isa_name(kve_cpu_isa_best()));

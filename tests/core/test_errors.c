@@ -183,16 +183,23 @@ START_TEST(context_and_names)
     ck_assert_ptr_null(ctx);
     EXPECT_ERR(kve_context_create(KVE_BACKEND_CPU, NULL), KVE_ERR_NULL, "out");
     kve_backend b;
-    EXPECT_ERR(kve_backend_from_name("gpu", &b), KVE_ERR_INVALID, "\"gpu\"");
+    EXPECT_ERR(kve_backend_from_name("gpu", &b), KVE_ERR_INVALID,
+               "backend name \"gpu\": expected auto, cpu, cuda or hip");
     kve_cpu_isa isa;
-    EXPECT_ERR(kve_cpu_isa_from_name("sse9", &isa), KVE_ERR_INVALID, "\"sse9\"");
+    EXPECT_ERR(kve_cpu_isa_from_name("sse9", &isa), KVE_ERR_INVALID,
+               "ISA name \"sse9\": expected auto, scalar, avx2 or avx512");
+    KT_OK(kve_cpu_isa_from_name("AVX512", &isa)); /* any case */
+    ck_assert_int_eq(isa, KVE_CPU_ISA_AVX512);
+    ck_assert_str_eq(kve_cpu_isa_name((kve_cpu_isa)4), "?");
+    ck_assert_str_eq(kve_backend_name(KVE_BACKEND_HIP), "hip");
     int avail = -1;
     EXPECT_ERR(kve_backend_available((kve_backend)-3, &avail), KVE_ERR_INVALID, "backend = -3");
     KT_OK(kve_backend_available(KVE_BACKEND_CPU, &avail));
     ck_assert_int_eq(avail, 1);
 
     setenv("KVE_BACKEND", "tpu", 1);
-    EXPECT_ERR(kve_context_create(KVE_BACKEND_AUTO, &ctx), KVE_ERR_ENV, "KVE_BACKEND=\"tpu\"");
+    EXPECT_ERR(kve_context_create(KVE_BACKEND_AUTO, &ctx), KVE_ERR_ENV,
+               "KVE_BACKEND=\"tpu\": expected auto, cpu, cuda or hip");
     setenv("KVE_BACKEND", "cpu", 1);
     KT_OK(kve_context_create(KVE_BACKEND_AUTO, &ctx));
     KT_OK(kve_context_get_backend(ctx, &b));
@@ -200,7 +207,8 @@ START_TEST(context_and_names)
     unsetenv("KVE_BACKEND");
     setenv("KVE_CPU_ISA", "mmx", 1);
     kve_context *bad = NULL;
-    EXPECT_ERR(kve_context_create(KVE_BACKEND_CPU, &bad), KVE_ERR_ENV, "KVE_CPU_ISA=\"mmx\"");
+    EXPECT_ERR(kve_context_create(KVE_BACKEND_CPU, &bad), KVE_ERR_ENV,
+               "KVE_CPU_ISA=\"mmx\": expected auto, scalar, avx2 or avx512");
     unsetenv("KVE_CPU_ISA");
 
     EXPECT_ERR(kve_context_set_threads(ctx, -1), KVE_ERR_RANGE, "threads = -1");
