@@ -135,15 +135,10 @@ START_TEST(evict_scored_bad_arguments)
 {
     kve_context *ctx = NULL;
     KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-    enum { SC_HEADS = 3 };
-    int32_t slots[SC_HEADS * N];
-    float sc[SC_HEADS * N];
-    for (int i = 0; i < SC_HEADS * N; i++) {
-        slots[i] = i % N;
-        sc[i] = (float)(i * 7 % 5);
-    }
-    kve_seq seq = {1, 4, 0};
-    kve_batch b = {9, KVE_SCORED, 1, &seq, 1, SC_HEADS, 0, 0, N, 8, 2, slots, N, sc, N};
+    int32_t slots[3 * N];
+    float sc[3 * N];
+    kve_seq seq;
+    kve_batch b = kt_scored_batch(&seq, slots, sc, 3, N);
     kt_out o;
     kt_out_init(&o, &b);
     kve_evict_out v = kt_out_view(&o);

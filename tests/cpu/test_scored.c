@@ -225,12 +225,8 @@ START_TEST(scored_nan_candidates)
     enum { N = 16, HEADS = 3 };
     int32_t slots[HEADS * N];
     float sc[HEADS * N];
-    for (int i = 0; i < HEADS * N; i++) {
-        slots[i] = i % N;
-        sc[i] = (float)(i * 7 % 5);
-    }
-    kve_seq seq = {1, 4, 0};
-    kve_batch b = {9, KVE_SCORED, 1, &seq, 1, HEADS, 0, 0, N, 8, 2, slots, N, sc, N};
+    kve_seq seq;
+    kve_batch b = kt_scored_batch(&seq, slots, sc, HEADS, N);
     for (int k = 0; k < s.n; k++) {
         kt_out o;
         sc[N + 5] = NAN; /* head 1, slot 5: a candidate */

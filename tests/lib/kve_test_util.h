@@ -32,6 +32,20 @@ static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)
                       (needle));                                                                 \
     } while (0)
 
+/* The KVE_SCORED tests' small batch: one sequence (id 1, prompt 4) of one
+ * layer, @p heads heads of @p n slots holding positions 0..n-1, scores
+ * (i * 7) % 5 (ties), budget 8, window 2; slots and sc hold heads * n. */
+static inline kve_batch kt_scored_batch(kve_seq *seq, int32_t *slots, float *sc, uint32_t heads,
+                                        uint32_t n)
+{
+    for (uint32_t i = 0; i < heads * n; i++) {
+        slots[i] = (int32_t)(i % n);
+        sc[i] = (float)(i * 7 % 5);
+    }
+    *seq = (kve_seq){1, 4, 0};
+    return (kve_batch){9, KVE_SCORED, 1, seq, 1, heads, 0, 0, n, 8, 2, slots, n, sc, n};
+}
+
 /* Host outputs of one eviction, sized for a batch. */
 typedef struct {
     size_t heads, ev_stride, kept_stride;
