@@ -159,16 +159,12 @@ static size_t lt_offset(const kve_cache_write_desc *d, const int32_t *pages, con
                                        : page * sp + h * PS * e + in * e;
 }
 
-/* Two caches (dims 5 and 3) of each combo pair, random bits as sources. */
-static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_table pt,
-                        const type_combo *ck, const type_combo *cv, uint64_t *rng)
+/* The pages scattered over the pool; T tokens spread over the rows, some
+ * padding (token_row < 0); per (row, head) distinct slots below the row's
+ * length under @p pt (global slot ids with KVE_PAGES_FLAT), some -1. */
+static void lt_tables(uint64_t *rng, kve_page_table pt, int32_t *pages, int32_t *token_row,
+                      int64_t *slots)
 {
-    const type_combo *cc[2] = {ck, cv};
-    const uint32_t dims[2] = {5, 3};
-    int32_t pages[PAGES], ip[ROWS + 1] = {0, 3, 5, 8}, last[ROWS] = {PS, 2, 1}, token_row[T];
-    int64_t slots[T * H];
-    float scale[2][H];
-    unsigned char *src[2], *dst[2], *ref[2];
     uint32_t perm[PAGES];
     for (uint32_t i = 0; i < PAGES; i++)
         perm[i] = i;
@@ -198,6 +194,19 @@ static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_tabl
             slots[t * H + h] = s;
         }
     }
+}
+
+/* Two caches (dims 5 and 3) of each combo pair, random bits as sources. */
+static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_table pt,
+                        const type_combo *ck, const type_combo *cv, uint64_t *rng)
+{
+    const type_combo *cc[2] = {ck, cv};
+    const uint32_t dims[2] = {5, 3};
+    int32_t pages[PAGES], ip[ROWS + 1] = {0, 3, 5, 8}, last[ROWS] = {PS, 2, 1}, token_row[T];
+    int64_t slots[T * H];
+    float scale[2][H];
+    unsigned char *src[2], *dst[2], *ref[2];
+    lt_tables(rng, pt, pages, token_row, slots);
     kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .n_caches = 2, .layout = layout,
                               .page_size = PS, .n_pages = PAGES, .slots = slots,
                               .slots_stride_token = H, .slots_stride_head = 1,
