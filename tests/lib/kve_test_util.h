@@ -1,5 +1,6 @@
 /* kve_test_util.h — shared helpers of the Check suites (tests/lib): a seeded RNG,
- * random slot tables, and one-call eviction into host buffers. */
+ * the status assertions (KT_OK, EXPECT_ERR), random slot tables, the scored
+ * tests' small batch, and one-call eviction into host buffers. */
 #ifndef KVE_TEST_UTIL_H
 #define KVE_TEST_UTIL_H
 
