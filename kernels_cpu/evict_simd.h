@@ -62,7 +62,6 @@ typedef struct kve_scan {
     int top;
     uint64_t *keys;     /* [n + 16], per slot, written for candidate slots */
     int32_t *surv;      /* [n + 32], survivor slots, ascending */
-    uint32_t *shi;      /* [n + 32], their keys' high halves */
     /* The fused checks (kve_head_job.check; an ISA with KVE_ISA_FUSED_CHECK):
      * check 0, or KVE_JOB_CHECK_* bits; map: the job's check_map. */
     uint32_t check;
@@ -323,9 +322,9 @@ static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws
             ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, 0, UINT64_MAX,
                                     w->surv, n, NULL);
         }
-        for (uint32_t i = 0; i < ns; i++)
-            w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
     }
+    for (uint32_t i = 0; i < ns; i++)
+        w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
     uint32_t want = top ? p->e : ns - p->nk;
     uint64_t t;
     if (kve_simd_search(kve_count3_32, w->shi, ns, want, top ? T >> 32 : 0,
@@ -535,7 +534,7 @@ static int kve_simd_passes(kve_head_job *j, const kve_simd_ws *w, const kve_hcon
         } else {
             kve_simd_pick(&pe, &top, &T);
             kve_scan_facts f;
-            kve_scan s = {j->slot_pos, n, prompt, *win_lo, hc, T, top, w->keys, w->surv, w->shi,
+            kve_scan s = {j->slot_pos, n, prompt, *win_lo, hc, T, top, w->keys, w->surv,
                           check, check & KVE_JOB_CHECK_DUPS ? j->check_map : NULL, &f};
             ns = kve_isa_scan(&s, x);
             hashed = 1;

@@ -232,7 +232,6 @@ KVE_INLINE void kve512_hash_block(const kve_scan *s, const kve512_scan_c *k, __m
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
     _mm512_storeu_si512(s->surv + *ns, _mm512_maskz_compress_epi32(sv, slots));
-    _mm512_storeu_si512(s->shi + *ns, _mm512_maskz_compress_epi32(sv, hi));
     *ns += (uint32_t)_mm_popcnt_u32(sv);
 }
 
@@ -263,8 +262,10 @@ KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v)
 
 /* 64 slots of prompt at t: either the next of the leading run (slot t + i
  * holds position t + i), or marked. */
-KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, const __m512i v[4], uint32_t t)
+KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, __m512i v0, __m512i v1,
+                                    __m512i v2, __m512i v3, uint32_t t)
 {
+    const __m512i v[4] = {v0, v1, v2, v3};
     if (q->run_len == t) {
         __m512i e = _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), sixteen = _mm512_set1_epi32(16);
         __mmask16 eq = 0xFFFF;
@@ -301,7 +302,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (_mm512_cmplt_epu32_mask(umax, k.prompt) == 0xFFFF) { /* all prompt */
             a.nv += 64;
             if (dups)
-                kve512_check_prompt(&q, s->map, vb, t);
+                kve512_check_prompt(&q, s->map, vb[0], vb[1], vb[2], vb[3], t);
             continue;
         }
         __m512i smin = _mm512_min_epi32(_mm512_min_epi32(vb[0], vb[1]), _mm512_min_epi32(vb[2], vb[3]));
