@@ -572,6 +572,12 @@ static int kve_simd_passes(kve_head_job *j, const kve_simd_ws *w, const kve_hcon
 static void kve_simd_evict_head(kve_head_job *j, void *scratch)
 {
     j->check_result = KVE_JOB_CLEAN;
+#ifndef KVE_ISA_FUSED_CHECK
+    if (j->check) { /* this ISA's scan checks nothing */
+        j->check_result = KVE_JOB_UNCHECKED;
+        return;
+    }
+#endif
     if (j->prompt > 0x7fffffffu || j->scores) {
         if (j->check) { /* neither path below checks */
             j->check_result = KVE_JOB_UNCHECKED;
