@@ -165,6 +165,32 @@ static int cpu_check_head(const kve_cpu_kernels *k, const kve_batch *b, size_t i
     return 1;
 }
 
+/* The presence map of each thread's fused checks (kve_head_job.check_map),
+ * zero between jobs: zeroed at thread start, and every job zeroes what it
+ * marked, so no call clears 32 KiB. */
+static _Thread_local unsigned char kve_fused_map[KVE_FUSED_MAP_BYTES + 64];
+
+/* Head i's eviction with its content checks: fused into the kernel's pass
+ * when the job asks (job->check) and the kernel can, else first. 1 and *q
+ * on a problem (the outputs are then unspecified). */
+static int cpu_checked_evict(const kve_cpu_kernels *k, const kve_batch *b, size_t i,
+                             kve_head_job *job, void *map, void *scratch, kve_head_problem *q)
+{
+    int check = b->n_slots != 0;
+    if (check && !job->check && cpu_check_head(k, b, i, map, scratch, q))
+        return 1;
+    k->evict_head(job, scratch);
+    if (!job->check || job->check_result == KVE_JOB_CLEAN)
+        return 0;
+    if (cpu_check_head(k, b, i, map, scratch, q))
+        return 1;
+    if (job->check_result == KVE_JOB_UNCHECKED) { /* checked now: run it plainly */
+        job->check = 0;
+        k->evict_head(job, scratch);
+    }
+    return 0;
+}
+
 static kve_status cpu_problem_error(const kve_head_problem *q)
 {
     if (q->nan)
@@ -241,6 +267,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     char *ws = (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64);
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
     int check = b->n_slots != 0;
+    uint32_t check_bits = KVE_JOB_CHECK_RANGE | (b->flags & KVE_TRUSTED_SLOTS ? 0 : KVE_JOB_CHECK_DUPS);
     kve_head_problem first = {SIZE_MAX, {0, 0, 0}, 0};
     size_t stop = SIZE_MAX; /* the lowest problem head found so far */
 #pragma omp parallel num_threads(ctx->threads)
@@ -256,16 +283,17 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
         for (size_t i = 0; i < heads; i++) {
             if (mine.head != SIZE_MAX || i > __atomic_load_n(&stop, __ATOMIC_RELAXED))
                 continue;
-            if (check && cpu_check_head(k, b, i, map, scratch, &mine)) {
+            kve_head_job job;
+            cpu_head_job(b, o, i, &hint, &job);
+            job.check = check && k->fused_checks ? check_bits : 0;
+            job.check_map = kve_fused_map;
+            if (cpu_checked_evict(k, b, i, &job, map, scratch, &mine)) {
                 for (size_t s = __atomic_load_n(&stop, __ATOMIC_RELAXED);
                      i < s && !__atomic_compare_exchange_n(&stop, &s, i, 0, __ATOMIC_RELAXED,
                                                            __ATOMIC_RELAXED);)
                     ;
                 continue;
             }
-            kve_head_job job;
-            cpu_head_job(b, o, i, &hint, &job);
-            k->evict_head(&job, scratch);
             cpu_head_outputs(k, b, o, i, &job);
         }
 #pragma omp critical(kve_cpu_evict_problem)

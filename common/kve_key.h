@@ -35,6 +35,13 @@
  * (one 64x32 multiply: two 32x32 products in SIMD, two IMADs on a GPU). */
 #define KVE_KEY_FINISH_MUL 0x9E3779B1ULL
 
+/* The spec's order of candidates (SPEC "One head's eviction", step 5):
+ * by key, then by position; every (key, pos) pair type compares by it. */
+KVE_HD int kve_key_pos_less(uint64_t key_a, uint32_t pos_a, uint64_t key_b, uint32_t pos_b)
+{
+    return key_a < key_b || (key_a == key_b && pos_a < pos_b);
+}
+
 KVE_HD uint64_t kve_rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 KVE_HD uint32_t kve_bswap32(uint32_t x)

@@ -29,7 +29,7 @@ typedef struct {
 
 static int kve_cand_less(kve_cand a, kve_cand b)
 {
-    return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+    return kve_key_pos_less(a.key, a.pos, b.key, b.pos);
 }
 
 static void kve_heap_push(kve_cand *h, size_t *n, kve_cand c)

@@ -62,16 +62,35 @@ typedef struct kve_scan {
     int top;
     uint64_t *keys;     /* [n + 16], per slot, written for candidate slots */
     int32_t *surv;      /* [n + 32], survivor slots, ascending */
-    uint32_t *shi;      /* [n + 32], their keys' high halves */
+    /* The fused checks (kve_head_job.check; an ISA with KVE_ISA_FUSED_CHECK):
+     * check 0, or KVE_JOB_CHECK_* bits; map: the job's check_map. */
+    uint32_t check;
+    unsigned char *map;
+    struct kve_scan_facts *facts; /* out when check != 0 */
 } kve_scan;
+
+/* What a checking pass saw (kve_simd_verdict reads it): the smallest value
+ * (below -1: a bad one); the leading run, slots t < run holding position t
+ * (distinct, so not marked); and the largest value among the other slots,
+ * each of which marked map[min(pos - run, KVE_FUSED_MAP_BYTES)] (unsigned:
+ * -1, and positions below run, mark the last byte). */
+typedef struct kve_scan_facts {
+    int32_t min, max;
+    uint32_t run;
+} kve_scan_facts;
 
 /* ---- primitives each ISA file defines --------------------------------- */
 
 /* n_valid, n_gen and the largest valid position (-1 when none). */
 static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_counts *c,
                           int32_t *max_pos);
-/* Step 2; fills *c; returns the number of survivors. */
+/* Step 2; fills *c (and *s->facts when s->check); returns the number of
+ * survivors. */
 static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c);
+#ifdef KVE_ISA_FUSED_CHECK
+/* Nonzero bytes of map[0 .. n). */
+static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n);
+#endif
 /* Candidate slots (keys == NULL) or those whose key is in [lo, hi], ascending;
  * writes at most cap of them to out and returns how many it wrote; fills *c
  * when c != NULL. */
@@ -303,9 +322,9 @@ static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws
             ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, 0, UINT64_MAX,
                                     w->surv, n, NULL);
         }
-        for (uint32_t i = 0; i < ns; i++)
-            w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
     }
+    for (uint32_t i = 0; i < ns; i++)
+        w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
     uint32_t want = top ? p->e : ns - p->nk;
     uint64_t t;
     if (kve_simd_search(kve_count3_32, w->shi, ns, want, top ? T >> 32 : 0,
@@ -432,47 +451,76 @@ static void kve_simd_scored_head(kve_head_job *j, void *scratch)
     kve_simd_finish(j, &p, &w);
 }
 
-static void kve_simd_evict_head(kve_head_job *j, void *scratch)
+#ifdef KVE_ISA_FUSED_CHECK
+/* The fused checks' verdict from a checking pass's facts and valid count;
+ * leaves the map zeroed. Marked slots are distinct exactly when as many
+ * bytes of [0, max - run] are set as slots were marked (a repeat, or a
+ * position below the run, marks no byte of its own); a span past the map
+ * is only a suspect, for the exact search to settle. */
+static int kve_simd_verdict(const kve_scan_facts *f, uint32_t n_valid, unsigned char *map)
+{
+    int ok = f->min >= -1;
+    if (!map)
+        return ok ? KVE_JOB_CLEAN : KVE_JOB_SUSPECT;
+    int64_t top = (int64_t)f->max - f->run;
+    size_t span = top < 0 ? 0 : (size_t)top + 1;
+    if (span > KVE_FUSED_MAP_BYTES) {
+        span = KVE_FUSED_MAP_BYTES;
+        ok = 0;
+    }
+    ok = ok && kve_isa_count_marks(map, span) == n_valid - f->run;
+    memset(map, 0, span);
+    map[KVE_FUSED_MAP_BYTES] = 0;
+    return ok ? KVE_JOB_CLEAN : KVE_JOB_SUSPECT;
+}
+#endif
+
+/* Counts, window guess and seq_seed from the hint when it fits, else from a
+ * counting pass. */
+static uint64_t kve_simd_start(const kve_head_job *j, const kve_head_hint *h, kve_counts *c,
+                               uint32_t *win_lo)
+{
+    if (kve_hint_fits(h, j)) {
+        c->n_valid = h->n_valid;
+        c->n_gen = h->n_gen;
+        *win_lo = h->win_lo;
+        return h->seq_seed;
+    }
+    int32_t max_pos;
+    kve_isa_count(j->slot_pos, j->n_slots, (int32_t)j->prompt, c, &max_pos);
+    *win_lo = kve_window_guess(c->n_gen, j->window, max_pos, (int32_t)j->prompt);
+    return kve_seq_seed(j->seed, j->seq_id);
+}
+
+static void kve_hint_store(kve_head_hint *h, const kve_head_job *j, uint64_t seq_seed,
+                           const kve_counts *x, uint32_t win_lo)
+{
+    h->valid = 1;
+    h->seed = j->seed;
+    h->seq_id = j->seq_id;
+    h->seq_seed = seq_seed;
+    h->prompt = j->prompt;
+    h->window = j->window;
+    h->budget = j->budget;
+    h->n_slots = j->n_slots;
+    h->n_valid = x->n_valid;
+    h->n_gen = x->n_gen;
+    h->win_lo = win_lo;
+}
+
+/* The passes until the plan is exact (the window verified, keys hashed
+ * when some must be chosen), then the choice: 1 done, 0 when only the
+ * scalar reference can answer, -1 when the job's fused checks cannot run
+ * (its first pass would not hash: nothing written). *x: the last pass's
+ * counts. */
+static int kve_simd_passes(kve_head_job *j, const kve_simd_ws *w, const kve_hconst *hc,
+                           kve_counts c, uint32_t *win_lo, kve_plan *p, kve_counts *x)
 {
     const uint32_t n = j->n_slots, W = j->window;
-    if (j->prompt > 0x7fffffffu) { /* every position is prompt: nothing to hash */
-        kve_cpu_kernels_scalar.evict_head(j, scratch);
-        return;
-    }
-    if (j->scores) { /* one branch per head: the random path below is unchanged */
-        kve_simd_scored_head(j, scratch);
-        return;
-    }
     const int32_t prompt = (int32_t)j->prompt;
-    kve_simd_ws w;
-    kve_simd_ws_layout(n, (char *)KVE_ALIGN_UP((uintptr_t)scratch, 64), &w);
-    kve_head_hint *h = j->hint, local;
-    if (!h) {
-        memset(&local, 0, sizeof local);
-        h = &local;
-    }
-
-    kve_counts c;
-    uint32_t win_lo;
-    uint64_t seq_seed;
-    if (kve_hint_fits(h, j)) {
-        c.n_valid = h->n_valid;
-        c.n_gen = h->n_gen;
-        win_lo = h->win_lo;
-        seq_seed = h->seq_seed;
-    } else {
-        int32_t max_pos;
-        kve_isa_count(j->slot_pos, n, prompt, &c, &max_pos);
-        win_lo = kve_window_guess(c.n_gen, W, max_pos, prompt);
-        seq_seed = kve_seq_seed(j->seed, j->seq_id);
-    }
-    kve_hconst hc = kve_hconst_make(seq_seed, j->key_flags, j->layer, j->head, j->round);
-
-    j->n_evicted = 0;
-    int window_known = 0, done = 0;
-    kve_plan p;
-    kve_counts x;
-    while (!done) {
+    uint32_t check = j->check;
+    int window_known = 0;
+    for (;;) {
         kve_counts est = c;
         est.n_cand = c.n_gen - kve_min_u32(W, c.n_gen);
         kve_plan pe = kve_plan_of(j, &est);
@@ -480,51 +528,91 @@ static void kve_simd_evict_head(kve_head_job *j, void *scratch)
         uint64_t T = 0;
         uint32_t ns;
         if (pe.n_valid <= j->budget || pe.nk == 0) { /* probably no key is needed */
-            ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, &x);
+            if (check)
+                return -1;
+            ns = kve_isa_cand_slots(j->slot_pos, n, prompt, *win_lo, NULL, 0, 0, w->surv, n, x);
         } else {
             kve_simd_pick(&pe, &top, &T);
-            kve_scan s = {j->slot_pos, n, prompt, win_lo, &hc, T, top, w.keys, w.surv, w.shi};
-            ns = kve_isa_scan(&s, &x);
+            kve_scan_facts f;
+            kve_scan s = {j->slot_pos, n, prompt, *win_lo, hc, T, top, w->keys, w->surv,
+                          check, check & KVE_JOB_CHECK_DUPS ? j->check_map : NULL, &f};
+            ns = kve_isa_scan(&s, x);
             hashed = 1;
+#ifdef KVE_ISA_FUSED_CHECK
+            if (check)
+                j->check_result = kve_simd_verdict(&f, x->n_valid, s.map);
+#endif
+            check = 0;
         }
-        if (!window_known && !kve_window_ok(&x, W)) {
-            win_lo = kve_window_exact(j->slot_pos, n, prompt, W, w.tmp);
+        if (!window_known && !kve_window_ok(x, W)) {
+            *win_lo = kve_window_exact(j->slot_pos, n, prompt, W, w->tmp);
             window_known = 1;
-            c = x;
+            c = *x;
             continue;
         }
         window_known = 1;
-        p = kve_plan_of(j, &x);
-        if (p.n_valid <= j->budget) {
-            done = 1;
-        } else if (p.nk == 0) { /* over budget: every candidate goes */
+        *p = kve_plan_of(j, x);
+        if (p->n_valid <= j->budget)
+            return 1;
+        if (p->nk == 0) { /* over budget: every candidate goes */
             if (hashed)
-                ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, NULL, 0, 0, w.surv, n, NULL);
-            memcpy(j->evicted, w.surv, (size_t)kve_min_u32(ns, p.e) * 4);
-            j->n_evicted = kve_min_u32(ns, p.e);
-            done = 1;
-        } else if (!hashed) {
-            c = x; /* the window is right; now hash */
-        } else {
-            if (!kve_simd_select(j, &p, &w, win_lo, top, T, ns)) {
-                kve_cpu_kernels_scalar.evict_head(j, scratch);
-                return;
-            }
-            done = 1;
+                ns = kve_isa_cand_slots(j->slot_pos, n, prompt, *win_lo, NULL, 0, 0, w->surv, n, NULL);
+            j->n_evicted = kve_min_u32(ns, p->e);
+            memcpy(j->evicted, w->surv, (size_t)j->n_evicted * 4);
+            return 1;
         }
+        if (!hashed) {
+            c = *x; /* the window is right; now hash */
+            continue;
+        }
+        return kve_simd_select(j, p, w, *win_lo, top, T, ns);
+    }
+}
+
+static void kve_simd_evict_head(kve_head_job *j, void *scratch)
+{
+    j->check_result = KVE_JOB_CLEAN;
+#ifndef KVE_ISA_FUSED_CHECK
+    if (j->check) { /* this ISA's scan checks nothing */
+        j->check_result = KVE_JOB_UNCHECKED;
+        return;
+    }
+#endif
+    if (j->prompt > 0x7fffffffu || j->scores) {
+        if (j->check) { /* neither path below checks */
+            j->check_result = KVE_JOB_UNCHECKED;
+            return;
+        }
+        if (j->prompt > 0x7fffffffu) /* every position is prompt: nothing to hash */
+            kve_cpu_kernels_scalar.evict_head(j, scratch);
+        else /* one branch per head: the random path below is unchanged */
+            kve_simd_scored_head(j, scratch);
+        return;
+    }
+    kve_simd_ws w;
+    kve_simd_ws_layout(j->n_slots, (char *)KVE_ALIGN_UP((uintptr_t)scratch, 64), &w);
+    kve_head_hint local, *h = j->hint;
+    if (!h) {
+        memset(&local, 0, sizeof local);
+        h = &local;
+    }
+    kve_counts c, x;
+    uint32_t win_lo;
+    uint64_t seq_seed = kve_simd_start(j, h, &c, &win_lo);
+    kve_hconst hc = kve_hconst_make(seq_seed, j->key_flags, j->layer, j->head, j->round);
+    kve_plan p;
+    j->n_evicted = 0;
+    int r = kve_simd_passes(j, &w, &hc, c, &win_lo, &p, &x);
+    if (r < 0) {
+        j->check_result = KVE_JOB_UNCHECKED;
+        return;
+    }
+    if (r == 0) { /* equal keys across the boundary */
+        kve_cpu_kernels_scalar.evict_head(j, scratch);
+        return;
     }
     kve_simd_finish(j, &p, &w);
-    h->valid = 1;
-    h->seed = j->seed;
-    h->seq_id = j->seq_id;
-    h->seq_seed = seq_seed;
-    h->prompt = j->prompt;
-    h->window = W;
-    h->budget = j->budget;
-    h->n_slots = n;
-    h->n_valid = x.n_valid;
-    h->n_gen = x.n_gen;
-    h->win_lo = win_lo;
+    kve_hint_store(h, j, seq_seed, &x, win_lo);
 }
 
 #endif

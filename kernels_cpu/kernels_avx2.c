@@ -309,7 +309,6 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
         uint32_t sv = kc & kve2_side32(hi, tb, top);
         __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
         _mm256_storeu_si256((__m256i *)(void *)(s->surv + ns), kve2_compress(slots, sv));
-        _mm256_storeu_si256((__m256i *)(void *)(s->shi + ns), kve2_compress(hi, sv));
         ns += (uint32_t)_mm_popcnt_u32(sv);
     }
     c->n_valid = a.nv;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#define KVE_ISA_FUSED_CHECK 1 /* kve512_scan checks the table as it hashes */
 #include "evict_simd.h"
 
 #define KVE_INLINE static inline __attribute__((always_inline))
@@ -231,11 +232,58 @@ KVE_INLINE void kve512_hash_block(const kve_scan *s, const kve512_scan_c *k, __m
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
     _mm512_storeu_si512(s->surv + *ns, _mm512_maskz_compress_epi32(sv, slots));
-    _mm512_storeu_si512(s->shi + *ns, _mm512_maskz_compress_epi32(sv, hi));
     *ns += (uint32_t)_mm_popcnt_u32(sv);
 }
 
-KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top)
+/* The fused duplicate check's marks for 16 slots (kve_scan_facts):
+ * map[min(pos - run, KVE_FUSED_MAP_BYTES)] = 1, by plain byte stores, which
+ * run beside the hashing's vector work. */
+KVE_INLINE void kve512_mark(unsigned char *map, __m512i v, __m512i run)
+{
+    __m512i idx = _mm512_min_epu32(_mm512_sub_epi32(v, run), _mm512_set1_epi32(KVE_FUSED_MAP_BYTES));
+    uint32_t at[16] __attribute__((aligned(64)));
+    _mm512_store_si512(at, idx);
+    for (int i = 0; i < 16; i++)
+        map[at[i]] = 1;
+}
+
+/* What a checking scan tracks besides its counts. */
+typedef struct {
+    __m512i min, max, run;
+    uint32_t run_len;
+} kve512_chk;
+
+/* Slots past the run: their largest value, and their marks. */
+KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v)
+{
+    q->max = _mm512_max_epi32(q->max, v);
+    kve512_mark(map, v, q->run);
+}
+
+/* 64 slots of prompt at t: either the next of the leading run (slot t + i
+ * holds position t + i), or marked. */
+KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, __m512i v0, __m512i v1,
+                                    __m512i v2, __m512i v3, uint32_t t)
+{
+    const __m512i v[4] = {v0, v1, v2, v3};
+    if (q->run_len == t) {
+        __m512i e = _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), sixteen = _mm512_set1_epi32(16);
+        __mmask16 eq = 0xFFFF;
+        for (int b = 0; b < 4; b++, e = _mm512_add_epi32(e, sixteen))
+            eq &= _mm512_cmpeq_epi32_mask(v[b], e);
+        if (eq == 0xFFFF) {
+            q->run_len += 64;
+            q->run = _mm512_set1_epi32((int)q->run_len);
+            return;
+        }
+    }
+    for (int b = 0; b < 4; b++)
+        kve512_check_marks(q, map, v[b]);
+}
+
+/* chk: 0, KVE_JOB_CHECK_RANGE, or that and KVE_JOB_CHECK_DUPS (a constant
+ * in each instance). */
+KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint32_t chk)
 {
     const kve512_scan_c k = {kve512_hc_of(s->hc), _mm512_set1_epi32(s->prompt),
                              _mm512_set1_epi32((int)s->win_lo), _mm512_set1_epi32((int)(s->T >> 32)),
@@ -243,22 +291,30 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top)
                              _mm512_set1_epi32(16), top};
     const int32_t *sp = s->sp;
     const uint32_t n = s->n;
+    const int dups = (chk & KVE_JOB_CHECK_DUPS) != 0;
+    kve512_chk q = {_mm512_set1_epi32(-1), _mm512_set1_epi32(-1), _mm512_setzero_si512(), 0};
     kve512_cnt a = {0, 0, 0};
     uint32_t ns = 0, t = 0;
     for (; t + 64 <= n; t += 64) {
-        __m512i v0 = _mm512_loadu_si512(sp + t), v1 = _mm512_loadu_si512(sp + t + 16);
-        __m512i v2 = _mm512_loadu_si512(sp + t + 32), v3 = _mm512_loadu_si512(sp + t + 48);
-        __m512i umax = _mm512_max_epu32(_mm512_max_epu32(v0, v1), _mm512_max_epu32(v2, v3));
+        const __m512i vb[4] = {_mm512_loadu_si512(sp + t), _mm512_loadu_si512(sp + t + 16),
+                               _mm512_loadu_si512(sp + t + 32), _mm512_loadu_si512(sp + t + 48)};
+        __m512i umax = _mm512_max_epu32(_mm512_max_epu32(vb[0], vb[1]), _mm512_max_epu32(vb[2], vb[3]));
         if (_mm512_cmplt_epu32_mask(umax, k.prompt) == 0xFFFF) { /* all prompt */
             a.nv += 64;
+            if (dups)
+                kve512_check_prompt(&q, s->map, vb[0], vb[1], vb[2], vb[3], t);
             continue;
         }
-        __m512i smin = _mm512_min_epi32(_mm512_min_epi32(v0, v1), _mm512_min_epi32(v2, v3));
+        __m512i smin = _mm512_min_epi32(_mm512_min_epi32(vb[0], vb[1]), _mm512_min_epi32(vb[2], vb[3]));
         __m512i slots = _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t));
+        if (chk) {
+            q.min = _mm512_min_epi32(q.min, smin);
+            for (int b = 0; dups && b < 4; b++)
+                kve512_check_marks(&q, s->map, vb[b]);
+        }
         if (_mm512_cmpge_epi32_mask(smin, k.prompt) == 0xFFFF) { /* all generated */
             a.nv += 64;
             a.ng += 64;
-            const __m512i vb[4] = {v0, v1, v2, v3};
             for (uint32_t b = 0; b < 4; b++) {
                 __mmask16 kc = _mm512_cmplt_epu32_mask(vb[b], k.win_lo);
                 a.nc += (uint32_t)_mm_popcnt_u32(kc);
@@ -267,15 +323,19 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top)
             }
             continue;
         }
-        for (uint32_t b = 0; b < 64; b += 16) {
-            __mmask16 kc = kve512_classify(_mm512_loadu_si512(sp + t + b), k.prompt, k.win_lo, &a);
+        for (uint32_t b = 0; b < 4; b++) {
+            __mmask16 kc = kve512_classify(vb[b], k.prompt, k.win_lo, &a);
             if (kc)
-                kve512_hash_block(s, &k, _mm512_loadu_si512(sp + t + b), slots, t + b, kc, &ns);
+                kve512_hash_block(s, &k, vb[b], slots, t + 16 * b, kc, &ns);
             slots = _mm512_add_epi32(slots, k.sixteen);
         }
     }
     for (; t < n; t += 16) {
         __m512i v = kve512_load_slots(sp, t, n);
+        if (chk)
+            q.min = _mm512_min_epi32(q.min, v);
+        if (dups)
+            kve512_check_marks(&q, s->map, v);
         __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
         if (kc)
             kve512_hash_block(s, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, &ns);
@@ -283,12 +343,35 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top)
     c->n_valid = a.nv;
     c->n_gen = a.ng;
     c->n_cand = a.nc;
+    if (chk)
+        *s->facts = (kve_scan_facts){_mm512_reduce_min_epi32(q.min), _mm512_reduce_max_epi32(q.max),
+                                     q.run_len};
     return ns;
 }
 
 static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
 {
-    return s->top ? kve512_scan(s, c, 1) : kve512_scan(s, c, 0);
+    enum { R = KVE_JOB_CHECK_RANGE, RD = KVE_JOB_CHECK_RANGE | KVE_JOB_CHECK_DUPS };
+    if (s->check & KVE_JOB_CHECK_DUPS)
+        return s->top ? kve512_scan(s, c, 1, RD) : kve512_scan(s, c, 0, RD);
+    if (s->check)
+        return s->top ? kve512_scan(s, c, 1, R) : kve512_scan(s, c, 0, R);
+    return s->top ? kve512_scan(s, c, 1, 0) : kve512_scan(s, c, 0, 0);
+}
+
+static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n)
+{
+    uint64_t count = 0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i v = _mm512_loadu_si512(map + i);
+        count += (uint64_t)_mm_popcnt_u64(_mm512_test_epi8_mask(v, v));
+    }
+    if (i < n) {
+        __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (n - i)) - 1), map + i);
+        count += (uint64_t)_mm_popcnt_u64(_mm512_test_epi8_mask(v, v));
+    }
+    return (uint32_t)count;
 }
 
 static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
@@ -468,4 +551,5 @@ const kve_cpu_kernels kve_cpu_kernels_avx512 = {
     .row_run = kve512_row_run,
     .row_distinct = kve512_row_distinct,
     .row_map_bytes = 4,
+    .fused_checks = 1,
 };

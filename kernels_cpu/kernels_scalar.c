@@ -21,7 +21,7 @@ typedef struct {
 
 static int kve_pair_less(kve_pair a, kve_pair b)
 {
-    return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+    return kve_key_pos_less(a.key, a.pos, b.key, b.pos);
 }
 
 KVE_DEFINE_SELECT(kve_select_pair, kve_pair, kve_pair_less)

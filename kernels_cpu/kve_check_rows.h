@@ -1,7 +1,9 @@
 /* kve_check_rows.h — kve_evict's content checks of one head's slot_pos row
  * (values >= -1; unless KVE_TRUSTED_SLOTS, no position twice), run by the
  * CPU backend's evict on each head just before its eviction, while the row
- * is in L1. The vector passes are per-ISA entries of kve_cpu_kernels
+ * is in L1, when the ISA's kernel cannot check it in its own pass
+ * (kve_head_job.check), and after a fused check that found a maybe, to
+ * name the first problem or clear the head. The vector passes are per-ISA entries of kve_cpu_kernels
  * (row_facts, row_run, row_distinct); kernels_cpu/check_rows.c holds the
  * scalar ones and the driver, so every ISA reports the same first problem. */
 #ifndef KVE_CHECK_ROWS_H

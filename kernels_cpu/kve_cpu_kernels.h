@@ -20,9 +20,28 @@ typedef struct kve_head_hint {
     uint32_t win_lo;         /* its window: generated positions >= win_lo */
 } kve_head_hint;
 
+/* Content checks a kernel with fused_checks runs in its own pass over a
+ * head's table (kve_head_job.check): values >= -1, and no position twice. */
+enum { KVE_JOB_CHECK_RANGE = 1, KVE_JOB_CHECK_DUPS = 2 };
+
+/* What came of a job's fused checks (kve_head_job.check_result). */
+enum {
+    KVE_JOB_UNCHECKED = 0, /* the kernel cannot fuse them for this head: it
+                              wrote nothing; check, then run it with check 0 */
+    KVE_JOB_CLEAN = 1,     /* checked, no problem, outputs complete */
+    KVE_JOB_SUSPECT = 2    /* maybe a problem: outputs complete, correct if the
+                              exact search (kve_row_check) finds none */
+};
+
+/* Bytes of the presence map a fused duplicate check uses: one per position
+ * of [run, run + KVE_FUSED_MAP_BYTES), plus one for all others; all zero
+ * before and after each job. */
+#define KVE_FUSED_MAP_BYTES 32768
+
 /* One head's eviction: inputs, then outputs the kernel fills. */
 typedef struct kve_head_job {
-    const int32_t *slot_pos; /* [n_slots], checked: >= -1, unique */
+    /* [n_slots]: >= -1 and unique, or unchecked when check != 0 */
+    const int32_t *slot_pos;
     uint32_t n_slots;
     uint32_t prompt, window, budget;
     uint64_t seed, seq_id;
@@ -36,6 +55,12 @@ typedef struct kve_head_job {
     int32_t *kept;    /* NULL, or room for n_slots */
     uint32_t n_evicted, n_kept; /* out */
     int over_budget;            /* out */
+    /* KVE_JOB_CHECK_* bits (only for a table with fused_checks), and the
+     * zeroed map (KVE_FUSED_MAP_BYTES + 1) KVE_JOB_CHECK_DUPS marks and
+     * zeroes again; check_result: out, KVE_JOB_* (check 0: CLEAN). */
+    uint32_t check;
+    unsigned char *check_map;
+    int check_result;
 } kve_head_job;
 
 typedef struct kve_cpu_kernels {
@@ -59,6 +84,9 @@ typedef struct kve_cpu_kernels {
     int (*row_distinct)(const int32_t *row, uint32_t n, int32_t lo, size_t span, uint32_t valid,
                         void *map);
     size_t row_map_bytes;
+    /* 1: evict_head runs kve_head_job.check in its own pass; 0: it ignores
+     * check, so the driver checks every head first. */
+    int fused_checks;
 } kve_cpu_kernels;
 
 extern const kve_cpu_kernels kve_cpu_kernels_scalar;

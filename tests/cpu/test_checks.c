@@ -104,6 +104,65 @@ START_TEST(checks_every_isa_adversarial)
 }
 END_TEST
 
+/* Tables shaped like a decode's (a prompt of whole 64-slot groups or not,
+ * in order or not; generated positions shuffled, dense or spread past the
+ * fused check's 32 KiB map), full so that the kernel hashes: the checks
+ * that run inside the AVX-512 hashing pass (the prompt's run, the marks
+ * past it, the range) against the reference, with a repeat of a run
+ * position late in the table, a repeat among the rest, and -2. */
+static void decode_row(uint64_t *rng, int32_t *row, uint32_t n, uint32_t prompt, unsigned kind)
+{
+    uint32_t spread = kind & 1 ? 1 + kt_below(rng, 40) : 1; /* 40: past the map */
+    for (uint32_t t = 0; t < n; t++)
+        row[t] = t < prompt ? (int32_t)t : (int32_t)(prompt + (t - prompt) * spread);
+    if (kind & 2) /* a prompt out of order: no run */
+        for (uint32_t t = prompt; t > 1; t--) {
+            uint32_t j = kt_below(rng, t), x = (uint32_t)row[t - 1];
+            row[t - 1] = row[j];
+            row[j] = (int32_t)x;
+        }
+    for (uint32_t t = n; t > prompt + 1; t--) {
+        uint32_t j = prompt + kt_below(rng, t - prompt), x = (uint32_t)row[t - 1];
+        row[t - 1] = row[j];
+        row[j] = (int32_t)x;
+    }
+    if (kt_below(rng, 4) == 0) /* room: some heads not full */
+        row[kt_below(rng, n)] = -1;
+    switch (kt_below(rng, 8)) {
+    case 0: row[prompt + kt_below(rng, n - prompt)] = (int32_t)kt_below(rng, prompt); break;
+    case 1: row[prompt + kt_below(rng, n - prompt)] = row[prompt + kt_below(rng, n - prompt)]; break;
+    case 2: row[kt_below(rng, n)] = -2; break;
+    case 3: row[kt_below(rng, prompt)] = row[kt_below(rng, prompt)]; break;
+    default: break; /* valid */
+    }
+}
+
+START_TEST(checks_fused_decode_tables)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 0xf05ed;
+    static const uint32_t prompts[] = {64, 128, 100, 1024, 0, 65};
+    for (int iter = 0; iter < 200; iter++) {
+        uint32_t prompt = prompts[kt_below(&rng, KVE_COUNT(prompts))];
+        uint32_t n = prompt + 70 + kt_below(&rng, 700), heads = 1 + kt_below(&rng, 4);
+        kve_seq seq = {7 + (uint64_t)iter, prompt, (uint32_t)iter};
+        int32_t *slots = (int32_t *)malloc((size_t)heads * n * sizeof *slots);
+        unsigned kind = (unsigned)kt_below(&rng, 4);
+        for (uint32_t i = 0; i < heads; i++)
+            decode_row(&rng, slots + (size_t)i * n, n, prompt, kind);
+        uint32_t flags = kt_below(&rng, 4) == 0 ? KVE_TRUSTED_SLOTS : 0;
+        uint32_t budget = n - 1 - kt_below(&rng, 64);
+        kve_batch b = {kt_next(&rng), flags, 1, &seq, 1, heads, 0, 0, n, budget, 64, slots, n, NULL, 0};
+        char label[64];
+        snprintf(label, sizeof label, "decode table %d (kind %u, P %u, %u slots)", iter, kind, prompt, n);
+        kve_check_contexts(s.ctx, s.name, s.n, &b, label);
+        free(slots);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
 /* KVE_CPU_ISA picks the checks as it picks the kernels: a context created
  * under KVE_CPU_ISA=scalar (and each other ISA) reports it, and refuses the
  * wrapped run the vector checks once missed. */
@@ -183,6 +242,7 @@ int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(checks, checks_every_isa_adversarial),
+        KVE_TEST(checks, checks_fused_decode_tables),
         KVE_TEST(checks, checks_follow_env_isa),
         KVE_TEST(checks, checks_lowest_head_named),
     };
