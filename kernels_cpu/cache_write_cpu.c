@@ -28,8 +28,8 @@ static inline size_t kve_slot_at(const kve_cache_write_desc *d, const kve_cache_
 typedef struct kve_move_batch {
     char *to[KVE_MOVE_BATCH];
     const char *from[KVE_MOVE_BATCH];
+    size_t bytes[KVE_MOVE_BATCH]; /* one cache's entry bytes, every pair */
     uint32_t n;
-    size_t bytes; /* of every entry of the batch: one cache's */
 } kve_move_batch;
 
 /* Where move row @p i's moves are walked from: a cursor over its lists. */
@@ -52,7 +52,6 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
     while (w->c < d->n_caches && b->n < KVE_MOVE_BATCH) {
         const kve_cache_part *p = &d->part[w->c];
         size_t bytes = (size_t)p->dim * kve_dtype_size(p->dst_dtype);
-        b->bytes = bytes;
         for (; w->h < d->n_heads && b->n < KVE_MOVE_BATCH; w->h++) {
             size_t list = w->i * d->moves_stride_row + (size_t)w->h * d->moves_stride_head;
             if (w->k >= d->n_moves[list])
@@ -66,6 +65,7 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
                 __builtin_prefetch(to + o, 1, 0);
             }
             b->from[b->n] = from;
+            b->bytes[b->n] = bytes;
             b->to[b->n++] = to;
         }
         if (w->h < d->n_heads)
@@ -101,7 +101,7 @@ static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
         kve_move_fill(&w, &b[0]);
         for (int cur = 0; b[cur].n; cur ^= 1) {
             kve_move_fill(&w, &b[cur ^ 1]);
-            k->copy_pairs(b[cur].to, b[cur].from, b[cur].n, b[cur].bytes);
+            k->copy_runs(b[cur].to, b[cur].from, b[cur].bytes, b[cur].n);
         }
     }
 }
