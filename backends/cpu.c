@@ -294,13 +294,12 @@ static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t 
 
 /* Copies waiting for the ISA's copy_runs, in the order given, those of
  * several caches interleaved as they come (one head's K, then its V: the
- * order that measured fastest). A copy that continues its cache's last one
- * at both ends (adjacent entries with one shift: a head's run of kept
- * slots in per-head rows, or neighbouring heads with the same holes in
- * token rows) joins it, so a run moves in one forward copy. Joining keeps
- * the result: other caches' copies in between touch other memory, and the
- * joined part reads nothing the first part writes, every destination
- * lying below its source. */
+ * order that measured fastest in token rows). A run of adjacent entries
+ * with one shift (a head's run of kept slots in per-head rows, or
+ * neighbouring heads with the same holes in token rows) is one copy: its
+ * cache's last copy grows. That keeps the result: other caches' copies in
+ * between touch other memory, and the grown part reads nothing the first
+ * part writes, every destination lying below its source. */
 typedef struct {
     char *to[KVE_COPY_LIST];
     const char *from[KVE_COPY_LIST];
@@ -317,12 +316,13 @@ static void kve_copy_flush(const kve_cpu_kernels *k, kve_copy_list *q)
     memset(q->last, 0, sizeof q->last);
 }
 
+/* Queues a copy of @p cache; @p grow: it continues the cache's last one at
+ * both ends, which then grows when it is still queued. */
 static inline void kve_copy_add(const kve_cpu_kernels *k, kve_copy_list *q, uint32_t cache,
-                                char *to, const char *from, size_t bytes)
+                                char *to, const char *from, size_t bytes, int grow)
 {
-    uint32_t p = q->last[cache];
-    if (p && q->to[p - 1] + q->bytes[p - 1] == to && q->from[p - 1] + q->bytes[p - 1] == from) {
-        q->bytes[p - 1] += bytes;
+    if (grow && q->last[cache]) {
+        q->bytes[q->last[cache] - 1] += bytes;
         return;
     }
     if (q->n == KVE_COPY_LIST)
@@ -340,6 +340,7 @@ typedef struct {
     int32_t *row;
     const int32_t *ev;
     uint32_t ne, e, j, t0;
+    int adjacent; /* every entry right after the previous head's (token rows) */
     const char *src[KVE_MAX_CACHES];
     char *dst[KVE_MAX_CACHES];
 } kve_head_cursor;
@@ -380,6 +381,7 @@ static void kve_cursor_init(const kve_compact_walk *w, size_t i, kve_head_cursor
     while (!w->out_of_place && t < stop && c->row[t] >= 0)
         t++;
     c->t0 = c->j = t;
+    c->adjacent = 0;
     for (uint32_t m = 0; m < d->n_caches; m++) {
         c->src[m] = kve_entry_base(&d->src[m], s, l, h);
         c->dst[m] = kve_entry_base(w->out_of_place ? &d->dst[m] : &d->src[m], s, l, h);
@@ -389,16 +391,20 @@ static void kve_cursor_init(const kve_compact_walk *w, size_t i, kve_head_cursor
 /* Slot t (>= c->t0, ascending) of the cursor's head: when it stays, its
  * entries are queued for their kept place and its position moves there,
  * in the same pass (j <= t, so no position is overwritten before it is
- * read). */
-static inline void kve_cursor_step(kve_compact_walk *w, kve_head_cursor *c, uint32_t t)
+ * read). @p grow: the previous head's entries of slot t moved to the same
+ * kept place, right before these. Returns whether entries were queued. */
+static inline int kve_cursor_step(kve_compact_walk *w, kve_head_cursor *c, uint32_t t, int grow)
 {
     if (!kve_slot_stays(c->row, c->ev, c->ne, &c->e, t))
-        return;
-    if (c->j != t || w->out_of_place)
+        return 0;
+    int moves = c->j != t || w->out_of_place;
+    if (moves)
         for (uint32_t m = 0; m < w->d->n_caches; m++)
             kve_copy_add(w->k, &w->q, m, c->dst[m] + (size_t)c->j * w->dst_stride[m],
-                         c->src[m] + (size_t)t * w->d->src[m].stride_slot, w->d->entry_bytes);
+                         c->src[m] + (size_t)t * w->d->src[m].stride_slot, w->d->entry_bytes,
+                         grow);
     c->row[c->j++] = c->row[t];
+    return moves;
 }
 
 /* The head's table past its kept positions is empty. */
@@ -427,10 +433,10 @@ static void kve_runs_copy(kve_compact_walk *w, const kve_head_cursor *c, const k
             char *to = c->dst[m] + (size_t)r[i].to * ds;
             const char *from = c->src[m] + (size_t)r[i].from * ss;
             if (!run)
-                kve_copy_add(w->k, &w->q, m, to, from, (size_t)r[i].len * e);
+                kve_copy_add(w->k, &w->q, m, to, from, (size_t)r[i].len * e, 0);
             else
                 for (uint32_t x = 0; x < r[i].len; x++)
-                    kve_copy_add(w->k, &w->q, m, to + x * ds, from + x * ss, e);
+                    kve_copy_add(w->k, &w->q, m, to + x * ds, from + x * ss, e, 0);
         }
     }
 }
@@ -496,13 +502,21 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
     kve_walk_init(&w, k, d, out_of_place);
     uint32_t t_min = d->n_slots;
     for (size_t g = 0; g < count; g++) {
-        kve_cursor_init(&w, first + g, &hc[g]);
-        t_min = hc[g].t0 < t_min ? hc[g].t0 : t_min;
+        kve_head_cursor *c = &hc[g];
+        kve_cursor_init(&w, first + g, c);
+        t_min = c->t0 < t_min ? c->t0 : t_min;
+        c->adjacent = g > 0;
+        for (uint32_t m = 0; m < d->n_caches; m++)
+            c->adjacent &= g > 0 && c->src[m] == hc[g - 1].src[m] + d->entry_bytes &&
+                           c->dst[m] == hc[g - 1].dst[m] + d->entry_bytes;
     }
     for (uint32_t t = t_min; t < d->n_slots; t++)
-        for (size_t g = 0; g < count; g++)
-            if (t >= hc[g].t0)
-                kve_cursor_step(&w, &hc[g], t);
+        for (size_t g = 0, prev = UINT32_MAX; g < count; g++) { /* prev: j of head g - 1's move */
+            kve_head_cursor *c = &hc[g];
+            uint32_t j = c->j;
+            int moved = t >= c->t0 && kve_cursor_step(&w, c, t, c->adjacent && prev == j);
+            prev = moved ? j : UINT32_MAX;
+        }
     kve_copy_flush(k, &w.q);
     for (size_t g = 0; g < count; g++)
         kve_cursor_close(d, &hc[g]);
