@@ -299,7 +299,8 @@ static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t 
  * neighbouring heads with the same holes in token rows) is one copy: its
  * cache's last copy grows. That keeps the result: other caches' copies in
  * between touch other memory, and the grown part reads nothing the first
- * part writes, every destination lying below its source. */
+ * part writes (out of place nothing overlaps; in place every destination
+ * lies below its source). */
 typedef struct {
     char *to[KVE_COPY_LIST];
     const char *from[KVE_COPY_LIST];
