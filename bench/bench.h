@@ -21,6 +21,15 @@ void evict_or_die(kve_context *ctx, const kve_batch *b, const kve_evict_out *out
 /* A CPU context on @p isa with @p threads. */
 kve_context *cpu_context(int isa, int threads);
 
+/* bench_state.c: --pages 2m given: caches and their floors' buffers on
+ * 2 MiB transparent huge pages, else on 4 KiB pages. */
+extern int g_huge_pages;
+/* @p bytes 2 MiB aligned on the pages --pages asks for (engines' tensors
+ * are at least 64-byte aligned); dies when out of memory. */
+void *bench_cache_alloc(size_t bytes);
+/* The pages bench_cache_alloc gives, in words. */
+const char *bench_pages_name(void);
+
 /* bench_state.c: the state's memory against the K/V it describes (G1, 256
  * rows of prompts 1K..32K), and kve_cache_write's moves against memcpy of
  * the same bytes. */

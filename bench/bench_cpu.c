@@ -338,7 +338,8 @@ static compact_result bench_compact(int isa, int threads, int token_rows, int ou
             }
             moved += j++ != t || out_of_place;
         }
-    char *kv = (char *)malloc(2 * cache), *kv_dst = out_of_place ? (char *)malloc(2 * cache) : NULL;
+    char *kv = (char *)bench_cache_alloc(2 * cache);
+    char *kv_dst = out_of_place ? (char *)bench_cache_alloc(2 * cache) : NULL;
     memset(kv, 1, 2 * cache);
     if (kv_dst)
         memset(kv_dst, 0, 2 * cache);
@@ -367,8 +368,8 @@ static compact_result bench_compact(int isa, int threads, int token_rows, int ou
     r.moved_mb = bytes / 1e6;
     r.gbs = bytes / t / 1e9;
     /* memcpy of the same bytes, split over the same threads. */
-    run.a = (char *)malloc((size_t)bytes);
-    run.z = (char *)malloc((size_t)bytes);
+    run.a = (char *)bench_cache_alloc((size_t)bytes);
+    run.z = (char *)bench_cache_alloc((size_t)bytes);
     run.bytes = (size_t)bytes;
     memset(run.a, 2, run.bytes);
     memset(run.z, 3, run.bytes);
@@ -460,6 +461,8 @@ static const char kUsage[] =
     "  --threads LIST    thread counts (default 1,2)\n"
     "  --min-time S      seconds per measurement at least (default 0.5)\n"
     "  --stat S          median (default) or min: the fastest round, robust on a busy machine\n"
+    "  --pages P         4k (default) or 2m: compaction's and moves' caches and their floors'\n"
+    "                    buffers on 2 MiB transparent huge pages (madvise)\n"
     "  --no-peers        skip the numpy and PyTorch peers\n"
     "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
     "  --peers PATH      the peers script (default " KVE_BENCH_PEERS ")\n";
@@ -475,7 +478,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
         {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
         {"peers", 1, 0, 's'},     {"help", 0, 0, 'h'},    {"stat", 1, 0, 'x'},
-        {0, 0, 0, 0}};
+        {"pages", 1, 0, 'g'},     {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
         int list[9], n;
         switch (c) {
@@ -489,6 +492,13 @@ static int parse_options(int argc, char **argv, options *o)
         case 't': o->n_threads = parse_list(optarg, NULL, 0, o->threads, 8); break;
         case 'm': o->min_time = atof(optarg); break;
         case 'x': g_use_min = !strcmp(optarg, "min"); break;
+        case 'g':
+            if (strcmp(optarg, "4k") && strcmp(optarg, "2m")) {
+                fprintf(stderr, "kvevict-bench: --pages %s: 4k or 2m\n", optarg);
+                return 2;
+            }
+            g_huge_pages = !strcmp(optarg, "2m");
+            break;
         case 'n': o->peers = 0; break;
         case 'p': o->python = optarg; break;
         case 's': o->script = optarg; break;
@@ -572,7 +582,9 @@ static void print_digest_peers_scaling(const options *o, const peer_result *peer
 
 static void print_compaction(const options *o)
 {
-    printf("\ncompaction of G1 after a round: K and V, 256-byte entries; GB/s of entries moved\n");
+    printf("\ncompaction of G1 after a round: K and V, 256-byte entries, %s; GB/s of entries "
+           "moved\n",
+           bench_pages_name());
     printf("%-22s %-7s %3s | %9s %9s %8s | %11s %8s | %12s\n", "layout", "isa", "thr",
            "ms/round", "moved MB", "GB/s", "memcpy GB/s", "x memcpy", "memmove GB/s");
     for (int mode = 0; mode < 4; mode++) /* token rows, head rows; in place, out of place */

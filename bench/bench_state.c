@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench.h"
 #include "bench_step.h"
@@ -57,12 +58,36 @@ void bench_state_memory(void)
     kve_context_destroy(ctx);
 }
 
+int g_huge_pages;
+
+void *bench_cache_alloc(size_t bytes)
+{
+    size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, rounded ? rounded : huge);
+    if (!p)
+        die("bench_cache_alloc", KVE_ERR_NOMEM);
+    /* The advice only asks: where the kernel's THP mode is "never", 2m
+     * still gets 4 KiB pages (/sys/kernel/mm/transparent_hugepage). */
+    madvise(p, rounded, g_huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    return p;
+}
+
+const char *bench_pages_name(void)
+{
+    return g_huge_pages ? "2 MiB pages (THP, madvise)" : "4 KiB pages";
+}
+
 typedef struct {
     kve_context *ctx;
     kve_cache_write_desc d;
     char *a, *z;
     size_t bytes;
     int threads;
+    /* The same-pairs floor: every move's addresses, in kve_cache_write's
+     * order (row by row; in a row, cache, then move k, then head). */
+    char **to;
+    const char **from;
+    size_t pairs, per_row;
 } moves_run;
 
 /* A figure's heading line: what it measures and on how many threads. */
@@ -91,81 +116,135 @@ static void copy_once(void *arg)
     }
 }
 
-/* One layer of a decode step in which every one of 128 G1 rows ran a
- * round: r = 64 moves per head from the top r slots into holes below, K
- * and V in vLLM's NHD pages (16 slots) through a block table. */
-void bench_moves(int isa, int threads, double min_time)
+/* memcpy of the same pairs, one call per entry, rows split over the
+ * threads as kve_cache_write splits them. */
+static void pairs_once(void *arg)
 {
-    enum { ROWS = 128, C = S_BUDGET + S_WR, BPR = (C + S_PAGE - 1) / S_PAGE };
-    size_t lists = (size_t)ROWS * S_HEADS, page_bytes = (size_t)S_PAGE * S_HEADS * S_ENTRY;
-    size_t cache = (size_t)ROWS * BPR * page_bytes;
-    moves_run m;
-    memset(&m, 0, sizeof m);
-    m.ctx = cpu_context(isa, threads);
-    m.threads = threads;
-    char *kv = (char *)malloc(2 * cache);
-    int32_t *bt = (int32_t *)malloc((size_t)ROWS * BPR * 4);
-    int32_t *moves = (int32_t *)malloc(lists * S_WR * 8);
-    uint32_t *n_moves = (uint32_t *)malloc(lists * 4);
-    int64_t slot = -1;
-    int32_t row0 = 0;
-    if (!kv || !bt || !moves || !n_moves)
+    moves_run *m = (moves_run *)arg;
+    size_t rows = m->pairs / m->per_row;
+#pragma omp parallel for schedule(static) num_threads(m->threads)
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = r * m->per_row; i < (r + 1) * m->per_row; i++)
+            memcpy(m->to[i], m->from[i], S_ENTRY);
+}
+
+enum { M_ROWS = 128, M_CAP = S_BUDGET + S_WR, M_BPR = (M_CAP + S_PAGE - 1) / S_PAGE };
+
+/* Entry (row, slot, head) of cache c in NHD pages through block table bt. */
+static char *moves_entry(const moves_run *m, const int32_t *bt, uint32_t c, uint32_t row,
+                         int32_t slot, uint32_t h)
+{
+    size_t page = (size_t)bt[row * M_BPR + slot / S_PAGE];
+    return (char *)m->d.dst[c] + (page * S_PAGE + (size_t)(slot % S_PAGE)) * S_HEADS * S_ENTRY +
+           (size_t)h * S_ENTRY;
+}
+
+/* The moves' addresses for pairs_once (every list holds S_WR moves). */
+static void moves_pairs(moves_run *m, const int32_t *bt, const int32_t *moves)
+{
+    m->per_row = (size_t)2 * S_WR * S_HEADS;
+    m->pairs = M_ROWS * m->per_row;
+    m->to = (char **)malloc(m->pairs * sizeof *m->to);
+    m->from = (const char **)malloc(m->pairs * sizeof *m->from);
+    if (!m->to || !m->from)
         die("bench_moves", KVE_ERR_NOMEM);
-    memset(kv, 1, 2 * cache);
+    size_t i = 0;
+    for (uint32_t r = 0; r < M_ROWS; r++)
+        for (uint32_t c = 0; c < 2; c++)
+            for (uint32_t k = 0; k < S_WR; k++)
+                for (uint32_t h = 0; h < S_HEADS; h++, i++) {
+                    const int32_t *pair = moves + 2 * (((size_t)r * S_HEADS + h) * S_WR + k);
+                    m->from[i] = moves_entry(m, bt, c, r, pair[0], h);
+                    m->to[i] = moves_entry(m, bt, c, r, pair[1], h);
+                }
+}
+
+/* The block table, move lists and desc of bench_moves: r = 64 moves per
+ * head from the top r slots into ascending holes, about every 9th slot. */
+static void moves_setup(moves_run *m, char *kv, size_t cache, int32_t *bt, int32_t *moves,
+                        uint32_t *n_moves, int64_t *slot, int32_t *row0)
+{
     uint64_t rng = 99;
-    for (uint32_t i = 0; i < ROWS * BPR; i++) /* pages scattered over the cache */
-        bt[i] = (int32_t)((i * 7919u) % (ROWS * BPR));
-    for (size_t l = 0; l < lists; l++) {
+    for (uint32_t i = 0; i < M_ROWS * M_BPR; i++) /* pages scattered over the cache */
+        bt[i] = (int32_t)((i * 7919u) % (M_ROWS * M_BPR));
+    for (size_t l = 0; l < (size_t)M_ROWS * S_HEADS; l++) {
         n_moves[l] = S_WR;
         uint32_t hole = 0;
-        for (uint32_t k = 0; k < S_WR; k++) { /* ascending holes, about every 9th slot */
+        for (uint32_t k = 0; k < S_WR; k++) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             hole += 1 + (uint32_t)(rng >> 60);
-            moves[(l * S_WR + k) * 2] = (int32_t)(C - S_WR + k);
+            moves[(l * S_WR + k) * 2] = (int32_t)(M_CAP - S_WR + k);
             moves[(l * S_WR + k) * 2 + 1] = (int32_t)hole;
         }
     }
-    kve_cache_write_desc *d = &m.d;
-    d->n_tokens = 0;
+    kve_cache_write_desc *d = &m->d;
     d->n_heads = S_HEADS;
     d->entry_bytes = S_ENTRY;
     d->n_caches = 2;
-    d->src[0] = d->src[1] = &slot; /* no token written: only the moves */
+    d->src[0] = d->src[1] = slot; /* no token written: only the moves */
     d->dst[0] = kv;
     d->dst[1] = kv + cache;
     d->layout = KVE_LAYOUT_NHD;
     d->page_size = S_PAGE;
-    d->n_pages = ROWS * BPR;
-    d->slots = &slot;
+    d->n_pages = M_ROWS * M_BPR;
+    d->slots = slot;
     d->slots_stride_token = 1;
-    d->token_row = &row0;
-    d->n_rows = ROWS;
+    d->token_row = row0;
+    d->n_rows = M_ROWS;
     d->page_table = KVE_PAGES_BLOCK_TABLE;
     d->block_table = bt;
-    d->blocks_per_row = BPR;
+    d->blocks_per_row = M_BPR;
     d->moves = moves;
     d->n_moves = n_moves;
-    d->n_move_rows = ROWS;
+    d->n_move_rows = M_ROWS;
     d->max_moves = S_WR;
     d->moves_stride_row = S_HEADS;
     d->moves_stride_head = 1;
-    double t = time_median(min_time, NULL, moves_once, &m);
-    m.bytes = lists * S_WR * S_ENTRY * 2;
-    m.a = (char *)malloc(m.bytes);
-    m.z = (char *)malloc(m.bytes);
-    if (!m.a || !m.z)
+}
+
+/* One layer of a decode step in which every one of 128 G1 rows ran a
+ * round: r = 64 moves per head from the top r slots into holes below, K
+ * and V in vLLM's NHD pages (16 slots) through a block table; against
+ * memcpy of the same bytes contiguous, and memcpy of the same pairs. */
+void bench_moves(int isa, int threads, double min_time)
+{
+    size_t lists = (size_t)M_ROWS * S_HEADS, page_bytes = (size_t)S_PAGE * S_HEADS * S_ENTRY;
+    size_t cache = (size_t)M_ROWS * M_BPR * page_bytes;
+    moves_run m;
+    memset(&m, 0, sizeof m);
+    m.ctx = cpu_context(isa, threads);
+    m.threads = threads;
+    char *kv = (char *)bench_cache_alloc(2 * cache);
+    int32_t *bt = (int32_t *)malloc((size_t)M_ROWS * M_BPR * 4);
+    int32_t *moves = (int32_t *)malloc(lists * S_WR * 8);
+    uint32_t *n_moves = (uint32_t *)malloc(lists * 4);
+    int64_t slot = -1;
+    int32_t row0 = 0;
+    if (!bt || !moves || !n_moves)
         die("bench_moves", KVE_ERR_NOMEM);
+    memset(kv, 1, 2 * cache);
+    moves_setup(&m, kv, cache, bt, moves, n_moves, &slot, &row0);
+    moves_pairs(&m, bt, moves);
+    m.bytes = lists * S_WR * S_ENTRY * 2;
+    m.a = (char *)bench_cache_alloc(m.bytes);
+    m.z = (char *)bench_cache_alloc(m.bytes);
     memset(m.a, 2, m.bytes);
     memset(m.z, 3, m.bytes);
+    double t = time_median(min_time, NULL, moves_once, &m);
     double tc = time_median(min_time, NULL, copy_once, &m);
+    double tp = time_median(min_time, NULL, pairs_once, &m);
     heading("moves of one layer, 128 G1 rows all in a round (64 moves a head, K and V, "
             "256-byte entries, NHD pages of 16 through a block table)", threads);
-    printf("  kve_cache_write %.3f ms (%.1f MB, %.2f GB/s); memcpy of the same bytes %.3f ms "
-           "(%.2f GB/s): %.2f x memcpy; x 36 layers = %.2f ms a step\n",
-           t * 1e3, m.bytes / 1e6, m.bytes / t / 1e9, tc * 1e3, m.bytes / tc / 1e9, tc / t,
-           36 * t * 1e3);
+    printf("  cache on %s; %.1f MB moved; x 36 layers = %.2f ms a step\n", bench_pages_name(),
+           m.bytes / 1e6, 36 * t * 1e3);
+    printf("  kve_cache_write %.3f ms (%.2f GB/s); memcpy of the same bytes contiguous %.3f ms "
+           "(%.2f GB/s): %.2f x; memcpy of the same pairs %.3f ms (%.2f GB/s): %.2f x\n",
+           t * 1e3, m.bytes / t / 1e9, tc * 1e3, m.bytes / tc / 1e9, tc / t, tp * 1e3,
+           m.bytes / tp / 1e9, tp / t);
     free(m.a);
     free(m.z);
+    free(m.to);
+    free(m.from);
     free(kv);
     free(bt);
     free(moves);

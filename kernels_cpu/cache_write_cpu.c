@@ -22,14 +22,14 @@ static inline size_t kve_slot_at(const kve_cache_write_desc *d, const kve_cache_
     return (size_t)at.page * p->dst_stride_page + at.in * p->dst_stride_slot;
 }
 
-#define KVE_MOVE_BATCH 64u /* pairs addressed and prefetched while the batch before is copied */
+#define KVE_MOVE_BATCH 64u /* pairs addressed, then copied in one copy_runs call */
 
 /* A batch of pairs ready to copy. */
 typedef struct kve_move_batch {
     char *to[KVE_MOVE_BATCH];
     const char *from[KVE_MOVE_BATCH];
+    size_t bytes[KVE_MOVE_BATCH]; /* one cache's entry bytes, every pair */
     uint32_t n;
-    size_t bytes; /* of every entry of the batch: one cache's */
 } kve_move_batch;
 
 /* Where move row @p i's moves are walked from: a cursor over its lists. */
@@ -43,8 +43,8 @@ typedef struct kve_move_walk {
 
 /* Address the next pairs of @p w into @p b (pairs k.. of every head's list,
  * heads inner: one slot's entries of all heads lie side by side in the
- * usual layouts), prefetching their lines; b->n = 0 when none are left.
- * A batch holds one cache's pairs. */
+ * usual layouts); b->n = 0 when none are left. A batch holds one cache's
+ * pairs. */
 static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
 {
     const kve_cache_write_desc *d = w->d;
@@ -52,7 +52,6 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
     while (w->c < d->n_caches && b->n < KVE_MOVE_BATCH) {
         const kve_cache_part *p = &d->part[w->c];
         size_t bytes = (size_t)p->dim * kve_dtype_size(p->dst_dtype);
-        b->bytes = bytes;
         for (; w->h < d->n_heads && b->n < KVE_MOVE_BATCH; w->h++) {
             size_t list = w->i * d->moves_stride_row + (size_t)w->h * d->moves_stride_head;
             if (w->k >= d->n_moves[list])
@@ -61,11 +60,8 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
             char *base = (char *)d->dst[w->c] + (size_t)w->h * p->dst_stride_head;
             const char *from = base + kve_slot_at(d, p, w->row, pair[0]);
             char *to = base + kve_slot_at(d, p, w->row, pair[1]);
-            for (size_t o = 0; o < bytes; o += 64) {
-                __builtin_prefetch(from + o, 0, 0);
-                __builtin_prefetch(to + o, 1, 0);
-            }
             b->from[b->n] = from;
+            b->bytes[b->n] = bytes;
             b->to[b->n++] = to;
         }
         if (w->h < d->n_heads)
@@ -81,9 +77,10 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
 
 /* The moves: a list's sources and destinations are disjoint slots, so
  * every pair copies straight from its source; a cache's stored bytes move
- * as they are. The copies are scattered DRAM (and TLB) misses: the next
- * batch's lines are requested before the current batch is copied, so many
- * are in flight at once, and one row's heads are walked together. */
+ * as they are, one row's heads walked together. The copies are scattered
+ * DRAM (and TLB) misses; software prefetching of the next batch (64 pairs,
+ * or 8-32 sliding ahead) measured slower than none, which runs at the
+ * floor of memcpy of the same pairs (docs/BENCHMARKS.md), so there is none. */
 static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
 {
     const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
@@ -97,12 +94,9 @@ static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
             w.k_end = n > w.k_end ? n : w.k_end;
         }
         w.c = w.k_end ? 0 : d->n_caches;
-        kve_move_batch b[2];
-        kve_move_fill(&w, &b[0]);
-        for (int cur = 0; b[cur].n; cur ^= 1) {
-            kve_move_fill(&w, &b[cur ^ 1]);
-            k->copy_pairs(b[cur].to, b[cur].from, b[cur].n, b[cur].bytes);
-        }
+        kve_move_batch b;
+        for (kve_move_fill(&w, &b); b.n; kve_move_fill(&w, &b))
+            k->copy_runs(b.to, b.from, b.bytes, b.n);
     }
 }
 

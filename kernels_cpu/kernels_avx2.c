@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "copy_simd.h"
 #include "evict_simd.h"
 
 #define KVE_INLINE static inline __attribute__((always_inline))
@@ -406,36 +407,6 @@ static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uin
     return cnt;
 }
 
-/* ---- compaction --------------------------------------------------------------- */
-
-/* One entry; distinct entries never overlap (strides are checked). */
-KVE_INLINE void kve2_copy(char *d, const char *s, size_t bytes)
-{
-    size_t o = 0;
-    for (; o + 128 <= bytes; o += 128) {
-        const __m256i *p = (const __m256i *)(const void *)(s + o);
-        __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
-        __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
-        __m256i *q = (__m256i *)(void *)(d + o);
-        _mm256_storeu_si256(q, a);
-        _mm256_storeu_si256(q + 1, b);
-        _mm256_storeu_si256(q + 2, c);
-        _mm256_storeu_si256(q + 3, e);
-    }
-    for (; o + 32 <= bytes; o += 32)
-        _mm256_storeu_si256((__m256i *)(void *)(d + o),
-                            _mm256_loadu_si256((const __m256i *)(const void *)(s + o)));
-    if (o < bytes)
-        memcpy(d + o, s + o, bytes - o);
-}
-
-static void kve2_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
-                            size_t entry_bytes)
-{
-    for (uint32_t i = 0; i < count; i++)
-        kve2_copy(dst[i], src[i], entry_bytes);
-}
-
 /* ---- content checks (kve_check_rows.h) ---------------------------------------- */
 
 static void kve2_row_facts(const int32_t *row, uint32_t n, kve_row_facts *s)
@@ -493,7 +464,7 @@ const kve_cpu_kernels kve_cpu_kernels_avx2 = {
     .evict_head = kve2_evict_head,
     .keys = kve2_keys,
     .head_keys = kve2_floor_keys,
-    .copy_pairs = kve2_copy_pairs,
+    .copy_runs = kve_simd_copy_runs,
     .row_facts = kve2_row_facts,
     .row_run = kve2_row_run,
     .row_distinct = kve_row_distinct_scalar, /* no scatter in AVX2 */

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "copy_simd.h"
 #define KVE_ISA_FUSED_CHECK 1 /* kve512_scan checks the table as it hashes */
 #include "evict_simd.h"
 
@@ -453,35 +454,6 @@ static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uin
     return cnt;
 }
 
-/* ---- compaction --------------------------------------------------------------- */
-
-/* One entry; distinct entries never overlap (strides are checked). */
-KVE_INLINE void kve512_copy(char *d, const char *s, size_t bytes)
-{
-    size_t o = 0;
-    for (; o + 256 <= bytes; o += 256) {
-        __m512i a = _mm512_loadu_si512(s + o), b = _mm512_loadu_si512(s + o + 64);
-        __m512i c = _mm512_loadu_si512(s + o + 128), e = _mm512_loadu_si512(s + o + 192);
-        _mm512_storeu_si512(d + o, a);
-        _mm512_storeu_si512(d + o + 64, b);
-        _mm512_storeu_si512(d + o + 128, c);
-        _mm512_storeu_si512(d + o + 192, e);
-    }
-    for (; o + 64 <= bytes; o += 64)
-        _mm512_storeu_si512(d + o, _mm512_loadu_si512(s + o));
-    if (o < bytes) {
-        __mmask64 tail = (__mmask64)((1ull << (bytes - o)) - 1);
-        _mm512_mask_storeu_epi8(d + o, tail, _mm512_maskz_loadu_epi8(tail, s + o));
-    }
-}
-
-static void kve512_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
-                              size_t entry_bytes)
-{
-    for (uint32_t i = 0; i < count; i++)
-        kve512_copy(dst[i], src[i], entry_bytes);
-}
-
 /* ---- content checks (kve_check_rows.h) ---------------------------------------- */
 
 static void kve512_row_facts(const int32_t *row, uint32_t n, kve_row_facts *s)
@@ -546,7 +518,7 @@ const kve_cpu_kernels kve_cpu_kernels_avx512 = {
     .evict_head = kve512_evict_head,
     .keys = kve512_keys,
     .head_keys = kve512_floor_keys,
-    .copy_pairs = kve512_copy_pairs,
+    .copy_runs = kve_simd_copy_runs,
     .row_facts = kve512_row_facts,
     .row_run = kve512_row_run,
     .row_distinct = kve512_row_distinct,

@@ -160,11 +160,11 @@ static void kve_scalar_head_keys(const kve_head_job *j, const int32_t *pos, uint
         keys[i] = kve_ref_key(seq_seed, j->key_flags, j->layer, j->head, (uint32_t)pos[i], j->round);
 }
 
-static void kve_scalar_copy_pairs(char *const *dst, const char *const *src, uint32_t count,
-                                  size_t entry_bytes)
+static void kve_scalar_copy_runs(char *const *dst, const char *const *src, const size_t *bytes,
+                                 uint32_t count)
 {
     for (uint32_t i = 0; i < count; i++)
-        memcpy(dst[i], src[i], entry_bytes);
+        memmove(dst[i], src[i], bytes[i]);
 }
 
 const kve_cpu_kernels kve_cpu_kernels_scalar = {
@@ -173,7 +173,7 @@ const kve_cpu_kernels kve_cpu_kernels_scalar = {
     .evict_head = kve_scalar_evict_head,
     .keys = kve_scalar_keys,
     .head_keys = kve_scalar_head_keys,
-    .copy_pairs = kve_scalar_copy_pairs,
+    .copy_runs = kve_scalar_copy_runs,
     .row_facts = kve_row_facts_scalar,
     .row_run = kve_row_run_scalar,
     .row_distinct = kve_row_distinct_scalar,

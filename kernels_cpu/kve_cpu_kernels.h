@@ -72,9 +72,11 @@ typedef struct kve_cpu_kernels {
     /* Keys of n positions of one head, nothing else: the hash-only floor the
      * benchmarks hold eviction against (job: coordinates only). */
     void (*head_keys)(const kve_head_job *job, const int32_t *pos, uint32_t n, uint64_t *keys);
-    /* dst[i] = src[i] for count entries of entry_bytes, in order; no source
-     * overlaps its destination (compaction passes only entries that move). */
-    void (*copy_pairs)(char *const *dst, const char *const *src, uint32_t count, size_t entry_bytes);
+    /* dst[i] = src[i] for bytes[i] bytes, i = 0 .. count - 1 in order, each
+     * copy forward: a source may overlap its own destination only when the
+     * destination lies below it (compaction's runs); no other overlaps. */
+    void (*copy_runs)(char *const *dst, const char *const *src, const size_t *bytes,
+                      uint32_t count);
     /* The content checks' passes over one slot_pos row (kve_check_rows.h;
      * kve_check_row drives them): its facts, the length of its leading
      * in-order run, and whether its valid positions (in [lo, lo + span))

@@ -1,7 +1,8 @@
 /* test_cpu_isa.c — every CPU ISA this machine runs, at 1, 2 and 3 threads,
  * against the scalar reference through the public API: keys (and those
  * against libxxhash itself), evictions on thousands of random batches,
- * compaction in and out of place; ISA selection and its errors. */
+ * compaction in and out of place (and its runs against a direct reference);
+ * ISA selection and its errors. */
 #include <stdio.h>
 #include <xxhash.h>
 
@@ -364,6 +365,120 @@ START_TEST(compact_matches_scalar)
 }
 END_TEST
 
+/* Tables whose kept slots form runs of every kind (long runs of full rows,
+ * runs of one between evictions, holes, and every head alike so that token
+ * rows join whole rows across heads), in slot-major and head-major caches,
+ * on every ISA and thread count, against a direct per-entry reference. */
+typedef struct {
+    uint32_t L, H, T, ncache;
+    size_t e;
+    int token_rows, out_of_place;
+} runs_shape;
+
+/* Head rows of pattern @p p and their ascending evicted lists. */
+static void runs_tables(uint64_t *rng, const runs_shape *g, int p, int32_t *rows, int32_t *ev,
+                        uint32_t *n_ev)
+{
+    for (size_t i = 0; i < (size_t)g->L * g->H; i++) {
+        int32_t *row = rows + i * g->T, *e = ev + i * g->T;
+        if (p == 3 && i > 0) { /* every head as the first */
+            memcpy(row, rows, g->T * 4);
+            memcpy(e, ev, g->T * 4);
+            n_ev[i] = n_ev[0];
+            continue;
+        }
+        n_ev[i] = 0;
+        for (uint32_t t = 0; t < g->T; t++) {
+            int hole = p == 2 && kt_below(rng, 5) == 0;
+            row[t] = hole ? -1 : (int32_t)t;
+            int evict = !hole && (p == 1 ? t % 2 == 1 : kt_below(rng, p == 0 ? 40 : 6) == 0);
+            if (evict)
+                e[n_ev[i]++] = (int32_t)t;
+        }
+    }
+}
+
+static kve_cache_view runs_view(const runs_shape *g, char *base)
+{
+    size_t L = g->L, H = g->H, T = g->T, e = g->e;
+    return g->token_rows ? (kve_cache_view){base, 0, H * e, e, L * H * e}
+                         : (kve_cache_view){base, 0, H * T * e, T * e, e};
+}
+
+START_TEST(compact_runs_exact)
+{
+    isa_set s;
+    isa_set_open(&s);
+    uint64_t rng = 733;
+    static const size_t sizes[] = {1, 3, 8, 32, 40, 64, 100, 256};
+    for (int iter = 0; iter < 96; iter++) {
+        runs_shape g = {1 + kt_below(&rng, 3), 1 + kt_below(&rng, 4),
+                        iter % 8 == 7 ? 1000 : 1 + kt_below(&rng, 200), 1 + kt_below(&rng, 3),
+                        sizes[kt_below(&rng, 8)], iter % 2, (iter / 2) % 2};
+        int p = (iter / 4) % 4;
+        size_t heads = (size_t)g.L * g.H, bytes = heads * g.T * g.e;
+        int32_t *rows = malloc(heads * g.T * 4), *ev = malloc(heads * g.T * 4);
+        int32_t *slots = malloc(heads * g.T * 4);
+        uint32_t *n_ev = malloc(heads * 4);
+        runs_tables(&rng, &g, p, rows, ev, n_ev);
+        char *orig = malloc(bytes * g.ncache), *src = malloc(bytes * g.ncache);
+        char *dst = malloc(bytes * g.ncache);
+        for (size_t i = 0; i < bytes * g.ncache; i++)
+            orig[i] = (char)kt_next(&rng);
+        for (int k = 0; k < s.n; k++) {
+            memcpy(src, orig, bytes * g.ncache);
+            memcpy(slots, rows, heads * g.T * 4);
+            kve_compact_desc d;
+            memset(&d, 0, sizeof d);
+            d.n_seqs = 1, d.n_layers = g.L, d.n_heads = g.H, d.n_slots = g.T;
+            d.slot_pos = slots, d.slot_pos_stride = g.T;
+            d.evicted = ev, d.evicted_stride = g.T, d.n_evicted = n_ev;
+            d.entry_bytes = g.e, d.n_caches = g.ncache;
+            for (uint32_t c = 0; c < g.ncache; c++) {
+                d.src[c] = runs_view(&g, src + c * bytes);
+                if (g.out_of_place)
+                    d.dst[c] = runs_view(&g, dst + c * bytes);
+            }
+            KT_OK(kve_compact(s.ctx[k], &d));
+            for (size_t i = 0; i < heads; i++) {
+                const int32_t *row = rows + i * g.T, *e = ev + i * g.T;
+                uint32_t j = 0, x = 0;
+                for (uint32_t t = 0; t < g.T; t++) {
+                    if (x < n_ev[i] && e[x] == (int32_t)t) {
+                        x++;
+                        continue;
+                    }
+                    if (row[t] < 0)
+                        continue;
+                    ck_assert_msg(slots[i * g.T + j] == row[t], "%s, batch %d: head %zu slot %u",
+                                  s.name[k], iter, i, j);
+                    for (uint32_t c = 0; c < g.ncache; c++) {
+                        kve_cache_view from = runs_view(&g, orig + c * bytes);
+                        const kve_cache_view *to = g.out_of_place ? &d.dst[c] : &d.src[c];
+                        size_t l = i / g.H, h = i % g.H, at = l * from.stride_layer + h * from.stride_head;
+                        ck_assert_msg(!memcmp((char *)to->base + at + j * to->stride_slot,
+                                              (char *)from.base + at + t * from.stride_slot, g.e),
+                                      "%s, batch %d: head %zu entry %u of cache %u", s.name[k],
+                                      iter, i, j, c);
+                    }
+                    j++;
+                }
+                for (; j < g.T; j++)
+                    ck_assert_int_eq(slots[i * g.T + j], -1);
+            }
+        }
+        free(rows);
+        free(ev);
+        free(slots);
+        free(n_ev);
+        free(orig);
+        free(src);
+        free(dst);
+    }
+    isa_set_close(&s);
+}
+END_TEST
+
 /* ---- input checks -------------------------------------------------------- */
 
 START_TEST(input_checks_exact)
@@ -458,6 +573,7 @@ int main(void)
         KVE_TEST(isa, evict_random_batches),
         KVE_TEST(isa, evict_decode_rounds),
         KVE_TEST(isa, compact_matches_scalar),
+        KVE_TEST(isa, compact_runs_exact),
         KVE_TEST(isa, input_checks_exact),
         KVE_TEST(isa, isa_selection),
     };
