@@ -1,11 +1,24 @@
-/* bench.h — what bench_cpu.c (the driver) shares with bench_state.c and
- * bench_scored.c. */
+/* bench.h — what bench_cpu.c (the driver) shares with bench_compact.c,
+ * bench_state.c, bench_score.c and bench_scored.c. */
 #ifndef KVE_BENCH_H
 #define KVE_BENCH_H
 
 #include "kvevict.h"
 
 typedef void (*step_fn)(void *arg);
+
+/* The standard workloads' head (docs/BENCHMARKS.md): G1 is 36 layers x 8 heads. */
+#define G_LAYERS 36
+#define G_HEADS 8
+#define G_PROMPT 1024
+#define G_BUDGET 2048
+#define G_WINDOW 64
+#define G_SLOTS (G_BUDGET + G_WINDOW) /* full: B + r, r = W = 64 */
+#define G_CAND (G_BUDGET - G_PROMPT)  /* candidates per head: 1024 */
+#define ENTRY_BYTES 256               /* 128 x bf16 */
+
+/* Full G heads in steady state under slot reuse (bench_cpu.c). */
+void fill_tables(int32_t *slots, size_t heads, uint64_t seed);
 
 /* Median (or least, with --stat min) seconds of body() over at least 3 runs
  * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs
@@ -20,6 +33,11 @@ void evict_or_die(kve_context *ctx, const kve_batch *b, const kve_evict_out *out
                   size_t ws_bytes);
 /* A CPU context on @p isa with @p threads. */
 kve_context *cpu_context(int isa, int threads);
+
+/* bench_compact.c: the compaction table, per layout, placement, ISA
+ * (named by isa_names[isa]) and thread count. */
+void bench_compaction(const int *isas, int n_isas, const int *threads, int n_threads, double min_time,
+                      const char *const *isa_names);
 
 /* bench_state.c: --pages 2m given: caches and their floors' buffers on
  * 2 MiB transparent huge pages, else on 4 KiB pages. */
