@@ -424,17 +424,10 @@ static uint64_t kve_simd_start(const kve_head_job *j, const kve_head_hint *h, kv
 static void kve_hint_store(kve_head_hint *h, const kve_head_job *j, uint64_t seq_seed,
                            const kve_counts *x, uint32_t win_lo)
 {
-    h->valid = 1;
-    h->seed = j->seed;
-    h->seq_id = j->seq_id;
-    h->seq_seed = seq_seed;
-    h->prompt = j->prompt;
-    h->window = j->window;
-    h->budget = j->budget;
-    h->n_slots = j->n_slots;
-    h->n_valid = x->n_valid;
-    h->n_gen = x->n_gen;
-    h->win_lo = win_lo;
+    *h = (kve_head_hint){.valid = 1, .seed = j->seed, .seq_id = j->seq_id, .seq_seed = seq_seed,
+                         .prompt = j->prompt, .window = j->window, .budget = j->budget,
+                         .n_slots = j->n_slots, .n_valid = x->n_valid, .n_gen = x->n_gen,
+                         .win_lo = win_lo};
 }
 
 /* The passes until the plan is exact (the window verified, keys hashed
