@@ -9,21 +9,26 @@
  *     A guess for win_lo (the previous head's, or max - wc + 1) is verified
  *     by the counts of the pass that uses it; a miss falls back to an exact
  *     quickselect and a second pass.
- *  2. One pass over the slots hashes every candidate (keys kept per slot)
- *     and compresses the slots of the "survivors": keys beyond a threshold T
- *     chosen so that the smaller side (evicted or kept candidates) almost
- *     surely lies inside, with a few sigma of margin.
- *  3. An exact boundary t among the survivors: count(key >= t) == the
- *     number wanted, found by interpolation on the counts (keys are uniform).
- *     The keep-set is then {key < t}, exactly the spec's n_keep smallest.
- * Exact fallbacks: a threshold that misses re-extracts from the stored keys;
- * equal keys across the boundary (probability ~2^-50) run the scalar
- * reference on the head. Outputs are written with exact lengths.
+ *  2. One pass over the slots hashes every candidate and compresses the
+ *     slots of the "survivors": keys beyond a threshold T chosen so that the
+ *     smaller side (evicted or kept candidates) almost surely lies inside,
+ *     with a few sigma of margin. Only the keys' high halves are computed
+ *     and kept (per slot, and per survivor): T and every boundary below are
+ *     multiples of 2^32, so the high halves decide every comparison.
+ *  3. An exact boundary t among the survivors' high halves: count(hi >= t)
+ *     == the number wanted, found by interpolation on the counts (keys are
+ *     uniform). The keep-set is then {key < t << 32}, exactly the spec's
+ *     n_keep smallest.
+ * Exact fallbacks: a threshold that misses re-extracts from the stored high
+ * halves; equal high halves across the boundary (probability ~2^-22 a head)
+ * run the scalar reference on the head. Outputs are written with exact
+ * lengths.
  */
 #ifndef KVE_EVICT_SIMD_H
 #define KVE_EVICT_SIMD_H
 
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #include "kve_cpu_kernels.h"
@@ -60,8 +65,10 @@ typedef struct kve_scan {
     uint64_t T;         /* survivors: key >= T (top) or key <= T; T's low half is */
                         /* all zeros (top) or all ones, so key >> 32 decides */
     int top;
-    uint64_t *keys;     /* [n + 16], per slot, written for candidate slots */
+    uint32_t *khi;      /* [n + 16], per slot, written for candidate slots: the key's */
+                        /* high half (its low half is never computed) */
     int32_t *surv;      /* [n + 32], survivor slots, ascending */
+    uint32_t *shi;      /* [n + 32], their khi (written by ISAs with KVE_ISA_SCAN_SHI) */
     /* The fused checks (kve_head_job.check; an ISA with KVE_ISA_FUSED_CHECK):
      * check 0, or KVE_JOB_CHECK_* bits; map: the job's check_map. */
     uint32_t check;
@@ -97,23 +104,38 @@ static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n);
 static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
                                    const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
                                    uint32_t cap, kve_counts *c);
+/* The same on a scan's khi: candidate slots whose khi is in [lo, hi]. */
+static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
+                                      uint32_t cap);
 /* Valid slots whose bit in ev_bits (NULL: none) is clear, ascending, at most cap. */
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
                                    int32_t *out, uint32_t cap);
 /* c[j] = the number of k[0..m) >= t[j], j < 3, in one pass. */
 static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[3], uint32_t c[3]);
+/* The k[0..m) in [a, b]: how many (out, at most KVE_BRACKET of them, in
+ * order), and *above = how many k > b. */
+static uint32_t kve_isa_split32(const uint32_t *k, uint32_t m, uint32_t a, uint32_t b, uint32_t *out,
+                                uint32_t *above);
+/* Among v[0..n), n <= KVE_BRACKET, a value with exactly r of them >= it
+ * (1 <= r <= n): the r-th largest when it is larger than the next; 0 when
+ * there is none (the r-th and the next are equal). */
+static int kve_isa_rank32(const uint32_t *v, uint32_t n, uint32_t r, uint32_t *t);
 /* slots[i] for the i with k[i] >= t, in order, at most cap; returns how many. */
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
                                     int32_t *out, uint32_t cap);
 
 /* ---- the plan ------------------------------------------------------------ */
 
+#define KVE_BRACKET 32u /* values kve_isa_split32 gathers and kve_isa_rank32 ranks */
+
 
 typedef struct kve_simd_ws {
-    uint64_t *keys, *skeys, *bits;
+    uint64_t *keys, *skeys, *bits; /* keys, skeys: the scored path's */
+    uint32_t *khi;                 /* aliases keys: the random path's */
     int32_t *surv;
     uint32_t *shi;
-    uint32_t *tmp; /* aliases skeys: only the exact window uses it */
+    uint32_t *tmp; /* aliases skeys: the exact window's and the bracket's */
 } kve_simd_ws;
 
 static size_t kve_simd_ws_layout(uint32_t n, char *base, kve_simd_ws *w)
@@ -122,6 +144,7 @@ static size_t kve_simd_ws_layout(uint32_t n, char *base, kve_simd_ws *w)
     size_t bits = KVE_ALIGN_UP(((size_t)n / 64 + 2) * 8, 64);
     if (w) {
         w->keys = (uint64_t *)base;
+        w->khi = (uint32_t *)base;
         w->skeys = (uint64_t *)(base + keys);
         w->tmp = (uint32_t *)w->skeys;
         w->surv = (int32_t *)(base + 2 * keys);
@@ -236,30 +259,13 @@ static void kve_simd_pick(const kve_plan *p, int *top, uint64_t *T)
     *T = *top ? ~q & ~0xffffffffull : q | 0xffffffffull;
 }
 
-typedef void (*kve_count3_fn)(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3]);
-
-static void kve_count3_32(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3])
-{
-    const uint32_t t32[3] = {(uint32_t)t[0], (uint32_t)t[1], (uint32_t)t[2]};
-    kve_isa_count3_ge32((const uint32_t *)k, m, t32, c);
-}
-
-static void kve_count3_64(const void *k, uint32_t m, const uint64_t t[3], uint32_t c[3])
-{
-    const uint64_t *v = (const uint64_t *)k;
-    c[0] = c[1] = c[2] = 0;
-    for (uint32_t i = 0; i < m; i++)
-        for (int j = 0; j < 3; j++)
-            c[j] += v[i] >= t[j];
-}
-
 /* A t with count(k >= t) == want, given count(k >= lo) == m and no k above
  * top; 0 when equal keys straddle the boundary (no such t). Each pass counts
  * at three thresholds: the interpolated one (keys are uniform) and one key
  * spacing either side, so the bracket usually closes in one or two passes;
  * later passes bisect, so it always ends. */
-static int kve_simd_search(kve_count3_fn count3, const void *k, uint32_t m, uint32_t want,
-                           uint64_t lo, uint64_t top, uint64_t *out)
+static int kve_simd_search(const uint32_t *k, uint32_t m, uint32_t want, uint64_t lo, uint64_t top,
+                           uint64_t *out)
 {
     uint32_t c_lo = m, c_hi = 0; /* counts at lo and above hi */
     uint64_t hi = top;           /* the answer lies in (lo, hi] */
@@ -269,10 +275,11 @@ static int kve_simd_search(kve_count3_fn count3, const void *k, uint32_t m, uint
     }
     if (want == 0) {
         *out = top + 1;
-        return top != UINT64_MAX;
+        return top < UINT32_MAX;
     }
     for (int it = 0; it < 100 && lo < hi; it++) {
         uint64_t span = hi - lo, t[3];
+        uint32_t t32[3];
         double keys = (double)(c_lo - c_hi + 1), x = (double)span;
         double mid = it < 6 ? x * ((c_lo - want + 0.5) / keys) : x / 2;
         double gap = it < 6 ? x / keys : 0;
@@ -280,9 +287,10 @@ static int kve_simd_search(kve_count3_fn count3, const void *k, uint32_t m, uint
             double d = mid + (j - 1) * gap;
             uint64_t step = d >= x ? span : d < 1 ? 1 : (uint64_t)d;
             t[j] = lo + (step < 1 ? 1 : step);
+            t32[j] = (uint32_t)t[j];
         }
         uint32_t c[3];
-        count3(k, m, t, c);
+        kve_isa_count3_ge32(k, m, t32, c);
         for (int j = 0; j < 3; j++) { /* t[] ascending, c[] descending */
             if (c[j] == want) {
                 *out = t[j];
@@ -302,54 +310,82 @@ static int kve_simd_search(kve_count3_fn count3, const void *k, uint32_t m, uint
     return 0;
 }
 
-/* Step 5 from the survivors of a pass (top/T as that pass used them). The
- * boundary is searched on the keys' high halves; only when two of them tie
- * across it (~2^-22 per head) on the whole keys. 0 when only the scalar
- * reference can answer (equal keys across the boundary). */
+/* The boundary of kve_simd_search in one pass when the interpolation is
+ * close, as it is for uniform keys: the values in a bracket of about two
+ * sigma either side of the interpolated boundary, ranked in registers.
+ * 1: *out is t; 0: equal values at the boundary (no t); -1: the bracket
+ * missed or held too many (the caller searches). */
+static int kve_simd_bracket(const uint32_t *k, uint32_t m, uint32_t want, uint32_t lo, uint32_t top,
+                            uint32_t *tmp, uint64_t *out)
+{
+    if (want == 0 || want >= m)
+        return -1;
+    double x = (double)top - lo + 1, gap = x / (m + 1);
+    double mid = gap * (m - want + 0.5);
+    double half = gap * (2 * sqrt((double)want * (m - want) / m) + 2);
+    double da = mid - half, db = mid + half;
+    uint32_t a = da <= 0 ? lo : lo + (uint32_t)da;
+    uint32_t b = db >= x - 1 ? top : lo + (uint32_t)db;
+    uint32_t above, in = kve_isa_split32(k, m, a, b, tmp, &above);
+    if (above > want || above + in < want || in > KVE_BRACKET)
+        return -1;
+    uint32_t r = want - above, t;
+    if (r == 0) { /* count(k > b) == want */
+        if (b == UINT32_MAX)
+            return -1;
+        *out = (uint64_t)b + 1;
+        return 1;
+    }
+    if (r == in) { /* count(k >= a) == want */
+        *out = a;
+        return 1;
+    }
+    if (!kve_isa_rank32(tmp, in, r, &t))
+        return 0;
+    *out = t;
+    return 1;
+}
+
+/* kve_cpu_kernels.boundary32: the bracket, else the search. */
+static int kve_simd_boundary(const uint32_t *k, uint32_t m, uint32_t want, uint32_t lo, uint32_t top,
+                             uint32_t *tmp, uint64_t *t)
+{
+    int got = kve_simd_bracket(k, m, want, lo, top, tmp, t);
+    return got < 0 ? kve_simd_search(k, m, want, lo, top, t) : got;
+}
+
+/* Step 5 from the survivors of a pass (top/T as that pass used them), on
+ * the keys' high halves. 0 when only the scalar reference can answer (two
+ * high halves equal across the boundary, ~2^-22 a head). */
 static int kve_simd_select(kve_head_job *j, const kve_plan *p, const kve_simd_ws *w,
                            uint32_t win_lo, int top, uint64_t T, uint32_t ns)
 {
     const int32_t prompt = (int32_t)j->prompt;
     const uint32_t n = j->n_slots;
-    int top_x = p->e <= p->nk;
+    int top_x = p->e <= p->nk, fill = !KVE_ISA_SCAN_SHI;
     uint32_t need = top_x ? p->e : p->nk;
-    if (top_x != top || ns < need) { /* the guess missed: re-extract from the stored keys */
+    if (top_x != top || ns < need) { /* the guess missed: re-extract from the stored halves */
         kve_simd_pick(p, &top, &T);
-        ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, top ? T : 0,
-                                top ? UINT64_MAX : T, w->surv, n, NULL);
+        ns = kve_isa_cand_slots_hi(j->slot_pos, n, prompt, win_lo, w->khi, top ? (uint32_t)(T >> 32) : 0,
+                                   top ? UINT32_MAX : (uint32_t)(T >> 32), w->surv, n);
         if (ns < need) {
             T = top ? 0 : UINT64_MAX;
-            ns = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, 0, UINT64_MAX,
-                                    w->surv, n, NULL);
+            ns = kve_isa_cand_slots_hi(j->slot_pos, n, prompt, win_lo, w->khi, 0, UINT32_MAX, w->surv, n);
         }
+        fill = 1;
     }
-    for (uint32_t i = 0; i < ns; i++)
-        w->shi[i] = (uint32_t)(w->keys[w->surv[i]] >> 32);
-    uint32_t want = top ? p->e : ns - p->nk;
+    for (uint32_t i = 0; fill && i < ns; i++)
+        w->shi[i] = w->khi[w->surv[i]];
+    uint32_t want = top ? p->e : ns - p->nk, lo = top ? (uint32_t)(T >> 32) : 0;
+    uint32_t hi = top ? UINT32_MAX : (uint32_t)(T >> 32);
     uint64_t t;
-    if (kve_simd_search(kve_count3_32, w->shi, ns, want, top ? T >> 32 : 0,
-                        top ? UINT32_MAX : T >> 32, &t)) {
-        if (top) {
-            j->n_evicted = kve_isa_filter_ge32(w->shi, w->surv, ns, (uint32_t)t, j->evicted, p->e);
-            return 1;
-        }
-        t <<= 32;
-    } else {
-        for (uint32_t i = 0; i < ns; i++)
-            w->skeys[i] = w->keys[w->surv[i]];
-        if (!kve_simd_search(kve_count3_64, w->skeys, ns, want, top ? T : 0, top ? UINT64_MAX : T, &t))
-            return 0;
-        if (top) {
-            uint32_t cnt = 0;
-            for (uint32_t i = 0; i < ns && cnt < p->e; i++)
-                if (w->skeys[i] >= t)
-                    j->evicted[cnt++] = w->surv[i];
-            j->n_evicted = cnt;
-            return 1;
-        }
-    }
-    j->n_evicted = kve_isa_cand_slots(j->slot_pos, n, prompt, win_lo, w->keys, t, UINT64_MAX,
-                                      j->evicted, p->e, NULL);
+    if (!kve_simd_boundary(w->shi, ns, want, lo, hi, w->tmp, &t))
+        return 0;
+    if (top)
+        j->n_evicted = kve_isa_filter_ge32(w->shi, w->surv, ns, (uint32_t)t, j->evicted, p->e);
+    else
+        j->n_evicted = kve_isa_cand_slots_hi(j->slot_pos, n, prompt, win_lo, w->khi, (uint32_t)t,
+                                             UINT32_MAX, j->evicted, p->e);
     return 1;
 }
 
@@ -456,7 +492,7 @@ static int kve_simd_passes(kve_head_job *j, const kve_simd_ws *w, const kve_hcon
         } else {
             kve_simd_pick(&pe, &top, &T);
             kve_scan_facts f;
-            kve_scan s = {j->slot_pos, n, prompt, *win_lo, hc, T, top, w->keys, w->surv,
+            kve_scan s = {j->slot_pos, n, prompt, *win_lo, hc, T, top, w->khi, w->surv, w->shi,
                           check, check & KVE_JOB_CHECK_DUPS ? j->check_map : NULL, &f};
             ns = kve_isa_scan(&s, x);
             hashed = 1;
@@ -529,7 +565,7 @@ static void kve_simd_evict_head(kve_head_job *j, void *scratch)
         j->check_result = KVE_JOB_UNCHECKED;
         return;
     }
-    if (r == 0) { /* equal keys across the boundary */
+    if (r == 0) { /* equal high halves across the boundary */
         kve_cpu_kernels_scalar.evict_head(j, scratch);
         return;
     }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "copy_simd.h"
+#define KVE_ISA_SCAN_SHI 0
 #include "evict_simd.h"
 
 #define KVE_INLINE static inline __attribute__((always_inline))
@@ -43,28 +44,40 @@ KVE_INLINE __m256i kve2_mul64(__m256i a, uint64_t m)
     return _mm256_add_epi64(_mm256_mul_epu32(a, mlo), _mm256_slli_epi64(mid, 32));
 }
 
-/* XXH3's avalanche of the 16-byte path, then the key's finisher (kve_key_finish):
- * the finisher's constant fits 32 bits, so its product is two 32x32 multiplies. */
-KVE_INLINE __m256i kve2_avalanche(__m256i acc)
+/* XXH3's avalanche of the 16-byte path, then the key's finisher
+ * (kve_key_finish) but for its last x ^= x >> 32, which leaves the high half
+ * as it is: the key's high half is this value's. The finisher's constant
+ * fits 32 bits, so its product is two 32x32 multiplies. */
+KVE_INLINE __m256i kve2_avalanche_hi(__m256i acc)
 {
     const __m256i fm = _mm256_set1_epi64x((long long)KVE_KEY_FINISH_MUL);
     acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 37));
     acc = kve2_mul64(acc, KVE_XXH3_PRIME_MX1);
     acc = _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
-    acc = _mm256_add_epi64(_mm256_mul_epu32(acc, fm),
-                           _mm256_slli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(acc, 32), fm), 32));
+    return _mm256_add_epi64(_mm256_mul_epu32(acc, fm),
+                            _mm256_slli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(acc, 32), fm), 32));
+}
+
+KVE_INLINE __m256i kve2_avalanche(__m256i acc)
+{
+    acc = kve2_avalanche_hi(acc);
     return _mm256_xor_si256(acc, _mm256_srli_epi64(acc, 32));
 }
 
-/* Keys of 4 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
-KVE_INLINE __m256i kve2_head_keys(__m256i x, const kve2_hc *h)
+/* acc of 4 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
+KVE_INLINE __m256i kve2_head_acc(__m256i x, const kve2_hc *h)
 {
     __m256i lolo = _mm256_mul_epu32(x, h->mul_lo), hilo = _mm256_mul_epu32(x, h->mul_hi);
     __m256i cross = _mm256_add_epi64(_mm256_add_epi64(hilo, _mm256_srli_epi64(lolo, 32)), h->cross_lo);
     __m256i high = _mm256_add_epi64(_mm256_srli_epi64(cross, 32), h->high_base);
     __m256i low = _mm256_blend_epi32(lolo, _mm256_slli_epi64(cross, 32), 0xAA);
-    __m256i acc = _mm256_add_epi64(_mm256_add_epi64(x, h->acc_base), _mm256_xor_si256(low, high));
-    return kve2_avalanche(acc);
+    return _mm256_add_epi64(_mm256_add_epi64(x, h->acc_base), _mm256_xor_si256(low, high));
+}
+
+/* Keys of 4 lanes x for one head. */
+KVE_INLINE __m256i kve2_head_keys(__m256i x, const kve2_hc *h)
+{
+    return kve2_avalanche(kve2_head_acc(x, h));
 }
 
 /* The key, XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) finished, in 4 lanes, every
@@ -301,12 +314,11 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
         if (!kc)
             continue;
         __m256i x = _mm256_xor_si256(v, h.pos_mask);
-        __m256i k0 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h);
-        __m256i k1 = kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h);
-        _mm256_storeu_si256((__m256i *)(void *)(s->keys + t), k0);
-        _mm256_storeu_si256((__m256i *)(void *)(s->keys + t + 4), k1);
+        __m256i k0 = kve2_avalanche_hi(kve2_head_acc(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h));
+        __m256i k1 = kve2_avalanche_hi(kve2_head_acc(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h));
         __m256i hi = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(k0, odd_lo),
                                         _mm256_permutevar8x32_epi32(k1, odd_lo), 0xF0);
+        _mm256_storeu_si256((__m256i *)(void *)(s->khi + t), hi);
         uint32_t sv = kc & kve2_side32(hi, tb, top);
         __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
         _mm256_storeu_si256((__m256i *)(void *)(s->surv + ns), kve2_compress(slots, sv));
@@ -324,14 +336,18 @@ static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
     return s->top ? kve2_scan(s, c, 1) : kve2_scan(s, c, 0);
 }
 
-static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
-                                   uint32_t cap, kve_counts *c)
+/* kve_isa_cand_slots (keys) and kve_isa_cand_slots_hi (khi): one body, the
+ * key test on 64-bit keys or on 32-bit high halves. */
+KVE_INLINE uint32_t kve2_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                              const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
+                              int32_t *out, uint32_t cap, kve_counts *c)
 {
     pthread_once(&kve2_lut_once, kve2_lut_init);
     const kve2_bounds b = kve2_bounds_of(prompt, win_lo);
     const __m256i lob = _mm256_set1_epi64x((long long)(lo ^ 0x8000000000000000ull));
     const __m256i hib = _mm256_set1_epi64x((long long)(hi ^ 0x8000000000000000ull));
+    const __m256i lob32 = _mm256_set1_epi32((int)((uint32_t)lo ^ 0x80000000u));
+    const __m256i hib32 = _mm256_set1_epi32((int)((uint32_t)hi ^ 0x80000000u));
     kve2_cnt a = {0, 0, 0};
     uint32_t cnt = 0;
     for (uint32_t t = 0; t < n; t += 8) {
@@ -345,6 +361,9 @@ static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt
             __m256i k1 = _mm256_loadu_si256((const __m256i *)(const void *)(keys + t + 4));
             kc &= (kve2_side(k0, lob, 1) & kve2_side(k0, hib, 0)) |
                   (kve2_side(k1, lob, 1) & kve2_side(k1, hib, 0)) << 4;
+        } else if (khi) {
+            __m256i k = _mm256_loadu_si256((const __m256i *)(const void *)(khi + t));
+            kc &= kve2_side32(k, lob32, 1) & kve2_side32(k, hib32, 0);
         }
         cnt += kve2_emit(out + cnt, cap - cnt, kc, _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t)));
     }
@@ -354,6 +373,20 @@ static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt
         c->n_cand = a.nc;
     }
     return cnt;
+}
+
+static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
+                                   uint32_t cap, kve_counts *c)
+{
+    return kve2_cand(sp, n, prompt, win_lo, keys, NULL, lo, hi, out, cap, c);
+}
+
+static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
+                                      uint32_t cap)
+{
+    return kve2_cand(sp, n, prompt, win_lo, NULL, khi, lo, hi, out, cap, NULL);
 }
 
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
@@ -388,6 +421,67 @@ static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[
     c[0] = n[0];
     c[1] = n[1];
     c[2] = n[2];
+}
+
+static uint32_t kve_isa_split32(const uint32_t *k, uint32_t m, uint32_t a, uint32_t b, uint32_t *out,
+                                uint32_t *above)
+{
+    pthread_once(&kve2_lut_once, kve2_lut_init);
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i vam1 = _mm256_set1_epi32((int)((a - 1) ^ 0x80000000u));
+    const __m256i vb = _mm256_set1_epi32((int)(b ^ 0x80000000u));
+    uint32_t in = 0, over = 0, i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(k + i));
+        __m256i x = _mm256_xor_si256(v, sign);
+        uint32_t gt = kve2_bits32(_mm256_cmpgt_epi32(x, vb));
+        uint32_t ge = a ? kve2_bits32(_mm256_cmpgt_epi32(x, vam1)) : 0xFF;
+        ge &= ~gt;
+        over += (uint32_t)_mm_popcnt_u32(gt);
+        if (in + (uint32_t)_mm_popcnt_u32(ge) <= KVE_BRACKET)
+            kve2_emit((int32_t *)(void *)(out + in), KVE_BRACKET - in, ge, v);
+        in += (uint32_t)_mm_popcnt_u32(ge);
+    }
+    for (; i < m; i++) {
+        uint32_t g = k[i] > b, e = !g && k[i] >= a;
+        over += g;
+        if (e && in < KVE_BRACKET)
+            out[in] = k[i];
+        in += e;
+    }
+    *above = over;
+    return in;
+}
+
+static int kve_isa_rank32(const uint32_t *v, uint32_t n, uint32_t r, uint32_t *t)
+{
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    uint32_t pad[KVE_BRACKET] __attribute__((aligned(32)));
+    for (uint32_t i = 0; i < KVE_BRACKET; i++)
+        pad[i] = i < n ? v[i] : 0; /* 0 is never larger than another value */
+    __m256i a[4], g[4];
+    for (int q = 0; q < 4; q++) {
+        a[q] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(const void *)(pad + 8 * q)), sign);
+        g[q] = _mm256_setzero_si256();
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        __m256i x = _mm256_set1_epi32((int)(v[j] ^ 0x80000000u));
+        for (int q = 0; q < 4; q++) /* g: how many v[j] are below it */
+            g[q] = _mm256_sub_epi32(g[q], _mm256_cmpgt_epi32(a[q], x));
+    }
+    const __m256i want = _mm256_set1_epi32((int)(n - r)); /* r of them >= it */
+    uint32_t hits = 0, at = 0;
+    for (int q = 0; q < 4; q++) {
+        uint32_t h = kve2_bits32(_mm256_cmpeq_epi32(g[q], want));
+        h &= 8 * (uint32_t)q >= n ? 0 : n - 8 * (uint32_t)q >= 8 ? 0xFF : (1u << (n - 8 * q)) - 1;
+        if (h && !hits)
+            at = 8 * (uint32_t)q + (uint32_t)__builtin_ctz(h);
+        hits += (uint32_t)_mm_popcnt_u32(h);
+    }
+    if (!hits)
+        return 0;
+    *t = v[at];
+    return 1;
 }
 
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
@@ -469,4 +563,5 @@ const kve_cpu_kernels kve_cpu_kernels_avx2 = {
     .row_run = kve2_row_run,
     .row_distinct = kve_row_distinct_scalar, /* no scatter in AVX2 */
     .row_map_bytes = 1,
+    .boundary32 = kve_simd_boundary,
 };

@@ -14,6 +14,7 @@
 
 #include "copy_simd.h"
 #define KVE_ISA_FUSED_CHECK 1 /* kve512_scan checks the table as it hashes */
+#define KVE_ISA_SCAN_SHI 1
 #include "evict_simd.h"
 
 #define KVE_INLINE static inline __attribute__((always_inline))
@@ -37,26 +38,38 @@ static kve512_hc kve512_hc_of(const kve_hconst *h)
     return v;
 }
 
-/* XXH3's avalanche of the 16-byte path, then the key's finisher (kve_key_finish). */
-KVE_INLINE __m512i kve512_avalanche(__m512i acc)
+/* XXH3's avalanche of the 16-byte path, then the key's finisher
+ * (kve_key_finish) but for its last x ^= x >> 32, which leaves the high half
+ * as it is: the key's high half is this value's. */
+KVE_INLINE __m512i kve512_avalanche_hi(__m512i acc)
 {
     acc = _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 37));
     acc = _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_XXH3_PRIME_MX1));
     acc = _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
-    acc = _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_KEY_FINISH_MUL));
+    return _mm512_mullo_epi64(acc, _mm512_set1_epi64((long long)KVE_KEY_FINISH_MUL));
+}
+
+KVE_INLINE __m512i kve512_avalanche(__m512i acc)
+{
+    acc = kve512_avalanche_hi(acc);
     return _mm512_xor_si512(acc, _mm512_srli_epi64(acc, 32));
 }
 
-/* Keys of 8 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
-KVE_INLINE __m512i kve512_head_keys(__m512i x, const kve512_hc *h)
+/* acc of 8 lanes x = pos ^ pos_mask (zero-extended) for one head (kve_hconst). */
+KVE_INLINE __m512i kve512_head_acc(__m512i x, const kve512_hc *h)
 {
     __m512i lolo = _mm512_mul_epu32(x, h->mul_lo), hilo = _mm512_mul_epu32(x, h->mul_hi);
     __m512i cross = _mm512_add_epi64(_mm512_add_epi64(hilo, _mm512_srli_epi64(lolo, 32)), h->cross_lo);
     __m512i high = _mm512_add_epi64(_mm512_srli_epi64(cross, 32), h->high_base);
     /* low 64 bits: cross's low half over lolo's low half */
     __m512i low = _mm512_mask_shuffle_epi32(lolo, 0xAAAA, cross, _MM_PERM_CCAA);
-    __m512i acc = _mm512_add_epi64(_mm512_add_epi64(x, h->acc_base), _mm512_xor_si512(low, high));
-    return kve512_avalanche(acc);
+    return _mm512_add_epi64(_mm512_add_epi64(x, h->acc_base), _mm512_xor_si512(low, high));
+}
+
+/* Keys of 8 lanes x for one head. */
+KVE_INLINE __m512i kve512_head_keys(__m512i x, const kve512_hc *h)
+{
+    return kve512_avalanche(kve512_head_acc(x, h));
 }
 
 /* The key, XXH3_64bits_withSeed(LE64(lo) || LE64(hi), 16, seed) finished, in 8 lanes, every
@@ -218,22 +231,31 @@ typedef struct {
     int top;
 } kve512_scan_c;
 
+/* Where the hashing pass writes (kve_scan's arrays, held in registers: the
+ * stores through them cannot change them). */
+typedef struct {
+    uint32_t *khi;
+    int32_t *surv;
+    uint32_t *shi;
+} kve512_out;
+
 /* Hashes the 16 slots of one block (slot index vector `slots`) whose lanes
- * kc are candidates: keys stored per slot, survivors' slots compressed. */
-KVE_INLINE void kve512_hash_block(const kve_scan *s, const kve512_scan_c *k, __m512i v, __m512i slots,
-                                  uint32_t t, __mmask16 kc, uint32_t *ns)
+ * kc are candidates: the keys' high halves stored per slot, survivors' slots
+ * and high halves compressed; returns the new number of survivors. */
+KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m512i v, __m512i slots,
+                                      uint32_t t, __mmask16 kc, uint32_t ns)
 {
     __m512i x = _mm512_xor_si512(v, k->h.pos_mask);
-    __m512i k0 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &k->h);
-    __m512i k1 = kve512_head_keys(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &k->h);
-    _mm512_storeu_si512(s->keys + t, k0);
-    _mm512_storeu_si512(s->keys + t + 8, k1);
+    __m512i k0 = kve512_avalanche_hi(kve512_head_acc(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &k->h));
+    __m512i k1 = kve512_avalanche_hi(kve512_head_acc(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &k->h));
     /* T's low half is 0 (top) or ~0: the keys' high halves decide, 16 at once. */
     __m512i hi = _mm512_permutex2var_epi32(k0, k->hi_idx, k1);
+    _mm512_storeu_si512(o.khi + t, hi);
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
-    _mm512_storeu_si512(s->surv + *ns, _mm512_maskz_compress_epi32(sv, slots));
-    *ns += (uint32_t)_mm_popcnt_u32(sv);
+    _mm512_storeu_si512(o.surv + ns, _mm512_maskz_compress_epi32(sv, slots));
+    _mm512_storeu_si512(o.shi + ns, _mm512_maskz_compress_epi32(sv, hi));
+    return ns + (uint32_t)_mm_popcnt_u32(sv);
 }
 
 /* The fused duplicate check's marks for 16 slots (kve_scan_facts):
@@ -292,6 +314,8 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
                              _mm512_set1_epi32(16), top};
     const int32_t *sp = s->sp;
     const uint32_t n = s->n;
+    const kve512_out o = {s->khi, s->surv, s->shi};
+    unsigned char *const map = s->map;
     const int dups = (chk & KVE_JOB_CHECK_DUPS) != 0;
     kve512_chk q = {_mm512_set1_epi32(-1), _mm512_set1_epi32(-1), _mm512_setzero_si512(), 0};
     kve512_cnt a = {0, 0, 0};
@@ -303,7 +327,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (_mm512_cmplt_epu32_mask(umax, k.prompt) == 0xFFFF) { /* all prompt */
             a.nv += 64;
             if (dups)
-                kve512_check_prompt(&q, s->map, vb[0], vb[1], vb[2], vb[3], t);
+                kve512_check_prompt(&q, map, vb[0], vb[1], vb[2], vb[3], t);
             continue;
         }
         __m512i smin = _mm512_min_epi32(_mm512_min_epi32(vb[0], vb[1]), _mm512_min_epi32(vb[2], vb[3]));
@@ -311,7 +335,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk) {
             q.min = _mm512_min_epi32(q.min, smin);
             for (int b = 0; dups && b < 4; b++)
-                kve512_check_marks(&q, s->map, vb[b]);
+                kve512_check_marks(&q, map, vb[b]);
         }
         if (_mm512_cmpge_epi32_mask(smin, k.prompt) == 0xFFFF) { /* all generated */
             a.nv += 64;
@@ -319,7 +343,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
             for (uint32_t b = 0; b < 4; b++) {
                 __mmask16 kc = _mm512_cmplt_epu32_mask(vb[b], k.win_lo);
                 a.nc += (uint32_t)_mm_popcnt_u32(kc);
-                kve512_hash_block(s, &k, vb[b], slots, t + 16 * b, kc, &ns);
+                ns = kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc, ns);
                 slots = _mm512_add_epi32(slots, k.sixteen);
             }
             continue;
@@ -327,7 +351,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         for (uint32_t b = 0; b < 4; b++) {
             __mmask16 kc = kve512_classify(vb[b], k.prompt, k.win_lo, &a);
             if (kc)
-                kve512_hash_block(s, &k, vb[b], slots, t + 16 * b, kc, &ns);
+                ns = kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc, ns);
             slots = _mm512_add_epi32(slots, k.sixteen);
         }
     }
@@ -336,10 +360,10 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk)
             q.min = _mm512_min_epi32(q.min, v);
         if (dups)
-            kve512_check_marks(&q, s->map, v);
+            kve512_check_marks(&q, map, v);
         __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
         if (kc)
-            kve512_hash_block(s, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, &ns);
+            ns = kve512_hash_block(o, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, ns);
     }
     c->n_valid = a.nv;
     c->n_gen = a.ng;
@@ -375,12 +399,15 @@ static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n)
     return (uint32_t)count;
 }
 
-static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
-                                   uint32_t cap, kve_counts *c)
+/* kve_isa_cand_slots (keys) and kve_isa_cand_slots_hi (khi): one body, the
+ * key test on 64-bit keys or on 32-bit high halves. */
+KVE_INLINE uint32_t kve512_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
+                                int32_t *out, uint32_t cap, kve_counts *c)
 {
     const __m512i vp = _mm512_set1_epi32(prompt), vw = _mm512_set1_epi32((int)win_lo);
     const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
+    const __m512i vlo32 = _mm512_set1_epi32((int)lo), vhi32 = _mm512_set1_epi32((int)hi);
     kve512_cnt a = {0, 0, 0};
     uint32_t cnt = 0;
     for (uint32_t t = 0; t < n; t += 16) {
@@ -399,6 +426,9 @@ static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt
             m0 = _mm512_mask_cmple_epu64_mask(m0, k0, vhi);
             m1 = _mm512_mask_cmple_epu64_mask(m1, k1, vhi);
             kc = _mm512_kunpackb(m1, m0);
+        } else if (khi) {
+            __m512i k = _mm512_loadu_si512(khi + t);
+            kc = _mm512_mask_cmple_epu32_mask(_mm512_mask_cmpge_epu32_mask(kc, k, vlo32), k, vhi32);
         }
         cnt += kve512_emit(out + cnt, cap - cnt, kc, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)));
     }
@@ -408,6 +438,20 @@ static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt
         c->n_cand = a.nc;
     }
     return cnt;
+}
+
+static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
+                                   uint32_t cap, kve_counts *c)
+{
+    return kve512_cand(sp, n, prompt, win_lo, keys, NULL, lo, hi, out, cap, c);
+}
+
+static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
+                                      uint32_t cap)
+{
+    return kve512_cand(sp, n, prompt, win_lo, NULL, khi, lo, hi, out, cap, NULL);
 }
 
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
@@ -439,6 +483,45 @@ static void kve_isa_count3_ge32(const uint32_t *k, uint32_t m, const uint32_t t[
     c[0] = c0;
     c[1] = c1;
     c[2] = c2;
+}
+
+static uint32_t kve_isa_split32(const uint32_t *k, uint32_t m, uint32_t a, uint32_t b, uint32_t *out,
+                                uint32_t *above)
+{
+    const __m512i va = _mm512_set1_epi32((int)a), vb = _mm512_set1_epi32((int)b);
+    uint32_t in = 0, over = 0;
+    for (uint32_t i = 0; i < m; i += 16) {
+        __mmask16 tm = kve512_tail16(m - i);
+        __m512i v = _mm512_maskz_loadu_epi32(tm, k + i);
+        __mmask16 gt = _mm512_mask_cmpgt_epu32_mask(tm, v, vb);
+        __mmask16 ge = _mm512_mask_cmpge_epu32_mask(tm, v, va) & ~gt;
+        uint32_t pc = (uint32_t)_mm_popcnt_u32(ge);
+        over += (uint32_t)_mm_popcnt_u32(gt);
+        if (in + pc <= KVE_BRACKET)
+            _mm512_mask_storeu_epi32(out + in, (__mmask16)((1u << pc) - 1), _mm512_maskz_compress_epi32(ge, v));
+        in += pc;
+    }
+    *above = over;
+    return in;
+}
+
+static int kve_isa_rank32(const uint32_t *v, uint32_t n, uint32_t r, uint32_t *t)
+{
+    __mmask16 m0 = kve512_tail16(n), m1 = n > 16 ? kve512_tail16(n - 16) : 0;
+    __m512i a0 = _mm512_maskz_loadu_epi32(m0, v), a1 = _mm512_maskz_loadu_epi32(m1, v + 16);
+    __m512i g0 = _mm512_setzero_si512(), g1 = g0; /* per lane: how many v[j] are >= it */
+    const __m512i one = _mm512_set1_epi32(1);
+    for (uint32_t j = 0; j < n; j++) {
+        __m512i x = _mm512_set1_epi32((int)v[j]);
+        g0 = _mm512_mask_add_epi32(g0, _mm512_cmpge_epu32_mask(x, a0), g0, one);
+        g1 = _mm512_mask_add_epi32(g1, _mm512_cmpge_epu32_mask(x, a1), g1, one);
+    }
+    const __m512i want = _mm512_set1_epi32((int)r);
+    __mmask16 h0 = _mm512_mask_cmpeq_epi32_mask(m0, g0, want), h1 = _mm512_mask_cmpeq_epi32_mask(m1, g1, want);
+    if (!(h0 | h1))
+        return 0;
+    *t = h0 ? v[__builtin_ctz(h0)] : v[16 + __builtin_ctz(h1)];
+    return 1;
 }
 
 static uint32_t kve_isa_filter_ge32(const uint32_t *k, const int32_t *slots, uint32_t m, uint32_t t,
@@ -524,4 +607,5 @@ const kve_cpu_kernels kve_cpu_kernels_avx512 = {
     .row_distinct = kve512_row_distinct,
     .row_map_bytes = 4,
     .fused_checks = 1,
+    .boundary32 = kve_simd_boundary,
 };

@@ -89,6 +89,13 @@ typedef struct kve_cpu_kernels {
     /* 1: evict_head runs kve_head_job.check in its own pass; 0: it ignores
      * check, so the driver checks every head first. */
     int fused_checks;
+    /* The SIMD eviction's boundary on the keys' high halves (NULL in the
+     * scalar table; table entry so that tests reach it): given m > 0 values
+     * k[0..m), every one in [lo, top], a t with exactly want of them >= t;
+     * 0 when there is none (equal values at the boundary). tmp: 32 values
+     * of scratch. */
+    int (*boundary32)(const uint32_t *k, uint32_t m, uint32_t want, uint32_t lo, uint32_t top,
+                      uint32_t *tmp, uint64_t *t);
 } kve_cpu_kernels;
 
 extern const kve_cpu_kernels kve_cpu_kernels_scalar;
