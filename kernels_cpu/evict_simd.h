@@ -230,26 +230,13 @@ static uint32_t kve_window_exact(const int32_t *sp, uint32_t n, int32_t prompt, 
     return wc ? kve_simd_select_u32(tmp, m, m - wc) : 0x80000000u;
 }
 
-static uint32_t kve_isqrt(uint32_t x)
-{
-    uint32_t r = 0;
-    for (uint32_t b = 1u << 30; b; b >>= 2)
-        if (x >= r + b) {
-            x -= r + b;
-            r = (r >> 1) + b;
-        } else {
-            r >>= 1;
-        }
-    return r;
-}
-
 /* Survivors are the smaller side: the e largest keys (top) or the nk
  * smallest; T leaves a margin of about 4 sigma + 8 around the expected count. */
 static void kve_simd_pick(const kve_plan *p, int *top, uint64_t *T)
 {
     *top = p->e <= p->nk;
     uint64_t want = *top ? p->e : p->nk;
-    uint64_t m = want + 4 * (uint64_t)kve_isqrt((uint32_t)want) + 8;
+    uint64_t m = want + 4 * (uint64_t)sqrt((double)want) + 8; /* floor(sqrt) exactly: want < 2^52 */
     if (m >= p->n_cand) {
         *T = *top ? 0 : UINT64_MAX;
         return;
@@ -320,12 +307,13 @@ static int kve_simd_bracket(const uint32_t *k, uint32_t m, uint32_t want, uint32
 {
     if (want == 0 || want >= m)
         return -1;
-    double x = (double)top - lo + 1, gap = x / (m + 1);
-    double mid = gap * (m - want + 0.5);
-    double half = gap * (2 * sqrt((double)want * (m - want) / m) + 2);
-    double da = mid - half, db = mid + half;
-    uint32_t a = da <= 0 ? lo : lo + (uint32_t)da;
-    uint32_t b = db >= x - 1 ? top : lo + (uint32_t)db;
+    /* In float, one division: the bracket's place need not be exact. */
+    float x = (float)top - (float)lo + 1, inv = 1.0f / (float)(m + 1), gap = x * inv;
+    float mid = gap * ((float)(m - want) + 0.5f);
+    float half = gap * (2 * sqrtf((float)want * (float)(m - want) * inv) + 2);
+    float da = mid - half, db = mid + half;
+    uint32_t a = da <= 0 ? lo : da >= x - 1 ? top : lo + (uint32_t)da;
+    uint32_t b = db >= x - 1 ? top : db <= 0 ? lo : lo + (uint32_t)db;
     uint32_t above, in = kve_isa_split32(k, m, a, b, tmp, &above);
     if (above > want || above + in < want || in > KVE_BRACKET)
         return -1;
