@@ -98,16 +98,27 @@ static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c);
 /* Nonzero bytes of map[0 .. n). */
 static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n);
 #endif
-/* Candidate slots (keys == NULL) or those whose key is in [lo, hi], ascending;
- * writes at most cap of them to out and returns how many it wrote; fills *c
- * when c != NULL. */
-static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
-                                   uint32_t cap, kve_counts *c);
-/* The same on a scan's khi: candidate slots whose khi is in [lo, hi]. */
-static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
-                                      uint32_t cap);
+/* Candidate slots, all of them (keys and khi NULL), or those whose key
+ * (keys) or scan's high half (khi, lo and hi below 2^32) is in [lo, hi],
+ * ascending; writes at most cap of them to out and returns how many it
+ * wrote; fills *c when c != NULL. Called through the two below. */
+static uint32_t kve_isa_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                             const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
+                             int32_t *out, uint32_t cap, kve_counts *c);
+
+static inline uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt,
+                                          uint32_t win_lo, const uint64_t *keys, uint64_t lo,
+                                          uint64_t hi, int32_t *out, uint32_t cap, kve_counts *c)
+{
+    return kve_isa_cand(sp, n, prompt, win_lo, keys, NULL, lo, hi, out, cap, c);
+}
+
+static inline uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt,
+                                             uint32_t win_lo, const uint32_t *khi, uint32_t lo,
+                                             uint32_t hi, int32_t *out, uint32_t cap)
+{
+    return kve_isa_cand(sp, n, prompt, win_lo, NULL, khi, lo, hi, out, cap, NULL);
+}
 /* Valid slots whose bit in ev_bits (NULL: none) is clear, ascending, at most cap. */
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
                                    int32_t *out, uint32_t cap);

@@ -336,11 +336,9 @@ static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
     return s->top ? kve2_scan(s, c, 1) : kve2_scan(s, c, 0);
 }
 
-/* kve_isa_cand_slots (keys) and kve_isa_cand_slots_hi (khi): one body, the
- * key test on 64-bit keys or on 32-bit high halves. */
-KVE_INLINE uint32_t kve2_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                              const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
-                              int32_t *out, uint32_t cap, kve_counts *c)
+static uint32_t kve_isa_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                             const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
+                             int32_t *out, uint32_t cap, kve_counts *c)
 {
     pthread_once(&kve2_lut_once, kve2_lut_init);
     const kve2_bounds b = kve2_bounds_of(prompt, win_lo);
@@ -373,20 +371,6 @@ KVE_INLINE uint32_t kve2_cand(const int32_t *sp, uint32_t n, int32_t prompt, uin
         c->n_cand = a.nc;
     }
     return cnt;
-}
-
-static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
-                                   uint32_t cap, kve_counts *c)
-{
-    return kve2_cand(sp, n, prompt, win_lo, keys, NULL, lo, hi, out, cap, c);
-}
-
-static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
-                                      uint32_t cap)
-{
-    return kve2_cand(sp, n, prompt, win_lo, NULL, khi, lo, hi, out, cap, NULL);
 }
 
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,

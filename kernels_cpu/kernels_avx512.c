@@ -399,11 +399,9 @@ static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n)
     return (uint32_t)count;
 }
 
-/* kve_isa_cand_slots (keys) and kve_isa_cand_slots_hi (khi): one body, the
- * key test on 64-bit keys or on 32-bit high halves. */
-KVE_INLINE uint32_t kve512_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
-                                int32_t *out, uint32_t cap, kve_counts *c)
+static uint32_t kve_isa_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
+                             const uint64_t *keys, const uint32_t *khi, uint64_t lo, uint64_t hi,
+                             int32_t *out, uint32_t cap, kve_counts *c)
 {
     const __m512i vp = _mm512_set1_epi32(prompt), vw = _mm512_set1_epi32((int)win_lo);
     const __m512i vlo = _mm512_set1_epi64((long long)lo), vhi = _mm512_set1_epi64((long long)hi);
@@ -438,20 +436,6 @@ KVE_INLINE uint32_t kve512_cand(const int32_t *sp, uint32_t n, int32_t prompt, u
         c->n_cand = a.nc;
     }
     return cnt;
-}
-
-static uint32_t kve_isa_cand_slots(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                   const uint64_t *keys, uint64_t lo, uint64_t hi, int32_t *out,
-                                   uint32_t cap, kve_counts *c)
-{
-    return kve512_cand(sp, n, prompt, win_lo, keys, NULL, lo, hi, out, cap, c);
-}
-
-static uint32_t kve_isa_cand_slots_hi(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
-                                      const uint32_t *khi, uint32_t lo, uint32_t hi, int32_t *out,
-                                      uint32_t cap)
-{
-    return kve512_cand(sp, n, prompt, win_lo, NULL, khi, lo, hi, out, cap, NULL);
 }
 
 static uint32_t kve_isa_kept_slots(const int32_t *sp, uint32_t n, const uint64_t *ev_bits,
