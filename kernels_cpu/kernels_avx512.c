@@ -227,7 +227,7 @@ static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_cou
 /* Constants of the hashing pass. */
 typedef struct {
     kve512_hc h;
-    __m512i prompt, win_lo, t_hi, hi_idx, sixteen;
+    __m512i prompt, win_lo, t_hi, lo32, sixteen;
     int top;
 } kve512_scan_c;
 
@@ -245,11 +245,13 @@ typedef struct {
 KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m512i v, __m512i slots,
                                       uint32_t t, __mmask16 kc, uint32_t ns)
 {
+    /* The even slots' x zero-extended in 64-bit lanes, and the odd ones'. */
     __m512i x = _mm512_xor_si512(v, k->h.pos_mask);
-    __m512i k0 = kve512_avalanche_hi(kve512_head_acc(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(x)), &k->h));
-    __m512i k1 = kve512_avalanche_hi(kve512_head_acc(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(x, 1)), &k->h));
-    /* T's low half is 0 (top) or ~0: the keys' high halves decide, 16 at once. */
-    __m512i hi = _mm512_permutex2var_epi32(k0, k->hi_idx, k1);
+    __m512i k0 = kve512_avalanche_hi(kve512_head_acc(_mm512_and_si512(x, k->lo32), &k->h));
+    __m512i k1 = kve512_avalanche_hi(kve512_head_acc(_mm512_srli_epi64(x, 32), &k->h));
+    /* T's low half is 0 (top) or ~0: the keys' high halves decide, 16 at once
+     * (slot 2i's in k0's dword 2i + 1, slot 2i + 1's in k1's). */
+    __m512i hi = _mm512_mask_mov_epi32(_mm512_srli_epi64(k0, 32), 0xAAAA, k1);
     _mm512_storeu_si512(o.khi + t, hi);
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
@@ -310,7 +312,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
 {
     const kve512_scan_c k = {kve512_hc_of(s->hc), _mm512_set1_epi32(s->prompt),
                              _mm512_set1_epi32((int)s->win_lo), _mm512_set1_epi32((int)(s->T >> 32)),
-                             _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
+                             _mm512_set1_epi64(0xffffffff),
                              _mm512_set1_epi32(16), top};
     const int32_t *sp = s->sp;
     const uint32_t n = s->n;
