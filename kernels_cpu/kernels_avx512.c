@@ -139,7 +139,15 @@ static void kve512_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_
     kve_hconst hc = kve_hconst_make(kve_seq_seed(j->seed, j->seq_id), j->key_flags, j->layer,
                                     j->head, j->round);
     const kve512_hc h = kve512_hc_of(&hc);
-    for (uint32_t i = 0; i < n; i += 16) {
+    const __m512i lo32 = _mm512_set1_epi64(0xffffffff);
+    uint32_t i = 0;
+    /* Whole blocks as the scan hashes them: the even positions' keys, then the odd ones'. */
+    for (; i + 16 <= n; i += 16) {
+        __m512i x = _mm512_xor_si512(_mm512_loadu_si512(pos + i), h.pos_mask);
+        _mm512_storeu_si512(keys + i, kve512_head_keys(_mm512_and_si512(x, lo32), &h));
+        _mm512_storeu_si512(keys + i + 8, kve512_head_keys(_mm512_srli_epi64(x, 32), &h));
+    }
+    for (; i < n; i += 16) { /* the tail in order */
         __mmask16 m = kve512_tail16(n - i);
         __m512i x = _mm512_xor_si512(_mm512_maskz_loadu_epi32(m, pos + i), h.pos_mask);
         _mm512_mask_storeu_epi64(keys + i, (__mmask8)m,

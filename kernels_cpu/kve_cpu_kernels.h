@@ -70,7 +70,10 @@ typedef struct kve_cpu_kernels {
     void (*evict_head)(kve_head_job *job, void *scratch);
     void (*keys)(uint64_t seed, uint32_t flags, const kve_coord *coords, size_t n, uint64_t *keys);
     /* Keys of n positions of one head, nothing else: the hash-only floor the
-     * benchmarks hold eviction against (job: coordinates only). */
+     * benchmarks hold eviction against, and the running digest's elements
+     * (job: coordinates only). keys[0..n) holds the n keys, those of each
+     * whole block of 16 positions in an order of the kernel's own (the floor
+     * reads none, the digest sums them). */
     void (*head_keys)(const kve_head_job *job, const int32_t *pos, uint32_t n, uint64_t *keys);
     /* dst[i] = src[i] for bytes[i] bytes, i = 0 .. count - 1 in order, each
      * copy forward: a source may overlap its own destination only when the
