@@ -124,12 +124,15 @@ const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
  * puts them in its kve_backend_ops): the state's jobs and its wave eviction
  * (kernels_cpu/state_jobs_cpu.c), the cache write (kernels_cpu/
- * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c). */
+ * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c), the
+ * compaction (backends/cpu_compact.c). */
 struct kve_state_update;
 struct kve_state_evict;
 kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
 kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
+/* The compaction (backends/cpu_compact.c). */
+kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d);
 
 #endif
