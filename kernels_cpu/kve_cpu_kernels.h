@@ -77,6 +77,11 @@ typedef struct kve_cpu_kernels {
      * destination lies below it (compaction's runs); no other overlaps. */
     void (*copy_runs)(char *const *dst, const char *const *src, const size_t *bytes,
                       uint32_t count);
+    /* copy_runs for copies too large to stay cached: the same bytes, stored
+     * around the caches where the ISA can (non-temporal stores), each of
+     * the call's stores visible to every thread when it returns. */
+    void (*copy_runs_stream)(char *const *dst, const char *const *src, const size_t *bytes,
+                             uint32_t count);
     /* The content checks' passes over one slot_pos row (kve_check_rows.h;
      * kve_check_row drives them): its facts, the length of its leading
      * in-order run, and whether its valid positions (in [lo, lo + span))
