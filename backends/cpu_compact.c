@@ -10,7 +10,7 @@
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 
-#define KVE_COMPACT_GROUP 64
+#define KVE_COMPACT_GROUP 320 /* most heads one token-row walk takes */
 #define KVE_COPY_LIST 64 /* copies queued per cache before one copy_runs call */
 /* Compactions whose rows hold this many bytes or more copy with the ISA's
  * copy_runs_stream: too large for their output to stay cached (half an
@@ -261,13 +261,30 @@ static int kve_compact_by_slot(const kve_compact_desc *d)
     return d->n_slots > 1 && (size_t)d->n_layers * d->n_heads > 1;
 }
 
+/* Heads per token-row group of a sequence: as many as KVE_COMPACT_GROUP
+ * lets, in groups as even as can be, and a group per thread where the
+ * sequences alone are too few. A wider group reads a longer stretch of
+ * each slot's row in one go: on G1 (288 heads a sequence) 64-head groups
+ * compacted at 0.42x a memmove of the same bytes, 144 at 0.46x, 288 at
+ * 0.50x (in place, one thread, streaming copies). */
+static size_t kve_group_size(size_t per_seq, uint32_t n_seqs, int threads)
+{
+    size_t parts = ((size_t)threads + n_seqs - 1) / n_seqs;
+    size_t least = (per_seq + KVE_COMPACT_GROUP - 1) / KVE_COMPACT_GROUP;
+    parts = parts < least ? least : parts > per_seq ? per_seq : parts;
+    return (per_seq + parts - 1) / parts;
+}
+
+/* Each thread's cursors of its group (52 KiB: too many for a stack). */
+static _Thread_local kve_head_cursor kve_group_cursors[KVE_COMPACT_GROUP];
+
 /* Heads [first, first + count) of one sequence, slot by slot; neighbouring
  * heads whose entries move by the same shift join into one copy. */
 static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t first,
                               size_t count, int out_of_place)
 {
     kve_compact_walk w;
-    kve_head_cursor hc[KVE_COMPACT_GROUP];
+    kve_head_cursor *hc = kve_group_cursors;
     kve_walk_init(&w, k, d, out_of_place);
     uint32_t t_min = d->n_slots;
     for (size_t g = 0; g < count; g++) {
@@ -299,12 +316,13 @@ kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d)
     size_t per_seq = (size_t)d->n_layers * d->n_heads, heads = (size_t)d->n_seqs * per_seq;
     int out_of_place = d->dst[0].base != NULL;
     if (kve_compact_by_slot(d)) {
-        size_t groups_per_seq = (per_seq + KVE_COMPACT_GROUP - 1) / KVE_COMPACT_GROUP;
+        size_t size = kve_group_size(per_seq, d->n_seqs, ctx->threads);
+        size_t groups_per_seq = (per_seq + size - 1) / size;
         size_t groups = (size_t)d->n_seqs * groups_per_seq;
 #pragma omp parallel for schedule(static) num_threads(ctx->threads)
         for (size_t g = 0; g < groups; g++) {
-            size_t s = g / groups_per_seq, off = (g % groups_per_seq) * KVE_COMPACT_GROUP;
-            size_t count = per_seq - off < KVE_COMPACT_GROUP ? per_seq - off : KVE_COMPACT_GROUP;
+            size_t s = g / groups_per_seq, off = (g % groups_per_seq) * size;
+            size_t count = per_seq - off < size ? per_seq - off : size;
             kve_compact_group(k, d, s * per_seq + off, count, out_of_place);
         }
     } else {
