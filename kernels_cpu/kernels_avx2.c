@@ -543,6 +543,7 @@ const kve_cpu_kernels kve_cpu_kernels_avx2 = {
     .keys = kve2_keys,
     .head_keys = kve2_floor_keys,
     .copy_runs = kve_simd_copy_runs,
+    .copy_runs_stream = kve_simd_copy_runs_stream,
     .row_facts = kve2_row_facts,
     .row_run = kve2_row_run,
     .row_distinct = kve_row_distinct_scalar, /* no scatter in AVX2 */

@@ -596,6 +596,7 @@ const kve_cpu_kernels kve_cpu_kernels_avx512 = {
     .keys = kve512_keys,
     .head_keys = kve512_floor_keys,
     .copy_runs = kve_simd_copy_runs,
+    .copy_runs_stream = kve_simd_copy_runs_stream,
     .row_facts = kve512_row_facts,
     .row_run = kve512_row_run,
     .row_distinct = kve512_row_distinct,

@@ -174,6 +174,7 @@ const kve_cpu_kernels kve_cpu_kernels_scalar = {
     .keys = kve_scalar_keys,
     .head_keys = kve_scalar_head_keys,
     .copy_runs = kve_scalar_copy_runs,
+    .copy_runs_stream = kve_scalar_copy_runs,
     .row_facts = kve_row_facts_scalar,
     .row_run = kve_row_run_scalar,
     .row_distinct = kve_row_distinct_scalar,

@@ -80,6 +80,11 @@ typedef struct kve_cpu_kernels {
      * destination lies below it (compaction's runs); no other overlaps. */
     void (*copy_runs)(char *const *dst, const char *const *src, const size_t *bytes,
                       uint32_t count);
+    /* copy_runs for copies too large to stay cached: the same bytes, stored
+     * around the caches where the ISA can (non-temporal stores), each of
+     * the call's stores visible to every thread when it returns. */
+    void (*copy_runs_stream)(char *const *dst, const char *const *src, const size_t *bytes,
+                             uint32_t count);
     /* The content checks' passes over one slot_pos row (kve_check_rows.h;
      * kve_check_row drives them): its facts, the length of its leading
      * in-order run, and whether its valid positions (in [lo, lo + span))
@@ -134,12 +139,15 @@ const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
  * puts them in its kve_backend_ops): the state's jobs and its wave eviction
  * (kernels_cpu/state_jobs_cpu.c), the cache write (kernels_cpu/
- * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c). */
+ * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c), the
+ * compaction (backends/cpu_compact.c). */
 struct kve_state_update;
 struct kve_state_evict;
 kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
 kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
+/* The compaction (backends/cpu_compact.c). */
+kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d);
 
 #endif

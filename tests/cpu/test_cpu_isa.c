@@ -411,11 +411,13 @@ START_TEST(compact_runs_exact)
     isa_set_open(&s);
     uint64_t rng = 733;
     static const size_t sizes[] = {1, 3, 8, 32, 40, 64, 100, 256};
-    for (int iter = 0; iter < 96; iter++) {
+    for (int iter = 0; iter < 100; iter++) {
         runs_shape g = {1 + kt_below(&rng, 3), 1 + kt_below(&rng, 4),
                         iter % 8 == 7 ? 1000 : 1 + kt_below(&rng, 200), 1 + kt_below(&rng, 3),
                         sizes[kt_below(&rng, 8)], iter % 2, (iter / 2) % 2};
-        int p = (iter / 4) % 4;
+        if (iter >= 96) /* 16 MiB of rows: the copies stream (backends/cpu_compact.c) */
+            g = (runs_shape){1, 8, 2048, 2, 512, iter % 2, (iter / 2) % 2};
+        int p = iter >= 96 ? 2 : (iter / 4) % 4;
         size_t heads = (size_t)g.L * g.H, bytes = heads * g.T * g.e;
         int32_t *rows = malloc(heads * g.T * 4), *ev = malloc(heads * g.T * 4);
         int32_t *slots = malloc(heads * g.T * 4);

@@ -1,0 +1,334 @@
+/*
+ * cpu_compact.c — the CPU backend's kve_compact: every head's kept entries
+ * and positions to the front of its rows, head by head in per-head rows,
+ * slot by slot across groups of heads in token rows; OpenMP across heads
+ * or groups (static schedule), so results cannot depend on the thread
+ * count. The copies go through the ISA table's copy_runs.
+ */
+#include <string.h>
+
+#include "kve_backend.h"
+#include "kve_cpu_kernels.h"
+
+#define KVE_COMPACT_GROUP 320 /* most heads one token-row walk takes */
+#define KVE_COPY_LIST 64 /* copies queued per cache before one copy_runs call */
+/* Compactions whose rows hold this many bytes or more copy with the ISA's
+ * copy_runs_stream: too large for their output to stay cached (half an
+ * EPYC CCD's L3 and up), and streaming stores moved G1's compaction faster
+ * than plain ones on the AMD Zen 4 it was measured on, in both layouts. */
+#define KVE_STREAM_MIN_BYTES ((size_t)16 << 20)
+
+typedef void (*kve_copy_fn)(char *const *dst, const char *const *src, const size_t *bytes,
+                            uint32_t count);
+
+/* Whether slot t of a head stays in compaction: valid, and not the next of
+ * its ascending evicted list (*e, advanced past it); t must ascend. */
+static inline int kve_slot_stays(const int32_t *row, const int32_t *ev, uint32_t ne, uint32_t *e,
+                                 uint32_t t)
+{
+    if (*e < ne && ev[*e] == (int32_t)t) {
+        ++*e;
+        return 0;
+    }
+    return row[t] >= 0;
+}
+
+/* The first slot in [t, stop) of @p row that is empty (negative), else
+ * stop: eight slots a test while they last, one then. */
+static inline uint32_t kve_valid_end(const int32_t *row, uint32_t t, uint32_t stop)
+{
+    for (; t + 8 <= stop; t += 8) {
+        const int32_t *r = row + t;
+        if ((r[0] | r[1] | r[2] | r[3] | r[4] | r[5] | r[6] | r[7]) < 0)
+            break;
+    }
+    while (t < stop && row[t] >= 0)
+        t++;
+    return t;
+}
+
+static char *kve_entry_base(const kve_cache_view *v, size_t s, size_t l, size_t h)
+{
+    return (char *)v->base + s * v->stride_seq + l * v->stride_layer + h * v->stride_head;
+}
+
+/* Copies waiting for the ISA's copy_runs, in the order given, those of
+ * several caches interleaved as they come (one head's K, then its V: the
+ * order that measured fastest in token rows). A run of adjacent entries
+ * with one shift (a head's run of kept slots in per-head rows, or
+ * neighbouring heads with the same holes in token rows) is one copy: its
+ * cache's last copy grows. That keeps the result: other caches' copies in
+ * between touch other memory, and the grown part reads nothing the first
+ * part writes (out of place nothing overlaps; in place every destination
+ * lies below its source). */
+typedef struct {
+    char *to[KVE_COPY_LIST];
+    const char *from[KVE_COPY_LIST];
+    size_t bytes[KVE_COPY_LIST];
+    uint32_t n;
+    uint32_t last[KVE_MAX_CACHES]; /* 1 + a cache's last copy in the list; 0: none */
+    kve_copy_fn copy;              /* the ISA's copy_runs or copy_runs_stream */
+} kve_copy_list;
+
+static void kve_copy_flush(kve_copy_list *q)
+{
+    if (q->n)
+        q->copy(q->to, q->from, q->bytes, q->n);
+    q->n = 0;
+    memset(q->last, 0, sizeof q->last);
+}
+
+/* Queues a copy of @p cache; @p grow: it continues the cache's last one at
+ * both ends, which then grows when it is still queued. */
+static inline void kve_copy_add(kve_copy_list *q, uint32_t cache, char *to, const char *from,
+                                size_t bytes, int grow)
+{
+    if (grow && q->last[cache]) {
+        q->bytes[q->last[cache] - 1] += bytes;
+        return;
+    }
+    if (q->n == KVE_COPY_LIST)
+        kve_copy_flush(q);
+    uint32_t n = q->n++;
+    q->to[n] = to;
+    q->from[n] = from;
+    q->bytes[n] = bytes;
+    q->last[cache] = n + 1;
+}
+
+/* Whether compaction @p d streams its copies (KVE_STREAM_MIN_BYTES): its
+ * rows' bytes, whole cache lines of entries only. */
+static int kve_compact_streams(const kve_compact_desc *d)
+{
+    size_t rows = (size_t)d->n_seqs * d->n_layers * d->n_heads * d->n_slots;
+    size_t per = d->entry_bytes < KVE_STREAM_MIN_BYTES ? d->entry_bytes * d->n_caches
+                                                       : KVE_STREAM_MIN_BYTES; /* not 0 */
+    return d->entry_bytes % 64 == 0 && rows >= KVE_STREAM_MIN_BYTES / per;
+}
+
+/* One head's walk over its slots: its tables, its entries, and the next
+ * kept place j. Slots below t0 stay where they are. */
+typedef struct {
+    int32_t *row;
+    const int32_t *ev;
+    uint32_t ne, e, j, t0;
+    int adjacent; /* every entry right after the previous head's (token rows) */
+    const char *src[KVE_MAX_CACHES];
+    char *dst[KVE_MAX_CACHES];
+} kve_head_cursor;
+
+/* The copies of every cache of one compaction walk. */
+typedef struct {
+    const kve_compact_desc *d;
+    int out_of_place;
+    size_t dst_stride[KVE_MAX_CACHES];
+    kve_copy_list q;
+} kve_compact_walk;
+
+static void kve_walk_init(kve_compact_walk *w, const kve_cpu_kernels *k, const kve_compact_desc *d,
+                          int out_of_place)
+{
+    w->q.copy = kve_compact_streams(d) ? k->copy_runs_stream : k->copy_runs;
+    w->d = d;
+    w->out_of_place = out_of_place;
+    for (uint32_t m = 0; m < d->n_caches; m++)
+        w->dst_stride[m] = (out_of_place ? &d->dst[m] : &d->src[m])->stride_slot;
+    w->q.n = 0;
+    memset(w->q.last, 0, sizeof w->q.last);
+}
+
+/* Head i's cursor. In place, the slots before its first hole or eviction
+ * stay put, and so do their positions. */
+static void kve_cursor_init(const kve_compact_walk *w, size_t i, kve_head_cursor *c)
+{
+    const kve_compact_desc *d = w->d;
+    size_t s = i / ((size_t)d->n_layers * d->n_heads), l = (i / d->n_heads) % d->n_layers,
+           h = i % d->n_heads;
+    c->row = d->slot_pos + i * d->slot_pos_stride;
+    c->ev = d->evicted + i * d->evicted_stride;
+    c->ne = d->n_evicted[i];
+    c->e = 0;
+    uint32_t stop = c->ne ? (uint32_t)c->ev[0] : d->n_slots;
+    uint32_t t = w->out_of_place ? 0 : kve_valid_end(c->row, 0, stop);
+    c->t0 = c->j = t;
+    c->adjacent = 0;
+    for (uint32_t m = 0; m < d->n_caches; m++) {
+        c->src[m] = kve_entry_base(&d->src[m], s, l, h);
+        c->dst[m] = kve_entry_base(w->out_of_place ? &d->dst[m] : &d->src[m], s, l, h);
+    }
+}
+
+/* Slot t (>= c->t0, ascending) of the cursor's head: when it stays, its
+ * entries are queued for their kept place and its position moves there,
+ * in the same pass (j <= t, so no position is overwritten before it is
+ * read). @p grow: the previous head's entries of slot t moved to the same
+ * kept place, right before these. Returns whether entries were queued. */
+static inline int kve_cursor_step(kve_compact_walk *w, kve_head_cursor *c, uint32_t t, int grow)
+{
+    if (!kve_slot_stays(c->row, c->ev, c->ne, &c->e, t))
+        return 0;
+    int moves = c->j != t || w->out_of_place;
+    if (moves)
+        for (uint32_t m = 0; m < w->d->n_caches; m++)
+            kve_copy_add(&w->q, m, c->dst[m] + (size_t)c->j * w->dst_stride[m],
+                         c->src[m] + (size_t)t * w->d->src[m].stride_slot, w->d->entry_bytes,
+                         grow);
+    c->row[c->j++] = c->row[t];
+    return moves;
+}
+
+/* The head's table past its kept positions is empty. */
+static void kve_cursor_close(const kve_compact_desc *d, kve_head_cursor *c)
+{
+    for (uint32_t j = c->j; j < d->n_slots; j++)
+        c->row[j] = -1;
+}
+
+/* A run of staying slots of one head: slots [from, from + len) to [to, ..). */
+typedef struct {
+    uint32_t from, to, len;
+} kve_slot_run;
+
+/* The entries of @p n runs of the cursor's head, cache by cache (one
+ * stream at a time): one copy per run where a head's slots are adjacent. */
+static void kve_runs_copy(kve_compact_walk *w, const kve_head_cursor *c, const kve_slot_run *r,
+                          uint32_t n)
+{
+    const kve_compact_desc *d = w->d;
+    size_t e = d->entry_bytes;
+    for (uint32_t m = 0; m < d->n_caches; m++) {
+        size_t ss = d->src[m].stride_slot, ds = w->dst_stride[m];
+        size_t run = ss == e && ds == e ? 0 : e; /* 0: a run is one copy */
+        for (uint32_t i = 0; i < n; i++) {
+            char *to = c->dst[m] + (size_t)r[i].to * ds;
+            const char *from = c->src[m] + (size_t)r[i].from * ss;
+            if (!run)
+                kve_copy_add(&w->q, m, to, from, (size_t)r[i].len * e, 0);
+            else
+                for (uint32_t x = 0; x < r[i].len; x++)
+                    kve_copy_add(&w->q, m, to + x * ds, from + x * ss, e, 0);
+        }
+    }
+}
+
+/* Head i's kept slots to the front of its rows, the head alone, run by run
+ * of staying slots (between holes and evictions), their positions moving
+ * with them in the same pass: the order that streams when a head's
+ * entries are adjacent (HF-like). */
+static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t i,
+                             int out_of_place)
+{
+    kve_compact_walk w;
+    kve_head_cursor c;
+    kve_slot_run runs[KVE_COPY_LIST];
+    uint32_t n = 0;
+    kve_walk_init(&w, k, d, out_of_place);
+    kve_cursor_init(&w, i, &c);
+    for (uint32_t t = c.t0; t < d->n_slots;) {
+        uint32_t stop = c.e < c.ne ? (uint32_t)c.ev[c.e] : d->n_slots, a = t;
+        t = kve_valid_end(c.row, t, stop);
+        if (t == a) { /* a hole or an eviction */
+            c.e += t++ == stop;
+            continue;
+        }
+        if (c.j != a || out_of_place) {
+            runs[n++] = (kve_slot_run){a, c.j, t - a};
+            if (c.j != a)
+                memmove(c.row + c.j, c.row + a, (size_t)(t - a) * 4);
+        }
+        c.j += t - a;
+        if (n == KVE_COPY_LIST) {
+            kve_runs_copy(&w, &c, runs, n);
+            n = 0;
+        }
+    }
+    kve_runs_copy(&w, &c, runs, n);
+    kve_copy_flush(&w.q);
+    kve_cursor_close(d, &c);
+}
+
+/* A slot's entries of all heads adjacent (token-row layouts, [T][L][H][E]):
+ * walking head by head would stride a whole row per entry, so walk slot by
+ * slot across a group of heads instead, and memory streams. */
+static int kve_compact_by_slot(const kve_compact_desc *d)
+{
+    for (uint32_t c = 0; c < d->n_caches; c++) {
+        const kve_cache_view *v = &d->src[c];
+        size_t lay = d->n_layers > 1 ? v->stride_layer : 0, hd = d->n_heads > 1 ? v->stride_head : 0;
+        if (v->stride_slot <= (lay > hd ? lay : hd))
+            return 0;
+    }
+    return d->n_slots > 1 && (size_t)d->n_layers * d->n_heads > 1;
+}
+
+/* Heads per token-row group of a sequence: as many as KVE_COMPACT_GROUP
+ * lets, in groups as even as can be, and a group per thread where the
+ * sequences alone are too few. A wider group reads a longer stretch of
+ * each slot's row in one go: on G1 (288 heads a sequence) 64-head groups
+ * compacted at 0.42x a memmove of the same bytes, 144 at 0.46x, 288 at
+ * 0.50x (in place, one thread, streaming copies). */
+static size_t kve_group_size(size_t per_seq, uint32_t n_seqs, int threads)
+{
+    size_t parts = ((size_t)threads + n_seqs - 1) / n_seqs;
+    size_t least = (per_seq + KVE_COMPACT_GROUP - 1) / KVE_COMPACT_GROUP;
+    parts = parts < least ? least : parts > per_seq ? per_seq : parts;
+    return (per_seq + parts - 1) / parts;
+}
+
+/* Each thread's cursors of its group (52 KiB: too many for a stack). */
+static _Thread_local kve_head_cursor kve_group_cursors[KVE_COMPACT_GROUP];
+
+/* Heads [first, first + count) of one sequence, slot by slot; neighbouring
+ * heads whose entries move by the same shift join into one copy. */
+static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t first,
+                              size_t count, int out_of_place)
+{
+    kve_compact_walk w;
+    kve_head_cursor *hc = kve_group_cursors;
+    kve_walk_init(&w, k, d, out_of_place);
+    uint32_t t_min = d->n_slots;
+    for (size_t g = 0; g < count; g++) {
+        kve_head_cursor *c = &hc[g];
+        kve_cursor_init(&w, first + g, c);
+        t_min = c->t0 < t_min ? c->t0 : t_min;
+        c->adjacent = g > 0;
+        for (uint32_t m = 0; m < d->n_caches; m++)
+            c->adjacent &= g > 0 && c->src[m] == hc[g - 1].src[m] + d->entry_bytes &&
+                           c->dst[m] == hc[g - 1].dst[m] + d->entry_bytes;
+    }
+    for (uint32_t t = t_min; t < d->n_slots; t++)
+        for (size_t g = 0, prev = UINT32_MAX; g < count; g++) { /* prev: j of head g - 1's move */
+            kve_head_cursor *c = &hc[g];
+            uint32_t j = c->j;
+            int moved = t >= c->t0 && kve_cursor_step(&w, c, t, c->adjacent && prev == j);
+            prev = moved ? j : UINT32_MAX;
+        }
+    kve_copy_flush(&w.q);
+    for (size_t g = 0; g < count; g++)
+        kve_cursor_close(d, &hc[g]);
+}
+
+/* Every head's kept entries and positions to the front: groups of heads
+ * slot by slot in token-row layouts, else head by head. */
+kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
+    size_t per_seq = (size_t)d->n_layers * d->n_heads, heads = (size_t)d->n_seqs * per_seq;
+    int out_of_place = d->dst[0].base != NULL;
+    if (kve_compact_by_slot(d)) {
+        size_t size = kve_group_size(per_seq, d->n_seqs, ctx->threads);
+        size_t groups_per_seq = (per_seq + size - 1) / size;
+        size_t groups = (size_t)d->n_seqs * groups_per_seq;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+        for (size_t g = 0; g < groups; g++) {
+            size_t s = g / groups_per_seq, off = (g % groups_per_seq) * size;
+            size_t count = per_seq - off < size ? per_seq - off : size;
+            kve_compact_group(k, d, s * per_seq + off, count, out_of_place);
+        }
+    } else {
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+        for (size_t i = 0; i < heads; i++)
+            kve_compact_head(k, d, i, out_of_place);
+    }
+    return KVE_OK;
+}
