@@ -80,8 +80,8 @@ def random_config(rng):
 
 
 def golden_configs():
-    import gen_golden
-    e = gen_golden.RUN_EXAMPLE
+    import golden_markdown
+    e = golden_markdown.RUN_EXAMPLE
     return [dict(seed=e["seed"], seq_id=e["seq_id"], prompt=e["prompt"], tokens=e["tokens"],
                  budget=e["budget"], window=e["window"], r=e["r"], layers=e["layers"],
                  heads=e["heads"], loff=e["loff"], hoff=e["hoff"], flags=f)
