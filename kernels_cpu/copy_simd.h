@@ -14,22 +14,31 @@
 #include <stdint.h>
 #include <string.h>
 
+/* 128 bytes from s to d, loaded before they are stored; stream (a constant
+ * in each caller): non-temporal stores, d 32-byte aligned. */
+static inline __attribute__((always_inline)) void kve_simd_block128(char *d, const char *s,
+                                                                    int stream)
+{
+    const __m256i *p = (const __m256i *)(const void *)s;
+    __m256i v[4] = {_mm256_loadu_si256(p), _mm256_loadu_si256(p + 1), _mm256_loadu_si256(p + 2),
+                    _mm256_loadu_si256(p + 3)};
+    __m256i *q = (__m256i *)(void *)d;
+    for (int i = 0; i < 4; i++) {
+        if (stream)
+            _mm256_stream_si256(q + i, v[i]);
+        else
+            _mm256_storeu_si256(q + i, v[i]);
+    }
+}
+
 /* bytes from s to d, forward, each block loaded before it is stored: d may
  * overlap s from below (a run moving down), never from above. */
 static inline __attribute__((always_inline)) void kve_simd_copy(char *d, const char *s,
                                                                 size_t bytes)
 {
     size_t o = 0;
-    for (; o + 128 <= bytes; o += 128) {
-        const __m256i *p = (const __m256i *)(const void *)(s + o);
-        __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
-        __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
-        __m256i *q = (__m256i *)(void *)(d + o);
-        _mm256_storeu_si256(q, a);
-        _mm256_storeu_si256(q + 1, b);
-        _mm256_storeu_si256(q + 2, c);
-        _mm256_storeu_si256(q + 3, e);
-    }
+    for (; o + 128 <= bytes; o += 128)
+        kve_simd_block128(d + o, s + o, 0);
     for (; o + 32 <= bytes; o += 32)
         _mm256_storeu_si256((__m256i *)(void *)(d + o),
                             _mm256_loadu_si256((const __m256i *)(const void *)(s + o)));
@@ -57,17 +66,10 @@ static inline __attribute__((always_inline)) void kve_simd_stream(char *d, const
     }
     kve_simd_copy(d, s, o);
     for (; o + 128 <= bytes; o += 128) {
-        const __m256i *p = (const __m256i *)(const void *)(s + o);
         uintptr_t ahead = (uintptr_t)(s + o) + KVE_STREAM_AHEAD; /* may lie past s's object */
         _mm_prefetch((const char *)ahead, _MM_HINT_T0);
         _mm_prefetch((const char *)(ahead + 64), _MM_HINT_T0);
-        __m256i a = _mm256_loadu_si256(p), b = _mm256_loadu_si256(p + 1);
-        __m256i c = _mm256_loadu_si256(p + 2), e = _mm256_loadu_si256(p + 3);
-        __m256i *q = (__m256i *)(void *)(d + o);
-        _mm256_stream_si256(q, a);
-        _mm256_stream_si256(q + 1, b);
-        _mm256_stream_si256(q + 2, c);
-        _mm256_stream_si256(q + 3, e);
+        kve_simd_block128(d + o, s + o, 1);
     }
     kve_simd_copy(d + o, s + o, bytes - o);
 }
