@@ -425,8 +425,10 @@ START_TEST(compact_runs_exact)
         runs_tables(&rng, &g, p, rows, ev, n_ev);
         char *orig = malloc(bytes * g.ncache), *src = malloc(bytes * g.ncache);
         char *dst = malloc(bytes * g.ncache);
-        for (size_t i = 0; i < bytes * g.ncache; i++)
-            orig[i] = (char)kt_next(&rng);
+        for (size_t i = 0; i < bytes * g.ncache; i += 8) { /* 8 random bytes a draw */
+            uint64_t v = kt_next(&rng);
+            memcpy(orig + i, &v, bytes * g.ncache - i < 8 ? bytes * g.ncache - i : 8);
+        }
         for (int k = 0; k < s.n; k++) {
             memcpy(src, orig, bytes * g.ncache);
             memcpy(slots, rows, heads * g.T * 4);
