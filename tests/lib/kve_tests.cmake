@@ -14,11 +14,14 @@ target_include_directories(kve_testlib INTERFACE
 
 # kve_add_test(NAME n COMMAND cmd... [LABELS ...] [ENV ...] [TIMEOUT s]
 #              [SKIP_RETURN_CODE c] [PASS_REGULAR_EXPRESSION re] [WILL_FAIL]
-#              [RUN_SERIAL])
+#              [RUN_SERIAL] [COST c])
 # The one registration of a ctest test: every entry of tests/ is added here,
-# a Check suite's groups through kve_add_check_suite() below.
+# a Check suite's groups through kve_add_check_suite() below. COST: about
+# the seconds the test takes; ctest -j starts the costly ones first, so a
+# fresh build's run (no timings on record yet) does not end on a long test
+# running alone.
 function(kve_add_test)
-  cmake_parse_arguments(T "WILL_FAIL;RUN_SERIAL" "NAME;TIMEOUT;SKIP_RETURN_CODE;PASS_REGULAR_EXPRESSION"
+  cmake_parse_arguments(T "WILL_FAIL;RUN_SERIAL" "NAME;TIMEOUT;SKIP_RETURN_CODE;PASS_REGULAR_EXPRESSION;COST"
                         "COMMAND;LABELS;ENV" ${ARGN})
   if(NOT T_NAME OR NOT T_COMMAND OR T_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "kve_add_test(${T_NAME}): NAME and COMMAND, not ${T_UNPARSED_ARGUMENTS}")
@@ -30,7 +33,7 @@ function(kve_add_test)
   if(T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
   endif()
-  foreach(prop TIMEOUT SKIP_RETURN_CODE PASS_REGULAR_EXPRESSION)
+  foreach(prop TIMEOUT SKIP_RETURN_CODE PASS_REGULAR_EXPRESSION COST)
     if(DEFINED T_${prop})
       set_tests_properties(${T_NAME} PROPERTIES ${prop} "${T_${prop}}")
     endif()
@@ -43,7 +46,8 @@ function(kve_add_test)
 endfunction()
 
 # kve_add_check_suite(PREFIX p TARGET exe SOURCES files... [SINGLE] [ARGS ...]
-#                     [ENV ...] [LABELS ...] [TIMEOUT s] [SKIP_RETURN_CODE c])
+#                     [ENV ...] [LABELS ...] [TIMEOUT s] [SKIP_RETURN_CODE c]
+#                     [COSTS group=seconds ...])
 # The registration of a Check suite (tests/lib/kve_suite.h): reads the
 # KVE_TEST(group, name) / KVE_LOOP_TEST(group, name, lo, hi) lines of the
 # sources, the same list main() compiles, and adds one ctest test per group,
@@ -52,7 +56,7 @@ endfunction()
 # The runner fails when the compiled list has another group or entry count,
 # when Check ran fewer runs than the list gives, or when nothing ran.
 function(kve_add_check_suite)
-  cmake_parse_arguments(S "SINGLE" "PREFIX;TARGET;TIMEOUT;SKIP_RETURN_CODE" "SOURCES;ARGS;ENV;LABELS"
+  cmake_parse_arguments(S "SINGLE" "PREFIX;TARGET;TIMEOUT;SKIP_RETURN_CODE" "SOURCES;ARGS;ENV;LABELS;COSTS"
                         ${ARGN})
   set(groups "")
   foreach(src IN LISTS S_SOURCES)
@@ -110,6 +114,11 @@ function(kve_add_check_suite)
     if(S_SKIP_RETURN_CODE)
       list(APPEND props SKIP_RETURN_CODE ${S_SKIP_RETURN_CODE})
     endif()
+    foreach(c IN LISTS S_COSTS) # kve_add_test's COST, for the groups named
+      if(c MATCHES "^${g}=([0-9]+)$")
+        list(APPEND props COST ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
     kve_add_test(NAME ${name} COMMAND ${S_TARGET} ${S_ARGS} ${props})
   endforeach()
 endfunction()
