@@ -164,7 +164,8 @@ static int cpu_check_head(const kve_cpu_kernels *k, const kve_batch *b, size_t i
 
 /* The presence map of each thread's fused checks (kve_head_job.check_map),
  * zero between jobs: zeroed at thread start, and every job zeroes what it
- * marked, so no call clears 32 KiB. */
+ * marked, so no call clears all 64 KiB but one that met a bad value or a
+ * window of 2^16 positions or more. */
 static _Thread_local unsigned char kve_fused_map[KVE_FUSED_MAP_BYTES + 64];
 
 /* Head i's eviction with its content checks: fused into the kernel's pass

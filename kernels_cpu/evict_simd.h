@@ -78,12 +78,13 @@ typedef struct kve_scan {
 
 /* What a checking pass saw (kve_simd_verdict reads it): the smallest value
  * (below -1: a bad one); the leading run, slots t < run holding position t
- * (distinct, so not marked); and the largest value among the other slots,
- * each of which marked map[min(pos - run, KVE_FUSED_MAP_BYTES)] (unsigned:
- * -1, and positions below run, mark the last byte). */
+ * (distinct, so not marked); and, among the other slots, each of which
+ * marked map[value & 0xffff] (an empty one, -1, marks 0xffff), the largest
+ * value and the smallest as unsigned (umin: the smallest position there,
+ * empty slots counting as 2^32 - 1). */
 typedef struct kve_scan_facts {
     int32_t min, max;
-    uint32_t run;
+    uint32_t umin, run;
 } kve_scan_facts;
 
 /* ---- primitives each ISA file defines --------------------------------- */
@@ -418,26 +419,44 @@ static int kve_hint_fits(const kve_head_hint *h, const kve_head_job *j)
 #include "evict_simd_scored.h" /* the scored path, on the pieces above */
 
 #ifdef KVE_ISA_FUSED_CHECK
-/* The fused checks' verdict from a checking pass's facts and valid count;
- * leaves the map zeroed. Marked slots are distinct exactly when as many
- * bytes of [0, max - run] are set as slots were marked (a repeat, or a
- * position below the run, marks no byte of its own); a span past the map
- * is only a suspect, for the exact search to settle. */
-static int kve_simd_verdict(const kve_scan_facts *f, uint32_t n_valid, unsigned char *map)
+/* Marks in map[a .. a + len), len <= 2^16, wrapping past the end; cleared. */
+static uint32_t kve_simd_take_marks(unsigned char *map, uint32_t a, uint32_t len)
+{
+    uint32_t first = len < KVE_FUSED_MAP_BYTES - a ? len : KVE_FUSED_MAP_BYTES - a;
+    uint32_t got = kve_isa_count_marks(map + a, first) + kve_isa_count_marks(map, len - first);
+    memset(map + a, 0, first);
+    memset(map, 0, len - first);
+    return got;
+}
+
+/* The fused checks' verdict from a checking pass's facts and counts (n:
+ * the table's slots); leaves the map zeroed. The m marked positions (the
+ * valid slots past the run) lie in [umin, max]; when that window is
+ * shorter than 2^16, their low halves differ exactly when they do, so they
+ * are distinct exactly when m bytes of the window's residues are set —
+ * unless an empty slot's mark (0xffff) falls inside the window too, and
+ * positions below the run repeat one of it. Anything else (a bad value, a
+ * wider window) is only a suspect, for the exact search to settle. */
+static int kve_simd_verdict(const kve_scan_facts *f, uint32_t n_valid, uint32_t n, unsigned char *map)
 {
     int ok = f->min >= -1;
     if (!map)
         return ok ? KVE_JOB_CLEAN : KVE_JOB_SUSPECT;
-    int64_t top = (int64_t)f->max - f->run;
-    size_t span = top < 0 ? 0 : (size_t)top + 1;
-    if (span > KVE_FUSED_MAP_BYTES) {
-        span = KVE_FUSED_MAP_BYTES;
-        ok = 0;
+    uint32_t m = n_valid - f->run, empty = n - n_valid;
+    if (ok && m == 0) { /* only empty slots marked */
+        map[0xffff] = 0;
+        return KVE_JOB_CLEAN;
     }
-    ok = ok && kve_isa_count_marks(map, span) == n_valid - f->run;
-    memset(map, 0, span);
-    map[KVE_FUSED_MAP_BYTES] = 0;
-    return ok ? KVE_JOB_CLEAN : KVE_JOB_SUSPECT;
+    uint64_t len = ok ? (uint64_t)(uint32_t)f->max - f->umin + 1 : UINT64_MAX;
+    if (len >= 0xffff) { /* a bad value, or a wide window: marks anywhere, all cleared */
+        memset(map, 0, KVE_FUSED_MAP_BYTES);
+        return KVE_JOB_SUSPECT;
+    }
+    uint32_t a = f->umin & 0xffff;
+    int empty_inside = empty && (a + len > 0xffff);
+    uint32_t got = kve_simd_take_marks(map, a, (uint32_t)len);
+    map[0xffff] = 0;
+    return !empty_inside && f->umin >= f->run && got == m ? KVE_JOB_CLEAN : KVE_JOB_SUSPECT;
 }
 #endif
 
@@ -499,7 +518,7 @@ static int kve_simd_passes(kve_head_job *j, const kve_simd_ws *w, const kve_hcon
             hashed = 1;
 #ifdef KVE_ISA_FUSED_CHECK
             if (check)
-                j->check_result = kve_simd_verdict(&f, x->n_valid, s.map);
+                j->check_result = kve_simd_verdict(&f, x->n_valid, n, s.map);
 #endif
             check = 0;
         }

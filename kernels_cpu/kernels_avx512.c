@@ -258,8 +258,9 @@ KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m5
     __m512i k0 = kve512_avalanche_hi(kve512_head_acc(_mm512_and_si512(x, k->lo32), &k->h));
     __m512i k1 = kve512_avalanche_hi(kve512_head_acc(_mm512_srli_epi64(x, 32), &k->h));
     /* T's low half is 0 (top) or ~0: the keys' high halves decide, 16 at once
-     * (slot 2i's in k0's dword 2i + 1, slot 2i + 1's in k1's). */
-    __m512i hi = _mm512_mask_mov_epi32(_mm512_srli_epi64(k0, 32), 0xAAAA, k1);
+     * (slot 2i's in k0's dword 2i + 1, moved down into k1's dword 2i; slot
+     * 2i + 1's in k1's dword 2i + 1). */
+    __m512i hi = _mm512_mask_shuffle_epi32(k1, 0x5555, k0, _MM_PERM_DDBB);
     _mm512_storeu_si512(o.khi + t, hi);
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
@@ -268,29 +269,25 @@ KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m5
     return ns + (uint32_t)_mm_popcnt_u32(sv);
 }
 
-/* The fused duplicate check's marks for 16 slots (kve_scan_facts):
- * map[min(pos - run, KVE_FUSED_MAP_BYTES)] = 1, by plain byte stores, which
- * run beside the hashing's vector work. */
-KVE_INLINE void kve512_mark(unsigned char *map, __m512i v, __m512i run)
-{
-    __m512i idx = _mm512_min_epu32(_mm512_sub_epi32(v, run), _mm512_set1_epi32(KVE_FUSED_MAP_BYTES));
-    uint32_t at[16] __attribute__((aligned(64)));
-    _mm512_store_si512(at, idx);
-    for (int i = 0; i < 16; i++)
-        map[at[i]] = 1;
-}
-
-/* What a checking scan tracks besides its counts. */
+/* What a checking scan tracks besides its counts (kve_scan_facts). */
 typedef struct {
-    __m512i min, max, run;
+    __m512i min, max, umin;
     uint32_t run_len;
 } kve512_chk;
 
-/* Slots past the run: their largest value, and their marks. */
-KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v)
+/* Slots past the run: their largest value, their smallest as unsigned
+ * (empty slots, -1, count as the largest), and their marks: the byte of
+ * each value's low 16 bits, by plain byte stores (n: the lanes to mark).
+ * GCC takes the indices from the vector lane by lane; reading them back
+ * from the table by 16-bit loads instead measured slower on Zen 4. */
+KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v, uint32_t n)
 {
     q->max = _mm512_max_epi32(q->max, v);
-    kve512_mark(map, v, q->run);
+    q->umin = _mm512_min_epu32(q->umin, v);
+    uint32_t at[16] __attribute__((aligned(64)));
+    _mm512_store_si512(at, _mm512_and_si512(v, _mm512_set1_epi32(0xffff)));
+    for (uint32_t i = 0; i < n; i++)
+        map[at[i]] = 1;
 }
 
 /* 64 slots of prompt at t: either the next of the leading run (slot t + i
@@ -306,12 +303,11 @@ KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, __m512i v
             eq &= _mm512_cmpeq_epi32_mask(v[b], e);
         if (eq == 0xFFFF) {
             q->run_len += 64;
-            q->run = _mm512_set1_epi32((int)q->run_len);
             return;
         }
     }
     for (int b = 0; b < 4; b++)
-        kve512_check_marks(q, map, v[b]);
+        kve512_check_marks(q, map, v[b], 16);
 }
 
 /* chk: 0, KVE_JOB_CHECK_RANGE, or that and KVE_JOB_CHECK_DUPS (a constant
@@ -327,9 +323,10 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
     const kve512_out o = {s->khi, s->surv, s->shi};
     unsigned char *const map = s->map;
     const int dups = (chk & KVE_JOB_CHECK_DUPS) != 0;
-    kve512_chk q = {_mm512_set1_epi32(-1), _mm512_set1_epi32(-1), _mm512_setzero_si512(), 0};
+    kve512_chk q = {_mm512_set1_epi32(-1), _mm512_set1_epi32(-1), _mm512_set1_epi32(-1), 0};
     kve512_cnt a = {0, 0, 0};
     uint32_t ns = 0, t = 0;
+    __m512i ncv = _mm512_setzero_si512(); /* candidates of whole generated blocks, per lane */
     for (; t + 64 <= n; t += 64) {
         const __m512i vb[4] = {_mm512_loadu_si512(sp + t), _mm512_loadu_si512(sp + t + 16),
                                _mm512_loadu_si512(sp + t + 32), _mm512_loadu_si512(sp + t + 48)};
@@ -345,14 +342,14 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk) {
             q.min = _mm512_min_epi32(q.min, smin);
             for (int b = 0; dups && b < 4; b++)
-                kve512_check_marks(&q, map, vb[b]);
+                kve512_check_marks(&q, map, vb[b], 16);
         }
         if (_mm512_cmpge_epi32_mask(smin, k.prompt) == 0xFFFF) { /* all generated */
             a.nv += 64;
             a.ng += 64;
             for (uint32_t b = 0; b < 4; b++) {
                 __mmask16 kc = _mm512_cmplt_epu32_mask(vb[b], k.win_lo);
-                a.nc += (uint32_t)_mm_popcnt_u32(kc);
+                ncv = _mm512_mask_sub_epi32(ncv, kc, ncv, _mm512_set1_epi32(-1));
                 ns = kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc, ns);
                 slots = _mm512_add_epi32(slots, k.sixteen);
             }
@@ -370,17 +367,17 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk)
             q.min = _mm512_min_epi32(q.min, v);
         if (dups)
-            kve512_check_marks(&q, map, v);
+            kve512_check_marks(&q, map, v, n - t < 16 ? n - t : 16); /* not the lanes past n */
         __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
         if (kc)
             ns = kve512_hash_block(o, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, ns);
     }
     c->n_valid = a.nv;
     c->n_gen = a.ng;
-    c->n_cand = a.nc;
+    c->n_cand = a.nc + (uint32_t)_mm512_reduce_add_epi32(ncv);
     if (chk)
         *s->facts = (kve_scan_facts){_mm512_reduce_min_epi32(q.min), _mm512_reduce_max_epi32(q.max),
-                                     q.run_len};
+                                     (uint32_t)_mm512_reduce_min_epu32(q.umin), q.run_len};
     return ns;
 }
 

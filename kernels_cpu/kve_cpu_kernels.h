@@ -33,10 +33,9 @@ enum {
                               exact search (kve_row_check) finds none */
 };
 
-/* Bytes of the presence map a fused duplicate check uses: one per position
- * of [run, run + KVE_FUSED_MAP_BYTES), plus one for all others; all zero
- * before and after each job. */
-#define KVE_FUSED_MAP_BYTES 32768
+/* Bytes of the presence map a fused duplicate check uses: one per value of
+ * a position's low 16 bits; all zero before and after each job. */
+#define KVE_FUSED_MAP_BYTES 65536
 
 /* One head's eviction: inputs, then outputs the kernel fills. */
 typedef struct kve_head_job {
@@ -56,8 +55,8 @@ typedef struct kve_head_job {
     uint32_t n_evicted, n_kept; /* out */
     int over_budget;            /* out */
     /* KVE_JOB_CHECK_* bits (only for a table with fused_checks), and the
-     * zeroed map (KVE_FUSED_MAP_BYTES + 1) KVE_JOB_CHECK_DUPS marks and
-     * zeroes again; check_result: out, KVE_JOB_* (check 0: CLEAN). */
+     * zeroed map (KVE_FUSED_MAP_BYTES) KVE_JOB_CHECK_DUPS marks and zeroes
+     * again; check_result: out, KVE_JOB_* (check 0: CLEAN). */
     uint32_t check;
     unsigned char *check_map;
     int check_result;

@@ -106,15 +106,19 @@ END_TEST
 
 /* Tables shaped like a decode's (a prompt of whole 64-slot groups or not,
  * in order or not; generated positions shuffled, dense or spread past the
- * fused check's 32 KiB map), full so that the kernel hashes: the checks
- * that run inside the AVX-512 hashing pass (the prompt's run, the marks
- * past it, the range) against the reference, with a repeat of a run
- * position late in the table, a repeat among the rest, and -2. */
+ * 2^16 window of the fused check's map, from just past the prompt or from
+ * far beyond it: across a multiple of 2^16, or near INT32_MAX), full so
+ * that the kernel hashes: the checks that run inside the AVX-512 hashing
+ * pass (the prompt's run, the marks past it, the range) against the
+ * reference, with a repeat of a run position late in the table, a repeat
+ * among the rest, -2, and sometimes an empty slot. */
 static void decode_row(uint64_t *rng, int32_t *row, uint32_t n, uint32_t prompt, unsigned kind)
 {
-    uint32_t spread = kind & 1 ? 1 + kt_below(rng, 40) : 1; /* 40: past the map */
+    static const uint32_t bases[] = {65536 - 200, 3u * 65536 - 900, 0x7fffffffu - 100000};
+    uint32_t spread = kind & 1 ? 1 + kt_below(rng, 120) : 1; /* 120: past the window */
+    uint32_t base = kind & 4 ? bases[kt_below(rng, KVE_COUNT(bases))] : 0;
     for (uint32_t t = 0; t < n; t++)
-        row[t] = t < prompt ? (int32_t)t : (int32_t)(prompt + (t - prompt) * spread);
+        row[t] = t < prompt ? (int32_t)t : (int32_t)(prompt + base + (t - prompt) * spread);
     if (kind & 2) /* a prompt out of order: no run */
         for (uint32_t t = prompt; t > 1; t--) {
             uint32_t j = kt_below(rng, t), x = (uint32_t)row[t - 1];
@@ -143,12 +147,12 @@ START_TEST(checks_fused_decode_tables)
     isa_set_open(&s);
     uint64_t rng = 0xf05ed;
     static const uint32_t prompts[] = {64, 128, 100, 1024, 0, 65};
-    for (int iter = 0; iter < 200; iter++) {
+    for (int iter = 0; iter < 400; iter++) {
         uint32_t prompt = prompts[kt_below(&rng, KVE_COUNT(prompts))];
         uint32_t n = prompt + 70 + kt_below(&rng, 700), heads = 1 + kt_below(&rng, 4);
         kve_seq seq = {7 + (uint64_t)iter, prompt, (uint32_t)iter};
         int32_t *slots = (int32_t *)malloc((size_t)heads * n * sizeof *slots);
-        unsigned kind = (unsigned)kt_below(&rng, 4);
+        unsigned kind = (unsigned)kt_below(&rng, 8);
         for (uint32_t i = 0; i < heads; i++)
             decode_row(&rng, slots + (size_t)i * n, n, prompt, kind);
         uint32_t flags = kt_below(&rng, 4) == 0 ? KVE_TRUSTED_SLOTS : 0;
