@@ -45,6 +45,7 @@
 #endif
 #endif
 #ifdef KVE_EMU_ASAN
+#include <dlfcn.h>
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
@@ -91,7 +92,20 @@ struct kve_emu_pool {
 #define KVE_EMU_SWITCH_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
 #define KVE_EMU_SWITCH_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
 #define KVE_EMU_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+/* libc's own _longjmp, called as a function that returns: ASan's wrapper
+ * of it, and the code ASan puts before a call that does not return, would
+ * unpoison the frames a switch leaves (a sigaltstack system call each time,
+ * most of a sanitized run's time), yet these frames live on and resume. */
+static void (*kve_emu_libc_longjmp)(jmp_buf, int);
+#define KVE_EMU_JUMP(to) kve_emu_libc_longjmp(to, 1)
+static void kve_emu_find_longjmp(void)
+{
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void *real = libc ? dlsym(libc, "_longjmp") : NULL;
+    kve_emu_libc_longjmp = real ? (void (*)(jmp_buf, int))real : _longjmp;
+}
 #else
+#define KVE_EMU_JUMP(to) _longjmp(to, 1)
 #define KVE_EMU_SWITCH_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #define KVE_EMU_SWITCH_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
 #define KVE_EMU_UNPOISON(p, n) ((void)(p), (void)(n))
@@ -106,7 +120,7 @@ static void kve_emu_yield(kve_emu_fiber *f)
     kve_emu_pool *p = f->pool;
     KVE_EMU_SWITCH_START(&f->asan_fake, p->sched_stack, p->sched_stack_bytes);
     if (!_setjmp(f->at))
-        _longjmp(p->sched, 1);
+        KVE_EMU_JUMP(p->sched);
     KVE_EMU_SWITCH_FINISH(f->asan_fake, &p->sched_stack, &p->sched_stack_bytes);
 }
 
@@ -122,7 +136,24 @@ static void kve_emu_fiber_main(void)
     }
     /* For good: a NULL save lets ASan free the fiber's fake stack. */
     KVE_EMU_SWITCH_START(NULL, p->sched_stack, p->sched_stack_bytes);
-    _longjmp(p->sched, 1);
+    KVE_EMU_JUMP(p->sched);
+    abort(); /* not reached */
+}
+
+/* The first entry into @p f: getcontext saves the signal mask that
+ * setcontext sets again, so the thread's mask stays what it was. */
+static void kve_emu_start(kve_emu_fiber *f)
+{
+    if (getcontext(&f->start))
+        abort();
+    f->start.uc_stack.ss_sp = f->stack;
+    f->start.uc_stack.ss_size = KVE_EMU_STACK_BYTES;
+    f->start.uc_link = NULL; /* the entry never returns */
+    makecontext(&f->start, kve_emu_fiber_main, 0);
+    f->started = 1;
+    kve_emu_starting = f;
+    setcontext(&f->start);
+    abort(); /* setcontext returns only when it fails */
 }
 
 /* From the launcher into @p f, until it waits at a barrier or is done. */
@@ -133,19 +164,9 @@ static void kve_emu_resume(kve_emu_pool *p, kve_emu_fiber *f)
     KVE_EMU_SWITCH_START(&fake, f->stack, KVE_EMU_STACK_BYTES);
     if (!_setjmp(p->sched)) {
         if (f->started)
-            _longjmp(f->at, 1);
-        /* The first entry: getcontext saves the signal mask that setcontext
-         * sets again, so the thread's mask stays what it was. */
-        if (getcontext(&f->start))
-            abort();
-        f->start.uc_stack.ss_sp = f->stack;
-        f->start.uc_stack.ss_size = KVE_EMU_STACK_BYTES;
-        f->start.uc_link = NULL; /* the entry never returns */
-        makecontext(&f->start, kve_emu_fiber_main, 0);
-        f->started = 1;
-        kve_emu_starting = f;
-        setcontext(&f->start);
-        abort(); /* setcontext returns only when it fails */
+            KVE_EMU_JUMP(f->at);
+        else
+            kve_emu_start(f);
     }
     KVE_EMU_SWITCH_FINISH(fake, NULL, NULL);
 }
@@ -246,6 +267,9 @@ kve_emu_pool *kve_emu_pool_create(uint32_t nt, uint32_t ws)
     kve_emu_pool *p = kve_emu_pool_new(nt, ws);
     if (!p)
         return NULL;
+#ifdef KVE_EMU_ASAN
+    kve_emu_find_longjmp();
+#endif
     /* Each shape its own orders, the same in every run. */
     p->rng = 0x5eed0000u ^ ((uint64_t)nt << 32) ^ ws;
     p->fibers = (kve_emu_fiber *)calloc(nt, sizeof *p->fibers);
