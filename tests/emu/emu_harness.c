@@ -19,9 +19,9 @@
  * says so and aborts.
  *
  * Under ASan every switch is announced (__sanitizer_start_switch_fiber and
- * _finish_), so ASan knows which stack it is on; a _longjmp clears the
- * poisoning of the frames it leaves, which then keep no redzones until they
- * return. A stack ends in a guard page: an overflow faults.
+ * _finish_), so ASan knows which stack it is on, and the jump is libc's own
+ * (kve_emu_find_longjmp): the frames a switch leaves keep their redzones.
+ * A stack ends in a guard page: an overflow faults.
  */
 /* Jumps between stacks are the point: glibc's fortified _longjmp refuses
  * any that lands below the current stack pointer. */
