@@ -1,38 +1,175 @@
-/* emu_harness.c — pthreads and barriers standing in for a GPU block. */
-#include <pthread.h>
+/*
+ * emu_harness.c — a GPU block as fibers on the calling thread.
+ *
+ * Each thread of a block is a fiber with its own stack, created with
+ * makecontext() and started once with setcontext(); it then runs the body
+ * for every block of every launch on its pool. After the first start the
+ * switches are _setjmp/_longjmp: swapcontext() saves and restores the signal
+ * mask with a system call each time (about 1 us here, 70 times a jump), and
+ * the bodies switch at every barrier.
+ *
+ * A block runs in phases. In a phase every thread that has not returned
+ * runs, one after another in an order drawn anew from the pool's generator,
+ * up to its next barrier (kve_sync or a shuffle) or to the end of the body.
+ * A phase ends where a barrier would release, so everything a thread wrote
+ * before a barrier is seen by all after it, and a read of another thread's
+ * write that no barrier orders meets a different order in every phase. If
+ * after a phase some threads have returned and others wait at a barrier, the
+ * threads disagree about the barriers: a GPU block would hang, the harness
+ * says so and aborts.
+ *
+ * Under ASan every switch is announced (__sanitizer_start_switch_fiber and
+ * _finish_), so ASan knows which stack it is on, and the jump is libc's own
+ * (kve_emu_find_longjmp): the frames a switch leaves keep their redzones.
+ * A stack ends in a guard page: an overflow faults.
+ */
+/* Jumps between stacks are the point: glibc's fortified _longjmp refuses
+ * any that lands below the current stack pointer. */
+#undef _FORTIFY_SOURCE
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #include "emu_harness.h"
 #include "kve_cases.h" /* kve_rand_perm */
 
-struct kve_emu_block {
-    pthread_barrier_t bar; /* the block's threads: kve_sync() */
-    uint64_t *xbuf[2];     /* shuffle exchange, double-buffered */
-    int serial;            /* a serial pool: no barrier can be met */
-};
+#if defined(__SANITIZE_ADDRESS__)
+#define KVE_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVE_EMU_ASAN 1
+#endif
+#endif
+#ifdef KVE_EMU_ASAN
+#include <dlfcn.h>
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
-typedef struct kve_emu_thread {
-    kve_emu_pool *pool;
+/* Room for the bodies and the calls they make, with ASan's redzones. */
+#define KVE_EMU_STACK_BYTES ((size_t)256 << 10)
+
+typedef struct kve_emu_fiber {
     kve_tc tc;
-    pthread_t th;
-} kve_emu_thread;
+    kve_emu_pool *pool;
+    unsigned char *map, *stack; /* a guard page, then the stack */
+    size_t map_bytes;
+    ucontext_t start;   /* its first entry (kve_emu_resume) */
+    jmp_buf at;         /* where the fiber waits */
+    void *asan_fake;    /* ASan's fake stack of the fiber while it waits */
+    int started, done;  /* done: returned from the body of this block */
+} kve_emu_fiber;
+
+struct kve_emu_block {
+    kve_emu_pool *pool;
+    uint64_t *xbuf[2]; /* shuffle exchange, double-buffered */
+    int serial;        /* a serial pool: no barrier can be met */
+};
 
 struct kve_emu_pool {
     struct kve_emu_block block;
-    pthread_barrier_t gate; /* the block's threads and the launcher */
-    kve_emu_thread *threads;
-    uint32_t nt, ws, started;
-    uint64_t rng; /* a serial pool's orders */
+    kve_emu_fiber *fibers;
+    uint32_t *order; /* [nt]: the order of a phase */
+    uint32_t nt, ws;
+    uint64_t rng; /* every order of the pool */
     /* the current launch */
     int quit;
-    uint32_t grid;
+    jmp_buf sched;             /* the launcher, while a fiber runs */
+    const void *sched_stack;   /* the launcher's stack, for ASan */
+    size_t sched_stack_bytes;
+    kve_emu_fiber *cur;
     unsigned char *smem;
     size_t smem_bytes;
     kve_emu_body body;
     void *arg;
 };
+
+#ifdef KVE_EMU_ASAN
+#define KVE_EMU_SWITCH_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define KVE_EMU_SWITCH_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#define KVE_EMU_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+/* libc's own _longjmp, called as a function that returns: ASan's wrapper
+ * of it, and the code ASan puts before a call that does not return, would
+ * unpoison the frames a switch leaves (a sigaltstack system call each time,
+ * most of a sanitized run's time), yet these frames live on and resume. */
+static void (*kve_emu_libc_longjmp)(jmp_buf, int);
+#define KVE_EMU_JUMP(to) kve_emu_libc_longjmp(to, 1)
+static void kve_emu_find_longjmp(void)
+{
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    void *real = libc ? dlsym(libc, "_longjmp") : NULL;
+    kve_emu_libc_longjmp = real ? (void (*)(jmp_buf, int))real : _longjmp;
+}
+#else
+#define KVE_EMU_JUMP(to) _longjmp(to, 1)
+#define KVE_EMU_SWITCH_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define KVE_EMU_SWITCH_FINISH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define KVE_EMU_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* The fiber a first entry starts: one thread, one start at a time. */
+static _Thread_local kve_emu_fiber *kve_emu_starting;
+
+/* From the running fiber @p f back to the launcher, until resumed. */
+static void kve_emu_yield(kve_emu_fiber *f)
+{
+    kve_emu_pool *p = f->pool;
+    KVE_EMU_SWITCH_START(&f->asan_fake, p->sched_stack, p->sched_stack_bytes);
+    if (!_setjmp(f->at))
+        KVE_EMU_JUMP(p->sched);
+    KVE_EMU_SWITCH_FINISH(f->asan_fake, &p->sched_stack, &p->sched_stack_bytes);
+}
+
+static void kve_emu_fiber_main(void)
+{
+    kve_emu_fiber *f = kve_emu_starting;
+    kve_emu_pool *p = f->pool;
+    KVE_EMU_SWITCH_FINISH(NULL, &p->sched_stack, &p->sched_stack_bytes);
+    while (!p->quit) {
+        p->body(&f->tc, p->smem, p->arg);
+        f->done = 1;
+        kve_emu_yield(f);
+    }
+    /* For good: a NULL save lets ASan free the fiber's fake stack. */
+    KVE_EMU_SWITCH_START(NULL, p->sched_stack, p->sched_stack_bytes);
+    KVE_EMU_JUMP(p->sched);
+    abort(); /* not reached */
+}
+
+/* The first entry into @p f: getcontext saves the signal mask that
+ * setcontext sets again, so the thread's mask stays what it was. */
+static void kve_emu_start(kve_emu_fiber *f)
+{
+    if (getcontext(&f->start))
+        abort();
+    f->start.uc_stack.ss_sp = f->stack;
+    f->start.uc_stack.ss_size = KVE_EMU_STACK_BYTES;
+    f->start.uc_link = NULL; /* the entry never returns */
+    makecontext(&f->start, kve_emu_fiber_main, 0);
+    f->started = 1;
+    kve_emu_starting = f;
+    setcontext(&f->start);
+    abort(); /* setcontext returns only when it fails */
+}
+
+/* From the launcher into @p f, until it waits at a barrier or is done. */
+static void kve_emu_resume(kve_emu_pool *p, kve_emu_fiber *f)
+{
+    void *fake = NULL;
+    p->cur = f;
+    KVE_EMU_SWITCH_START(&fake, f->stack, KVE_EMU_STACK_BYTES);
+    if (!_setjmp(p->sched)) {
+        if (f->started)
+            KVE_EMU_JUMP(f->at);
+        else
+            kve_emu_start(f);
+    }
+    KVE_EMU_SWITCH_FINISH(fake, NULL, NULL);
+}
 
 /* A body that synchronizes cannot run serially: stop the test loudly. */
 static void kve_emu_no_serial(const kve_tc *tc, const char *what)
@@ -43,10 +180,11 @@ static void kve_emu_no_serial(const kve_tc *tc, const char *what)
     }
 }
 
+/* The running thread reaches a barrier: it waits there for the next phase. */
 void kve_emu_sync(kve_tc *tc)
 {
     kve_emu_no_serial(tc, "kve_sync");
-    pthread_barrier_wait(&tc->emu->bar);
+    kve_emu_yield(tc->emu->pool->cur);
 }
 
 /* One barrier per shuffle: a buffer is written again only two shuffles
@@ -57,33 +195,60 @@ uint64_t kve_emu_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d)
     uint64_t *buf = tc->emu->xbuf[tc->xturn];
     tc->xturn ^= 1;
     buf[tc->tid] = v;
-    pthread_barrier_wait(&tc->emu->bar);
+    kve_emu_yield(tc->emu->pool->cur);
     return tc->tid % tc->ws >= d ? buf[tc->tid - d] : v;
 }
 
-static void *kve_emu_worker(void *p)
+/* Block @p b of @p grid, phase after phase, until all its threads return. */
+static void kve_emu_run_block(kve_emu_pool *p, uint32_t b, uint32_t grid)
 {
-    kve_emu_thread *me = (kve_emu_thread *)p;
-    kve_emu_pool *pool = me->pool;
-    for (;;) {
-        pthread_barrier_wait(&pool->gate);
-        if (pool->quit)
-            return NULL;
-        me->tc.nb = pool->grid;
-        for (uint32_t b = 0; b < pool->grid; b++) {
-            /* GPU shared memory starts undefined: make reliance on zeros fail. */
-            if (me->tc.tid == 0)
-                memset(pool->smem, 0xa5, pool->smem_bytes);
-            kve_emu_sync(&me->tc);
-            me->tc.bid = b;
-            pool->body(&me->tc, pool->smem, pool->arg);
-            kve_emu_sync(&me->tc);
+    /* GPU shared memory starts undefined: make reliance on zeros fail. */
+    memset(p->smem, 0xa5, p->smem_bytes);
+    for (uint32_t i = 0; i < p->nt; i++) {
+        p->fibers[i].done = 0;
+        p->fibers[i].tc.bid = b;
+        p->fibers[i].tc.nb = grid;
+    }
+    for (uint32_t phase = 0;; phase++) {
+        uint32_t done = 0;
+        kve_rand_perm(&p->rng, p->order, p->nt);
+        for (uint32_t i = 0; i < p->nt; i++) {
+            kve_emu_resume(p, &p->fibers[p->order[i]]);
+            done += (uint32_t)p->fibers[p->order[i]].done;
         }
-        pthread_barrier_wait(&pool->gate);
+        if (done == p->nt)
+            return;
+        if (done) {
+            fprintf(stderr,
+                    "emu: threads of a block disagree at a barrier (block %u of %u: %u of %u "
+                    "threads returned, the others wait at barrier %u)\n",
+                    b, grid, done, p->nt, phase + 1);
+            abort();
+        }
     }
 }
 
-/* A pool of shape (nt, ws), nothing started; NULL for a bad shape. */
+/* Fiber @p i of @p p: its stack, behind a guard page; 0 or -1. */
+static int kve_emu_fiber_init(kve_emu_pool *p, uint32_t i)
+{
+    kve_emu_fiber *f = &p->fibers[i];
+    size_t guard = (size_t)sysconf(_SC_PAGESIZE);
+    f->pool = p;
+    f->tc.tid = i;
+    f->tc.nt = p->nt;
+    f->tc.ws = p->ws;
+    f->tc.emu = &p->block;
+    f->map_bytes = guard + KVE_EMU_STACK_BYTES;
+    void *m = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    f->map = (unsigned char *)m;
+    f->stack = f->map + guard;
+    return mprotect(f->map, guard, PROT_NONE) ? -1 : 0;
+}
+
+/* A pool of shape (nt, ws), no fibers; NULL for a bad shape. */
 static kve_emu_pool *kve_emu_pool_new(uint32_t nt, uint32_t ws)
 {
     if (nt == 0 || ws == 0 || nt % ws || nt / ws > KVE_MAX_WARPS)
@@ -92,6 +257,7 @@ static kve_emu_pool *kve_emu_pool_new(uint32_t nt, uint32_t ws)
     if (p) {
         p->nt = nt;
         p->ws = ws;
+        p->block.pool = p;
     }
     return p;
 }
@@ -101,29 +267,21 @@ kve_emu_pool *kve_emu_pool_create(uint32_t nt, uint32_t ws)
     kve_emu_pool *p = kve_emu_pool_new(nt, ws);
     if (!p)
         return NULL;
-    p->threads = (kve_emu_thread *)calloc(nt, sizeof *p->threads);
+#ifdef KVE_EMU_ASAN
+    kve_emu_find_longjmp();
+#endif
+    /* Each shape its own orders, the same in every run. */
+    p->rng = 0x5eed0000u ^ ((uint64_t)nt << 32) ^ ws;
+    p->fibers = (kve_emu_fiber *)calloc(nt, sizeof *p->fibers);
+    p->order = (uint32_t *)calloc(nt, sizeof *p->order);
     p->block.xbuf[0] = (uint64_t *)calloc(nt, sizeof(uint64_t));
     p->block.xbuf[1] = (uint64_t *)calloc(nt, sizeof(uint64_t));
-    if (!p->threads || !p->block.xbuf[0] || !p->block.xbuf[1] ||
-        pthread_barrier_init(&p->block.bar, NULL, nt) ||
-        pthread_barrier_init(&p->gate, NULL, nt + 1)) {
-        free(p->threads);
-        free(p->block.xbuf[0]);
-        free(p->block.xbuf[1]);
-        free(p);
+    int bad = !p->fibers || !p->order || !p->block.xbuf[0] || !p->block.xbuf[1];
+    for (uint32_t i = 0; i < nt && !bad; i++)
+        bad = kve_emu_fiber_init(p, i);
+    if (bad) {
+        kve_emu_pool_destroy(p);
         return NULL;
-    }
-    for (uint32_t i = 0; i < nt; i++) {
-        kve_emu_thread *t = &p->threads[i];
-        t->pool = p;
-        t->tc.tid = i;
-        t->tc.nt = nt;
-        t->tc.ws = ws;
-        t->tc.emu = &p->block;
-        t->tc.xturn = 0;
-        if (pthread_create(&t->th, NULL, kve_emu_worker, t))
-            abort(); /* a test harness: no way to run without its threads */
-        p->started++;
     }
     return p;
 }
@@ -170,19 +328,18 @@ int kve_emu_launch(kve_emu_pool *pool, uint32_t grid, size_t smem_bytes, kve_emu
     unsigned char *smem = (unsigned char *)aligned_alloc(64, (smem_bytes + 64) & ~(size_t)63);
     if (!smem)
         return -1;
+    pool->smem = smem;
+    pool->smem_bytes = smem_bytes;
     if (pool->block.serial) {
-        pool->smem_bytes = smem_bytes;
         int rc = kve_emu_launch_serial(pool, grid, smem, body, arg);
         free(smem);
         return rc;
     }
-    pool->grid = grid;
-    pool->smem = smem;
-    pool->smem_bytes = smem_bytes;
     pool->body = body;
     pool->arg = arg;
-    pthread_barrier_wait(&pool->gate); /* go */
-    pthread_barrier_wait(&pool->gate); /* done */
+    for (uint32_t b = 0; b < grid; b++)
+        kve_emu_run_block(pool, b, grid);
+    pool->smem = NULL;
     free(smem);
     return 0;
 }
@@ -191,17 +348,18 @@ void kve_emu_pool_destroy(kve_emu_pool *pool)
 {
     if (!pool)
         return;
-    if (pool->block.serial) {
-        free(pool);
-        return;
-    }
     pool->quit = 1;
-    pthread_barrier_wait(&pool->gate);
-    for (uint32_t i = 0; i < pool->started; i++)
-        pthread_join(pool->threads[i].th, NULL);
-    pthread_barrier_destroy(&pool->gate);
-    pthread_barrier_destroy(&pool->block.bar);
-    free(pool->threads);
+    for (uint32_t i = 0; pool->fibers && i < pool->nt; i++) {
+        kve_emu_fiber *f = &pool->fibers[i];
+        if (f->started)
+            kve_emu_resume(pool, f); /* it leaves its loop and switches back for good */
+        if (f->map) {
+            KVE_EMU_UNPOISON(f->map, f->map_bytes); /* the next mapping here starts clean */
+            munmap(f->map, f->map_bytes);
+        }
+    }
+    free(pool->fibers);
+    free(pool->order);
     free(pool->block.xbuf[0]);
     free(pool->block.xbuf[1]);
     free(pool);

@@ -1,9 +1,13 @@
 /*
  * emu_harness.h — runs a kernel body of common/device/ on the host: a
- * block's threads are pthreads, kve_sync() is a pthread barrier, and a warp
- * shuffle goes through a shared buffer, for any block size and any warp
- * width (32 or 64) that divides it. Blocks of a grid run one after another
- * on the same threads, each with fresh (garbage-filled) shared memory.
+ * block's threads are fibers on the calling thread (emu_harness.c), run in
+ * phases that end where kve_sync() or a warp shuffle would release them, in
+ * a fresh random order every phase; a shuffle goes through a shared buffer,
+ * for any block size and any warp width (32 or 64) that divides it. Blocks
+ * of a grid run one after another on the same fibers, each with fresh
+ * (garbage-filled) shared memory. Threads of a block that do not reach the
+ * same barriers (a GPU block would hang) stop the run: a message on stderr,
+ * then abort().
  *
  * A serial pool runs bodies that never synchronize (no kve_sync, no
  * shuffle) on the calling thread instead: blocks in a random order, and in
