@@ -5,9 +5,9 @@
  *
  *   CUDA (nvcc)   threadIdx/blockDim, __syncthreads, __shfl_up_sync
  *   HIP (hipcc)   the same names, __shfl_up; warpSize is 32 or 64 per target
- *   C11 (host)    the emulator of tests/emu: a block's threads are pthreads,
- *                 the barrier a pthread barrier, a shuffle goes through
- *                 a shared buffer
+ *   C11 (host)    the emulator of tests/emu: a block's threads are fibers
+ *                 run in phases from barrier to barrier, a shuffle goes
+ *                 through a shared buffer
  *
  * Bodies see their launch only through a kve_tc, and the warp width only as
  * tc->ws: nothing assumes 32 (AMD's CDNA wavefronts are 64 wide).

@@ -13,8 +13,10 @@
  * must take the count from one thread (thread 0) for the whole block: the
  * block then finishes, and the result is exactly thread 0's view — the
  * compaction of the valid list, or the head skipped with the "n_evicted"
- * error record. A body that read the count per thread would hang; the
- * watchdog turns that into a failure naming the kernel.
+ * error record. A body that read the count per thread would hang a GPU
+ * block; the emulator aborts it with a message (its threads disagree at a
+ * barrier), and the watchdog turns any other hang into a failure naming
+ * the kernel.
  */
 #include <signal.h>
 #include <stdio.h>
