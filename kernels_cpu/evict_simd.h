@@ -433,10 +433,11 @@ static uint32_t kve_simd_take_marks(unsigned char *map, uint32_t a, uint32_t len
  * the table's slots); leaves the map zeroed. The m marked positions (the
  * valid slots past the run) lie in [umin, max]; when that window is
  * shorter than 2^16, their low halves differ exactly when they do, so they
- * are distinct exactly when m bytes of the window's residues are set —
- * unless an empty slot's mark (0xffff) falls inside the window too, and
- * positions below the run repeat one of it. Anything else (a bad value, a
- * wider window) is only a suspect, for the exact search to settle. */
+ * are distinct exactly when m bytes of the window's residues are set, as
+ * long as no empty slot's mark (0xffff) falls inside the window too; and
+ * none may lie below the run (it would repeat a run position). Anything
+ * else (a bad value, a wider window) is only a suspect, for the exact
+ * search to settle. */
 static int kve_simd_verdict(const kve_scan_facts *f, uint32_t n_valid, uint32_t n, unsigned char *map)
 {
     int ok = f->min >= -1;
