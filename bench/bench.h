@@ -17,8 +17,10 @@ typedef void (*step_fn)(void *arg);
 #define G_CAND (G_BUDGET - G_PROMPT)  /* candidates per head: 1024 */
 #define ENTRY_BYTES 256               /* 128 x bf16 */
 
-/* Full G heads in steady state under slot reuse (bench_cpu.c). */
+/* Full G heads in steady state under slot reuse (bench_cpu.c), generated
+ * positions g_spread apart (--spread; 1 by default). */
 void fill_tables(int32_t *slots, size_t heads, uint64_t seed);
+extern uint32_t g_spread;
 
 /* Median (or least, with --stat min) seconds of body() over at least 3 runs
  * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs

@@ -60,11 +60,17 @@ double time_median(double min_time, step_fn setup, step_fn body, void *arg)
 
 void die(const char *what, kve_status st) { bench_fail("kvevict-bench", what, st); }
 
-/* A full G head in steady state under slot reuse (bench_util.h). */
+uint32_t g_spread = 1; /* --spread K (bench.h) */
+
+/* A full G head in steady state under slot reuse (bench_util.h); with
+ * --spread K, generated position P + i becomes P + K * i. */
 void fill_tables(int32_t *slots, size_t heads, uint64_t seed)
 {
     uint64_t rng = seed;
     bench_fill_tables(slots, heads, G_SLOTS, G_PROMPT, &rng);
+    for (size_t i = 0; g_spread > 1 && i < heads * G_SLOTS; i++)
+        if (slots[i] >= G_PROMPT)
+            slots[i] = G_PROMPT + (int32_t)g_spread * (slots[i] - G_PROMPT);
 }
 
 kve_context *cpu_context(int isa, int threads)
@@ -328,6 +334,10 @@ static const char kUsage[] =
     "  --stat S          median (default) or min: the fastest round, robust on a busy machine\n"
     "  --pages P         4k (default) or 2m: compaction's and moves' caches and their floors'\n"
     "                    buffers on 2 MiB transparent huge pages (madvise)\n"
+    "  --spread K        generated positions P + K*i instead of P + i (1 to 1000000, default 1):\n"
+    "                    a long decode's table, whose kept positions lie K times further\n"
+    "                    apart; the recent window then holds about 64/K slots, so a head has\n"
+    "                    up to 1087 candidates. Peers skipped (theirs are not spread)\n"
     "  --no-peers        skip the numpy and PyTorch peers\n"
     "  --python PATH     interpreter for the peers (default " KVE_BENCH_PYTHON ")\n"
     "  --peers PATH      the peers script (default " KVE_BENCH_PEERS ")\n";
@@ -343,7 +353,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"workloads", 1, 0, 'w'}, {"isa", 1, 0, 'i'},    {"threads", 1, 0, 't'},
         {"min-time", 1, 0, 'm'},  {"no-peers", 0, 0, 'n'}, {"python", 1, 0, 'p'},
         {"peers", 1, 0, 's'},     {"help", 0, 0, 'h'},    {"stat", 1, 0, 'x'},
-        {"pages", 1, 0, 'g'},     {0, 0, 0, 0}};
+        {"pages", 1, 0, 'g'},     {"spread", 1, 0, 'k'},  {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
         int list[9], n;
         switch (c) {
@@ -364,6 +374,17 @@ static int parse_options(int argc, char **argv, options *o)
             }
             g_huge_pages = !strcmp(optarg, "2m");
             break;
+        case 'k': {
+            char *end;
+            unsigned long k = strtoul(optarg, &end, 10);
+            if (*optarg < '0' || *optarg > '9' || *end || k < 1 || k > 1000000) {
+                fprintf(stderr, "kvevict-bench: --spread %s: an integer in 1..1000000\n", optarg);
+                return 2;
+            }
+            g_spread = (uint32_t)k;
+            o->peers &= k == 1;
+            break;
+        }
         case 'n': o->peers = 0; break;
         case 'p': o->python = optarg; break;
         case 's': o->script = optarg; break;
@@ -385,7 +406,10 @@ static int parse_options(int argc, char **argv, options *o)
  * each figure's digest pair in @p rows. */
 static void print_eviction(const options *o, const peer_result *peers, evict_result rows[3][4][8])
 {
-    printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)\n");
+    printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)");
+    if (g_spread > 1)
+        printf("; generated positions %u apart (--spread)", g_spread);
+    printf("\n");
     printf("%-4s %-7s %3s | %10s %8s %9s | %10s %8s | %9s %8s | %8s %8s\n", "wl", "isa", "thr",
            "checked ms", "ns/cand", "x floor", "trusted ms", "x floor", "floor ms", "ns/key",
            "x numpy", "x torch");
