@@ -96,8 +96,8 @@ static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_cou
  * survivors. */
 static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c);
 #ifdef KVE_ISA_FUSED_CHECK
-/* Nonzero bytes of map[0 .. n). */
-static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n);
+/* Nonzero bytes of map[0 .. n), all zeroed (n < 2^16), in one pass. */
+static uint32_t kve_isa_take_marks(unsigned char *map, size_t n);
 #endif
 /* Candidate slots, all of them (keys and khi NULL), or those whose key
  * (keys) or scan's high half (khi, lo and hi below 2^32) is in [lo, hi],
@@ -423,10 +423,7 @@ static int kve_hint_fits(const kve_head_hint *h, const kve_head_job *j)
 static uint32_t kve_simd_take_marks(unsigned char *map, uint32_t a, uint32_t len)
 {
     uint32_t first = len < KVE_FUSED_MAP_BYTES - a ? len : KVE_FUSED_MAP_BYTES - a;
-    uint32_t got = kve_isa_count_marks(map + a, first) + kve_isa_count_marks(map, len - first);
-    memset(map + a, 0, first);
-    memset(map, 0, len - first);
-    return got;
+    return kve_isa_take_marks(map + a, first) + kve_isa_take_marks(map, len - first);
 }
 
 /* The fused checks' verdict from a checking pass's facts and counts (n:

@@ -391,17 +391,21 @@ static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
     return s->top ? kve512_scan(s, c, 1, 0) : kve512_scan(s, c, 0, 0);
 }
 
-static uint32_t kve_isa_count_marks(const unsigned char *map, size_t n)
+static uint32_t kve_isa_take_marks(unsigned char *map, size_t n)
 {
     uint64_t count = 0;
     size_t i = 0;
+    const __m512i zero = _mm512_setzero_si512();
     for (; i + 64 <= n; i += 64) {
         __m512i v = _mm512_loadu_si512(map + i);
         count += (uint64_t)_mm_popcnt_u64(_mm512_test_epi8_mask(v, v));
+        _mm512_storeu_si512(map + i, zero);
     }
     if (i < n) {
-        __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (n - i)) - 1), map + i);
+        __mmask64 tail = (__mmask64)((1ull << (n - i)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi8(tail, map + i);
         count += (uint64_t)_mm_popcnt_u64(_mm512_test_epi8_mask(v, v));
+        _mm512_mask_storeu_epi8(map + i, tail, zero);
     }
     return (uint32_t)count;
 }
