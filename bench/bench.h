@@ -26,6 +26,16 @@ extern uint32_t g_spread;
  * and min_time seconds, after a warm-up; setup() (untimed, may be NULL) runs
  * before each. */
 double time_median(double min_time, step_fn setup, step_fn body, void *arg);
+/* One of two steps time_pair times: setup() untimed (may be NULL), body(). */
+typedef struct {
+    step_fn setup, body;
+    void *arg;
+} timed_step;
+/* @p a and @p b in turn (a, b, a, b, ...), at least 3 runs each and 2 x
+ * min_time seconds in all, after a warm-up of each: their medians (least
+ * with --stat min) in *ta and *tb, so that the ratio of the two holds
+ * while the machine's speed drifts. */
+void time_pair(double min_time, const timed_step *a, const timed_step *b, double *ta, double *tb);
 /* --stat min given: figures are fastest runs (the peers' too). */
 extern int g_use_min;
 /* Exits with the library's message. */

@@ -58,6 +58,33 @@ double time_median(double min_time, step_fn setup, step_fn body, void *arg)
     return g_use_min ? samples[0] : samples[n / 2];
 }
 
+void time_pair(double min_time, const timed_step *a, const timed_step *b, double *ta, double *tb)
+{
+    enum { MAX_RUNS = 1000 };
+    static double sa[MAX_RUNS], sb[MAX_RUNS];
+    const timed_step *ab[2] = {a, b};
+    double *s[2] = {sa, sb};
+    int n = 0;
+    for (int k = 0; k < 2; k++) { /* warm-up */
+        if (ab[k]->setup)
+            ab[k]->setup(ab[k]->arg);
+        ab[k]->body(ab[k]->arg);
+    }
+    double start = bench_now();
+    for (; n < MAX_RUNS && (n < 3 || bench_now() - start < 2 * min_time); n++)
+        for (int k = 0; k < 2; k++) {
+            if (ab[k]->setup)
+                ab[k]->setup(ab[k]->arg);
+            double t0 = bench_now();
+            ab[k]->body(ab[k]->arg);
+            s[k][n] = bench_now() - t0;
+        }
+    qsort(sa, (size_t)n, sizeof(double), bench_cmp_double);
+    qsort(sb, (size_t)n, sizeof(double), bench_cmp_double);
+    *ta = g_use_min ? sa[0] : sa[n / 2];
+    *tb = g_use_min ? sb[0] : sb[n / 2];
+}
+
 void die(const char *what, kve_status st) { bench_fail("kvevict-bench", what, st); }
 
 uint32_t g_spread = 1; /* --spread K (bench.h) */
