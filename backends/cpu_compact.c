@@ -3,7 +3,9 @@
  * and positions to the front of its rows, head by head in per-head rows,
  * slot by slot across groups of heads in token rows; OpenMP across heads
  * or groups (static schedule), so results cannot depend on the thread
- * count. The copies go through the ISA table's copy_runs.
+ * count. The copies go through the ISA table's copy_runs (or its
+ * copy_runs_stream), except a streaming token-row walk's, which copies
+ * each entry itself (kve_stream_entry).
  */
 #include <string.h>
 
