@@ -29,7 +29,7 @@ static void adversarial_row(uint64_t *rng, int32_t *row, uint32_t n, unsigned ki
 {
     uint32_t run = kt_below(rng, n + 1); /* slots of the leading in-order run */
     int32_t first;
-    switch (kind % 6) {
+    switch (kind % 7) {
     case 0: /* a run that crosses INT32_MAX: what 32-bit adds wrap to */
         first = INT32_MAX - (int32_t)kt_below(rng, n + 2);
         for (uint32_t t = 0; t < n; t++)
@@ -52,9 +52,17 @@ static void adversarial_row(uint64_t *rng, int32_t *row, uint32_t n, unsigned ki
         for (uint32_t t = 0; t < n; t++)
             row[t] = t < run ? (int32_t)t : (int32_t)(run + 2 * (t - run));
         break;
-    case 4: /* sparse: positions far apart (the exact check's sort) */
+    case 4: /* sparse: positions far apart (the hashed set, the exact check's sort) */
         for (uint32_t t = 0; t < n; t++)
             row[t] = kt_below(rng, 4) ? (int32_t)(kt_next(rng) & 0x7fffffff) : -1;
+        break;
+    case 5: /* sparse, and every position in one bucket of the hashed set
+             * (kernels_cpu/check_rows.c): its probe bound, then the sort */
+        for (uint32_t t = 0, j = 0; t < n; j++) {
+            uint32_t key = ((7u << 20) + j) * 0x0e8b2f51u; /* 1 / 0x9e3779b1 mod 2^32 */
+            if (key - 1 <= INT32_MAX)
+                row[t++] = (int32_t)(key - 1);
+        }
         break;
     default: /* all empty */
         for (uint32_t t = 0; t < n; t++)
@@ -89,7 +97,7 @@ START_TEST(checks_every_isa_adversarial)
         int32_t *slots = (int32_t *)malloc((heads * stride + 1) * sizeof *slots);
         for (size_t i = 0; i < heads * stride + 1; i++)
             slots[i] = INT32_MIN; /* padding: never read */
-        unsigned kind = (unsigned)kt_below(&rng, 6);
+        unsigned kind = (unsigned)kt_below(&rng, 7);
         for (size_t i = 0; n && i < heads; i++) /* mostly one kind per batch */
             adversarial_row(&rng, slots + i * stride, n, kt_below(&rng, 4) ? kind : (unsigned)i);
         uint32_t flags = kt_below(&rng, 5) == 0 ? KVE_TRUSTED_SLOTS : 0;
