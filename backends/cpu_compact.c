@@ -104,7 +104,6 @@ typedef struct {
     const int32_t *ev;
     uint32_t ne, e, t0;
     int holes;    /* an empty slot from t0 on: else only evictions leave gaps */
-    int adjacent; /* every entry right after the previous head's (token rows) */
     const char *src[KVE_MAX_CACHES];
     char *dst[KVE_MAX_CACHES];
 } kve_head_cursor;
@@ -142,7 +141,6 @@ static void kve_cursor_init(const kve_compact_walk *w, size_t i, kve_head_cursor
     uint32_t stop = c->ne ? (uint32_t)c->ev[0] : d->n_slots;
     c->t0 = w->out_of_place ? 0 : kve_valid_end(c->row, 0, stop);
     c->holes = kve_valid_end(c->row, c->t0, d->n_slots) < d->n_slots;
-    c->adjacent = 0;
     for (uint32_t m = 0; m < d->n_caches; m++) {
         c->src[m] = kve_entry_base(&d->src[m], s, l, h);
         c->dst[m] = kve_entry_base(w->out_of_place ? &d->dst[m] : &d->src[m], s, l, h);
@@ -345,11 +343,11 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
         kve_head_cursor *c = &hc[g];
         kve_cursor_init(&w, first + g, c);
         t_min = c->t0 < t_min ? c->t0 : t_min;
-        c->adjacent = g > 0;
-        for (uint32_t m = 0; m < d->n_caches; m++)
-            c->adjacent &= g > 0 && c->src[m] == hc[g - 1].src[m] + d->entry_bytes &&
-                           c->dst[m] == hc[g - 1].dst[m] + d->entry_bytes;
-        hot->adjacent[g] = (uint8_t)c->adjacent;
+        int adjacent = g > 0; /* every entry right after the previous head's */
+        for (uint32_t m = 0; adjacent && m < d->n_caches; m++)
+            adjacent = c->src[m] == hc[g - 1].src[m] + d->entry_bytes &&
+                       c->dst[m] == hc[g - 1].dst[m] + d->entry_bytes;
+        hot->adjacent[g] = (uint8_t)adjacent;
     }
     int direct = kve_streams_direct(&w, hc, count);
     for (uint32_t m = 0; m < d->n_caches; m++) {

@@ -38,51 +38,49 @@ typedef struct {
 
 int g_use_min; /* --stat min: the fastest run instead of the median (bench.h) */
 
-double time_median(double min_time, step_fn setup, step_fn body, void *arg)
+/* The @p k (1 or 2) steps in turn, at least 3 runs each and k x min_time
+ * seconds in all, after a warm-up: each one's median (least with --stat
+ * min) in t[i]. */
+static void time_steps(double min_time, const timed_step *const *st, int k, double t[2])
 {
     enum { MAX_RUNS = 2000 };
-    static double samples[MAX_RUNS];
+    static double s[2][MAX_RUNS];
     int n = 0;
-    if (setup)
-        setup(arg);
-    body(arg);
-    double start = bench_now();
-    while (n < MAX_RUNS && (n < 3 || bench_now() - start < min_time)) {
-        if (setup)
-            setup(arg);
-        double t0 = bench_now();
-        body(arg);
-        samples[n++] = bench_now() - t0;
+    for (int i = 0; i < k; i++) { /* warm-up */
+        if (st[i]->setup)
+            st[i]->setup(st[i]->arg);
+        st[i]->body(st[i]->arg);
     }
-    qsort(samples, (size_t)n, sizeof(double), bench_cmp_double);
-    return g_use_min ? samples[0] : samples[n / 2];
+    double start = bench_now();
+    for (; n < MAX_RUNS && (n < 3 || bench_now() - start < k * min_time); n++)
+        for (int i = 0; i < k; i++) {
+            if (st[i]->setup)
+                st[i]->setup(st[i]->arg);
+            double t0 = bench_now();
+            st[i]->body(st[i]->arg);
+            s[i][n] = bench_now() - t0;
+        }
+    for (int i = 0; i < k; i++) {
+        qsort(s[i], (size_t)n, sizeof(double), bench_cmp_double);
+        t[i] = g_use_min ? s[i][0] : s[i][n / 2];
+    }
+}
+
+double time_median(double min_time, step_fn setup, step_fn body, void *arg)
+{
+    const timed_step one = {setup, body, arg}, *st[1] = {&one};
+    double t[2];
+    time_steps(min_time, st, 1, t);
+    return t[0];
 }
 
 void time_pair(double min_time, const timed_step *a, const timed_step *b, double *ta, double *tb)
 {
-    enum { MAX_RUNS = 1000 };
-    static double sa[MAX_RUNS], sb[MAX_RUNS];
-    const timed_step *ab[2] = {a, b};
-    double *s[2] = {sa, sb};
-    int n = 0;
-    for (int k = 0; k < 2; k++) { /* warm-up */
-        if (ab[k]->setup)
-            ab[k]->setup(ab[k]->arg);
-        ab[k]->body(ab[k]->arg);
-    }
-    double start = bench_now();
-    for (; n < MAX_RUNS && (n < 3 || bench_now() - start < 2 * min_time); n++)
-        for (int k = 0; k < 2; k++) {
-            if (ab[k]->setup)
-                ab[k]->setup(ab[k]->arg);
-            double t0 = bench_now();
-            ab[k]->body(ab[k]->arg);
-            s[k][n] = bench_now() - t0;
-        }
-    qsort(sa, (size_t)n, sizeof(double), bench_cmp_double);
-    qsort(sb, (size_t)n, sizeof(double), bench_cmp_double);
-    *ta = g_use_min ? sa[0] : sa[n / 2];
-    *tb = g_use_min ? sb[0] : sb[n / 2];
+    const timed_step *st[2] = {a, b};
+    double t[2];
+    time_steps(min_time, st, 2, t);
+    *ta = t[0];
+    *tb = t[1];
 }
 
 void die(const char *what, kve_status st) { bench_fail("kvevict-bench", what, st); }
