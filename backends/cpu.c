@@ -1,28 +1,17 @@
 /*
- * cpu.c — the CPU backend's table of operations: OpenMP across
- * heads (static schedule), one kernel call per head, so results cannot
- * depend on the thread count. Kernels come from the context's ISA table.
+ * cpu.c — the CPU backend's table of operations: threads across heads
+ * in contiguous ranges (kve_cpu_parallel), one kernel call per head, so
+ * results cannot depend on the thread count. Kernels come from the context's ISA table.
  */
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_threads.h"
 #include "kve_error.h"
 #include "kve_validate.h"
 #include "kve_util.h"
-
-static int kve_thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 static kve_status cpu_probe(int *out)
 {
@@ -84,18 +73,35 @@ static kve_status cpu_synchronize(kve_context *ctx)
     return KVE_OK;
 }
 
+/* One cpu_keys call. */
+typedef struct {
+    const kve_cpu_kernels *k;
+    uint64_t seed;
+    uint32_t flags;
+    const kve_coord *coords;
+    size_t n;
+    uint64_t *keys;
+} cpu_keys_call;
+
+/* Chunks big enough to amortize a seq_seed, small enough to spread. */
+#define KVE_KEYS_CHUNK 4096u
+
+static int cpu_keys_range(void *arg, size_t lo, size_t hi, int thread)
+{
+    (void)thread;
+    const cpu_keys_call *c = (const cpu_keys_call *)arg;
+    for (size_t ch = lo; ch < hi; ch++) {
+        size_t at = ch * KVE_KEYS_CHUNK, len = c->n - at < KVE_KEYS_CHUNK ? c->n - at : KVE_KEYS_CHUNK;
+        c->k->keys(c->seed, c->flags, c->coords + at, len, c->keys + at);
+    }
+    return 0;
+}
+
 static kve_status cpu_keys(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
                            size_t n, uint64_t *keys)
 {
-    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
-    /* Chunks big enough to amortize a seq_seed, small enough to spread. */
-    const size_t chunk = 4096;
-    size_t chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-    for (size_t c = 0; c < chunks; c++) {
-        size_t lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
-        k->keys(seed, flags, coords + lo, len, keys + lo);
-    }
+    cpu_keys_call c = {kve_cpu_kernels_get(ctx->isa), seed, flags, coords, n, keys};
+    kve_cpu_parallel(ctx->threads, (n + KVE_KEYS_CHUNK - 1) / KVE_KEYS_CHUNK, cpu_keys_range, &c);
     return KVE_OK;
 }
 
@@ -252,53 +258,77 @@ static void cpu_head_outputs(const kve_cpu_kernels *k, const kve_batch *b, const
         o->head_flags[i] = job->over_budget ? KVE_HEAD_OVER_BUDGET : 0;
 }
 
-/* Checks and evicts every head in one pass: each thread's heads ascend
- * (static schedule), so its first problem is its lowest, and the lowest
- * over all threads is the batch's, whatever the thread count. A thread
- * stops at its own problem, and skips heads above one already found. */
+/* Slots a thread's share of one kve_evict has at least: about 10 us of
+ * checked eviction (G1 spreads over 18 threads; one layer of 8 heads of
+ * 2112 slots stays on one). */
+#define KVE_EVICT_THREAD_SLOTS 32768u
+
+/* One cpu_evict call, shared by its threads. */
+typedef struct {
+    const kve_cpu_kernels *k;
+    const kve_batch *b;
+    const kve_evict_out *o;
+    char *ws;
+    size_t per; /* scratch bytes a thread */
+    uint32_t check;
+    size_t stop;            /* the lowest problem head found so far */
+    kve_head_problem first; /* that head's problem, under kve_cpu_evict_problem */
+} cpu_evict_call;
+
+/* One thread's heads, ascending (so the hint carries from one head to the
+ * next of the same sequence). */
+static int cpu_evict_range(void *arg, size_t lo, size_t hi, int thread)
+{
+    cpu_evict_call *c = (cpu_evict_call *)arg;
+    kve_head_hint hint;
+    memset(&hint, 0, sizeof hint);
+    uint64_t map[KVE_CHECK_MAP_BYTES / 8 + 2];
+    kve_head_problem mine = {SIZE_MAX, {0, 0, 0}, 0};
+    char *scratch = c->ws + (size_t)thread * c->per;
+    for (size_t i = lo; i < hi && i <= __atomic_load_n(&c->stop, __ATOMIC_RELAXED); i++) {
+        kve_head_job job;
+        cpu_head_job(c->b, c->o, i, &hint, &job);
+        job.check = c->check;
+        job.check_map = kve_fused_map;
+        if (cpu_checked_evict(c->k, c->b, i, &job, map, scratch, &mine)) {
+            for (size_t s = __atomic_load_n(&c->stop, __ATOMIC_RELAXED);
+                 i < s && !__atomic_compare_exchange_n(&c->stop, &s, i, 0, __ATOMIC_RELAXED,
+                                                       __ATOMIC_RELAXED);)
+                ;
+            break;
+        }
+        cpu_head_outputs(c->k, c->b, c->o, i, &job);
+    }
+    if (mine.head == SIZE_MAX)
+        return 0;
+#pragma omp critical(kve_cpu_evict_problem)
+    if (mine.head < c->first.head)
+        c->first = mine;
+    return 1;
+}
+
+/* Checks and evicts every head in one pass: each thread's heads ascend, so
+ * its first problem is its lowest, and the lowest over all threads is the
+ * batch's, whatever the thread count. A thread stops at its own problem,
+ * and skips heads above one already found. */
 static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
     (void)workspace_bytes;
-    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
-    size_t per = cpu_scratch_per_thread(ctx, b->n_slots);
-    char *ws = (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64);
+    cpu_evict_call c = {kve_cpu_kernels_get(ctx->isa), b, o,
+                        (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64),
+                        cpu_scratch_per_thread(ctx, b->n_slots), 0, SIZE_MAX,
+                        {SIZE_MAX, {0, 0, 0}, 0}};
+    if (b->n_slots != 0 && c.k->fused_checks)
+        c.check = KVE_JOB_CHECK_RANGE | (b->flags & KVE_TRUSTED_SLOTS ? 0 : KVE_JOB_CHECK_DUPS);
     size_t heads = (size_t)b->n_seqs * b->n_layers * b->n_heads;
-    int check = b->n_slots != 0;
-    uint32_t check_bits = KVE_JOB_CHECK_RANGE | (b->flags & KVE_TRUSTED_SLOTS ? 0 : KVE_JOB_CHECK_DUPS);
-    kve_head_problem first = {SIZE_MAX, {0, 0, 0}, 0};
-    size_t stop = SIZE_MAX; /* the lowest problem head found so far */
-#pragma omp parallel num_threads(ctx->threads)
-    {
-        /* Each thread's heads are contiguous (static schedule), so the hint
-         * carries from one head to the next of the same sequence. */
-        kve_head_hint hint;
-        memset(&hint, 0, sizeof hint);
-        uint64_t map[KVE_CHECK_MAP_BYTES / 8 + 2];
-        kve_head_problem mine = {SIZE_MAX, {0, 0, 0}, 0};
-        char *scratch = ws + (size_t)kve_thread_id() * per;
-#pragma omp for schedule(static)
-        for (size_t i = 0; i < heads; i++) {
-            if (mine.head != SIZE_MAX || i > __atomic_load_n(&stop, __ATOMIC_RELAXED))
-                continue;
-            kve_head_job job;
-            cpu_head_job(b, o, i, &hint, &job);
-            job.check = check && k->fused_checks ? check_bits : 0;
-            job.check_map = kve_fused_map;
-            if (cpu_checked_evict(k, b, i, &job, map, scratch, &mine)) {
-                for (size_t s = __atomic_load_n(&stop, __ATOMIC_RELAXED);
-                     i < s && !__atomic_compare_exchange_n(&stop, &s, i, 0, __ATOMIC_RELAXED,
-                                                           __ATOMIC_RELAXED);)
-                    ;
-                continue;
-            }
-            cpu_head_outputs(k, b, o, i, &job);
-        }
-#pragma omp critical(kve_cpu_evict_problem)
-        if (mine.head < first.head)
-            first = mine;
-    }
-    return first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&first);
+    /* A thread pays off past a few microseconds of work (waking it costs
+     * about that): at most a thread per KVE_EVICT_THREAD_SLOTS slots. */
+    size_t per = b->n_slots ? (KVE_EVICT_THREAD_SLOTS + b->n_slots - 1) / b->n_slots : SIZE_MAX;
+    size_t most = heads / per; /* heads * n_slots would overflow for the largest batches */
+    int threads = most < (size_t)ctx->threads ? (most ? (int)most : 1) : ctx->threads;
+    kve_cpu_parallel(threads, heads, cpu_evict_range, &c);
+    return c.first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&c.first);
 }
 
 static const kve_backend_ops kve_cpu_ops = {

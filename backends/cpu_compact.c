@@ -11,6 +11,7 @@
 
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_threads.h"
 
 #if defined(__SSE2__) /* every x86-64 */
 #include <emmintrin.h>
@@ -392,27 +393,47 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
         kve_cursor_positions(d, &hc[g]);
 }
 
+/* One kve_cpu_compact call, shared by its threads. */
+typedef struct {
+    const kve_cpu_kernels *k;
+    const kve_compact_desc *d;
+    int out_of_place;
+    size_t per_seq, size, groups_per_seq; /* groups: size heads of a sequence */
+} kve_compact_call;
+
+static int kve_compact_groups(void *arg, size_t lo, size_t hi, int thread)
+{
+    (void)thread;
+    const kve_compact_call *c = (const kve_compact_call *)arg;
+    for (size_t g = lo; g < hi; g++) {
+        size_t s = g / c->groups_per_seq, off = (g % c->groups_per_seq) * c->size;
+        size_t count = c->per_seq - off < c->size ? c->per_seq - off : c->size;
+        kve_compact_group(c->k, c->d, s * c->per_seq + off, count, c->out_of_place);
+    }
+    return 0;
+}
+
+static int kve_compact_heads(void *arg, size_t lo, size_t hi, int thread)
+{
+    (void)thread;
+    const kve_compact_call *c = (const kve_compact_call *)arg;
+    for (size_t i = lo; i < hi; i++)
+        kve_compact_head(c->k, c->d, i, c->out_of_place);
+    return 0;
+}
+
 /* Every head's kept entries and positions to the front: groups of heads
  * slot by slot in token-row layouts, else head by head. */
 kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d)
 {
-    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
-    size_t per_seq = (size_t)d->n_layers * d->n_heads, heads = (size_t)d->n_seqs * per_seq;
-    int out_of_place = d->dst[0].base != NULL;
+    kve_compact_call c = {kve_cpu_kernels_get(ctx->isa), d, d->dst[0].base != NULL,
+                          (size_t)d->n_layers * d->n_heads, 0, 0};
     if (kve_compact_by_slot(d)) {
-        size_t size = kve_group_size(per_seq, d->n_seqs, ctx->threads);
-        size_t groups_per_seq = (per_seq + size - 1) / size;
-        size_t groups = (size_t)d->n_seqs * groups_per_seq;
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-        for (size_t g = 0; g < groups; g++) {
-            size_t s = g / groups_per_seq, off = (g % groups_per_seq) * size;
-            size_t count = per_seq - off < size ? per_seq - off : size;
-            kve_compact_group(k, d, s * per_seq + off, count, out_of_place);
-        }
+        c.size = kve_group_size(c.per_seq, d->n_seqs, ctx->threads);
+        c.groups_per_seq = (c.per_seq + c.size - 1) / c.size;
+        kve_cpu_parallel(ctx->threads, (size_t)d->n_seqs * c.groups_per_seq, kve_compact_groups, &c);
     } else {
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-        for (size_t i = 0; i < heads; i++)
-            kve_compact_head(k, d, i, out_of_place);
+        kve_cpu_parallel(ctx->threads, (size_t)d->n_seqs * c.per_seq, kve_compact_heads, &c);
     }
     return KVE_OK;
 }

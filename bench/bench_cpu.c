@@ -114,6 +114,7 @@ kve_context *cpu_context(int isa, int threads)
 typedef struct {
     double checked, trusted, floor;
     double digest_on, digest_off; /* checked, with and without round_digest, paired */
+    double by_layer, one_call;    /* checked, a call per layer vs one call, paired */
 } evict_result;
 
 typedef struct {
@@ -150,6 +151,31 @@ static void evict_once(void *arg)
 {
     evict_run *r = (evict_run *)arg;
     evict_or_die(r->ctx, r->b, r->out, r->ws, r->ws_bytes);
+}
+
+/* The round as an engine that evicts layer by layer runs it: one
+ * kve_evict per (sequence, layer), of that layer's heads. */
+static void evict_by_layer_once(void *arg)
+{
+    evict_run *r = (evict_run *)arg;
+    const kve_batch *b = r->b;
+    const kve_evict_out *o = r->out;
+    for (uint32_t s = 0; s < b->n_seqs; s++)
+        for (uint32_t l = 0; l < b->n_layers; l++) {
+            size_t first = ((size_t)s * b->n_layers + l) * b->n_heads;
+            kve_batch one = *b;
+            one.n_seqs = 1;
+            one.seqs = b->seqs + s;
+            one.n_layers = 1;
+            one.layer_offset = l;
+            one.slot_pos = b->slot_pos + first * b->slot_pos_stride;
+            kve_evict_out out = *o;
+            out.evicted = o->evicted + first * o->evicted_stride;
+            out.n_evicted = o->n_evicted + first;
+            out.n_kept = o->n_kept + first;
+            out.head_flags = o->head_flags ? o->head_flags + first : NULL;
+            evict_or_die(r->ctx, &one, &out, r->ws, r->ws_bytes);
+        }
 }
 
 static void floor_once(void *arg)
@@ -214,6 +240,11 @@ static evict_result bench_evict(const workload *w, int isa, int threads, double 
         r.digest_off = off < r.digest_off ? off : r.digest_off;
     }
     free(digest);
+    /* Per-call overhead: the same checked round in one call and in a call
+     * per layer, in turn. */
+    const timed_step one_call = {evict_next_round, evict_once, &run},
+                     by_layer = {evict_next_round, evict_by_layer_once, &run};
+    time_pair(min_time, &by_layer, &one_call, &r.by_layer, &r.one_call);
     /* The floor: keys of the same candidates (positions P..B-1 of each head),
      * nothing else, on the same ISA and threads. */
     run.kernels = kve_cpu_kernels_get((kve_cpu_isa)isa);
@@ -475,6 +506,18 @@ static void print_digest_peers_scaling(const options *o, const peer_result *peer
                 printf("%-4s %-7s %3d | on %.3f ms, off %.3f ms: %+.1f%%\n", kWorkloads[w].name,
                        kIsaNames[o->isas[i]], o->threads[t], r->digest_on * 1e3,
                        r->digest_off * 1e3, (r->digest_on / r->digest_off - 1) * 100);
+            }
+    printf("\none call per layer (each sequence's layers in separate kve_evict calls) vs one call "
+           "per round, checked, in turn:\n");
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; o->run[w] && i < o->n_isas; i++)
+            for (int t = 0; t < o->n_threads; t++) {
+                const evict_result *r = &rows[w][i][t];
+                uint32_t calls = kWorkloads[w].seqs * kWorkloads[w].layers;
+                printf("%-4s %-7s %3d | %u calls %.3f ms, one call %.3f ms: %+.2f us a call\n",
+                       kWorkloads[w].name, kIsaNames[o->isas[i]], o->threads[t], calls,
+                       r->by_layer * 1e3, r->one_call * 1e3,
+                       (r->by_layer - r->one_call) * 1e6 / (calls - 1));
             }
     if (o->peers)
         for (int w = 0; w < 3; w++)

@@ -137,7 +137,11 @@ KVE_API kve_status kve_context_destroy(kve_context *ctx);
 /** The backend this context runs on (never AUTO). */
 KVE_API kve_status kve_context_get_backend(const kve_context *ctx, kve_backend *out);
 
-/** CPU threads for this context: 0 = OpenMP's default, else 1..1024. */
+/** CPU threads for this context: 0 = OpenMP's default, else 1..1024. The most
+ *  a call uses: kve_evict gives each thread at least 32768 slots of work (a
+ *  layer of a few heads runs on the caller's thread alone), and one thread
+ *  runs on the caller's thread without entering OpenMP. Results never depend
+ *  on the thread count. */
 KVE_API kve_status kve_context_set_threads(kve_context *ctx, int threads);
 /** The thread count in effect (resolved: never 0). */
 KVE_API kve_status kve_context_get_threads(const kve_context *ctx, int *out);

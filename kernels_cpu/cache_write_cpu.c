@@ -10,6 +10,7 @@
 #include "device/cache_write_body.h"
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_threads.h"
 #include "kve_error.h"
 
 /* Byte offset of @p slot of row @p row in part @p p (arguments validated:
@@ -81,12 +82,17 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
  * DRAM (and TLB) misses; software prefetching of the next batch (64 pairs,
  * or 8-32 sliding ahead) measured slower than none, which runs at the
  * floor of memcpy of the same pairs (docs/BENCHMARKS.md), so there is none. */
-static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
+typedef struct {
+    const kve_cpu_kernels *k;
+    const kve_cache_write_desc *d;
+} kve_cw_call;
+
+static int kve_cpu_moves(void *arg, size_t lo, size_t hi, int thread)
 {
-    const kve_cpu_kernels *k = kve_cpu_kernels_get(ctx->isa);
-    int threads = (uint64_t)d->n_move_rows * d->n_heads >= 256 ? ctx->threads : 1;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (uint32_t i = 0; i < d->n_move_rows; i++) {
+    (void)thread;
+    const kve_cw_call *c = (const kve_cw_call *)arg;
+    const kve_cache_write_desc *d = c->d;
+    for (size_t i = lo; i < hi; i++) {
         int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
         kve_move_walk w = {d, row, 0, 0, 0, 0, i};
         for (uint32_t h = 0; h < d->n_heads; h++) {
@@ -96,22 +102,21 @@ static void kve_cpu_moves(kve_context *ctx, const kve_cache_write_desc *d)
         w.c = w.k_end ? 0 : d->n_caches;
         kve_move_batch b;
         for (kve_move_fill(&w, &b); b.n; kve_move_fill(&w, &b))
-            k->copy_runs(b.to, b.from, b.bytes, b.n);
+            c->k->copy_runs(b.to, b.from, b.bytes, b.n);
     }
+    return 0;
 }
 
-kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+/* Tokens [lo, hi): each written head's entry into its slot of every cache. */
+static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
 {
-    if (d->moves)
-        kve_cpu_moves(ctx, d);
-    int threads = d->n_tokens >= 64 ? ctx->threads : 1;
+    (void)thread;
+    const kve_cache_write_desc *d = ((const kve_cw_call *)arg)->d;
     int flat = d->page_table == KVE_PAGES_FLAT;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (uint32_t t = 0; t < d->n_tokens; t++) {
+    for (size_t t = lo; t < hi; t++) {
         /* padding (every slot -1) never reads its row */
         for (uint32_t h = 0; h < d->n_heads; h++) {
-            int64_t slot =
-                d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+            int64_t slot = d->slots[t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
             if (slot < 0)
                 continue;
             kve_cw_place at;
@@ -122,8 +127,7 @@ kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
                                      (size_t)at.page * p->dst_stride_page +
                                      at.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
                 const unsigned char *src = (const unsigned char *)d->src[c] +
-                                           (size_t)t * p->src_stride_token +
-                                           (size_t)h * p->src_stride_head;
+                                           t * p->src_stride_token + (size_t)h * p->src_stride_head;
                 if (!p->convert)
                     memcpy(dst, src, (size_t)p->dim * kve_dtype_size(p->dst_dtype));
                 else
@@ -133,5 +137,16 @@ kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
             }
         }
     }
+    return 0;
+}
+
+kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+{
+    kve_cw_call c = {kve_cpu_kernels_get(ctx->isa), d};
+    /* Threads only pay off for many moves or tokens. */
+    if (d->moves)
+        kve_cpu_parallel((uint64_t)d->n_move_rows * d->n_heads >= 256 ? ctx->threads : 1,
+                         d->n_move_rows, kve_cpu_moves, &c);
+    kve_cpu_parallel(d->n_tokens >= 64 ? ctx->threads : 1, d->n_tokens, kve_cpu_writes, &c);
     return KVE_OK;
 }

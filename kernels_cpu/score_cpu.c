@@ -12,6 +12,7 @@
 #include "device/score_body.h"
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_threads.h"
 #include "kve_error.h"
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
@@ -119,16 +120,38 @@ static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a
     return w->coef && w->key && w->mag && w->raw && w->stats;
 }
 
+/* One kve_cpu_score call, shared by its threads. */
+typedef struct {
+    const kve_score_args *a;
+    const kve_score_kernels *kk;
+    uint32_t max_slots;
+    const double *phase;
+} kve_score_call;
+
+enum { KVE_SCORE_NOMEM = 1, KVE_SCORE_BAD = 2 };
+
+/* One thread's items (a table of a row each), with its own scratch. */
+static int kve_score_range(void *arg, size_t lo, size_t hi, int thread)
+{
+    (void)thread;
+    const kve_score_call *c = (const kve_score_call *)arg;
+    kve_score_scratch w;
+    int got = kve_score_scratch_alloc(&w, c->a, c->max_slots) ? 0 : KVE_SCORE_NOMEM;
+    for (size_t it = lo; it < hi && !got; it++)
+        if (!kve_score_item(c->a, c->kk, (uint32_t)(it / c->a->n_tables),
+                            (uint32_t)(it % c->a->n_tables), c->phase, &w))
+            got = KVE_SCORE_BAD;
+    kve_score_scratch_free(&w);
+    return got;
+}
+
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
 {
     kve_score_args a;
     kve_score_args_init(&a, d, NULL);
-    const kve_score_kernels *kk = kve_score_kernels_get(ctx->isa);
     uint32_t max_slots = 0;
     for (uint32_t i = 0; i < d->n_rows; i++)
         max_slots = d->rows[i].n_slots > max_slots ? d->rows[i].n_slots : max_slots;
-    uint64_t items = (uint64_t)d->n_rows * a.n_tables;
-    int threads = items >= 2 ? ctx->threads : 1, nomem = 0, bad = 0;
     /* A row's phase factors serve all its tables. */
     double *phase = NULL;
     if (d->scorer == KVE_SCORER_TRIATTENTION) {
@@ -139,22 +162,12 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
             for (uint32_t f = 0; f < a.nf; f++)
                 kve_score_phase(&a, f, d->rows[i].round_start, phase + 2 * ((size_t)i * a.nf + f));
     }
-#pragma omp parallel num_threads(threads) reduction(| : nomem, bad)
-    {
-        kve_score_scratch w;
-        if (!kve_score_scratch_alloc(&w, &a, max_slots))
-            nomem = 1;
-#pragma omp for schedule(static)
-        for (uint64_t it = 0; it < items; it++)
-            if (!nomem)
-                bad |= !kve_score_item(&a, kk, (uint32_t)(it / a.n_tables),
-                                       (uint32_t)(it % a.n_tables), phase, &w);
-        kve_score_scratch_free(&w);
-    }
+    kve_score_call c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
+    int got = kve_cpu_parallel(ctx->threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
     free(phase);
-    KVE_RETURN_ERROR_IF(nomem, KVE_ERR_NOMEM,
+    KVE_RETURN_ERROR_IF(got & KVE_SCORE_NOMEM, KVE_ERR_NOMEM,
                         "kve_score: cannot allocate the CPU scratch (%u slots x %u heads a thread)",
                         max_slots, a.nq);
-    return bad ? kve_error_set(KVE_ERR_INTERNAL, "kve_score: a checked key lies outside the cache")
+    return got ? kve_error_set(KVE_ERR_INTERNAL, "kve_score: a checked key lies outside the cache")
                : KVE_OK;
 }

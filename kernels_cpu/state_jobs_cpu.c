@@ -3,23 +3,32 @@
  * state_update runs the jobs by the device's own interpreter
  * (common/device/state_body.h, kve_state_job_run), so the CPU and the GPUs
  * place tokens by one implementation; state_evict evicts the due rows.
- * Arguments arrive from the state's own plan; OpenMP across jobs, each
- * element written by exactly one thread.
+ * Arguments arrive from the state's own plan; threads across jobs
+ * (kve_cpu_parallel), each element written by exactly one thread.
  */
 #include "device/state_body.h"
 #include "kve_backend.h"
+#include "kve_cpu_threads.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
+
+static int kve_state_jobs(void *arg, size_t lo, size_t hi, int thread)
+{
+    (void)thread;
+    const kve_state_update *u = (const kve_state_update *)arg;
+    int bad = 0;
+    for (size_t i = lo; i < hi; i++)
+        bad |= kve_state_job_run(u, &u->jobs[i], 0, 1, NULL) != 0;
+    return bad;
+}
 
 kve_status kve_cpu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     /* Decode steps bring one small job per sequence; threads only pay off
      * for big batches. A table that fails the body's checks cannot come
      * from the state's own jobs: it is an internal error. */
-    int threads = u->n_jobs >= 64 ? ctx->threads : 1, bad = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
-    for (uint32_t i = 0; i < u->n_jobs; i++)
-        bad |= kve_state_job_run(u, &u->jobs[i], 0, 1, NULL) != 0;
+    int threads = u->n_jobs >= 64 ? ctx->threads : 1;
+    int bad = kve_cpu_parallel(threads, u->n_jobs, kve_state_jobs, (void *)u);
     return bad ? kve_error_set(KVE_ERR_INTERNAL, "state_update: a job's table does not fit")
                : KVE_OK;
 }

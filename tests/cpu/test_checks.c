@@ -207,15 +207,16 @@ START_TEST(checks_follow_env_isa)
 END_TEST
 
 /* Problems in several heads, one of them a NaN score: the lowest head is
- * named on every context (heads spread over 1-3 threads), and in a head the
+ * named on every context (heads spread over 1-3 threads: 11000 slots a
+ * head, so that three heads fill a thread's share), and in a head the
  * slot_pos problem comes before its NaN. */
 START_TEST(checks_lowest_head_named)
 {
     isa_set s;
     isa_set_open(&s);
-    enum { H = 9, N = 40 };
-    int32_t slots[H * N];
-    float sc[H * N];
+    enum { H = 9, N = 11000 };
+    static int32_t slots[H * N];
+    static float sc[H * N];
     kve_seq seq = {3, 8, 1};
     static const struct {
         int nan_head, nan_slot, bad_head, bad_slot, bad_value;
@@ -229,7 +230,7 @@ START_TEST(checks_lowest_head_named)
     };
     for (size_t c = 0; c < KVE_COUNT(cases); c++) {
         for (int i = 0; i < H * N; i++) {
-            slots[i] = i % N; /* prompt 0..7, candidates 8..29, window 30..39 */
+            slots[i] = i % N; /* prompt 0..7, candidates 8..N-11, window N-10..N-1 */
             sc[i] = (float)(i % 13);
         }
         if (cases[c].nan_head >= 0)

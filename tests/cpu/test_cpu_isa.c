@@ -123,18 +123,20 @@ static void decode_table(uint64_t *rng, int32_t *row, uint32_t n, uint32_t valid
         shuffle(rng, row, n);
 }
 
+/* big: 0 small tables, 1 up to 3200 slots, 2 past 32768 slots a head (each
+ * head then has a thread of its own: kve_evict's threads split the heads). */
 static void batch_make(uint64_t *rng, batch *r, int big)
 {
     memset(r, 0, sizeof *r);
     kve_batch *b = &r->b;
     b->seed = kt_next(rng);
     b->flags = kt_below(rng, 16); /* every switch, and KVE_TRUSTED_SLOTS */
-    b->n_seqs = 1 + kt_below(rng, 3);
-    b->n_layers = 1 + kt_below(rng, 3);
+    b->n_seqs = 1 + kt_below(rng, big == 2 ? 2 : 3);
+    b->n_layers = big == 2 ? 1 : 1 + kt_below(rng, 3);
     b->n_heads = 1 + kt_below(rng, 4);
     b->layer_offset = kt_below(rng, 3) ? kt_below(rng, 100) : 0xFFFFFFFFu - b->n_layers + 1;
     b->head_offset = kt_below(rng, 100);
-    b->n_slots = big ? 600 + kt_below(rng, 2600) : 1 + kt_below(rng, 300);
+    b->n_slots = big == 2 ? 33000 + kt_below(rng, 8000) : big ? 600 + kt_below(rng, 2600) : 1 + kt_below(rng, 300);
     uint32_t n = b->n_slots;
     switch (kt_below(rng, 6)) { /* the budget, around the interesting points */
     case 0: b->budget = 0; break;
@@ -258,7 +260,7 @@ START_TEST(evict_random_batches)
         if (iter % 6 == 5)
             batch_with_candidates(&rng, &r, kt_below(&rng, 3)); /* 0, 1 or 2 candidates */
         else
-            batch_make(&rng, &r, iter % 40 == 0);
+            batch_make(&rng, &r, iter % 100 == 50 ? 2 : iter % 40 == 0);
         check_batch(&s, &r, iter, &rng);
         free(r.slots);
     }
