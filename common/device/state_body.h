@@ -53,10 +53,14 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
 
 /* Compose one step of an old token into a move list (pairs src, dst, in
  * cache slots as they were before the call): the token at @p a moves to
- * @p b, or is evicted when b = -1. Returns 1 when the list is full. */
-KVE_FN int kve_moves_compose(int32_t *mv, uint32_t *n, uint32_t cap, int32_t a, int32_t b)
+ * @p b, or is evicted when b = -1. Only the first @p earlier pairs (those
+ * of the call's earlier rounds) can end at @p a: a round's own pairs go
+ * from above its bound to holes below it, each source once. Returns 1 when
+ * the list is full. */
+KVE_FN int kve_moves_compose(int32_t *mv, uint32_t *n, uint32_t cap, uint32_t earlier, int32_t a,
+                             int32_t b)
 {
-    for (uint32_t k = 0; k < *n; k++) {
+    for (uint32_t k = 0; k < earlier; k++) {
         if (mv[2 * k + 1] != a)
             continue;
         if (b >= 0) {
@@ -104,8 +108,9 @@ KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t 
     while (holes < e_old && (uint32_t)ev[holes] < bound)
         holes++;
     int bad = 0;
-    for (uint32_t i = 0; mv && i < e_old; i++)
-        bad |= kve_moves_compose(mv, n_mv, cap, ev[i], -1);
+    for (uint32_t i = 0; mv && i < e_old; i++) /* removals keep earlier rounds' pairs first */
+        bad |= kve_moves_compose(mv, n_mv, cap, *n_mv, ev[i], -1);
+    uint32_t earlier = mv ? *n_mv : 0; /* the pairs of the call's earlier rounds */
     uint32_t j = holes, h = 0;
     for (uint32_t s = bound; s < C - M; s++) {
         if (j < e_old && (uint32_t)ev[j] == s) {
@@ -117,7 +122,7 @@ KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t 
         int32_t d = ev[h++];
         sp[d] = sp[s];
         if (mv)
-            bad |= kve_moves_compose(mv, n_mv, cap, (int32_t)s, d);
+            bad |= kve_moves_compose(mv, n_mv, cap, earlier, (int32_t)s, d);
     }
     /* The call's survivors move down (destination <= source, ascending). */
     uint32_t i = 0;
