@@ -462,6 +462,8 @@ static int parse_options(int argc, char **argv, options *o)
  * each figure's digest pair in @p rows. */
 static void print_eviction(const options *o, const peer_result *peers, evict_result rows[3][4][8])
 {
+    if (!o->run[0] && !o->run[1] && !o->run[2])
+        return;
     printf("\neviction, one round = every head of the workload once (1024 candidates, 64 evicted each)");
     if (g_spread > 1)
         printf("; generated positions %u apart (--spread)", g_spread);
@@ -498,7 +500,9 @@ static void print_eviction(const options *o, const peer_result *peers, evict_res
 static void print_digest_peers_scaling(const options *o, const peer_result *peers,
                                        evict_result rows[3][4][8])
 {
-    printf("\nrunning digest (round_digest on vs off, checked round, same run):\n");
+    int any = o->run[0] || o->run[1] || o->run[2];
+    if (any)
+        printf("\nrunning digest (round_digest on vs off, checked round, same run):\n");
     for (int w = 0; w < 3; w++)
         for (int i = 0; o->run[w] && i < o->n_isas; i++)
             for (int t = 0; t < o->n_threads; t++) {
@@ -507,8 +511,9 @@ static void print_digest_peers_scaling(const options *o, const peer_result *peer
                        kIsaNames[o->isas[i]], o->threads[t], r->digest_on * 1e3,
                        r->digest_off * 1e3, (r->digest_on / r->digest_off - 1) * 100);
             }
-    printf("\none call per layer (each sequence's layers in separate kve_evict calls) vs one call "
-           "per round, checked, in turn:\n");
+    if (any)
+        printf("\none call per layer (each sequence's layers in separate kve_evict calls) vs one "
+               "call per round, checked, in turn:\n");
     for (int w = 0; w < 3; w++)
         for (int i = 0; o->run[w] && i < o->n_isas; i++)
             for (int t = 0; t < o->n_threads; t++) {
