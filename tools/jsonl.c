@@ -121,6 +121,64 @@ static int kve_jchildren(kve_jparser *j, int32_t self, int object, int depth)
     }
 }
 
+/* A string value at j->p (its opening quote). */
+static int kve_jstring_value(kve_jparser *j)
+{
+    int32_t self = kve_jnew(j, KVE_J_STR);
+    if (self < 0)
+        return -1;
+    const char *s = NULL;
+    size_t len = 0;
+    if (kve_jstring(j, &s, &len))
+        return -1;
+    j->doc->nodes[self].s = s;
+    j->doc->nodes[self].slen = len;
+    return 0;
+}
+
+/* An integer at j->p (a '-' or a digit): 64 bits and a sign, nothing else. */
+static int kve_jinteger(kve_jparser *j)
+{
+    int neg = *j->p == '-';
+    const char *d = j->p + neg;
+    if (!isdigit((unsigned char)*d))
+        return kve_jfail(j, "expected a digit");
+    uint64_t u = 0;
+    for (; isdigit((unsigned char)*d); d++) {
+        unsigned digit = (unsigned)(*d - '0');
+        if (u > (UINT64_MAX - digit) / 10)
+            return kve_jfail(j, "integer beyond 64 bits");
+        u = u * 10 + digit;
+    }
+    if (*d == '.' || *d == 'e' || *d == 'E')
+        return kve_jfail(j, "only integers are expected");
+    int32_t self = kve_jnew(j, KVE_J_INT);
+    if (self < 0)
+        return -1;
+    j->doc->nodes[self].neg = neg && u;
+    j->doc->nodes[self].u = u;
+    j->p = d;
+    return 0;
+}
+
+/* null, false or true at j->p; 1 when none of them is there. */
+static int kve_jword(kve_jparser *j)
+{
+    static const char *const words[] = {"null", "false", "true"};
+    for (int w = 0; w < 3; w++) {
+        size_t len = strlen(words[w]);
+        if (!strncmp(j->p, words[w], len)) {
+            int32_t self = kve_jnew(j, w ? KVE_J_BOOL : KVE_J_NULL);
+            if (self < 0)
+                return -1;
+            j->doc->nodes[self].u = w == 2;
+            j->p += len;
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int kve_jvalue(kve_jparser *j, int depth)
 {
     if (depth > KVE_JSON_MAX_DEPTH)
@@ -134,52 +192,13 @@ static int kve_jvalue(kve_jparser *j, int depth)
         j->p++;
         return kve_jchildren(j, self, c == '{', depth);
     }
-    if (c == '"') {
-        int32_t self = kve_jnew(j, KVE_J_STR);
-        if (self < 0)
-            return -1;
-        const char *s = NULL;
-        size_t len = 0;
-        if (kve_jstring(j, &s, &len))
-            return -1;
-        j->doc->nodes[self].s = s;
-        j->doc->nodes[self].slen = len;
-        return 0;
-    }
-    if (c == '-' || isdigit((unsigned char)c)) {
-        int neg = c == '-';
-        const char *d = j->p + neg;
-        if (!isdigit((unsigned char)*d))
-            return kve_jfail(j, "expected a digit");
-        uint64_t u = 0;
-        for (; isdigit((unsigned char)*d); d++) {
-            unsigned digit = (unsigned)(*d - '0');
-            if (u > (UINT64_MAX - digit) / 10)
-                return kve_jfail(j, "integer beyond 64 bits");
-            u = u * 10 + digit;
-        }
-        if (*d == '.' || *d == 'e' || *d == 'E')
-            return kve_jfail(j, "only integers are expected");
-        int32_t self = kve_jnew(j, KVE_J_INT);
-        if (self < 0)
-            return -1;
-        j->doc->nodes[self].neg = neg && u;
-        j->doc->nodes[self].u = u;
-        j->p = d;
-        return 0;
-    }
-    static const char *const words[] = {"null", "false", "true"};
-    for (int w = 0; w < 3; w++) {
-        size_t len = strlen(words[w]);
-        if (!strncmp(j->p, words[w], len)) {
-            int32_t self = kve_jnew(j, w ? KVE_J_BOOL : KVE_J_NULL);
-            if (self < 0)
-                return -1;
-            j->doc->nodes[self].u = w == 2;
-            j->p += len;
-            return 0;
-        }
-    }
+    if (c == '"')
+        return kve_jstring_value(j);
+    if (c == '-' || isdigit((unsigned char)c))
+        return kve_jinteger(j);
+    int got = kve_jword(j);
+    if (got <= 0)
+        return got;
     if (!c)
         return kve_jfail(j, "unexpected end of the line");
     return kve_jfail(j, "unexpected character '%c'", c);
