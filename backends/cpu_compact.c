@@ -274,11 +274,13 @@ static size_t kve_group_size(size_t per_seq, uint32_t n_seqs, int threads)
  * from @p from to @p to (16-byte aligned) with non-temporal stores, right
  * where the walk meets it, so that the walk's next slots overlap the
  * stores in flight (queued for copy_runs_stream instead, G1's entries
- * compacted at about 0.49x a memmove of the same bytes, here 0.64x). */
+ * compacted at about 0.49x a memmove of the same bytes, here 0.64x), the
+ * source read KVE_STREAM_AHEAD bytes ahead (the walk waited on its loads). */
 static inline void kve_stream_entry(char *to, const char *from, size_t bytes)
 {
 #if KVE_DIRECT_STREAM
     for (size_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch(from + o + KVE_STREAM_AHEAD, _MM_HINT_T0); /* may lie past the cache */
         const __m128i *p = (const __m128i *)(const void *)(from + o);
         __m128i a = _mm_loadu_si128(p), b = _mm_loadu_si128(p + 1), c = _mm_loadu_si128(p + 2),
                 e = _mm_loadu_si128(p + 3);

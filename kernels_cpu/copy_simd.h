@@ -4,7 +4,7 @@
  * 256-bit moves in both: on the AMD Zen 4 this was measured on, 512-bit
  * moves copied compaction's runs more slowly (docs/BENCHMARKS.md). The
  * streaming variant (copy_runs_stream) stores around the caches, loading
- * its source KVE_STREAM_AHEAD bytes ahead.
+ * its source KVE_STREAM_AHEAD bytes ahead (kve_cpu_kernels.h).
  */
 #ifndef KVE_COPY_SIMD_H
 #define KVE_COPY_SIMD_H
@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "kve_cpu_kernels.h"
 
 /* 128 bytes from s to d, loaded before they are stored; stream (a constant
  * in each caller): non-temporal stores, d 32-byte aligned. */
@@ -45,12 +47,6 @@ static inline __attribute__((always_inline)) void kve_simd_copy(char *d, const c
     if (o < bytes)
         memmove(d + o, s + o, bytes - o);
 }
-
-/* Bytes ahead of the source a streaming copy prefetches: on the Zen 4
- * measured, per-head rows' runs (4 KiB each, moving down by up to 16 KiB)
- * copied fastest at 4 KiB, 2 to 6 KiB alike, streaming without it barely
- * faster than plain stores. */
-#define KVE_STREAM_AHEAD 4096
 
 /* kve_simd_copy's contract with non-temporal stores: plain ones up to the
  * destination's first 32-byte boundary and past its last 128-byte block
