@@ -1,7 +1,8 @@
 /*
  * cpu.c — the CPU backend's table of operations: threads across heads
  * in contiguous ranges (kve_cpu_parallel), one kernel call per head, so
- * results cannot depend on the thread count. Kernels come from the context's ISA table.
+ * results cannot depend on the thread count. Kernels come from the
+ * context's ISA table.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -76,17 +76,18 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
     }
 }
 
-/* The moves: a list's sources and destinations are disjoint slots, so
- * every pair copies straight from its source; a cache's stored bytes move
- * as they are, one row's heads walked together. The copies are scattered
- * DRAM (and TLB) misses; software prefetching of the next batch (64 pairs,
- * or 8-32 sliding ahead) measured slower than none, which runs at the
- * floor of memcpy of the same pairs (docs/BENCHMARKS.md), so there is none. */
+/* One kve_cpu_cache_write call, shared by its threads. */
 typedef struct {
     const kve_cpu_kernels *k;
     const kve_cache_write_desc *d;
 } kve_cw_call;
 
+/* The moves of rows [lo, hi): a list's sources and destinations are
+ * disjoint slots, so every pair copies straight from its source; a cache's
+ * stored bytes move as they are, one row's heads walked together. The copies are scattered
+ * DRAM (and TLB) misses; software prefetching of the next batch (64 pairs,
+ * or 8-32 sliding ahead) measured slower than none, which runs at the
+ * floor of memcpy of the same pairs (docs/BENCHMARKS.md), so there is none. */
 static int kve_cpu_moves(void *arg, size_t lo, size_t hi, int thread)
 {
     (void)thread;

@@ -1,23 +1,25 @@
 /*
  * state_jobs_cpu.c — the CPU backend's cache-state ops (common/kve_backend.h):
  * state_update runs the jobs by the device's own interpreter
- * (common/device/state_body.h, kve_state_job_run), so the CPU and the GPUs
+ * (common/device/state_body.h: kve_state_job_run, or its items one by one,
+ * kve_state_item_run, where the CPU prefetches), so the CPU and the GPUs
  * place tokens by one implementation; state_evict evicts the due rows.
  * Arguments arrive from the state's own plan; threads across jobs
  * (kve_cpu_parallel), each element written by exactly one thread.
  */
 #include "device/state_body.h"
 #include "kve_backend.h"
-#include "kve_cpu_threads.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_threads.h"
 #include "kve_error.h"
 
 /* Items ahead of the one running whose first lines are prefetched: a
  * ROUND's freed list (KVE_AHEAD_LIST items ahead, far enough for DRAM),
  * then the holes it names and the table's top (KVE_AHEAD_SLOTS ahead, the
- * list cached by then), the slot of a LINEAR of one token a table. The pool of tables is far larger
- * than the caches, and each item touches a few lines of its own table: a
- * decode step's rounds waited on DRAM line by line. */
+ * list cached by then); the slot of a LINEAR of one token a table. The
+ * pool of tables is far larger than the caches, and each item touches a
+ * few lines of its own table: a decode step's rounds waited on DRAM line
+ * by line. */
 #define KVE_AHEAD_LIST 8u
 #define KVE_AHEAD_SLOTS 4u
 
