@@ -277,23 +277,25 @@ typedef struct {
 
 /* Slots past the run: their largest value, their smallest as unsigned
  * (empty slots, -1, count as the largest), and their marks: the byte of
- * each value's low 16 bits, by plain byte stores (n: the lanes to mark).
- * GCC takes the indices from the vector lane by lane; reading them back
- * from the table by 16-bit loads instead measured slower on Zen 4. */
-KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v, uint32_t n)
+ * each value's low 16 bits, by plain byte stores (n: the lanes to mark;
+ * v: the n slots at src, loaded). The indices come from the table again,
+ * by 16-bit loads: on Zen 5 kvevict-bench checked G1 in 0.175-0.176 ms
+ * so, against 0.198-0.201 ms with the vector stored to the stack and read
+ * back lane by lane (on the Zen 4 measured before, 0.186 against 0.178 ms;
+ * docs/BENCHMARKS.md). */
+KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v, uint32_t n,
+                                   const int32_t *src)
 {
     q->max = _mm512_max_epi32(q->max, v);
     q->umin = _mm512_min_epu32(q->umin, v);
-    uint32_t at[16] __attribute__((aligned(64)));
-    _mm512_store_si512(at, _mm512_and_si512(v, _mm512_set1_epi32(0xffff)));
     for (uint32_t i = 0; i < n; i++)
-        map[at[i]] = 1;
+        map[(uint16_t)src[i]] = 1;
 }
 
-/* 64 slots of prompt at t: either the next of the leading run (slot t + i
- * holds position t + i), or marked. */
+/* 64 slots of prompt at t (v0..v3, loaded from src): either the next of
+ * the leading run (slot t + i holds position t + i), or marked. */
 KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, __m512i v0, __m512i v1,
-                                    __m512i v2, __m512i v3, uint32_t t)
+                                    __m512i v2, __m512i v3, uint32_t t, const int32_t *src)
 {
     const __m512i v[4] = {v0, v1, v2, v3};
     if (q->run_len == t) {
@@ -307,7 +309,7 @@ KVE_INLINE void kve512_check_prompt(kve512_chk *q, unsigned char *map, __m512i v
         }
     }
     for (int b = 0; b < 4; b++)
-        kve512_check_marks(q, map, v[b], 16);
+        kve512_check_marks(q, map, v[b], 16, src + 16 * b);
 }
 
 /* chk: 0, KVE_JOB_CHECK_RANGE, or that and KVE_JOB_CHECK_DUPS (a constant
@@ -334,7 +336,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (_mm512_cmplt_epu32_mask(umax, k.prompt) == 0xFFFF) { /* all prompt */
             a.nv += 64;
             if (dups)
-                kve512_check_prompt(&q, map, vb[0], vb[1], vb[2], vb[3], t);
+                kve512_check_prompt(&q, map, vb[0], vb[1], vb[2], vb[3], t, sp + t);
             continue;
         }
         __m512i smin = _mm512_min_epi32(_mm512_min_epi32(vb[0], vb[1]), _mm512_min_epi32(vb[2], vb[3]));
@@ -342,7 +344,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk) {
             q.min = _mm512_min_epi32(q.min, smin);
             for (int b = 0; dups && b < 4; b++)
-                kve512_check_marks(&q, map, vb[b], 16);
+                kve512_check_marks(&q, map, vb[b], 16, sp + t + 16 * b);
         }
         if (_mm512_cmpge_epi32_mask(smin, k.prompt) == 0xFFFF) { /* all generated */
             a.nv += 64;
@@ -367,7 +369,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         if (chk)
             q.min = _mm512_min_epi32(q.min, v);
         if (dups)
-            kve512_check_marks(&q, map, v, n - t < 16 ? n - t : 16); /* not the lanes past n */
+            kve512_check_marks(&q, map, v, n - t < 16 ? n - t : 16, sp + t); /* not the lanes past n */
         __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
         if (kc)
             ns = kve512_hash_block(o, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, ns);
