@@ -3,8 +3,8 @@
 # Two builds of kvevict-bench (e.g. before and after a change to the key) side
 # by side in one run: G1, one thread, no peers, the fastest round of each
 # figure; the two binaries alternate ROUNDS times (default 3) and each keeps
-# the fastest of its runs. Prints, per ISA, the checked G1 round and the
-# hash-only floor of each build and their ratio new / old.
+# the fastest of its runs. Prints, per ISA, the checked and trusted G1 rounds
+# and the hash-only floor of each build and their ratio new / old.
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-3} isas=${4:-avx512,avx2}
 args=(--workloads G1 --isa "$isas" --threads 1 --no-peers --stat min --min-time 1)
@@ -23,14 +23,16 @@ for ((i = 0; i < rounds; i++)); do
             read -r wl isa thr <<<"$head"
             [ "$wl" = G1 ] && [ "$thr" = 1 ] || continue
             keep "$b" "$isa" checked "$(awk '{print $1}' <<<"$checked")"
+            keep "$b" "$isa" trusted "$(awk '{print $1}' <<<"$trusted")"
             keep "$b" "$isa" floor "$(awk '{print $1}' <<<"$floor")"
-        done < <("$bin" "${args[@]}" | grep -E '^G1 +[a-z0-9]+ +[0-9]+ \| +[0-9]')
+        # (the eviction rows only: the digest and per-call rows have two fields)
+        done < <("$bin" "${args[@]}" | grep -E '^G1 +[a-z0-9]+ +[0-9]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+ \|')
     done
 done
 grep -m1 'model name' /proc/cpuinfo
 printf '%-7s %-8s %10s %10s %8s\n' isa figure "old ms" "new ms" "new/old"
 for isa in ${isas//,/ }; do
-    for f in floor checked; do
+    for f in floor checked trusted; do
         o=${best[old/$isa/$f]} n=${best[new/$isa/$f]}
         printf '%-7s %-8s %10.3f %10.3f %8.3f\n' "$isa" "$f" "$o" "$n" "$(awk -v a="$n" -v b="$o" 'BEGIN{print a / b}')"
     done

@@ -1,9 +1,10 @@
 /*
  * kernels_avx2.c — the AVX2 entries of kve_cpu_kernels: keys 4 lanes at a
- * time, the eviction plan of evict_simd.h on 8 slots at a time, wide entry
- * copies, the content checks' row passes. Built with this file's own target
- * flags; reached only through the ISA table after cpu_isa.c has seen AVX2
- * in cpuid and the OS state in xgetbv.
+ * time, the eviction plan of evict_simd.h on 8 slots at a time (the content
+ * checks fused into its hashing pass), wide entry copies, the content
+ * checks' row passes. Built with this file's own target flags; reached only
+ * through the ISA table after cpu_isa.c has seen AVX2 in cpuid and the OS
+ * state in xgetbv.
  *
  * AVX2 has no mask registers, no compress and only signed 64-bit compares:
  * compress is a permutation from a 256-entry table, and unsigned compares
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "copy_simd.h"
+#define KVE_ISA_FUSED_CHECK 1 /* kve2_scan checks the table as it hashes */
 #define KVE_ISA_SCAN_SHI 0
 #include "evict_simd.h"
 
@@ -257,6 +259,18 @@ KVE_INLINE uint32_t kve2_classify(__m256i v, const kve2_bounds *b, kve2_cnt *a)
     return kc;
 }
 
+/* The 8 lanes' signed min, signed max and unsigned min. */
+#define KVE2_REDUCE(name, type, op)                                                            \
+    KVE_INLINE type name(__m256i v)                                                            \
+    {                                                                                          \
+        __m128i m = op(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));             \
+        m = op(m, _mm_shuffle_epi32(m, 0x4E));                                                 \
+        return (type)_mm_cvtsi128_si32(op(m, _mm_shuffle_epi32(m, 0xB1)));                     \
+    }
+KVE2_REDUCE(kve2_reduce_min, int32_t, _mm_min_epi32)
+KVE2_REDUCE(kve2_reduce_max, int32_t, _mm_max_epi32)
+KVE2_REDUCE(kve2_reduce_umin, uint32_t, _mm_min_epu32)
+
 /* ---- slot passes ------------------------------------------------------------ */
 
 static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_counts *c, int32_t *max_pos)
@@ -272,13 +286,10 @@ static void kve_isa_count(const int32_t *sp, uint32_t n, int32_t prompt, kve_cou
         nv += (uint32_t)_mm_popcnt_u32(kve2_bits32(_mm256_cmpgt_epi32(v, _mm256_set1_epi32(-1))));
         ng += (uint32_t)_mm_popcnt_u32(kve2_bits32(_mm256_cmpgt_epi32(v, b.pm1)));
     }
-    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(vmax), _mm256_extracti128_si256(vmax, 1));
-    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
-    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
     c->n_valid = nv;
     c->n_gen = ng;
     c->n_cand = 0;
-    *max_pos = _mm_cvtsi128_si32(m);
+    *max_pos = kve2_reduce_max(vmax);
 }
 
 /* Unsigned 64-bit k >= t (top) or k <= t, as 4 bits; tb = t with its sign flipped. */
@@ -295,7 +306,45 @@ KVE_INLINE uint32_t kve2_side32(__m256i k, __m256i tb, int top)
     return 0xFF & ~kve2_bits32(top ? _mm256_cmpgt_epi32(tb, kb) : _mm256_cmpgt_epi32(kb, tb));
 }
 
-KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
+/* What a checking scan tracks besides its counts (kve_scan_facts). */
+typedef struct {
+    __m256i min, max, umin;
+    uint32_t run_len;
+} kve2_chk;
+
+/* Slots past the run (n of them at src, loaded in v): their largest value,
+ * their smallest as unsigned, and their marks, by plain byte stores
+ * (kve512_check_marks in kernels_avx512.c is the same). */
+KVE_INLINE void kve2_check_marks(kve2_chk *q, unsigned char *map, __m256i v, uint32_t n,
+                                 const int32_t *src)
+{
+    q->max = _mm256_max_epi32(q->max, v);
+    q->umin = _mm256_min_epu32(q->umin, v);
+    for (uint32_t i = 0; i < n; i++)
+        map[(uint16_t)src[i]] = 1;
+}
+
+/* 32 slots of prompt at t: either the next of the leading run (slot t + i
+ * holds position t + i), or marked. */
+KVE_INLINE void kve2_check_prompt(kve2_chk *q, unsigned char *map, const int32_t *sp, uint32_t t)
+{
+    const __m256i *p = (const __m256i *)(const void *)(sp + t);
+    if (q->run_len == t) {
+        __m256i e = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t)), eq = _mm256_set1_epi32(-1);
+        for (int b = 0; b < 4; b++, e = _mm256_add_epi32(e, _mm256_set1_epi32(8)))
+            eq = _mm256_and_si256(eq, _mm256_cmpeq_epi32(_mm256_loadu_si256(p + b), e));
+        if (kve2_bits32(eq) == 0xFF) {
+            q->run_len += 32;
+            return;
+        }
+    }
+    for (int b = 0; b < 4; b++)
+        kve2_check_marks(q, map, _mm256_loadu_si256(p + b), 8, sp + t + 8 * b);
+}
+
+/* chk: 0, KVE_JOB_CHECK_RANGE, or that and KVE_JOB_CHECK_DUPS (a constant
+ * in each instance). */
+KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_t chk)
 {
     const kve2_hc h = kve2_hc_of(s->hc);
     const kve2_bounds b = kve2_bounds_of(s->prompt, s->win_lo);
@@ -304,12 +353,23 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
     const __m256i odd_lo = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
     const int32_t *sp = s->sp;
     const uint32_t n = s->n;
+    const int dups = (chk & KVE_JOB_CHECK_DUPS) != 0;
+    unsigned char *const map = s->map;
+    kve2_chk q = {_mm256_set1_epi32(-1), _mm256_set1_epi32(-1), _mm256_set1_epi32(-1), 0};
     kve2_cnt a = {0, 0, 0};
     uint32_t ns = 0;
     for (uint32_t t = 0; t < n; t += 8) {
-        if (kve2_skip_prompt(sp, &t, n, &b, &a.nv))
+        uint32_t t0 = t;
+        if (kve2_skip_prompt(sp, &t, n, &b, &a.nv)) {
+            if (dups)
+                kve2_check_prompt(&q, map, sp, t0);
             continue;
+        }
         __m256i v = kve2_load_slots(sp, t, n);
+        if (chk)
+            q.min = _mm256_min_epi32(q.min, v);
+        if (dups)
+            kve2_check_marks(&q, map, v, n - t < 8 ? n - t : 8, sp + t); /* not the lanes past n */
         uint32_t kc = kve2_classify(v, &b, &a);
         if (!kc)
             continue;
@@ -327,13 +387,38 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top)
     c->n_valid = a.nv;
     c->n_gen = a.ng;
     c->n_cand = a.nc;
+    if (chk)
+        *s->facts = (kve_scan_facts){kve2_reduce_min(q.min), kve2_reduce_max(q.max),
+                                     kve2_reduce_umin(q.umin), q.run_len};
     return ns;
 }
 
 static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c)
 {
+    enum { R = KVE_JOB_CHECK_RANGE, RD = KVE_JOB_CHECK_RANGE | KVE_JOB_CHECK_DUPS };
     pthread_once(&kve2_lut_once, kve2_lut_init);
-    return s->top ? kve2_scan(s, c, 1) : kve2_scan(s, c, 0);
+    if (s->check & KVE_JOB_CHECK_DUPS)
+        return s->top ? kve2_scan(s, c, 1, RD) : kve2_scan(s, c, 0, RD);
+    if (s->check)
+        return s->top ? kve2_scan(s, c, 1, R) : kve2_scan(s, c, 0, R);
+    return s->top ? kve2_scan(s, c, 1, 0) : kve2_scan(s, c, 0, 0);
+}
+
+static uint32_t kve_isa_take_marks(unsigned char *map, size_t n)
+{
+    uint32_t count = 0;
+    size_t i = 0;
+    const __m256i zero = _mm256_setzero_si256();
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(map + i));
+        count += 32 - (uint32_t)_mm_popcnt_u32((uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, zero)));
+        _mm256_storeu_si256((__m256i *)(void *)(map + i), zero);
+    }
+    for (; i < n; i++) {
+        count += map[i] != 0;
+        map[i] = 0;
+    }
+    return count;
 }
 
 static uint32_t kve_isa_cand(const int32_t *sp, uint32_t n, int32_t prompt, uint32_t win_lo,
@@ -549,4 +634,5 @@ const kve_cpu_kernels kve_cpu_kernels_avx2 = {
     .row_distinct = kve_row_distinct_scalar, /* no scatter in AVX2 */
     .row_map_bytes = 1,
     .boundary32 = kve_simd_boundary,
+    .fused_checks = 1,
 };

@@ -116,10 +116,11 @@ END_TEST
  * in order or not; generated positions shuffled, dense or spread past the
  * 2^16 window of the fused check's map, from just past the prompt or from
  * far beyond it: across a multiple of 2^16, or near INT32_MAX), full so
- * that the kernel hashes: the checks that run inside the AVX-512 hashing
- * pass (the prompt's run, the marks past it, the range) against the
- * reference, with a repeat of a run position late in the table, a repeat
- * among the rest, -2, and sometimes an empty slot. */
+ * that the kernel hashes: the checks that run inside the AVX-512 and AVX2
+ * hashing passes (the prompt's run in 64- and 32-slot groups, the marks
+ * past it, the range) against the reference, with a repeat of a run
+ * position late in the table, a repeat among the rest, -2, and sometimes
+ * an empty slot. */
 static void decode_row(uint64_t *rng, int32_t *row, uint32_t n, uint32_t prompt, unsigned kind)
 {
     static const uint32_t bases[] = {65536 - 200, 3u * 65536 - 900, 0x7fffffffu - 100000};
@@ -154,7 +155,7 @@ START_TEST(checks_fused_decode_tables)
     isa_set s;
     isa_set_open(&s);
     uint64_t rng = 0xf05ed;
-    static const uint32_t prompts[] = {64, 128, 100, 1024, 0, 65};
+    static const uint32_t prompts[] = {64, 128, 100, 1024, 0, 65, 32, 96, 160};
     for (int iter = 0; iter < 400; iter++) {
         uint32_t prompt = prompts[kt_below(&rng, KVE_COUNT(prompts))];
         uint32_t n = prompt + 70 + kt_below(&rng, 700), heads = 1 + kt_below(&rng, 4);
