@@ -150,13 +150,13 @@ static void kve2_floor_keys(const kve_head_job *j, const int32_t *pos, uint32_t 
     kve_hconst hc = kve_hconst_make(kve_seq_seed(j->seed, j->seq_id), j->key_flags, j->layer,
                                     j->head, j->round);
     const kve2_hc h = kve2_hc_of(&hc);
+    const __m256i lo32 = _mm256_set1_epi64x(0xffffffff);
     uint32_t i = 0;
+    /* Whole blocks as the scan hashes them: the even positions' keys, then the odd ones'. */
     for (; i + 8 <= n; i += 8) {
         __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(pos + i)), h.pos_mask);
-        _mm256_storeu_si256((__m256i *)(void *)(keys + i),
-                            kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h));
-        _mm256_storeu_si256((__m256i *)(void *)(keys + i + 4),
-                            kve2_head_keys(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h));
+        _mm256_storeu_si256((__m256i *)(void *)(keys + i), kve2_head_keys(_mm256_and_si256(x, lo32), &h));
+        _mm256_storeu_si256((__m256i *)(void *)(keys + i + 4), kve2_head_keys(_mm256_srli_epi64(x, 32), &h));
     }
     for (uint64_t ss = kve_seq_seed(j->seed, j->seq_id); i < n; i++)
         keys[i] = kve_key(ss, j->key_flags, j->layer, j->head, (uint32_t)pos[i], j->round);
@@ -350,7 +350,7 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_
     const kve2_bounds b = kve2_bounds_of(s->prompt, s->win_lo);
     /* T's low half is 0 (top) or ~0: the keys' high halves decide. */
     const __m256i tb = _mm256_set1_epi32((int)((uint32_t)(s->T >> 32) ^ 0x80000000u));
-    const __m256i odd_lo = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+    const __m256i lo32 = _mm256_set1_epi64x(0xffffffff);
     const int32_t *sp = s->sp;
     const uint32_t n = s->n;
     const int dups = (chk & KVE_JOB_CHECK_DUPS) != 0;
@@ -373,11 +373,13 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_
         uint32_t kc = kve2_classify(v, &b, &a);
         if (!kc)
             continue;
+        /* The even slots' x zero-extended in 64-bit lanes, and the odd ones';
+         * slot 2i's high half is k0's dword 2i + 1, moved down; slot 2i + 1's
+         * is k1's dword 2i + 1, in place. */
         __m256i x = _mm256_xor_si256(v, h.pos_mask);
-        __m256i k0 = kve2_avalanche_hi(kve2_head_acc(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(x)), &h));
-        __m256i k1 = kve2_avalanche_hi(kve2_head_acc(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(x, 1)), &h));
-        __m256i hi = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(k0, odd_lo),
-                                        _mm256_permutevar8x32_epi32(k1, odd_lo), 0xF0);
+        __m256i k0 = kve2_avalanche_hi(kve2_head_acc(_mm256_and_si256(x, lo32), &h));
+        __m256i k1 = kve2_avalanche_hi(kve2_head_acc(_mm256_srli_epi64(x, 32), &h));
+        __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(k0, 32), k1, 0xAA);
         _mm256_storeu_si256((__m256i *)(void *)(s->khi + t), hi);
         uint32_t sv = kc & kve2_side32(hi, tb, top);
         __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
