@@ -342,6 +342,17 @@ KVE_INLINE void kve2_check_prompt(kve2_chk *q, unsigned char *map, const int32_t
         kve2_check_marks(q, map, _mm256_loadu_si256(p + b), 8, sp + t + 8 * b);
 }
 
+/* The survivors among one hashed block's candidates kc (high halves hi,
+ * slots t ..): their slots at surv + ns; returns the new count. */
+KVE_INLINE uint32_t kve2_survivors(int32_t *surv, uint32_t ns, __m256i hi, uint32_t kc, uint32_t t,
+                                   __m256i tb, int top)
+{
+    uint32_t sv = kc & kve2_side32(hi, tb, top);
+    __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
+    _mm256_storeu_si256((__m256i *)(void *)(surv + ns), kve2_compress(slots, sv));
+    return ns + (uint32_t)_mm_popcnt_u32(sv);
+}
+
 /* chk: 0, KVE_JOB_CHECK_RANGE, or that and KVE_JOB_CHECK_DUPS (a constant
  * in each instance). */
 KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_t chk)
@@ -358,6 +369,12 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_
     kve2_chk q = {_mm256_set1_epi32(-1), _mm256_set1_epi32(-1), _mm256_set1_epi32(-1), 0};
     kve2_cnt a = {0, 0, 0};
     uint32_t ns = 0;
+    /* Each hashed block's survivors are compressed after the next block is
+     * hashed: their compress waits on the whole hash, and issued at once it
+     * held up the reorder window (trusted G1 0.84x the time so on Zen 3,
+     * docs/BENCHMARKS.md "issue 15, eleventh step"). */
+    __m256i pend_hi = _mm256_setzero_si256();
+    uint32_t pend_kc = 0, pend_t = 0;
     for (uint32_t t = 0; t < n; t += 8) {
         uint32_t t0 = t;
         if (kve2_skip_prompt(sp, &t, n, &b, &a.nv)) {
@@ -381,11 +398,12 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_
         __m256i k1 = kve2_avalanche_hi(kve2_head_acc(_mm256_srli_epi64(x, 32), &h));
         __m256i hi = _mm256_blend_epi32(_mm256_srli_epi64(k0, 32), k1, 0xAA);
         _mm256_storeu_si256((__m256i *)(void *)(s->khi + t), hi);
-        uint32_t sv = kc & kve2_side32(hi, tb, top);
-        __m256i slots = _mm256_add_epi32(KVE2_IOTA, _mm256_set1_epi32((int)t));
-        _mm256_storeu_si256((__m256i *)(void *)(s->surv + ns), kve2_compress(slots, sv));
-        ns += (uint32_t)_mm_popcnt_u32(sv);
+        ns = kve2_survivors(s->surv, ns, pend_hi, pend_kc, pend_t, tb, top);
+        pend_hi = hi;
+        pend_kc = kc;
+        pend_t = t;
     }
+    ns = kve2_survivors(s->surv, ns, pend_hi, pend_kc, pend_t, tb, top);
     c->n_valid = a.nv;
     c->n_gen = a.ng;
     c->n_cand = a.nc;
