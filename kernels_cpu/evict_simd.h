@@ -98,6 +98,17 @@ static uint32_t kve_isa_scan(const kve_scan *s, kve_counts *c);
 #ifdef KVE_ISA_FUSED_CHECK
 /* Nonzero bytes of map[0 .. n), all zeroed (n < 2^16), in one pass. */
 static uint32_t kve_isa_take_marks(unsigned char *map, size_t n);
+
+/* A fused duplicate check's marks of the n slots at src: the byte of each
+ * value's low 16 bits (an empty slot, -1, marks 0xffff), by plain byte
+ * stores; the indices come from the table again, by 16-bit loads (faster
+ * than reading the loaded vector back lane by lane: kernels_avx512.c). */
+static inline __attribute__((always_inline)) void kve_simd_mark(unsigned char *map, const int32_t *src,
+                                                          uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        map[(uint16_t)src[i]] = 1;
+}
 #endif
 /* Candidate slots, all of them (keys and khi NULL), or those whose key
  * (keys) or scan's high half (khi, lo and hi below 2^32) is in [lo, hi],

@@ -313,15 +313,13 @@ typedef struct {
 } kve2_chk;
 
 /* Slots past the run (n of them at src, loaded in v): their largest value,
- * their smallest as unsigned, and their marks, by plain byte stores
- * (kve512_check_marks in kernels_avx512.c is the same). */
+ * their smallest as unsigned, and their marks (kve_simd_mark). */
 KVE_INLINE void kve2_check_marks(kve2_chk *q, unsigned char *map, __m256i v, uint32_t n,
                                  const int32_t *src)
 {
     q->max = _mm256_max_epi32(q->max, v);
     q->umin = _mm256_min_epu32(q->umin, v);
-    for (uint32_t i = 0; i < n; i++)
-        map[(uint16_t)src[i]] = 1;
+    kve_simd_mark(map, src, n);
 }
 
 /* 32 slots of prompt at t: either the next of the leading run (slot t + i
@@ -371,8 +369,8 @@ KVE_INLINE uint32_t kve2_scan(const kve_scan *s, kve_counts *c, int top, uint32_
     uint32_t ns = 0;
     /* Each hashed block's survivors are compressed after the next block is
      * hashed: their compress waits on the whole hash, and issued at once it
-     * held up the reorder window (trusted G1 0.84x the time so on Zen 3,
-     * docs/BENCHMARKS.md "issue 15, eleventh step"). */
+     * held up the reorder window (on Zen 3 this took trusted G1 to 0.84x
+     * its time; docs/BENCHMARKS.md, "issue 15, eleventh step"). */
     __m256i pend_hi = _mm256_setzero_si256();
     uint32_t pend_kc = 0, pend_t = 0;
     for (uint32_t t = 0; t < n; t += 8) {

@@ -276,20 +276,18 @@ typedef struct {
 } kve512_chk;
 
 /* Slots past the run: their largest value, their smallest as unsigned
- * (empty slots, -1, count as the largest), and their marks: the byte of
- * each value's low 16 bits, by plain byte stores (n: the lanes to mark;
- * v: the n slots at src, loaded). The indices come from the table again,
- * by 16-bit loads: on Zen 5 kvevict-bench checked G1 in 0.175-0.176 ms
- * so, against 0.198-0.201 ms with the vector stored to the stack and read
- * back lane by lane (on the Zen 4 measured before, 0.186 against 0.178 ms;
- * docs/BENCHMARKS.md). */
+ * (empty slots, -1, count as the largest), and their marks (kve_simd_mark;
+ * n: the lanes to mark; v: the n slots at src, loaded). With the indices
+ * read from the table again, on Zen 5 kvevict-bench checked G1 in
+ * 0.175-0.176 ms, against 0.198-0.201 ms with the vector stored to the
+ * stack and read back lane by lane (on the Zen 4 measured before, 0.186
+ * against 0.178 ms; docs/BENCHMARKS.md). */
 KVE_INLINE void kve512_check_marks(kve512_chk *q, unsigned char *map, __m512i v, uint32_t n,
                                    const int32_t *src)
 {
     q->max = _mm512_max_epi32(q->max, v);
     q->umin = _mm512_min_epu32(q->umin, v);
-    for (uint32_t i = 0; i < n; i++)
-        map[(uint16_t)src[i]] = 1;
+    kve_simd_mark(map, src, n);
 }
 
 /* 64 slots of prompt at t (v0..v3, loaded from src): either the next of

@@ -31,8 +31,9 @@ def contexts():
             for t in (1, 3):
                 out.append(("%s/%d" % (isa, t), kvevict.Context("cpu", threads=t)))
         except kvevict.KvevictError as e:
-            # The ISA this CPU or build cannot run: KVE_CPU_ISA naming it is
-            # refused with KVE_ERR_ENV (docs/SPEC.md); any other error fails.
+            # An ISA this CPU or build cannot run: KVE_CPU_ISA naming it is
+            # refused with KVE_ERR_ENV (kernels_cpu/kve_cpu_isa.h, README);
+            # any other error fails.
             if e.name != "KVE_ERR_ENV" or "cannot run it" not in e.message:
                 raise
         finally:
