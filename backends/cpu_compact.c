@@ -5,11 +5,14 @@
  * or groups (static schedule), so results cannot depend on the thread
  * count. The copies go through the ISA table's copy_runs (or its
  * copy_runs_stream), except a streaming token-row walk's, which copies
- * each entry itself (kve_stream_entry).
+ * each entry itself (kve_stream_entry), and an in-place head's whose runs
+ * move a short way down on a CPU that copies those faster with plain
+ * stores (kve_cpu_near_moves_plain).
  */
 #include <string.h>
 
 #include "kve_backend.h"
+#include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 
@@ -212,12 +215,26 @@ static void kve_runs_copy(kve_compact_walk *w, const kve_head_cursor *c, const k
     }
 }
 
+/* Whether every run of the cursor's head (in place) moves down by at most
+ * KVE_NEAR_MOVE_BYTES in every cache: no holes, so by at most its
+ * evictions' count of slots. */
+static int kve_moves_near(const kve_compact_desc *d, const kve_head_cursor *c)
+{
+    if (c->holes)
+        return 0;
+    for (uint32_t m = 0; m < d->n_caches; m++)
+        if ((size_t)c->ne * d->src[m].stride_slot > KVE_NEAR_MOVE_BYTES)
+            return 0;
+    return 1;
+}
+
 /* Head i's kept slots to the front of its rows, the head alone, run by run
  * of staying slots (between holes and evictions), their positions moving
  * with them in the same pass: the order that streams when a head's
- * entries are adjacent (HF-like). */
+ * entries are adjacent (HF-like). @p near_plain: plain stores for a head
+ * whose runs move near (kve_cpu_near_moves_plain; in place only). */
 static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t i,
-                             int out_of_place)
+                             int out_of_place, int near_plain)
 {
     kve_compact_walk w;
     kve_head_cursor c;
@@ -225,6 +242,8 @@ static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d
     uint32_t n = 0, j, t, a;
     kve_walk_init(&w, k, d, out_of_place);
     kve_cursor_init(&w, i, &c);
+    if (near_plain && kve_moves_near(d, &c))
+        w.q.copy = k->copy_runs; /* their destination lines are still cached */
     for (j = t = c.t0; (a = kve_next_run(&c, d->n_slots, &t)) < d->n_slots; j += t - a) {
         if (j != a || out_of_place) {
             runs[n++] = (kve_slot_run){a, j, t - a};
@@ -399,7 +418,7 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
 typedef struct {
     const kve_cpu_kernels *k;
     const kve_compact_desc *d;
-    int out_of_place;
+    int out_of_place, near_plain; /* near_plain: in place, kve_cpu_near_moves_plain */
     size_t per_seq, size, groups_per_seq; /* groups: size heads of a sequence */
 } kve_compact_call;
 
@@ -420,7 +439,7 @@ static int kve_compact_heads(void *arg, size_t lo, size_t hi, int thread)
     (void)thread;
     const kve_compact_call *c = (const kve_compact_call *)arg;
     for (size_t i = lo; i < hi; i++)
-        kve_compact_head(c->k, c->d, i, c->out_of_place);
+        kve_compact_head(c->k, c->d, i, c->out_of_place, c->near_plain);
     return 0;
 }
 
@@ -428,7 +447,9 @@ static int kve_compact_heads(void *arg, size_t lo, size_t hi, int thread)
  * slot by slot in token-row layouts, else head by head. */
 kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d)
 {
-    kve_compact_call c = {kve_cpu_kernels_get(ctx->isa), d, d->dst[0].base != NULL,
+    int out_of_place = d->dst[0].base != NULL;
+    kve_compact_call c = {kve_cpu_kernels_get(ctx->isa), d, out_of_place,
+                          !out_of_place && kve_cpu_near_moves_plain(),
                           (size_t)d->n_layers * d->n_heads, 0, 0};
     if (kve_compact_by_slot(d)) {
         c.size = kve_group_size(c.per_seq, d->n_seqs, ctx->threads);

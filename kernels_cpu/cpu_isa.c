@@ -13,6 +13,7 @@
 #include "kve_names.h"
 
 static kve_cpu_isa kve_best_isa = KVE_CPU_ISA_SCALAR;
+static int kve_near_plain, kve_near_plain_forced = -1; /* kve_cpu_near_moves_plain */
 static pthread_once_t kve_isa_once = PTHREAD_ONCE_INIT;
 
 static unsigned long long kve_xgetbv0(void)
@@ -22,11 +23,23 @@ static unsigned long long kve_xgetbv0(void)
     return ((unsigned long long)hi << 32) | lo;
 }
 
+/* AMD Zen 3: family 19h (base 0Fh + extended 0Ah), models 00h-0Fh and
+ * 20h-5Fh (10h-1Fh and 60h-AFh are Zen 4). @p vendor_b: cpuid 0's ebx;
+ * @p sig: cpuid 1's eax. */
+static int kve_is_zen3(unsigned int vendor_b, unsigned int sig)
+{
+    unsigned int family = ((sig >> 8) & 0xf) + ((sig >> 20) & 0xff);
+    unsigned int model = ((sig >> 4) & 0xf) | ((sig >> 12) & 0xf0);
+    return vendor_b == 0x68747541u /* "Auth" of AuthenticAMD */ && family == 0x19 &&
+           (model < 0x10 || (model >= 0x20 && model < 0x60));
+}
+
 static void kve_detect_isa(void)
 {
-    unsigned int a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
+    unsigned int a, b, c, d, max_leaf, vendor_b;
+    if (!__get_cpuid(0, &max_leaf, &vendor_b, &c, &d) || !__get_cpuid(1, &a, &b, &c, &d))
         return;
+    kve_near_plain = kve_is_zen3(vendor_b, a);
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, popcnt = (c >> 23) & 1;
     if (!osxsave || !avx || !popcnt) /* the ISA files are built with -mpopcnt */
         return;
@@ -48,6 +61,17 @@ kve_cpu_isa kve_cpu_isa_best(void)
 {
     pthread_once(&kve_isa_once, kve_detect_isa);
     return kve_best_isa;
+}
+
+int kve_cpu_near_moves_plain(void)
+{
+    pthread_once(&kve_isa_once, kve_detect_isa);
+    return kve_near_plain_forced >= 0 ? kve_near_plain_forced : kve_near_plain;
+}
+
+void kve_cpu_near_moves_plain_force(int value)
+{
+    kve_near_plain_forced = value < 0 ? -1 : value != 0;
 }
 
 /* kve_cpu_isa's names, by value (kve_names.h). */

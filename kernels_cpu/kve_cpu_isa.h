@@ -11,6 +11,21 @@ kve_cpu_isa kve_cpu_isa_best(void);
  * ISA this CPU cannot run (or this build lacks) is KVE_ERR_UNAVAILABLE. */
 kve_status kve_cpu_isa_resolve(kve_cpu_isa requested, kve_cpu_isa *out);
 
+/* Whether this CPU copies a run whose destination lies a short way below
+ * its source (KVE_NEAR_MOVE_BYTES at most: in-place compaction's per-head
+ * runs, whose destination lines were read moments before) faster with
+ * plain stores than with streaming ones: AMD Zen 3 (family 19h, models
+ * 00h-0Fh and 20h-5Fh), where G1's per-head rows compacted at 0.80-0.87x a
+ * memmove with plain stores and 0.63-0.75x streamed; not Zen 4 or Zen 5,
+ * where streaming was faster (docs/BENCHMARKS.md), nor any other CPU,
+ * unmeasured. Detected once; the copies' results are the same either way. */
+int kve_cpu_near_moves_plain(void);
+#define KVE_NEAR_MOVE_BYTES ((size_t)64 << 10) /* G1's per-head runs: 16 KiB at most */
+
+/* Tests only: 0 or 1 overrides kve_cpu_near_moves_plain's answer, -1
+ * restores detection. Not for use while another thread compacts. */
+void kve_cpu_near_moves_plain_force(int value);
+
 /* OpenMP's default thread count (1 without OpenMP). */
 int kve_cpu_default_threads(void);
 
