@@ -1,6 +1,7 @@
 /*
  * cpu.c — the CPU backend's table of operations: threads across heads
- * in contiguous ranges (kve_cpu_parallel), one kernel call per head, so
+ * in contiguous ranges (kve_cpu_parallel), each head evicted on its own
+ * (a second kernel call only when the first declined to check it), so
  * results cannot depend on the thread count. Kernels come from the
  * context's ISA table.
  */

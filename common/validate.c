@@ -1,7 +1,9 @@
 /* validate.c — the argument checks of the public API (shapes, pointers,
  * strides, ranges, overlaps), done once before any backend runs. What the
- * tables hold is checked by the backend that reads them, in the same pass
- * (the CPU: kernels_cpu/check_rows.c; a GPU: on the device). */
+ * tables hold is checked by the backend that reads them, in the pass that
+ * reads them (the CPU: inside the AVX2 and AVX-512 hashing pass, else
+ * kernels_cpu/check_rows.c just before the head's eviction; a GPU: on the
+ * device). */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

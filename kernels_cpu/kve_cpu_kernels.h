@@ -64,7 +64,8 @@ typedef struct kve_head_job {
     int over_budget;            /* out */
     /* KVE_JOB_CHECK_* bits (only for a table with fused_checks), and the
      * zeroed map (KVE_FUSED_MAP_BYTES) KVE_JOB_CHECK_DUPS marks and zeroes
-     * again; check_result: out, KVE_JOB_* (check 0: CLEAN). */
+     * again; check_result: out, KVE_JOB_*, written by the SIMD kernels and read
+ * only when check != 0. */
     uint32_t check;
     unsigned char *check_map;
     int check_result;

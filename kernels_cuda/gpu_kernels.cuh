@@ -4,7 +4,8 @@
  * to a body of common/device/ (the bodies the host emulator, tests/emu,
  * runs too). Included by backends/gpu.cu, so one source serves CUDA
  * (kernels_cuda/CMakeLists.txt) and HIP (kernels_hip/hip_backend.hip
- * includes backends/gpu.cu after kve_hip_vendor.h). Block sizes and grids
+ * includes backends/gpu.cu with KVE_GPU_HIP set, so that it takes
+ * kve_hip_vendor.h's names). Block sizes and grids
  * are planned in common/device/kve_launch.h.
  */
 #ifndef KVE_GPU_KERNELS_CUH
