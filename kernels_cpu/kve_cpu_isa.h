@@ -15,10 +15,11 @@ kve_status kve_cpu_isa_resolve(kve_cpu_isa requested, kve_cpu_isa *out);
  * its source (KVE_NEAR_MOVE_BYTES at most: in-place compaction's per-head
  * runs, whose destination lines were read moments before) faster with
  * plain stores than with streaming ones: AMD Zen 3 (family 19h, models
- * 00h-0Fh and 20h-5Fh), where G1's per-head rows compacted at 0.80-0.87x a
- * memmove with plain stores and 0.63-0.75x streamed; not Zen 4 or Zen 5,
- * where streaming was faster (docs/BENCHMARKS.md), nor any other CPU,
- * unmeasured. Detected once; the copies' results are the same either way. */
+ * 00h-0Fh and 20h-5Fh), where G1's per-head rows compacted in place at
+ * 0.77-0.83x a memmove with plain stores for such runs and 0.70-0.72x all
+ * streamed (docs/BENCHMARKS.md, "issue 15, twelfth step"); not Zen 5, where
+ * streaming was faster, nor any other CPU (Zen 4 and Intel unmeasured).
+ * Detected once; the copies' results are the same either way. */
 int kve_cpu_near_moves_plain(void);
 #define KVE_NEAR_MOVE_BYTES ((size_t)64 << 10) /* G1's per-head runs: 16 KiB at most */
 
