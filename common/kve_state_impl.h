@@ -99,6 +99,10 @@ kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint3
 void kve_pool_release(kve_state *s, uint32_t row);
 /* Take @p capacity pool slots for row @p row (state_pool.c). */
 kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity);
+/* KVE_OK when kve_pool_take of @p capacity slots for @p row would succeed
+ * once the row's own slots (if it holds any) are given back; else its
+ * error, with nothing changed. */
+kve_status kve_pool_check(const kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity);
 /* Free row @p row and give its pool slots back. */
 void kve_state_close_row(kve_state *s, uint32_t row);
 /* Reset row @p row's tables and bookkeeping to an admitted, empty sequence

@@ -84,7 +84,10 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
                         s->tables, (unsigned long long)s->pool);
     sizes[KVE_PART_FREED] = sizes[KVE_PART_SLOT_POS];
     sizes[KVE_PART_JOBS] = (size_t)d->max_seqs * KVE_STATE_JOB_SETS * sizeof(kve_state_job);
-    sizes[KVE_PART_COUNTS] = (size_t)d->max_seqs * s->tables * 4 * 2; /* n_evicted, n_kept */
+    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(s->tables, (size_t)d->max_seqs * 4 * 2,
+                                               &sizes[KVE_PART_COUNTS]), /* n_evicted, n_kept */
+                        KVE_ERR_OVERFLOW, "desc: %u rows x %zu tables of counts overflows",
+                        d->max_seqs, s->tables);
     kve_batch b = kve_state_batch(s, d->max_seqs); /* the largest eviction of a wave */
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[KVE_PART_WORKSPACE]));
     sizes[KVE_PART_DIGESTS] = (size_t)d->max_seqs * 8; /* running digests */

@@ -75,13 +75,41 @@ static kve_status kve_pool_compact(kve_state *s)
     return KVE_OK;
 }
 
-/* Take @p capacity slots for row @p row: the first free run that fits,
- * after compacting the pool when the free slots suffice but no run does. */
-kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
+static uint64_t kve_pool_free_slots(const kve_state *s)
 {
     uint64_t total = 0;
     for (uint32_t i = 0; i < s->n_runs; i++)
         total += s->free_runs[i].len;
+    return total;
+}
+
+static kve_status kve_pool_full(const kve_state *s, uint32_t prompt_len, uint32_t capacity,
+                                uint64_t free_slots, uint64_t largest)
+{
+    return kve_error_set(KVE_ERR_RANGE,
+                         "prompt_len = %u: capacity %u slots, but the pool of %llu has %llu free, "
+                         "at most %llu in one run (retire a row, or size desc.pool_slots larger)",
+                         prompt_len, capacity, (unsigned long long)s->pool,
+                         (unsigned long long)free_slots, (unsigned long long)largest);
+}
+
+kve_status kve_pool_check(const kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
+{
+    const kve_state_row *r = &s->rows[row];
+    uint64_t total = kve_pool_free_slots(s) + (r->held ? r->capacity : 0);
+    if (total >= capacity)
+        return KVE_OK;
+    uint64_t largest = 0;
+    for (uint32_t i = 0; i < s->n_runs; i++)
+        largest = s->free_runs[i].len > largest ? s->free_runs[i].len : largest;
+    return kve_pool_full(s, prompt_len, capacity, total, largest); /* the row's own counted */
+}
+
+/* Take @p capacity slots for row @p row: the first free run that fits,
+ * after compacting the pool when the free slots suffice but no run does. */
+kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
+{
+    uint64_t total = kve_pool_free_slots(s);
     int fits = 0;
     for (uint32_t i = 0; i < s->n_runs; i++)
         fits |= s->free_runs[i].len >= capacity;
@@ -104,11 +132,7 @@ kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32
         }
         return KVE_OK;
     }
-    return kve_error_set(KVE_ERR_RANGE,
-                         "prompt_len = %u: capacity %u slots, but the pool of %llu has %llu free, "
-                         "at most %llu in one run (retire a row, or size desc.pool_slots larger)",
-                         prompt_len, capacity, (unsigned long long)s->pool,
-                         (unsigned long long)free_slots, (unsigned long long)largest);
+    return kve_pool_full(s, prompt_len, capacity, free_slots, largest);
 }
 
 void kve_state_close_row(kve_state *s, uint32_t row)

@@ -281,6 +281,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
                         "mapping_len = %zu: %u tokens x %u table layers x %u table heads need "
                         "%llu",
                         mapping_len, n_tokens, s->table_layers, s->table_heads, (unsigned long long)need);
+    KVE_TRY(kve_pool_check(s, row, prompt_len, capacity)); /* before the row is dropped */
     kve_calls c = {s, steps, n_steps, 0, n_tokens, prompt_len, capacity, 0, 0};
     uint32_t n_calls = 0, *calls = (uint32_t *)malloc(((size_t)kve_steps_count(&c) + 1) * 4);
     KVE_RETURN_ERROR_IF(!calls, KVE_ERR_NOMEM, "cannot allocate the appends of row %u", row);

@@ -599,6 +599,12 @@ KVE_API kve_status kve_state_rounds_due(const kve_state *state, uint32_t n_rows,
  * A KVE_SCORED state's rounds depend on the cache contents, not on ids: its
  * rows are rebuilt only up to their first round (KVE_ERR_INVALID when
  * n_tokens would run one).
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (row, prompt_len, n_tokens,
+ *         mapping_len, or a pool without room for the capacity even with
+ *         the row's own slots back); KVE_ERR_INVALID; KVE_ERR_NOMEM.
+ *         Argument and pool refusals come before the row is touched, so it
+ *         keeps its sequence; a failure mid-way (the backend's, or
+ *         KVE_ERR_NOMEM) leaves the row freed.
  */
 KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t seq_id,
                                      uint32_t prompt_len, uint32_t n_tokens,

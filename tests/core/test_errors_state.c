@@ -96,6 +96,12 @@ START_TEST(state_bad_input)
     bad = d;
     bad.layer_offset = UINT32_MAX;
     EXPECT_ERR(kve_state_create(ctx, &bad, NULL, 0, &st), KVE_ERR_OVERFLOW, "desc.layer_offset");
+    /* A small pool but 2^21 + 1 rows of 2^40 tables: the per-row counts
+     * alone pass SIZE_MAX (once reported as a wrapped size). */
+    bad = ks_desc(0, (1u << 21) + 1, 1u << 20, 1u << 20, 0, 0, 1, 1);
+    bad.pool_slots = 1;
+    EXPECT_ERR(kve_state_memory_size(ctx, &bad, &bytes), KVE_ERR_OVERFLOW,
+               "2097153 rows x 1099511627776 tables of counts overflows");
     KT_OK(kve_state_memory_size(ctx, &d, &bytes));
     char small[64];
     EXPECT_ERR(kve_state_create(ctx, &d, small, sizeof small, &st), KVE_ERR_WORKSPACE,
@@ -112,6 +118,41 @@ START_TEST(state_bad_input)
 
     expect_bad_appends(st);
     expect_bad_rebuilds_and_reads(st, &d);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+/* A rebuild the pool cannot hold is refused before the row is dropped: the
+ * live row keeps its sequence and its tables (it was once freed). */
+START_TEST(rebuild_refused_keeps_row)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 2, 1, 1, 8, 2, 2, 40);
+    d.pool_slots = 40;
+    kve_state *st = NULL;
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+    KT_OK(kve_state_admit(st, 0, 11, 4)); /* capacity max(8, 4 + 2) + 2 = 10 */
+    KT_OK(kve_state_admit(st, 1, 12, 4)); /* 20 of the 40 pool slots taken */
+    uint32_t row = 0, n = 9;
+    KT_OK(kve_state_append(st, 1, &row, &n, NULL));
+    kve_state_seq_info before, after;
+    int32_t tab_before[40], tab_after[40];
+    KT_OK(kve_state_get_seq(st, 0, &before));
+    KT_OK(kve_state_read_slots(st, 0, tab_before, 40));
+    /* prompt 30: capacity max(8, 30 + 2) + 2 = 34; 20 free + row 0's own 10 = 30 */
+    EXPECT_ERR(kve_state_rebuild(st, 0, 11, 30, 30, NULL, 0, NULL, 0), KVE_ERR_RANGE,
+               "prompt_len = 30: capacity 34 slots, but the pool of 40 has 30 free");
+    KT_OK(kve_state_get_seq(st, 0, &after));
+    KT_OK(kve_state_read_slots(st, 0, tab_after, 40));
+    ck_assert_msg(memcmp(&before, &after, sizeof before) == 0, "row 0 changed by a refused rebuild");
+    ck_assert_int_eq(memcmp(tab_before, tab_after, sizeof tab_before), 0);
+    ck_assert_uint_eq(after.active, 1);
+    ck_assert_uint_eq(after.n_tokens, 9);
+    /* with room (prompt 20: capacity 24 <= 30) the same row rebuilds */
+    KT_OK(kve_state_rebuild(st, 0, 11, 20, 20, NULL, 0, NULL, 0));
+    KT_OK(kve_state_get_seq(st, 0, &after));
+    ck_assert_uint_eq(after.n_tokens, 20);
     kve_state_destroy(st);
     kve_context_destroy(ctx);
 }
@@ -374,6 +415,7 @@ int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(errors_state, state_bad_input),
+        KVE_TEST(errors_state, rebuild_refused_keeps_row),
         KVE_TEST(errors_state, cache_write_bad_input),
         KVE_TEST(errors_state, cache_write_type_errors),
         KVE_TEST(errors_state, scored_state_errors),
