@@ -276,11 +276,31 @@ static kve_status kve_check_strides(const kve_cache_write_desc *r)
 
 /* Slots a row may use and the page of each: host-memory checks, by the
  * device's own lookup (kve_cw_lookup), each rule it finds broken named. */
-static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint32_t h, int32_t row,
+/* Which entry of the call a slot comes from: token t's head h, or pair k
+ * of move row t's list of head h (its source when !dst). */
+typedef struct {
+    uint32_t t, h, k;
+    int move, dst;
+} kve_slot_ref;
+
+/* The name of @p r's field in the desc, for a message. */
+static const char *kve_slot_name(const kve_slot_ref *r, char *buf, size_t size)
+{
+    if (r->move)
+        snprintf(buf, size, "desc.moves[move row %u][head %u][pair %u].%s", r->t, r->h, r->k,
+                 r->dst ? "dst" : "src");
+    else
+        snprintf(buf, size, "desc.slots[token %u][head %u]", r->t, r->h);
+    return buf;
+}
+
+static kve_status kve_check_slot(const kve_cache_write_desc *d, const kve_slot_ref *ref, int32_t row,
                                  int64_t slot)
 {
     kve_cw_place at;
     int fault = kve_cw_lookup(d, row, slot, &at);
+    if (fault == KVE_CW_FOUND)
+        return KVE_OK;
     int32_t lo = 0, hi = 0, last = 0, end = 0;
     if (d->page_table == KVE_PAGES_INDPTR) {
         lo = d->indptr[row];
@@ -291,12 +311,14 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
     static const char *const rules[] = {"page_size", "blocks_per_row * page_size",
                                         "the row's length by indptr and last_page_len",
                                         "n_pages * page_size, flat slots"};
+    char name[96];
+    kve_slot_name(ref, name, sizeof name);
     switch (fault) {
     case KVE_CW_INDPTR_FIRST:
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; token "
-                             "%u uses row %d)",
-                             d->indptr[0], t, row);
+                             "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; %s uses "
+                             "row %d)",
+                             d->indptr[0], name, row);
     case KVE_CW_INDPTR_ORDER:
         return kve_error_set(KVE_ERR_RANGE,
                              "desc.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
@@ -312,18 +334,22 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, uint32_t t, uint
                              "desc.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
                              d->page_size);
     case KVE_CW_SLOT:
+        /* A round's moves read slots past the row's new length, up to its
+         * capacity: an indptr sized for n_valid does not reach them. */
+        return kve_error_set(KVE_ERR_RANGE, "%s = %lld: must be %s0..%lld (%s, row %d)%s", name,
+                             (long long)slot, ref->move ? "" : "-1 or ", (long long)at.limit - 1,
+                             rules[d->page_table], row,
+                             ref->move && d->page_table == KVE_PAGES_INDPTR
+                                 ? "; a round moves entries from slots up to the row's capacity, "
+                                   "so describe every reserved page of the row to kve_cache_write "
+                                   "(docs/INTEGRATION.md, FlashInfer)"
+                                 : "");
+    default: /* KVE_CW_PAGE */
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.slots[token %u][head %u] = %lld: must be -1 or 0..%lld (%s, "
-                             "row %d)",
-                             t, h, (long long)slot, (long long)at.limit - 1,
-                             rules[d->page_table], row);
-    case KVE_CW_PAGE:
-        return kve_error_set(KVE_ERR_RANGE,
-                             "page %lld of row %d, slot %lld (from desc.%s): must be 0..%u",
-                             (long long)at.page, row, (long long)slot,
+                             "page %lld of row %d, slot %lld (%s, from desc.%s): must be 0..%u",
+                             (long long)at.page, row, (long long)slot, name,
                              d->page_table == KVE_PAGES_BLOCK_TABLE ? "block_table" : "indices",
                              d->n_pages - 1);
-    default: return KVE_OK;
     }
 }
 
@@ -346,7 +372,8 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
                                     t, row, d->n_rows - 1, h, (long long)slot);
                 row_read = 1;
             }
-            KVE_TRY(kve_check_slot(d, t, h, row, slot));
+            const kve_slot_ref ref = {t, h, 0, 0, 0};
+            KVE_TRY(kve_check_slot(d, &ref, row, slot));
         }
     }
     return KVE_OK;
@@ -372,16 +399,8 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
                                 i, h, n, d->max_moves);
             const int32_t *pair = d->moves + 2 * list * d->max_moves;
             for (uint32_t k = 0; k < 2 * n; k++) {
-                KVE_RETURN_ERROR_IF(pair[k] < 0, KVE_ERR_RANGE,
-                                    "desc.moves[move row %u][head %u][%u] = %d: a slot is >= 0", i,
-                                    h, k / 2, pair[k]);
-                kve_status st = kve_check_slot(d, i, h, row, pair[k]);
-                if (st != KVE_OK) {
-                    char why[256];
-                    snprintf(why, sizeof why, "%s", kve_last_error());
-                    return kve_error_set(st, "desc.moves[move row %u][head %u][%u]: %s", i, h,
-                                         k / 2, why);
-                }
+                const kve_slot_ref ref = {i, h, k / 2, 1, (int)(k & 1)};
+                KVE_TRY(kve_check_slot(d, &ref, row, pair[k]));
             }
         }
     }

@@ -686,7 +686,10 @@ typedef enum kve_page_table {
     /** vLLM: page = block_table[row * blocks_per_row + slot / page_size] */
     KVE_PAGES_BLOCK_TABLE = 1,
     /** FlashInfer: page = indices[indptr[row] + slot / page_size], and
-     *  slot < (indptr[row+1] - indptr[row] - 1) * page_size + last_page_len[row] */
+     *  slot < (indptr[row+1] - indptr[row] - 1) * page_size + last_page_len[row]
+     *  for every slot, the moves' included: a state's round moves entries
+     *  from slots up to the row's capacity, so describe each row's reserved
+     *  pages to the write, not attention's n_valid (docs/INTEGRATION.md) */
     KVE_PAGES_INDPTR = 2,
     /** vLLM's reshape_and_cache_flash slot_mapping: slots are global, page =
      *  slot / page_size and slot % page_size the offset in it (0 ..

@@ -223,8 +223,8 @@ KVE_HD_FN uint64_t kve_cache_move_entries(const kve_cache_write_desc *d)
  * row, head, pair), grid-stride; pairs past the list's count are idle. The
  * pairs of a list never share a slot between a source and a destination
  * (the API's precondition), so they run in any order. A move row, count or
- * slot the desc does not allow skips the pair and raises KVE_DEV_ERR_CW_SLOT
- * (head = move row, detail = cache head) or KVE_DEV_ERR_CW_PAGE.
+ * slot the desc does not allow skips the pair and raises KVE_DEV_ERR_CW_MOVE
+ * (head = move row, detail = cache head).
  */
 KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
 {
@@ -243,7 +243,7 @@ KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
         uint32_t n = d->n_moves[list];
         if (n > d->max_moves) {
             if (raise && k == 0)
-                kve_raise(a->errors, KVE_DEV_ERR_CW_SLOT, i, h);
+                kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
             continue;
         }
         if (k >= n)
@@ -256,7 +256,7 @@ KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
         if (!row_ok || !kve_cw_locate(d, row, pair[0], &sp, &si, &why) ||
             !kve_cw_locate(d, row, pair[1], &dp, &di, &why)) {
             if (raise)
-                kve_raise(a->errors, why, i, h);
+                kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
             continue;
         }
         /* cache c's part by selects over constant indices, as in the writes */

@@ -341,6 +341,7 @@ typedef enum kve_dev_err_call {
     KVE_DEV_CALL_EVICT = 0,
     KVE_DEV_CALL_COMPACT,
     KVE_DEV_CALL_STATE,
+    KVE_DEV_CALL_CACHE_MOVES, /* kve_cache_write's moves kernel, before its writes */
     KVE_DEV_CALL_CACHE_WRITE,
     KVE_DEV_CALL_SCORE
 } kve_dev_err_call;
@@ -382,6 +383,12 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
          "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "
          "table, skipped (checked on the device); rebuild the row with kve_state_rebuild"},
+        {KVE_DEV_ERR_CW_MOVE, KVE_DEV_CALL_CACHE_MOVES, 1, KVE_ERR_RANGE,
+         "desc.moves[move row %llu][head %u]: n_moves must be <= max_moves, move_row a row, and "
+         "every pair's slots within that row (as desc.slots: below page_size, blocks_per_row * "
+         "page_size, the length given by indptr and last_page_len, or n_pages * page_size) on "
+         "pages 0..n_pages-1 (checked on the device); a round moves entries from slots up to the "
+         "row's capacity, so with indptr describe every reserved page of the row"},
         {KVE_DEV_ERR_CW_ROW, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
          "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)"},
         {KVE_DEV_ERR_CW_SLOT, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,

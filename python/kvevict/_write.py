@@ -77,7 +77,9 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     moves, n_moves: a state's move lists for this layer (State.layer_moves),
     int32 [rows, 1 or heads, max_moves, 2] and [rows, 1 or heads], run before
     the writes; move_row: int32 [rows], each list row's page-table row
-    (default: list row i is row i).
+    (default: list row i is row i). A round moves entries from slots up to a
+    row's capacity, past its new n_valid: with indptr, describe every page
+    reserved for each row here, not attention's n_valid pages.
     """
     n = len(srcs)
     if not 1 <= n == len(dsts) <= MAX_CACHES:

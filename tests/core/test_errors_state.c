@@ -231,6 +231,35 @@ START_TEST(cache_write_bad_input)
     ip[1] = 4;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
     ip[1] = 1;
+    /* Moves: a bad pair is named as the move it is (it once read as a
+     * token's slot), and past an indptr row's length the message says why
+     * a round's moves need the reserved pages described. */
+    int32_t mv[2 * 2 * 2] = {1, 0, 0, 0, 3, 2, 0, 0}; /* [move row][head][pair] */
+    uint32_t n_mv[2] = {1, 1};
+    int32_t move_row[1] = {1};
+    d.moves = mv;
+    d.n_moves = n_mv;
+    d.n_move_rows = 1;
+    d.max_moves = 2;
+    d.moves_stride_row = 2;
+    d.moves_stride_head = 1;
+    d.move_row = move_row;
+    KT_OK(kve_cache_write(ctx, &d));
+    last[1] = 1; /* row 1 holds slots 0..2: pair 0 of head 1 reads slot 3 */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "desc.moves[move row 0][head 1][pair 0].src = 3: must be 0..2 (the row's length by "
+               "indptr and last_page_len, row 1); a round moves entries from slots up to the "
+               "row's capacity");
+    last[1] = 2;
+    mv[5] = -1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "desc.moves[move row 0][head 1][pair 0].dst = -1: must be 0..3");
+    mv[5] = 2;
+    d.page_table = KVE_PAGES_BLOCK_TABLE;
+    bt[3] = 9; /* row 1's second page, which slot 3 lies on */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+               "(desc.moves[move row 0][head 1][pair 0].src, from desc.block_table)");
+    bt[3] = 3;
     d = ok;
     d.page_table = KVE_PAGES_NONE;
     d.n_rows = 5;

@@ -280,6 +280,40 @@ START_TEST(device_indptr_within_indices)
 }
 END_TEST
 
+/* A move past its indptr row's length on the device: the pair is skipped
+ * and reported as the move it is, while a pair within the row moves. */
+START_TEST(device_move_past_indptr)
+{
+    kve_emu_context_use(kve_serial_pools[0], 1, NULL);
+    unsigned char src[4] = {9, 9, 9, 9}, k[4 * 2 * 4];
+    for (int i = 0; i < (int)sizeof k; i++)
+        k[i] = (unsigned char)i;
+    int64_t slots[1] = {-1}; /* no token written: the moves alone */
+    int32_t token_row[1] = {0}, indptr[2] = {0, 2}, indices[2] = {1, 3}, last[1] = {2};
+    int32_t mv[4] = {2, 0, 0, 0};
+    uint32_t n_mv[1] = {1};
+    kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 1, .entry_bytes = 4, .n_caches = 1,
+                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 2,
+                              .n_pages = 4, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .n_rows = 1,
+                              .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
+                              .indices = indices, .last_page_len = last, .moves = mv,
+                              .n_moves = n_mv, .n_move_rows = 1, .max_moves = 2};
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_OK, "");
+    /* slot 2 (page indices[1] = 3, entry 0) moved to slot 0 (page 1, entry 0) */
+    ck_assert(!memcmp(k + (1 * 2 + 0) * 4, (unsigned char[]){24, 25, 26, 27}, 4));
+    last[0] = 1; /* the row holds slots 0..2 now: slot 3 is past it */
+    mv[0] = 3;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.moves[move row 0][head 0]: n_moves must be <= max_moves");
+    ck_assert(!memcmp(k + (1 * 2 + 0) * 4, (unsigned char[]){24, 25, 26, 27}, 4)); /* skipped */
+    n_mv[0] = 3; /* more than max_moves */
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.moves[move row 0][head 0]");
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -288,6 +322,7 @@ int main(void)
         KVE_TEST(faults, fault_cache_write_launch),
         KVE_TEST(faults, fault_cache_write_bad_page),
         KVE_TEST(faults, device_indptr_within_indices),
+        KVE_TEST(faults, device_move_past_indptr),
     };
     const kve_suite_spec spec = {"emu_faults", 600, 0, kve_emu_fixture_setup,
                                   kve_emu_fixture_teardown};

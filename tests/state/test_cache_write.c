@@ -220,7 +220,10 @@ START_TEST(layout_contiguous_and_strided)
 END_TEST
 
 /* End to end: the state's mapping, written into an NHD cache through a
- * block table; every valid slot of every head then holds its token. */
+ * block table (vLLM) or an indptr page table (FlashInfer, as
+ * docs/INTEGRATION.md wires it: the write is given every reserved page of a
+ * row, since a round's moves read slots past the new n_valid); every valid
+ * slot of every head then holds its token. */
 /* Layers, heads, page size, blocks per row and entry bytes of a
  * block-table cache per layer, NHD. */
 typedef struct {
@@ -261,9 +264,10 @@ static void expect_cache_holds_tables(kve_state *st, const kve_state_layout *lay
 START_TEST(state_drives_writes)
 {
     kve_context *ctx = ks_context();
-    uint32_t flags = _i == 0   ? 0
-                     : _i == 1 ? KVE_SHARED_HEADS
-                               : KVE_SHARED_HEADS | KVE_SHARED_LAYERS;
+    uint32_t flags = _i % 3 == 0   ? 0
+                     : _i % 3 == 1 ? KVE_SHARED_HEADS
+                                   : KVE_SHARED_HEADS | KVE_SHARED_LAYERS;
+    const int indptr = _i >= 3;
     enum { L = 2, H = 3, PS = 8, BPR = 6, ROWS = 2, E = 8 };
     kve_state_desc d = ks_desc(flags, ROWS, L, H, 30, 4, 6, PS * BPR);
     kve_state_layout lay;
@@ -271,6 +275,14 @@ START_TEST(state_drives_writes)
     int32_t bt[ROWS * BPR];
     for (int i = 0; i < ROWS * BPR; i++)
         bt[i] = (ROWS * BPR - 1 - i) * 2; /* reversed, every other page */
+    /* FlashInfer's page table of the write: row r's BPR reserved pages (bt's
+     * row, as indices), all of them full; and the attention's, for n_valid. */
+    int32_t ip_all[ROWS + 1], last_all[ROWS], ip_valid[ROWS + 1], last_valid[ROWS];
+    for (int r = 0; r <= ROWS; r++)
+        ip_all[r] = r * BPR;
+    for (int r = 0; r < ROWS; r++)
+        last_all[r] = PS;
+    uint32_t refused = 0; /* writes an n_valid-sized indptr could not describe */
     size_t cache_bytes = (size_t)2 * ROWS * BPR * PS * H * E;
     unsigned char *cache[L];
     for (int l = 0; l < L; l++)
@@ -323,9 +335,46 @@ START_TEST(state_drives_writes)
                                       .max_moves = sb.b.max_moves,
                                       .moves_stride_row = th,
                                       .moves_stride_head = th > 1};
+            if (indptr) {
+                /* The attention's page table (n_valid tokens a row) is too
+                 * short for a write whose moves read a slot past n_valid. */
+                const kve_state_seq_info *in[2] = {&i0, &i1};
+                uint32_t past = 0;
+                for (uint32_t r = 0; r < ROWS; r++) {
+                    uint32_t pages = (in[r]->n_valid + PS - 1) / PS;
+                    ip_valid[r + 1] = (r ? ip_valid[r] : 0) + (int32_t)pages;
+                    last_valid[r] = (int32_t)(in[r]->n_valid - (pages - 1) * PS);
+                    for (uint32_t h = 0; h < th; h++) {
+                        size_t list = ((size_t)table_layer * 2 + r) * th + h;
+                        for (uint32_t k = 0; k < sb.b.n_moves[list]; k++)
+                            past |= sb.b.moves[(list * sb.b.max_moves + k) * 2] >= (int32_t)in[r]->n_valid;
+                    }
+                }
+                ip_valid[0] = 0;
+                int32_t idx_valid[ROWS * BPR];
+                for (uint32_t r = 0, n = 0; r < ROWS; r++)
+                    for (int32_t p = 0; p < ip_valid[r + 1] - ip_valid[r]; p++)
+                        idx_valid[n++] = bt[r * BPR + p];
+                w.page_table = KVE_PAGES_INDPTR;
+                w.block_table = NULL;
+                w.blocks_per_row = 0;
+                w.indptr = ip_valid;
+                w.indices = idx_valid;
+                w.last_page_len = last_valid;
+                if (past) {
+                    EXPECT_ERR(kve_cache_write(ctx, &w), KVE_ERR_RANGE,
+                               "describe every reserved page of the row to kve_cache_write");
+                    refused++;
+                }
+                w.indptr = ip_all;
+                w.indices = bt;
+                w.last_page_len = last_all;
+            }
             KT_OK(kve_cache_write(ctx, &w));
         }
     }
+    if (indptr)
+        ck_assert_uint_gt(refused, 10); /* rounds ran, and moved entries from past n_valid */
     ks_step_free(&sb);
     kve_cw_geometry g = {L, H, PS, BPR, E};
     expect_cache_holds_tables(st, &lay, &g, ROWS, bt, cache);
@@ -342,7 +391,7 @@ int main(void)
         KVE_LOOP_TEST(cache_write, layout_nhd_block_table, 0, 2),
         KVE_TEST(cache_write, layout_hnd_indptr),
         KVE_TEST(cache_write, layout_contiguous_and_strided),
-        KVE_LOOP_TEST(cache_write, state_drives_writes, 0, 3),
+        KVE_LOOP_TEST(cache_write, state_drives_writes, 0, 6),
     };
     const kve_suite_spec spec = {"cache_write", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
