@@ -395,7 +395,11 @@ KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
  * head), the tokens the call appended last, in position order, every other
  * one older. A stock attention kernel given n_valid as the sequence's KV
  * length and a bottom-right causal mask therefore attends to exactly the
- * keep-set, also for steps of several tokens. At each step it tells the
+ * keep-set, also for steps of several tokens, as long as every head holds
+ * every token of the step: always for a step of at most W + 1 generated
+ * tokens of a row. A longer step that crosses a round may evict some of its
+ * own tokens (slot_mapping -1); no single mask is then exact, so split such
+ * steps into appends of at most W + 1 tokens. At each step it tells the
  * engine where every head writes each new token (the slot mapping) and
  * which cached entries a round moved down into freed slots (the move
  * lists); kve_cache_write runs the moves, then writes the new K/V rows.
@@ -510,7 +514,8 @@ typedef struct kve_step_buffers {
      *  token's row (0 .. capacity-1), where each head writes each token of
      *  the call (tokens numbered row by row in the call's order). -1 = skip:
      *  the token was evicted again within the call (only possible when a
-     *  call carries more than W generated tokens of a row across a round).
+     *  call carries more than W + 1 generated tokens of a row across a
+     *  round; the bottom-right mask is then not exact for that row).
      *  NULL: no mapping. */
     int64_t *slot_mapping;
     uint32_t max_tokens; /**< tokens slot_mapping holds per table layer */

@@ -453,6 +453,81 @@ START_TEST(pool_admission)
 }
 END_TEST
 
+/* What a stock kernel sees after each append (docs/SPEC.md "Placement"):
+ * given n_valid and a bottom-right causal mask, query j of a t-token append
+ * attends to slots 0 .. n_valid - t + j. Whenever a head holds every token
+ * of the append, those slots hold exactly its kept tokens up to query j's
+ * position; an append of at most W + 1 generated tokens always holds them
+ * all (the rounds inside it find them in the window), and a longer one may
+ * evict some of its own (mapping -1), which the engine then sees. */
+START_TEST(bottom_right_mask)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 0xb0770b + (uint64_t)_i;
+    uint32_t flags = _i == 0 ? 0 : _i == 1 ? KVE_PERSISTENT : KVE_SHARED_HEADS;
+    uint32_t held_rounds = 0, self_evicted = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        uint32_t W = 1 + kt_below(&rng, 5), r = 1 + kt_below(&rng, 6), B = 4 + kt_below(&rng, 12);
+        uint32_t P = kt_below(&rng, 6);
+        kve_state_desc d = ks_desc(flags, 1, 2, 2, B, W, r, 0);
+        KT_OK(kve_schedule_capacity(&d.schedule, P, &d.max_slots));
+        kve_state_layout lay;
+        kve_state *st = ks_create(ctx, &d, &lay);
+        KT_OK(kve_state_admit(st, 0, 40 + (uint64_t)rep, P));
+        ks_step step;
+        ks_step_init(&step, st, 64, 1, 64);
+        int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
+        uint32_t row = 0, n_tokens = 0;
+        for (int k = 0; k < 30; k++) {
+            uint32_t t = k == 0 && P ? P : 1 + kt_below(&rng, kt_below(&rng, 2) ? W + 1 : 3 * W + 4);
+            kve_state_seq_info before, info;
+            KT_OK(kve_state_get_seq(st, 0, &before));
+            KT_OK(kve_state_append(st, 1, &row, &t, &step.b));
+            KT_OK(kve_state_get_seq(st, 0, &info));
+            KT_OK(kve_state_read_slots(st, 0, tab, lay.row_elems));
+            uint32_t pos0 = n_tokens, gen = pos0 + t > P ? pos0 + t - (pos0 > P ? pos0 : P) : 0;
+            n_tokens += t;
+            size_t tables = (size_t)lay.table_layers * lay.table_heads;
+            for (size_t tb = 0; tb < tables; tb++) {
+                const int32_t *sp = tab + tb * lay.max_slots;
+                int all_held = 1;
+                for (uint32_t j = 0; j < t; j++)
+                    all_held &= ks_map_at(&step, tb, j) >= 0;
+                if (gen <= W + 1)
+                    ck_assert_msg(all_held, "W %u: an append of %u generated tokens lost one", W, gen);
+                if (!all_held) {
+                    self_evicted++;
+                    continue;
+                }
+                held_rounds += info.round > before.round;
+                for (uint32_t j = 0; j < t; j++) {
+                    int64_t last = (int64_t)info.n_valid - t + j; /* query j sees 0 .. last */
+                    uint32_t seen = 0, want = 0;
+                    for (int64_t s = 0; s <= last; s++) {
+                        ck_assert_msg(sp[s] >= 0 && sp[s] <= (int32_t)(pos0 + j),
+                                      "query %u (pos %u) sees slot %lld = %d", j, pos0 + j,
+                                      (long long)s, sp[s]);
+                        seen++;
+                    }
+                    for (uint32_t s = 0; s < info.n_valid; s++)
+                        want += sp[s] <= (int32_t)(pos0 + j);
+                    ck_assert_msg(seen == want, "query %u (pos %u) sees %u slots of its %u kept tokens",
+                                  j, pos0 + j, seen, want);
+                }
+            }
+        }
+        free(tab);
+        ks_step_free(&step);
+        kve_state_destroy(st);
+    }
+    /* both kinds of append were met: rounds inside appends that held
+     * their tokens, and appends that evicted some of their own */
+    ck_assert_uint_gt(held_rounds, 50);
+    ck_assert_uint_gt(self_evicted, 5);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -463,6 +538,7 @@ int main(void)
         KVE_LOOP_TEST(state, append_grouping, 0, N_MODES),
         KVE_LOOP_TEST(state, persistent_bottom_k, 0, 2),
         KVE_TEST(state, caller_memory),
+        KVE_LOOP_TEST(state, bottom_right_mask, 0, 3),
     };
     const kve_suite_spec spec = {"state", 120, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
