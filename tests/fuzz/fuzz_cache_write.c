@@ -1,9 +1,11 @@
 /*
  * fuzz_cache_write — kve_cache_write over every layout and page table, with
- * out-of-range rows, slots and pages: a KVE_OK must equal a plain reference
- * write byte for byte (every byte not written left as it was), an error
- * must change nothing, accepted destination strides must truly keep
- * entries apart (brute force), and valid requests must be accepted.
+ * out-of-range rows, slots and pages, and optional move lists (run before
+ * the writes, each reading the cache as it was): a KVE_OK must equal a
+ * plain reference write byte for byte (every byte not written left as it
+ * was), an error must change nothing, accepted destination strides must
+ * truly keep entries apart (brute force), and valid requests must be
+ * accepted. Every array is exactly as long as the header says.
  */
 #include "fuzz_common.h"
 
@@ -40,6 +42,9 @@ typedef struct {
     uint8_t *src[KVE_MAX_CACHES], *dst[KVE_MAX_CACHES], *ref[KVE_MAX_CACHES],
         *before[KVE_MAX_CACHES];
     int32_t *block_table, *indptr, *indices, *last, *token_row;
+    int32_t *moves, *move_row;
+    uint32_t *n_moves;
+    size_t n_lists;
     int64_t *slots;
     int64_t row_limit[4]; /* slots a row may use */
 } cw_case;
@@ -235,12 +240,94 @@ static int64_t ref_page(const cw_case *c, int32_t row, int64_t s)
     return page < 0 || page >= d->n_pages ? -1 : page;
 }
 
+/* Move lists (about half the inputs; none once the input runs out): rows,
+ * counts and pairs mostly valid, each array exactly as long as the lists'
+ * strides need. */
+static void decode_moves(fz_bytes *in, cw_case *c)
+{
+    kve_cache_write_desc *d = &c->d;
+    uint32_t R = d->n_rows, H = d->n_heads;
+    if (fz_u8(in) < 128)
+        return;
+    d->n_move_rows = fz_below(in, R + 2);
+    d->max_moves = fz_u8(in) < 245 ? 1 + fz_below(in, 3) : 0;
+    d->moves_stride_head = fz_u8(in) & 1 ? 0 : 1;
+    d->moves_stride_row = (d->moves_stride_head ? H : 1) + fz_below(in, 2);
+    c->n_lists = d->n_move_rows
+                     ? (d->n_move_rows - 1) * d->moves_stride_row + (H - 1) * d->moves_stride_head + 1
+                     : 0;
+    c->moves = (int32_t *)fz_alloc(c->n_lists * d->max_moves * 8, 0);
+    c->n_moves = (uint32_t *)fz_alloc(c->n_lists * 4, 0);
+    if (fz_u8(in) & 1) {
+        c->move_row = (int32_t *)fz_alloc((size_t)d->n_move_rows * 4, 0);
+        for (uint32_t i = 0; i < d->n_move_rows; i++)
+            c->move_row[i] = pick_i32(in, R);
+    }
+    for (size_t l = 0; l < c->n_lists; l++)
+        c->n_moves[l] = fz_u8(in) < 250 ? fz_below(in, d->max_moves + 1) : d->max_moves + 1;
+    for (size_t k = 0; k < c->n_lists * d->max_moves * 2; k++) {
+        uint8_t sel = fz_u8(in);
+        c->moves[k] = sel < 245 ? (int32_t)fz_below(in, 24) : sel < 250 ? -1 : INT32_MAX - sel;
+    }
+    d->moves = c->moves;
+    d->n_moves = fz_u8(in) < 252 || !d->n_move_rows ? c->n_moves : NULL;
+    d->move_row = c->move_row;
+}
+
+/* The reference's moves: every valid pair's entry, in every cache, from the
+ * cache as it was before the call; c->bad for what the library must
+ * refuse, c->conflict where the outcome would depend on the order (an
+ * entry moved to twice, or both moved from and to). */
+static void reference_moves(cw_case *c, uint8_t *hit)
+{
+    const kve_cache_write_desc *d = &c->d;
+    if (!d->moves || c->bad)
+        return;
+    if (!d->n_moves) {
+        c->bad = d->n_tokens || d->n_move_rows;
+        return;
+    }
+    c->bad |= d->n_move_rows && !d->max_moves;
+    uint8_t *from = (uint8_t *)calloc(c->dst_span + 1, 1);
+    for (uint32_t i = 0; i < d->n_move_rows && !c->bad; i++) {
+        int32_t row = c->move_row ? c->move_row[i] : (int32_t)i;
+        c->bad |= row < 0 || (uint32_t)row >= d->n_rows;
+        for (uint32_t h = 0; h < d->n_heads && !c->bad; h++) {
+            size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
+            uint32_t n = d->n_moves[l];
+            c->bad |= n > d->max_moves;
+            for (uint32_t k = 0; k < n && !c->bad; k++) {
+                const int32_t *pair = c->moves + 2 * (l * d->max_moves + k);
+                int64_t ps = ref_page(c, row, pair[0]), pd = ref_page(c, row, pair[1]);
+                if (ps < 0 || pd < 0) {
+                    c->bad = 1;
+                    break;
+                }
+                size_t a = (size_t)ps * c->d_page + (size_t)(pair[0] % d->page_size) * c->d_slot +
+                           h * c->d_head;
+                size_t b = (size_t)pd * c->d_page + (size_t)(pair[1] % d->page_size) * c->d_slot +
+                           h * c->d_head;
+                c->conflict |= hit[b] || a == b;
+                hit[b] = 1;
+                from[a] = 1;
+                for (uint32_t q = 0; q < d->n_caches; q++)
+                    memcpy(c->ref[q] + b, c->before[q] + a, d->entry_bytes);
+            }
+        }
+    }
+    for (size_t x = 0; x < c->dst_span && !c->conflict; x++)
+        c->conflict |= hit[x] && from[x];
+    memset(hit, 0, c->dst_span + 1); /* the writes then overwrite what they hit */
+    free(from);
+}
+
 /* The reference write, and its verdict on every row, slot and page. */
 static void reference_write(cw_case *c)
 {
     const kve_cache_write_desc *d = &c->d;
     size_t H = d->n_heads;
     uint8_t *hit = (uint8_t *)calloc(c->dst_span + 1, 1);
+    reference_moves(c, hit);
     for (size_t t = 0; t < d->n_tokens && !c->bad; t++) {
         int32_t row = c->token_row[t];
         int padding = 1; /* every slot -1: vLLM's padding, whose row is never read */
@@ -274,7 +361,7 @@ static void reference_write(cw_case *c)
 /* The library's answer against the reference's verdicts and bytes. */
 static void check_write(const cw_case *c, kve_status st)
 {
-    if (st == KVE_OK && c->d.n_tokens)
+    if (st == KVE_OK && (c->d.n_tokens || (c->d.moves && c->d.n_move_rows)))
         FZ_CHECK(!c->dst_overlap, "destination strides with overlapping entries were accepted");
     if (!c->unsure) {
         if (c->bad)
@@ -308,6 +395,9 @@ static void free_case(cw_case *c)
     free(c->last);
     free(c->slots);
     free(c->token_row);
+    free(c->moves);
+    free(c->move_row);
+    free(c->n_moves);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -330,6 +420,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fill_caches(&in, &c);
     decode_pages(&in, &c);
     decode_tokens(&in, &c);
+    decode_moves(&in, &c);
     reference_write(&c);
     check_write(&c, kve_cache_write(ctx, &c.d));
     free_case(&c);
