@@ -145,6 +145,7 @@ kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint3
                               uint32_t capacity)
 {
     kve_state_row *r = &s->rows[row];
+    KVE_TRY(kve_pool_check(s, row, prompt_len, capacity)); /* a refusal leaves the row as it was */
     kve_pool_release(s, row);
     memset(r, 0, sizeof *r);
     KVE_TRY(kve_pool_take(s, row, prompt_len, capacity));
