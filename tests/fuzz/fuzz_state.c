@@ -6,7 +6,11 @@
  * set of positions, the prompt and the window present, slot_mapping, a
  * rebuild equal to the live row, and that a failed call changes nothing.
  * Where the tokens sit inside a table (placement) is checked apart, in
- * model_place / check_placement, the one piece a placement change touches.
+ * model_place / check_placement, the one piece a placement change touches;
+ * and the move lists with the mapping, replayed onto the tables as they
+ * were before the call, must give the tables after it (check_moves). The
+ * pool is sometimes smaller than max_seqs x max_slots: admissions and
+ * rebuilds it cannot hold must be refused.
  */
 #include "fuzz_common.h"
 #include "fuzz_ref.h"
@@ -115,6 +119,18 @@ static void model_open(const model *m, model_row *r, uint64_t seq_id, uint32_t p
     for (uint32_t tb = 0; tb < MAX_TABLES; tb++)
         for (uint32_t t = 0; t < MAX_SLOTS; t++)
             r->table[tb][t] = -1;
+}
+
+/* Pool slots per table free for row @p row: the pool less what the other
+ * active rows hold (the library compacts the pool when no run suffices). */
+static uint64_t model_pool_free(const model *m, uint32_t row)
+{
+    uint64_t pool = m->desc.pool_slots ? m->desc.pool_slots
+                                       : (uint64_t)m->desc.max_seqs * m->desc.max_slots;
+    for (uint32_t r = 0; r < m->desc.max_seqs; r++)
+        if (r != row && m->rows[r].active)
+            pool -= m->rows[r].capacity;
+    return pool;
 }
 
 static int32_t find_pos(const int32_t *table, uint32_t n, int32_t pos)
@@ -268,11 +284,17 @@ static int decode_desc(fz_bytes *in, model *m)
     d->max_slots = min_slots + fz_below(in, 24) - (fz_u8(in) >= 250);
     if (d->max_slots > MAX_SLOTS)
         d->max_slots = MAX_SLOTS;
+    /* a shared pool: about max_slots to max_seqs x max_slots, rarely below max_slots */
+    uint8_t pool_sel = fz_u8(in);
+    d->pool_slots = pool_sel < 160 ? 0
+                                   : (uint64_t)d->max_slots * (1 + fz_below(in, d->max_seqs)) +
+                                         fz_below(in, d->max_slots) - (pool_sel >= 250);
     m->tl = d->schedule.flags & KVE_SHARED_LAYERS ? 1 : d->n_layers;
     m->th = d->schedule.flags & KVE_SHARED_HEADS ? 1 : d->n_heads;
     m->tables = m->tl * m->th;
     return d->layer_offset > UINT32_MAX - (d->n_layers - 1) ||
-           d->head_offset > UINT32_MAX - (d->n_heads - 1) || d->max_slots < min_slots;
+           d->head_offset > UINT32_MAX - (d->n_heads - 1) || d->max_slots < min_slots ||
+           (d->pool_slots && d->pool_slots < d->max_slots);
 }
 
 static kve_status op_admit(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
@@ -281,7 +303,8 @@ static kve_status op_admit(fz_bytes *in, model *m, kve_state *st, uint32_t row, 
     uint64_t seq_id = fz_u8(in) & 1 ? fz_u64(in) : fz_u8(in);
     uint32_t prompt = fz_u8(in) < 245 ? fz_below(in, 14) : fz_u32(in);
     *bad = row >= d->max_seqs || m->rows[row].active || model_capacity(m, prompt) > d->max_slots ||
-           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64;
+           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 ||
+           model_pool_free(m, row) < model_capacity(m, prompt);
     kve_status s = kve_state_admit(st, row, seq_id, prompt);
     if (s == KVE_OK && !*bad)
         model_open(m, &m->rows[row], seq_id, prompt);
@@ -350,7 +373,7 @@ static void check_rounds_due(const model *m, kve_state *st, uint32_t n_rows, con
 /* An accepted append, in the model; slot_mapping: where each token is now,
  * -1 if evicted since. */
 static void apply_append(model *m, kve_state *st, uint32_t n_rows, const uint32_t *rows,
-                         const uint32_t *n_new, uint64_t total, const int64_t *map)
+                         const uint32_t *n_new, uint64_t max_tokens, const int64_t *map)
 {
     size_t base = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
@@ -365,7 +388,7 @@ static void apply_append(model *m, kve_state *st, uint32_t n_rows, const uint32_
         for (uint32_t k = 0; map && k < n_new[i]; k++)
             for (uint32_t tb = 0; tb < m->tables; tb++) {
                 uint32_t tl = tb / m->th, th = tb % m->th;
-                int64_t got = map[((size_t)tl * total + base + k) * m->th + th];
+                int64_t got = map[((size_t)tl * max_tokens + base + k) * m->th + th];
                 int kept = find_pos(r->table[tb], r->capacity, (int32_t)(first + k)) >= 0;
                 FZ_CHECK((got >= 0) == kept, "append: mapping of row %u position %u "
                          "table %u: %lld, the model %s it", rows[i], first + k, tb,
@@ -382,18 +405,133 @@ static void apply_append(model *m, kve_state *st, uint32_t n_rows, const uint32_
     }
 }
 
+/* The step buffers' shape beyond the mapping: move lists or not, their
+ * rows and pairs (sometimes one pair short of what the call's rounds need),
+ * and the mapping's tokens per layer (the call's, a few more, or one short). */
+typedef struct {
+    int32_t *moves;
+    uint32_t *n_moves, max_rows, max_moves, max_tokens;
+    int short_tokens; /* max_tokens one below the call's tokens */
+    int null_out;     /* no buffers at all: out = NULL when there is no mapping either */
+} step_shape;
+
+static void decode_step_shape(fz_bytes *in, const model *m, uint32_t n_rows, const uint32_t *rows,
+                              const uint32_t *n_new, uint64_t total, step_shape *sh, int *bad)
+{
+    uint8_t sel = fz_u8(in);
+    static const int pads[4] = {0, 1, 3, -1};
+    int pad = pads[sel >> 6];
+    if (pad < 0 && total == 0)
+        pad = 0;
+    sh->max_tokens = (uint32_t)(total + (uint64_t)(int64_t)pad);
+    sh->short_tokens = pad < 0; /* refused only with a mapping */
+    sh->moves = NULL;
+    sh->n_moves = NULL;
+    sh->max_rows = sh->max_moves = 0;
+    sh->null_out = sel >> 1 & 1;
+    if (!(sel & 1))
+        return;
+    sh->null_out = 0;
+    uint32_t need = 0; /* r per round of the call's busiest row */
+    for (uint32_t i = 0; !*bad && i < n_rows; i++) {
+        uint32_t k = model_rounds_due(m, &m->rows[rows[i]], n_new[i]) * m->desc.schedule.interval;
+        need = k > need ? k : need;
+    }
+    sh->max_rows = n_rows + (sel >> 1 & 1);
+    sh->max_moves = need + (sel >> 2 & 1);
+    if ((sel >> 3 & 7) == 0 && need) { /* one short */
+        sh->max_moves = need - 1;
+        *bad = 1;
+    }
+    size_t lists = (size_t)m->tl * sh->max_rows * m->th;
+    sh->moves = (int32_t *)fz_alloc(lists * sh->max_moves * 8, 0x3c);
+    sh->n_moves = (uint32_t *)fz_alloc(lists * 4, 0x3c);
+}
+
+/* The engine's view of an accepted append: each row's tables as they were
+ * (before), its move lists run from them, then its tokens written at their
+ * mapping; that must be the library's tables now, slot for slot below
+ * n_valid. And the lists keep their contract: at most r per round, every
+ * move down to a lower slot, sources and destinations distinct and apart. */
+static void check_moves(const model *m, kve_state *st, uint32_t n_rows, const uint32_t *rows,
+                        const uint32_t *n_new, const int32_t (*before)[MAX_TABLES * MAX_SLOTS],
+                        const step_shape *sh, const int64_t *map)
+{
+    size_t n = (size_t)m->tables * m->desc.max_slots;
+    uint32_t base = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        const model_row *r = &m->rows[rows[i]];
+        int32_t now[MAX_TABLES * MAX_SLOTS];
+        kve_state_seq_info info;
+        FZ_CHECK(kve_state_read_slots(st, rows[i], now, n) == KVE_OK &&
+                     kve_state_get_seq(st, rows[i], &info) == KVE_OK,
+                 "moves: read row %u", rows[i]);
+        uint32_t first = r->n_tokens - n_new[i];
+        for (uint32_t tb = 0; tb < m->tables; tb++) {
+            uint32_t tl = tb / m->th, th = tb % m->th;
+            size_t list = ((size_t)tl * sh->max_rows + i) * m->th + th;
+            uint32_t nm = sh->n_moves[list];
+            FZ_CHECK(nm <= sh->max_moves, "moves: row %u table %u: %u pairs, max_moves %u", rows[i],
+                     tb, nm, sh->max_moves);
+            const int32_t *old = before[i] + (size_t)tb * m->desc.max_slots;
+            int32_t cache[MAX_SLOTS];
+            uint8_t used[MAX_SLOTS] = {0};
+            memcpy(cache, old, sizeof cache);
+            for (uint32_t k = 0; k < nm; k++) {
+                const int32_t *pair = sh->moves + 2 * (list * sh->max_moves + k);
+                FZ_CHECK(pair[1] >= 0 && pair[1] < pair[0] && (uint32_t)pair[0] < r->capacity,
+                         "moves: row %u table %u pair %u: %d -> %d", rows[i], tb, k, pair[0], pair[1]);
+                FZ_CHECK(!(used[pair[0]] & 1) && !(used[pair[1]] & 2) && !(used[pair[0]] & 2) &&
+                             !(used[pair[1]] & 1),
+                         "moves: row %u table %u: slot %d or %d in two pairs", rows[i], tb, pair[0],
+                         pair[1]);
+                used[pair[0]] |= 1;
+                used[pair[1]] |= 2;
+                FZ_CHECK(old[pair[0]] >= 0, "moves: row %u table %u: moved from empty slot %d",
+                         rows[i], tb, pair[0]);
+                cache[pair[1]] = old[pair[0]];
+            }
+            for (uint32_t k = 0; k < n_new[i]; k++) {
+                int64_t slot = map[((size_t)tl * sh->max_tokens + base + k) * m->th + th];
+                if (slot >= 0)
+                    cache[slot] = (int32_t)(first + k);
+            }
+            const int32_t *lib = now + (size_t)tb * m->desc.max_slots;
+            for (uint32_t t = 0; t < info.n_valid; t++)
+                FZ_CHECK(cache[t] == lib[t], "moves: row %u table %u slot %u: the engine's cache "
+                         "holds %d, the table %d", rows[i], tb, t, cache[t], lib[t]);
+        }
+        base += n_new[i];
+    }
+}
+
 static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
 {
     uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(in, m->desc.max_seqs);
     uint64_t total = decode_append(in, m, row, n_rows, rows, n_new, bad);
+    step_shape sh;
+    decode_step_shape(in, m, n_rows, rows, n_new, total, &sh, bad);
     size_t len;
-    int64_t *map = mapping_for(in, *bad ? 1 : (size_t)total * m->tables, &len, bad);
-    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = total};
+    int64_t *map = mapping_for(in, *bad ? 1 : (size_t)sh.max_tokens * m->tables, &len, bad);
+    *bad |= map && sh.short_tokens;
+    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = sh.max_tokens, .moves = sh.moves,
+                           .n_moves = sh.n_moves, .max_rows = sh.max_rows, .max_moves = sh.max_moves};
+    static int32_t before[MAX_ROWS + 1][MAX_TABLES * MAX_SLOTS];
+    for (uint32_t i = 0; !*bad && i < n_rows; i++)
+        FZ_CHECK(kve_state_read_slots(st, rows[i], before[i], (size_t)m->tables * m->desc.max_slots) ==
+                     KVE_OK,
+                 "read row %u", rows[i]);
     check_rounds_due(m, st, n_rows, rows, n_new, *bad);
-    kve_status s = kve_state_append(st, n_rows, rows, n_new, map || !len ? &sb : NULL);
-    if (s == KVE_OK && !*bad)
-        apply_append(m, st, n_rows, rows, n_new, total, map);
+    kve_status s = kve_state_append(st, n_rows, rows, n_new, map || sh.moves || !sh.null_out ? &sb : NULL);
+    if (s == KVE_OK && !*bad) {
+        apply_append(m, st, n_rows, rows, n_new, sh.max_tokens, map);
+        if (map && sh.moves)
+            check_moves(m, st, n_rows, rows, n_new, (const int32_t(*)[MAX_TABLES * MAX_SLOTS])before,
+                        &sh, map);
+    }
     free(map);
+    free(sh.moves);
+    free(sh.n_moves);
     return s;
 }
 
@@ -440,7 +578,8 @@ static kve_status op_rebuild(fz_bytes *in, model *m, kve_state *st, uint32_t row
         n_tokens = fz_u8(in) < 250 ? fz_below(in, 3 * MAX_SLOTS) : 0x80000000u;
     }
     *bad = row >= d->max_seqs || model_capacity(m, prompt) > d->max_slots ||
-           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu;
+           (uint64_t)prompt + d->schedule.window > 0x7fffffffu - 64 || n_tokens > 0x7fffffffu ||
+           model_pool_free(m, row) < model_capacity(m, prompt);
     size_t len;
     int64_t *map = mapping_for(in, *bad ? 1 : (size_t)n_tokens * m->tables, &len, bad);
     kve_status s = kve_state_rebuild(st, row, seq_id, prompt, n_tokens, NULL, 0, map, len);
