@@ -172,6 +172,7 @@ typedef struct {
     int trusted_dup;  /* a repeat under KVE_TRUSTED_SLOTS: the answer is unspecified (SPEC) */
     int nan_head;     /* a NaN at a candidate of a valid scored batch: refused */
     size_t nan_at;    /* its head */
+    uint64_t *round_digest, *run_digest, *run_before; /* run_before: run_digest's first values */
 } evict_case;
 
 /* The batch's header. 0: a valid batch too large to afford (skip the input). */
@@ -398,6 +399,62 @@ static void check_head(const evict_case *c, size_t i, uint32_t s, uint32_t l, ui
     }
 }
 
+/* The digests' outputs (SPEC §11), read last so that the corpus decodes
+ * as before: round_digest [heads] and run_digest [n_seqs] (it starts from
+ * arbitrary values, which the call adds to) with a weight, each exactly
+ * sized; rarely run_digest over round_digest's bytes, which must be refused. */
+static void decode_digests(fz_bytes *in, evict_case *c)
+{
+    kve_evict_out *out = &c->out;
+    uint8_t sel = fz_u8(in);
+    size_t seqs = c->bt.n_seqs;
+    if (sel & 1)
+        out->round_digest = c->round_digest = (uint64_t *)fz_alloc(c->heads * 8, 0xc3);
+    if (sel & 2) {
+        c->run_digest = (uint64_t *)fz_alloc(seqs * 8, 0);
+        c->run_before = (uint64_t *)fz_alloc(seqs * 8, 0);
+        for (size_t s = 0; c->run_digest && s < seqs; s++)
+            c->run_digest[s] = c->run_before[s] = fz_u8(in) & 1 ? fz_u64(in) : 0;
+        out->run_digest = c->run_digest;
+        out->run_digest_weight = sel & 4 ? fz_u64(in) : sel & 8 ? fz_below(in, 9) : 0;
+    }
+    if ((sel >> 4) == 15 && out->round_digest && out->run_digest && seqs && c->heads) {
+        out->run_digest = out->round_digest; /* overlapping outputs */
+        c->bad = 1;
+    }
+}
+
+/* round_digest and run_digest of an accepted call against SPEC §11 from
+ * the evictions the reference found (@p ev [heads][n]). */
+static void check_digests(const evict_case *c, const uint8_t *ev)
+{
+    const kve_batch *bt = &c->bt;
+    const uint32_t fl = bt->flags & (KVE_SHARED_HEADS | KVE_SHARED_LAYERS);
+    uint64_t w = c->out.run_digest_weight ? c->out.run_digest_weight : 1;
+    size_t i = 0;
+    for (uint32_t s = 0; s < bt->n_seqs; s++) {
+        uint64_t sum = 0;
+        for (uint32_t l = 0; l < bt->n_layers; l++)
+            for (uint32_t h = 0; h < bt->n_heads; h++, i++) {
+                const int32_t *row = c->n ? c->slots + i * bt->slot_pos_stride : c->slots;
+                uint64_t d = 0;
+                for (uint32_t t = 0; t < c->n; t++)
+                    if (ev[i * c->n + t])
+                        d += ref_key(bt->seed ^ 0x6b76652d72756e31ull, fl, c->seqs[s].seq_id,
+                                     bt->layer_offset + l, bt->head_offset + h, (uint32_t)row[t],
+                                     c->seqs[s].round);
+                if (c->out.round_digest)
+                    FZ_CHECK(c->round_digest[i] == d, "head %zu: round_digest %llx, SPEC %llx", i,
+                             (unsigned long long)c->round_digest[i], (unsigned long long)d);
+                sum += d;
+            }
+        if (c->out.run_digest)
+            FZ_CHECK(c->run_digest[s] == c->run_before[s] + w * sum,
+                     "seq %u: run_digest %llx, SPEC %llx", s, (unsigned long long)c->run_digest[s],
+                     (unsigned long long)(c->run_before[s] + w * sum));
+    }
+}
+
 /* A KVE_OK: every head against the spec, then the digest of what was kept
  * and of the whole tables. */
 static void check_result(kve_context *ctx, const evict_case *c)
@@ -409,6 +466,7 @@ static void check_result(kve_context *ctx, const evict_case *c)
         for (uint32_t l = 0; l < bt->n_layers; l++)
             for (uint32_t h = 0; h < bt->n_heads; h++, i++)
                 check_head(c, i, s, l, h, ev);
+    check_digests(c, ev);
     uint64_t d;
     FZ_CHECK(kve_digest(ctx, bt, &c->out, &d) == KVE_OK, "digest after evict");
     FZ_CHECK(d == ref_digest(bt, c->slots, ev), "digest of the keep-sets");
@@ -427,6 +485,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (decode_header(&in, &c) && decode_slots(&in, &c)) {
         find_bad_table(&c); /* before the outputs: only the slots' argument errors hide it */
         if (decode_outputs(&in, &c) && decode_scores(&in, &c)) {
+            decode_digests(&in, &c);
             make_workspace(ctx, &c);
             find_nan_head(&c);
             kve_status st = kve_evict(ctx, &c.bt, &c.out, c.ws, c.ws_bytes);
@@ -435,8 +494,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check_result(ctx, &c);
         }
     }
-    void *bufs[] = {c.ws, c.seqs, c.slots, c.evicted, c.kept, c.n_evicted, c.n_kept, c.head_flags,
-                    c.scores};
+    void *bufs[] = {c.ws,         c.seqs,      c.slots,        c.evicted,    c.kept,
+                    c.n_evicted,  c.n_kept,    c.head_flags,   c.scores,     c.round_digest,
+                    c.run_digest, c.run_before};
     free_each(bufs, sizeof bufs / sizeof *bufs);
     return 0;
 }
