@@ -24,6 +24,7 @@ typedef struct {
     uint64_t seq_id;
     uint32_t prompt, capacity, n_tokens, round, free_left;
     uint32_t call_pos0; /* first position of the last append (placement v1) */
+    uint64_t digest;    /* the running digest (SPEC §11) */
     int one_by_one;     /* the history rebuild assumes without steps: linear fill, then
                          * one token per append once the tables are full */
     int32_t table[MAX_TABLES][MAX_SLOTS]; /* the model's slot tables */
@@ -70,9 +71,17 @@ static void model_round(const model *m, model_row *r)
         uint32_t ne, nk;
         ref_evict_head(&h, r->table[tb], r->capacity, ev, &ne, &nk);
         FZ_CHECK(ne == s->interval, "model: a full table evicted %u, not r = %u", ne, s->interval);
+        /* SPEC §11: each evicted token's element, weighted by the heads the table stands for */
+        uint64_t w = (s->flags & KVE_SHARED_HEADS ? m->desc.n_heads : 1u) *
+                     (uint64_t)(s->flags & KVE_SHARED_LAYERS ? m->desc.n_layers : 1u);
         for (uint32_t t = 0; t < r->capacity; t++)
-            if (ev[t])
+            if (ev[t]) {
+                r->digest += w * ref_key(s->seed ^ 0x6b76652d72756e31ull,
+                                         s->flags & (KVE_SHARED_HEADS | KVE_SHARED_LAYERS),
+                                         r->seq_id, h.layer, h.head, (uint32_t)r->table[tb][t],
+                                         r->round);
                 r->table[tb][t] = -1;
+            }
     }
     r->round++;
     r->free_left = s->interval;
@@ -174,10 +183,15 @@ static void check_row(const model *m, kve_state *st, uint32_t row)
     int32_t lib[MAX_TABLES * MAX_SLOTS];
     size_t len = (size_t)m->tables * m->desc.max_slots;
     kve_status s = kve_state_read_slots(st, row, lib, len);
+    uint64_t digest = 0;
+    kve_status sd = kve_state_read_digest(st, row, &digest);
     if (!r->active) {
         FZ_CHECK(s == KVE_ERR_INVALID, "read_slots of a free row: %s", kve_status_string(s));
+        FZ_CHECK(sd == KVE_ERR_INVALID, "read_digest of a free row: %s", kve_status_string(sd));
         return;
     }
+    FZ_CHECK(sd == KVE_OK && digest == r->digest, "row %u: running digest %llx, SPEC %llx", row,
+             (unsigned long long)digest, (unsigned long long)r->digest);
     FZ_CHECK(s == KVE_OK, "read_slots row %u: %s", row, kve_status_string(s));
     const kve_schedule *sc = &m->desc.schedule;
     uint32_t used = 0; /* n_valid: the model's count (every table holds as many) */
@@ -411,6 +425,7 @@ static void apply_append(model *m, kve_state *st, uint32_t n_rows, const uint32_
 typedef struct {
     int32_t *moves;
     uint32_t *n_moves, max_rows, max_moves, max_tokens;
+    uint32_t need;    /* pairs a list needs: r per round of the call's busiest row */
     int short_tokens; /* max_tokens one below the call's tokens */
     int null_out;     /* no buffers at all: out = NULL when there is no mapping either */
 } step_shape;
@@ -437,6 +452,7 @@ static void decode_step_shape(fz_bytes *in, const model *m, uint32_t n_rows, con
         uint32_t k = model_rounds_due(m, &m->rows[rows[i]], n_new[i]) * m->desc.schedule.interval;
         need = k > need ? k : need;
     }
+    sh->need = need;
     sh->max_rows = n_rows + (sel >> 1 & 1);
     sh->max_moves = need + (sel >> 2 & 1);
     if ((sel >> 3 & 7) == 0 && need) { /* one short */
@@ -516,6 +532,11 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
     *bad |= map && sh.short_tokens;
     kve_step_buffers sb = {.slot_mapping = map, .max_tokens = sh.max_tokens, .moves = sh.moves,
                            .n_moves = sh.n_moves, .max_rows = sh.max_rows, .max_moves = sh.max_moves};
+    uint32_t most = 0, bound = 0; /* kve_state_max_moves of the largest n_new covers the call */
+    for (uint32_t i = 0; i < n_rows; i++)
+        most = n_new[i] > most ? n_new[i] : most;
+    FZ_CHECK(kve_state_max_moves(st, most, &bound) == KVE_OK && (*bad || !sh.moves || bound >= sh.need),
+             "max_moves(%u) = %u, below the %u pairs the call needs", most, bound, sh.need);
     static int32_t before[MAX_ROWS + 1][MAX_TABLES * MAX_SLOTS];
     for (uint32_t i = 0; !*bad && i < n_rows; i++)
         FZ_CHECK(kve_state_read_slots(st, rows[i], before[i], (size_t)m->tables * m->desc.max_slots) ==
