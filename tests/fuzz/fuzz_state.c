@@ -442,7 +442,7 @@ static void decode_step_shape(fz_bytes *in, const model *m, uint32_t n_rows, con
     sh->short_tokens = pad < 0; /* refused only with a mapping */
     sh->moves = NULL;
     sh->n_moves = NULL;
-    sh->max_rows = sh->max_moves = 0;
+    sh->max_rows = sh->max_moves = sh->need = 0;
     sh->null_out = sel >> 1 & 1;
     if (!(sel & 1))
         return;
