@@ -24,6 +24,7 @@ instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
 """
 
 import ctypes
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
@@ -49,18 +50,58 @@ SCORED = 16  # selection by scores (docs/SPEC.md "Scored selection"); not a key 
 _BACKENDS = {0: "auto", 1: "cpu", 2: "cuda", 3: "hip"}
 
 
+class _Owner:
+    """One C handle, destroyed once this object is dropped and every owner
+    made on it (a State's on its Context's) has destroyed its own.
+
+    The Python object (Context, State) holds one reference until close();
+    a child's owner holds its parent's, and arrays viewing a handle's
+    memory (State.row_table) hold its owner. The count of live children
+    makes the order safe even where the cyclic gc (or interpreter exit)
+    runs the finalizers of a parent and its children in any order: a
+    parent dropped first waits for its last child."""
+
+    __slots__ = ("h", "destroy", "parent", "children", "dropped")
+
+    def __init__(self, h: ctypes.c_void_p, destroy: Any, parent: "Optional[_Owner]" = None):
+        self.h, self.destroy, self.parent = h, destroy, parent
+        self.children, self.dropped = 0, False
+        if parent is not None:
+            parent.children += 1
+
+    def _release(self) -> None:
+        if not self.dropped or self.children or self.h is None:
+            return
+        h, self.h = self.h, None
+        self.destroy(h)
+        parent, self.parent = self.parent, None
+        if parent is not None:
+            parent.children -= 1
+            parent._release()
+
+    def __del__(self) -> None:
+        self.dropped = True
+        self._release()
+
+
 class _Handle:
-    """Owns one C handle, destroyed by close(), with, or garbage collection."""
+    """Owns one C handle: closed by close(), with, or garbage collection;
+    the C object goes with the last reference to its _Owner."""
 
     _destroy = None  # the kve_*_destroy function
+    _h = None
+    _owner = None
+    _closed_why = ""
+
+    def _own(self, h: ctypes.c_void_p, parent: Optional[_Owner] = None) -> None:
+        self._owner = _Owner(h, type(self)._destroy, parent)
+        self._h = h
 
     def close(self) -> None:
-        """Destroy the handle (also done when the object is garbage collected)."""
-        if getattr(self, "_h", None) is not None:
-            type(self)._destroy(self._h)
-            self._h = None
-
-    __del__ = close
+        """Close the handle: it is destroyed now, or, while arrays viewing its
+        memory (State.row_table) live, when the last of them goes."""
+        self._h = None
+        self._owner = None
 
     def __enter__(self):
         return self
@@ -70,9 +111,10 @@ class _Handle:
 
     @property
     def handle(self) -> ctypes.c_void_p:
-        if getattr(self, "_h", None) is None:
-            raise ValueError("%s is closed" % type(self).__name__)
-        return self._h
+        h = self._h
+        if h is None:
+            raise ValueError("%s is closed%s" % (type(self).__name__, self._closed_why))
+        return h
 
 
 class Context(_Handle):
@@ -81,12 +123,20 @@ class Context(_Handle):
     _destroy = lib.kve_context_destroy
 
     def __init__(self, backend: str = "auto", threads: Optional[int] = None, device: int = 0):
+        if not isinstance(backend, str):
+            raise TypeError("backend = %r: expected a name ('auto', 'cpu', 'cuda', 'hip')"
+                            % (backend,))
+        device = _arrays.i32("device", device)
+        if threads is not None:
+            threads = _arrays.i32("threads", threads)
+        # the States made on it, closed first by close()
+        self._children: "weakref.WeakSet[State]" = weakref.WeakSet()
         kind = ctypes.c_int()
         check(lib.kve_backend_from_name(backend.encode(), ctypes.byref(kind)),
               "kve_backend_from_name")
         handle = ctypes.c_void_p()
         check(lib.kve_context_create(kind.value, ctypes.byref(handle)), "kve_context_create")
-        self._h = handle
+        self._own(handle)
         check(lib.kve_context_get_backend(handle, ctypes.byref(kind)), "kve_context_get_backend")
         self.backend: str = _BACKENDS[kind.value]
         self.device = device
@@ -95,6 +145,13 @@ class Context(_Handle):
         self._gpu = self.backend != "cpu"
         if threads is not None:
             check(lib.kve_context_set_threads(handle, threads), "kve_context_set_threads")
+
+    def close(self) -> None:
+        """Close the States made on the context, then the context (the C
+        objects go once no row_table array views them)."""
+        for child in list(getattr(self, "_children", ())):
+            child._close(" (its Context was closed)")
+        super().close()
 
     def synchronize(self) -> None:
         """Wait for all work queued on the context's stream."""
@@ -132,9 +189,12 @@ class Context(_Handle):
 
 def capacity(prompt_len: int, *, budget: int, window: int = 64, interval: int = 64) -> int:
     """Slots per head a sequence uses under the schedule: max(B, P + W) + r."""
-    s = _lib.Schedule(0, 0, budget, window, interval)
+    u32 = _arrays.u32
+    s = _lib.Schedule(0, 0, u32("budget", budget), u32("window", window),
+                      u32("interval", interval))
     out = ctypes.c_uint32()
-    check(lib.kve_schedule_capacity(ctypes.byref(s), prompt_len, ctypes.byref(out)),
+    check(lib.kve_schedule_capacity(ctypes.byref(s), u32("prompt_len", prompt_len),
+                                    ctypes.byref(out)),
           "kve_schedule_capacity")
     return out.value
 
@@ -189,7 +249,18 @@ class State(_Handle):
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
                  pool_slots: int = 0, tensors: str = "numpy", scored: bool = False):
         if tensors not in ("numpy", "torch"):
-            raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % tensors)
+            raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % (tensors,))
+        if not isinstance(ctx, Context):
+            raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+        u32 = _arrays.u32
+        max_seqs, n_layers, n_heads = (u32("max_seqs", max_seqs), u32("n_layers", n_layers),
+                                       u32("n_heads", n_heads))
+        budget, window, interval = (u32("budget", budget), u32("window", window),
+                                    u32("interval", interval))
+        seed, pool_slots = _arrays.u64("seed", seed), _arrays.u64("pool_slots", pool_slots)
+        layer_offset, head_offset = (u32("layer_offset", layer_offset),
+                                     u32("head_offset", head_offset))
+        max_slots = u32("max_slots", max_slots)
         self.ctx = ctx
         self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
                       | (SHARED_LAYERS if shared_layers else 0) | (SCORED if scored else 0))
@@ -203,7 +274,9 @@ class State(_Handle):
         h = ctypes.c_void_p()
         check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
               "kve_state_create")
-        self._h = h
+        # the state's owner holds the context's: the context goes after the state
+        self._own(h, ctx._owner)
+        ctx._children.add(self)
         lay = _lib.StateLayout()
         check(lib.kve_state_get_layout(h, ctypes.byref(lay)), "kve_state_get_layout")
         self.table_layers: int = lay.table_layers  #: 1 with shared layers, else n_layers
@@ -213,17 +286,34 @@ class State(_Handle):
         self.pool_slots: int = lay.pool_slots
         self._table_ptr = lay.slot_pos
 
+    def _close(self, why: str) -> None:
+        self._closed_why = why
+        self.close()
+
+    def close(self) -> None:
+        """Close the state (its tables go once no row_table array views them)."""
+        children = getattr(getattr(self, "ctx", None), "_children", None)
+        if children is not None:
+            children.discard(self)
+        super().close()
+
     def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
         """Admit a sequence into a free row; its prompt is then appended like any token."""
+        h = self.handle
+        row, seq_id = _arrays.u32("row", row), _arrays.u64("seq_id", seq_id)
+        prompt_len = _arrays.u32("prompt_len", prompt_len)
         self.ctx._stream()
-        check(lib.kve_state_admit(self.handle, row, seq_id, prompt_len), "kve_state_admit")
+        check(lib.kve_state_admit(h, row, seq_id, prompt_len), "kve_state_admit")
 
     def retire(self, row: int) -> None:
         """Free a row."""
+        h = self.handle
+        row = _arrays.u32("row", row)
         self.ctx._stream()
-        check(lib.kve_state_retire(self.handle, row), "kve_state_retire")
+        check(lib.kve_state_retire(h, row), "kve_state_retire")
 
     def _mapping(self, n_tokens: int, out: Any) -> Tuple[Any, int, int]:
+        n_tokens = _arrays.u32("n_tokens", n_tokens)
         shape = (self.table_layers, n_tokens, self.table_heads)
         if out is None:
             out = self.ctx._empty(shape, "int64", self._torch)
@@ -240,7 +330,8 @@ class State(_Handle):
     def max_moves(self, max_new: int) -> int:
         """Pairs a move list needs for appends of up to max_new tokens a row."""
         out = ctypes.c_uint32()
-        check(lib.kve_state_max_moves(self.handle, max_new, ctypes.byref(out)),
+        h, max_new = self.handle, _arrays.u32("max_new", max_new)
+        check(lib.kve_state_max_moves(h, max_new, ctypes.byref(out)),
               "kve_state_max_moves")
         return out.value
 
@@ -248,6 +339,7 @@ class State(_Handle):
         """Buffers for appends of up to max_tokens tokens over max_rows rows,
         max_new tokens a row: allocate once, pass to every append."""
         m = self.max_moves(max_new)
+        max_tokens, max_rows = _arrays.u32("max_tokens", max_tokens), _arrays.u32("max_rows", max_rows)
         tl, th = self.table_layers, self.table_heads
         return Step(self.ctx._empty((tl, max_tokens, th), "int64", self._torch),
                     self.ctx._empty((tl, max_rows, th, m, 2), "int32", self._torch),
@@ -259,14 +351,17 @@ class State(_Handle):
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
         out = (ctypes.c_uint32 * max(len(rows), 1))()
-        check(lib.kve_state_rounds_due(self.handle, len(rows), _arrays.u32_array(rows),
-                                       _arrays.u32_array(n_new), out), "kve_state_rounds_due")
+        h = self.handle
+        check(lib.kve_state_rounds_due(h, len(rows), _arrays.u32_array(rows, "rows"),
+                                       _arrays.u32_array(n_new, "n_new"), out),
+              "kve_state_rounds_due")
         return list(out[:len(rows)])
 
-    def _scores(self, b: Any, scores: Any, n_rows: int) -> Any:
+    def _scores(self, b: Any, scores: Any, rows: Sequence[int]) -> Any:
         """scores float32 [n_rows, table_layers, table_heads, >= capacity] (or
         [n_rows, tables, >= capacity]) into b."""
         tl, th = self.table_layers, self.table_heads
+        n_rows = len(rows)
         if len(getattr(scores, "shape", ())) == 3:
             scores = scores.reshape(scores.shape[0], tl, th, scores.shape[2])
         v = _arrays.View(scores, "scores", "float32", 4)
@@ -275,6 +370,13 @@ class State(_Handle):
         st = v.strides
         if st[3] != 4 or st[1] != th * st[2]:
             raise ValueError("scores: a row's tables must be evenly spaced (strides %s)" % (st,))
+        v.no_broadcast()
+        if v.shape[3] < st[2] // 4:
+            # a slice narrower than its stride: the library checks the stride
+            # against each row's capacity, this the slice's own width
+            need = max([self.seq(r).capacity for r in rows] + [0])
+            v.expect((_arrays.at_least(n_rows), tl, th, _arrays.at_least(need)),
+                     why="the rows' largest capacity is %d slots" % need)
         self.ctx._prepare([v])
         b.scores, b.scores_stride_row, b.scores_stride_table = v.ptr, st[0] // 4, st[2] // 4
         return v
@@ -294,12 +396,13 @@ class State(_Handle):
         candidates only)."""
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
-        r, k = _arrays.u32_array(rows), _arrays.u32_array(n_new)
+        h = self.handle
+        r, k = _arrays.u32_array(rows, "rows"), _arrays.u32_array(n_new, "n_new")
         if not outputs:
             b = _lib.StepBuffers()
             if scores is not None:
-                self._scores(b, scores, len(rows))
-            check(lib.kve_state_append(self.handle, len(rows), r, k,
+                self._scores(b, scores, rows)
+            check(lib.kve_state_append(h, len(rows), r, k,
                                        ctypes.byref(b) if scores is not None else None),
                   "kve_state_append")
             return None
@@ -320,7 +423,7 @@ class State(_Handle):
         self.ctx._prepare(views)
         b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
         if scores is not None:
-            self._scores(b, scores, len(rows))
+            self._scores(b, scores, rows)
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
               "kve_state_append")
         out.n_tokens, out.n_rows = total, len(rows)
@@ -333,13 +436,16 @@ class State(_Handle):
         token per append). With mapping=True, return where each head holds
         each position 0..n_tokens-1 ([table_layers, n_tokens, table_heads],
         -1 = evicted): every valid slot is named once."""
+        h = self.handle
+        row, seq_id = _arrays.u32("row", row), _arrays.u64("seq_id", seq_id)
+        prompt_len, n_tokens = _arrays.u32("prompt_len", prompt_len), _arrays.u32("n_tokens", n_tokens)
         ptr, n, out = None, 0, None
         if mapping:
             out, ptr, n = self._mapping(n_tokens, None)
         else:
             self.ctx._stream()
-        st = _arrays.u32_array(list(steps)) if steps is not None else None
-        check(lib.kve_state_rebuild(self.handle, row, seq_id, prompt_len, n_tokens, st,
+        st = _arrays.u32_array(list(steps), "steps") if steps is not None else None
+        check(lib.kve_state_rebuild(h, row, seq_id, prompt_len, n_tokens, st,
                                     len(steps) if steps is not None else 0, ptr, n),
               "kve_state_rebuild")
         return out
@@ -347,7 +453,9 @@ class State(_Handle):
     def seq(self, row: int) -> SeqInfo:
         """Host bookkeeping of one row."""
         i = _lib.SeqInfo()
-        check(lib.kve_state_get_seq(self.handle, row, ctypes.byref(i)), "kve_state_get_seq")
+        h = self.handle
+        check(lib.kve_state_get_seq(h, _arrays.u32("row", row), ctypes.byref(i)),
+              "kve_state_get_seq")
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
                        i.n_valid, i.n_used, i.table_offset)
 
@@ -355,7 +463,8 @@ class State(_Handle):
         """The row's running digest (docs/SPEC.md section 11), an int: log it at retire.
         Waits for the backend, so not for the decode loop."""
         out = ctypes.c_uint64(0)
-        check(lib.kve_state_read_digest(self.handle, row, ctypes.byref(out)),
+        h = self.handle
+        check(lib.kve_state_read_digest(h, _arrays.u32("row", row), ctypes.byref(out)),
               "kve_state_read_digest")
         return out.value
 
@@ -379,8 +488,9 @@ class State(_Handle):
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
         out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)
+        h = self.handle
         check(lib.kve_state_read_slots(
-            self.handle, row, out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), out.size),
+            h, _arrays.u32("row", row), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), out.size),
             "kve_state_read_slots")
         return out
 
@@ -388,15 +498,17 @@ class State(_Handle):
         """Row @row's live tables, no copy: int32 [table_layers, table_heads,
         capacity] in backend memory (-1 = empty), valid while the row holds
         its sequence. numpy (or torch, per ``tensors``) on the CPU; a torch
-        tensor on a GPU."""
+        tensor on a GPU. The array keeps the state's memory alive: after
+        close() (the state's or its context's) it still reads the tables as
+        they were, never freed memory."""
         info = self.seq(row)
         if not info.active:
             raise ValueError("row %d holds no sequence" % row)
         shape = (self.table_layers, self.table_heads, info.capacity)
-        n = int(np.prod(shape))
         ptr = self._table_ptr + 4 * info.table_offset
+        owner = self._owner  # the array holds it: the tables live as long as the array
         if self.ctx.backend == "cpu":
-            a = _arrays.carray_view(ptr, n, ctypes.c_int32).reshape(shape)
+            a = np.asarray(_arrays.HostArray(ptr, shape, "<i4", owner))
             if self._torch:
                 import torch
 
@@ -404,13 +516,21 @@ class State(_Handle):
             return a
         import torch
 
-        return torch.as_tensor(_arrays.CudaArray(ptr, shape, "<i4", self),
+        return torch.as_tensor(_arrays.CudaArray(ptr, shape, "<i4", owner),
                                device="cuda:%d" % self.ctx.device)
+
+    def _table_layer(self, layer: int) -> int:
+        """The table layer of local layer @layer (0..n_layers-1; 0 when shared)."""
+        layer = _arrays.u32("layer", layer)
+        if layer >= self.n_layers:
+            raise ValueError("layer = %d: must be 0..%d (a local index; the state has %d layers)"
+                             % (layer, self.n_layers - 1, self.n_layers))
+        return layer if self.table_layers > 1 else 0
 
     def layer_slots(self, step: Any, layer: int) -> Any:
         """The [tokens, table_heads] slots of @layer (a local index) in a Step
         (its call's tokens) or in a mapping array."""
-        tl = layer if self.table_layers > 1 else 0
+        tl = self._table_layer(layer)
         if isinstance(step, Step):
             return step.mapping[tl, :step.n_tokens]
         return step[tl]
@@ -429,24 +549,42 @@ class State(_Handle):
         out (scores_buffer's layout), kve_state_score; kwargs as kvevict.score
         (scorer, layout, block_table, ..., q_mean, q_abs_mean, group,
         rope_theta, znorm, accumulate, weight, cache_row)."""
-        tl = layer if self.table_layers > 1 else 0
+        tl = self._table_layer(layer)
         return state_score(self, rows, n_new, tl, keys, out, **kwargs)
 
     def layer_moves(self, step: Step, layer: int) -> dict:
         """cache_write's keyword arguments for the moves of @layer in a Step:
         its call's rows in order (give move_row= when the cache's page-table
         row of call row i is not i)."""
-        tl = layer if self.table_layers > 1 else 0
+        tl = self._table_layer(layer)
         return dict(moves=step.moves[tl, :step.n_rows], n_moves=step.n_moves[tl, :step.n_rows])
 
 
-def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):
-    v = _arrays.View(slot_pos, "slot_pos", "int32", 4)
+def _rows_view(x: Any, name: str, dtype: str) -> _arrays.View:
+    """A 4-D [seqs, layers, heads, width] array whose head rows are evenly
+    spaced (one row stride, what the library takes), none broadcast."""
+    v = _arrays.View(x, name, dtype, 4)
     s, l, h, width = v.shape
     st = v.strides
-    if st[3] != 4 or st[1] != h * st[2] or st[0] != l * st[1]:
-        raise ValueError("slot_pos: rows must be evenly spaced (strides %s)" % (st,))
-    return v, s, l, h, (width if n_slots is None else n_slots), st[2] // 4
+    if min(v.shape) == 0:
+        return v  # nothing to index: the library returns at once
+    if (width > 1 and st[3] != v.itemsize) or st[1] != h * st[2] or st[0] != l * st[1]:
+        raise ValueError("%s: rows must be evenly spaced (strides %s)" % (name, st))
+    v.no_broadcast()
+    return v
+
+
+def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):
+    v = _rows_view(slot_pos, "slot_pos", "int32")
+    s, l, h, width = v.shape
+    if n_slots is None:
+        n_slots = width
+    n_slots = _arrays.u32("n_slots", n_slots)
+    if n_slots > width:
+        raise ValueError("n_slots = %d: slot_pos holds %d slots a head (shape %s)"
+                         % (n_slots, width, v.shape))
+    stride = v.strides[2] // 4 if h > 1 or l > 1 or s > 1 else width
+    return v, s, l, h, n_slots, stride
 
 
 def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, seed: int,
@@ -462,11 +600,21 @@ def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, 
     evicted int32 [seqs, layers, heads, max(1, n_slots - budget)], ascending
     slots; n_evicted int32 [seqs, layers, heads].
     """
+    u32 = _arrays.u32
+    seed, budget, window = _arrays.u64("seed", seed), u32("budget", budget), u32("window", window)
+    flags, layer_offset = u32("flags", flags), u32("layer_offset", layer_offset)
+    head_offset = u32("head_offset", head_offset)
     v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
     like = v.torch
+    if seqs is None or len(seqs) != s:
+        raise ValueError("seqs: %s tuples (seq_id, prompt_len, round) for %d sequences "
+                         "(slot_pos shape %s)" % (None if seqs is None else len(seqs), s, v.shape))
     seq_arr = np.zeros(s, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
-    for i, (sid, p, r) in enumerate(seqs):
-        seq_arr[i] = (sid, p, r)
+    for i, t in enumerate(seqs):
+        if len(t) != 3:
+            raise ValueError("seqs[%d] = %r: expected (seq_id, prompt_len, round)" % (i, t))
+        seq_arr[i] = (_arrays.u64("seqs[%d].seq_id" % i, t[0]),
+                      u32("seqs[%d].prompt_len" % i, t[1]), u32("seqs[%d].round" % i, t[2]))
     dev_seqs = _arrays.to_device(seq_arr, ctx.backend, ctx.device)
     ev_stride = max(1, n - budget)
     evicted = ctx._empty((s, l, h, ev_stride), "int32", like)
@@ -481,6 +629,8 @@ def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, 
         if sc.shape[:3] != (s, l, h) or sst[3] != 4 or sst[1] != h * sst[2] or sst[0] != l * sst[1]:
             raise ValueError("scores: shape %s / strides %s: expected evenly spaced rows of "
                              "(%d, %d, %d, >= n_slots)" % (sc.shape, sst, s, l, h))
+        sc.no_broadcast()
+        sc.expect((s, l, h, _arrays.at_least(n)), why="n_slots = %d" % n)
         ctx._prepare([sc])
         b.flags |= SCORED
         b.scores, b.scores_stride = sc.ptr, sst[2] // 4
@@ -496,20 +646,50 @@ def compact(ctx: Context, slot_pos: Any, evicted: Any, n_evicted: Any, caches: S
     """Move kept entries to the front of each head, in place (kve_compact).
 
     slot_pos as for evict (updated); evicted, n_evicted from evict; caches:
-    [seqs, layers, heads, slots, *entry] each, any strides, entry contiguous.
+    [seqs, layers, heads, >= n_slots, *entry] each, any non-zero strides, entry
+    contiguous, every cache of one entry size (kve_compact_desc has one:
+    compact caches of other sizes in calls of their own).
     """
     v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
-    ev = _arrays.View(evicted, "evicted", "int32", 4)
+    at_least = _arrays.at_least
+    ev = _rows_view(evicted, "evicted", "int32")
+    ev.expect((s, l, h, None), why="one row per head of slot_pos %s" % (v.shape,))
     ne = _arrays.View(n_evicted, "n_evicted", "int32", 3)
+    ne.contiguous()
+    ne.expect((s, l, h), why="one count per head of slot_pos %s" % (v.shape,))
+    if caches is None or not 1 <= len(caches) <= MAX_CACHES:
+        raise ValueError("caches: 1..%d, got %s" % (MAX_CACHES, None if caches is None
+                                                    else len(caches)))
     cv = [_arrays.View(c, "caches[%d]" % i) for i, c in enumerate(caches)]
-    if not 1 <= len(cv) <= MAX_CACHES:
-        raise ValueError("caches: 1..%d, got %d" % (MAX_CACHES, len(cv)))
+    entry = None
+    for c in cv:
+        if len(c.shape) < 4:
+            raise ValueError("%s: %d dimensions %s, expected [seqs, layers, heads, slots, *entry]"
+                             % (c.name, len(c.shape), c.shape))
+        c.expect((s, l, h, at_least(n)) + (None,) * (len(c.shape) - 4),
+                 why="[seqs, layers, heads, >= n_slots = %d, *entry] of slot_pos %s"
+                 % (n, v.shape))
+        c.no_broadcast()
+        size = c.dense_tail(4)
+        if entry is not None and size != entry:
+            # kve_compact_desc has one entry size for every cache
+            raise ValueError("%s: entry of %d bytes (shape %s), caches[0]'s is %d: compact "
+                             "caches of one entry size per call" % (c.name, size, c.shape, entry))
+        entry = size
     ctx._prepare([v, ev, ne] + cv)
+    if not ev.cuda and ev.shape[3] < n:
+        # each head reads n_evicted of its row's entries: they must lie in the row
+        counts = np.array(_arrays.carray_view(ne.ptr, s * l * h, ctypes.c_int32))
+        worst = int(counts.max())
+        if worst > ev.shape[3]:
+            raise ValueError("evicted: shape %s, but n_evicted names up to %d slots a head"
+                             % (ev.shape, worst))
     d = _lib.CompactDesc()
     d.n_seqs, d.n_layers, d.n_heads, d.n_slots = s, l, h, n
     d.slot_pos, d.slot_pos_stride = v.ptr, stride
-    d.evicted, d.evicted_stride, d.n_evicted = ev.ptr, ev.strides[2] // 4, ne.ptr
-    d.entry_bytes, d.n_caches = cv[0].dense_tail(4), len(cv)
+    ev_stride = ev.strides[2] // 4 if h > 1 or l > 1 or s > 1 else ev.shape[3]
+    d.evicted, d.evicted_stride, d.n_evicted = ev.ptr, ev_stride, ne.ptr
+    d.entry_bytes, d.n_caches = entry, len(cv)
     for i, c in enumerate(cv):
         d.src[i] = _lib.CacheView(c.ptr, *c.strides[:4])
     check(lib.kve_compact(ctx.handle, ctypes.byref(d)), "kve_compact")

@@ -2,6 +2,7 @@
 the current stream) seen the same way by the binding."""
 
 import ctypes
+import operator
 from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
@@ -79,6 +80,43 @@ class View:
     def contiguous(self) -> None:
         self.dense_tail(0)
 
+    def expect(self, shape: Optional[Sequence[Any]] = None, *, size: Any = None,
+               why: str = "") -> None:
+        """The one length check of the binding: refuse an array the library would
+        index past, before the call. shape: per dim an int (exactly), at_least(n)
+        or None (any), and the rank must match; size: the element count, an int
+        or at_least(n). The message names the argument, its shape and the need
+        (why: where the need comes from)."""
+        ok = True
+        if shape is not None:
+            ok = len(shape) == len(self.shape) and all(
+                _fits(have, want) for have, want in zip(self.shape, shape))
+        count = 1
+        for n in self.shape:
+            count *= n
+        if size is not None and not _fits(count, size):
+            ok = False
+        if ok:
+            return
+        need = []
+        if shape is not None:
+            need.append("shape %s" % _shape_str([_need_str(w) for w in shape]))
+        if size is not None:
+            need.append("%s elements" % _need_str(size))
+        raise ValueError("%s: shape %s%s, expected %s%s" % (
+            self.name, _shape_str(self.shape), " (%d elements)" % count if size is not None else "",
+            " and ".join(need), " (%s)" % why if why else ""))
+
+    def no_broadcast(self) -> None:
+        """Refuse a zero stride on a dim of more than one element (torch's
+        expand): the library takes a zero stride for its dense default, so it
+        would read or write a dense array past the memory the view holds."""
+        for d, (n, s) in enumerate(zip(self.shape, self.strides)):
+            if n > 1 and s == 0:
+                raise ValueError("%s: stride 0 on dim %d (of %d elements, shape %s): a broadcast "
+                                 "view (expand) is not supported here; pass a copy "
+                                 "(.contiguous())" % (self.name, d, n, _shape_str(self.shape)))
+
     def is_dense(self) -> bool:
         """Whether the array is C-contiguous (dims of one element aside)."""
         size = self.itemsize
@@ -102,6 +140,71 @@ DTYPE_NAMES = {0: "raw", 1: "float32", 2: "float16", 3: "bfloat16", 4: "fp8_e4m3
                5: "fp8_e5m2"}
 
 
+class AtLeast:
+    """A lower bound in View.expect."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+
+def at_least(n: int) -> AtLeast:
+    return AtLeast(n)
+
+
+def _fits(have: int, want: Any) -> bool:
+    if want is None:
+        return True
+    if isinstance(want, AtLeast):
+        return have >= want.n
+    return have == want
+
+
+def _need_str(want: Any) -> str:
+    if want is None:
+        return "*"
+    if isinstance(want, AtLeast):
+        return ">= %d" % want.n
+    return "%d" % want
+
+
+def _shape_str(dims: Sequence[Any]) -> str:
+    dims = [str(d) for d in dims]
+    return "(%s)" % (dims[0] + "," if len(dims) == 1 else ", ".join(dims))
+
+
+# Integer arguments: ctypes truncates out-of-range values modulo 2^bits, so
+# every integer the library takes passes through as_int first.
+INT_RANGES = {"u32": (0, 2 ** 32 - 1), "u64": (0, 2 ** 64 - 1), "i32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def as_int(name: str, value: Any, kind: str = "u32") -> int:
+    """@value as a Python int in the range of C type @kind ("u32", "u64",
+    "i32"): TypeError for a non-integer, ValueError naming @name outside."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s = %r: expected an integer, got %s"
+                        % (name, value, type(value).__name__)) from None
+    lo, hi = INT_RANGES[kind]
+    if not lo <= v <= hi:
+        raise ValueError("%s = %d: out of range, must be %d..%d (%s)" % (name, v, lo, hi, kind))
+    return v
+
+
+def u32(name: str, value: Any) -> int:
+    return as_int(name, value, "u32")
+
+
+def u64(name: str, value: Any) -> int:
+    return as_int(name, value, "u64")
+
+
+def i32(name: str, value: Any) -> int:
+    return as_int(name, value, "i32")
+
+
 def to_device(a: np.ndarray, backend: str, device: int):
     """@a on the context's backend: itself on the CPU, a torch tensor on a GPU."""
     if backend == "cpu":
@@ -112,8 +215,20 @@ def to_device(a: np.ndarray, backend: str, device: int):
 
 
 def carray_view(ptr: int, count: int, ctype) -> np.ndarray:
-    """A numpy view of @count @ctype values of host memory at @ptr (no copy)."""
+    """A numpy view of @count @ctype values of host memory at @ptr (no copy),
+    valid only while that memory is: copy it before it goes (see HostArray
+    for a view that keeps its memory's owner)."""
     return np.ctypeslib.as_array((ctype * count).from_address(ptr))
+
+
+class HostArray:
+    """Host memory exposed through __array_interface__ (for np.asarray), holding
+    @owner: the array numpy makes keeps this object, hence @owner, alive."""
+
+    def __init__(self, ptr: int, shape: Tuple[int, ...], typestr: str, owner: Any):
+        self.__array_interface__ = {"shape": shape, "typestr": typestr,
+                                    "data": (ptr, False), "version": 3}
+        self._owner = owner
 
 
 class CudaArray:
@@ -125,6 +240,9 @@ class CudaArray:
         self._owner = owner
 
 
-def u32_array(values: Sequence[int]):
-    arr = (ctypes.c_uint32 * len(values))(*values)
+def u32_array(values: Sequence[int], name: str = "values"):
+    """A C uint32 array of @values, each range-checked (named @name[i])."""
+    values = list(values)
+    arr = (ctypes.c_uint32 * len(values))(*[u32("%s[%d]" % (name, i), v)
+                                            for i, v in enumerate(values)])
     return arr

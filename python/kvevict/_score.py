@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _arrays, _lib
+from . import _arrays, _lib, _write
 from ._lib import check, lib
 
 SCORERS = {"knorm": 1, "triattention": 2}
@@ -63,6 +63,9 @@ def read_triattention_stats(path: str) -> Tuple[np.ndarray, np.ndarray, float]:
     """(q_mean, q_abs_mean, rope_theta) of a calibration file, read in numpy."""
     with open(path, "rb") as f:
         data = f.read()
+    if len(data) < _HEADER.size:
+        raise ValueError("%s: not a version-%d calibration file (%d bytes, shorter than the "
+                         "%d-byte header)" % (path, STATS_VERSION, len(data), _HEADER.size))
     magic, version, layers, heads, dim, theta = _HEADER.unpack_from(data)
     if magic != STATS_MAGIC or version != STATS_VERSION:
         raise ValueError("%s: not a version-%d calibration file" % (path, STATS_VERSION))
@@ -90,10 +93,13 @@ def load_triattention_stats(path: str) -> Tuple[np.ndarray, np.ndarray, float]:
         lib.kve_triattention_stats_free(ctypes.byref(st))
 
 
-def _per_row(x: Any, n: int, name: str) -> Sequence[int]:
+def _per_row(x: Any, n: int, name: str, kind: str = "u32") -> Sequence[int]:
+    """An int or one per row, each in the range of C type @kind."""
     if np.isscalar(x):
-        return [int(x)] * n
-    vals = [int(v) for v in x]
+        return [_arrays.as_int(name, x, kind)] * n
+    if x is None:
+        raise TypeError("%s: expected an int or one per row, got None" % name)
+    vals = [_arrays.as_int("%s[%d]" % (name, i), v, kind) for i, v in enumerate(x)]
     if len(vals) != n:
         raise ValueError("%s: %d values for %d rows" % (name, len(vals), n))
     return vals
@@ -113,6 +119,7 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     if kv.dtype not in ("float32", "float16", "bfloat16"):
         raise TypeError("keys: dtype %s, expected float32, float16 or bfloat16" % kv.dtype)
     kv.dense_tail(3)
+    kv.no_broadcast()  # the library takes a zero stride for the dense default
     nhd = layout == "nhd"
     k = d.keys
     k.base, k.dtype, k.head_dim = kv.ptr, _arrays.KVE_DTYPES[kv.dtype], kv.shape[3]
@@ -133,7 +140,7 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
               ((indptr, "indptr"), (indices, "indices"), (last_page_len, "last_page_len"))]
         for v in ip:
             v.contiguous()
-        k.page_table, k.n_rows = 2, ip[0].shape[0] - 1
+        k.page_table, k.n_rows = 2, _write.paged_rows(*ip)
         k.indptr, k.indices, k.last_page_len = ip[0].ptr, ip[1].ptr, ip[2].ptr
         views += ip
     elif flat:
@@ -145,11 +152,18 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     d.weight = weight
     if scorer == "triattention":
         t = d.tri
-        t.group = group
+        t.group = group = _arrays.u32("group", group)
         qm = _arrays.View(q_mean, "q_mean", "float32")
         qa = _arrays.View(q_abs_mean, "q_abs_mean", "float32")
         for v in (qm, qa):
             v.contiguous()
+        # the library reads keys' heads x group query heads of dim/2 frequencies
+        nq, nf = k.n_heads * group, k.head_dim // 2
+        if group:  # group 0 is the library's to refuse
+            qm.expect(size=nq * nf * 2, why="[heads %d * group %d, dim/2 %d, 2]"
+                      % (k.n_heads, group, nf))
+            qa.expect(size=nq * nf, why="[heads %d * group %d, dim/2 %d]"
+                      % (k.n_heads, group, nf))
         t.q_mean, t.q_abs_mean = qm.ptr, qa.ptr
         views += [qm, qa]
         if omega is None and rope_theta is None:
@@ -160,6 +174,8 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
             if x is not None:
                 v = _arrays.View(x, name, "float32", 1)
                 v.contiguous()
+                if name != "offsets":
+                    v.expect((k.head_dim // 2,), why="dim/2 frequencies")
                 setattr(t, name, v.ptr)
                 views.append(v)
                 if name == "offsets":
@@ -212,6 +228,8 @@ def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
     sp.dense_tail(2)
     rows, tables, n_slots = sp.shape
     d.heads_per_table = d.keys.n_heads if shared_heads else 1
+    sp.expect((None, 1 if shared_heads else d.keys.n_heads, None),
+              why="one table per key head (keys have %d), 1 with shared_heads" % d.keys.n_heads)
     if out is None:
         out = ctx._empty((rows, tables, n_slots), "float32", sp.torch)
         out[...] = 0
@@ -223,7 +241,7 @@ def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
     P = _per_row(prompt_len, rows, "prompt_len")
     W = _per_row(window, rows, "window")
     T0 = _per_row(round_start, rows, "round_start")
-    C = _per_row(cache_row if cache_row is not None else range(rows), rows, "cache_row")
+    C = _per_row(cache_row if cache_row is not None else range(rows), rows, "cache_row", "i32")
     arr = (_lib.ScoreRow * max(rows, 1))()
     for i in range(rows):
         arr[i] = _lib.ScoreRow(i * sp.strides[0] // 4, i * ov.strides[0] // 4, n_slots, P[i],
@@ -247,19 +265,24 @@ def state_score(state: Any, rows: Sequence[int], n_new: Sequence[int], table_lay
     """kve_state_score into out, float32 [rows, table_layers * table_heads,
     stride] (kve_step_buffers.scores' layout), for the next append of n_new."""
     ctx = state.ctx
+    h = state.handle
+    table_layer = _arrays.u32("table_layer", table_layer)
     d, views = _new_desc(ctx, keys, layout, scorer, locals())
     ov = _arrays.View(out, "out", "float32", 3)
     ov.dense_tail(2)
-    ctx._prepare([ov])
     n = len(rows)
     if len(n_new) != n:
         raise ValueError("rows and n_new differ in length (%d, %d)" % (n, len(n_new)))
+    # row i of the call writes out[i]; the library checks the width (the stride)
+    ov.expect((_arrays.at_least(n), state.table_layers * state.table_heads, None),
+              why="[rows %d, table_layers * table_heads, >= capacity]" % n)
+    ctx._prepare([ov])
     cr = None
     if cache_row is not None:
-        cr = (ctypes.c_int32 * max(n, 1))(*_per_row(cache_row, n, "cache_row"))
+        cr = (ctypes.c_int32 * max(n, 1))(*_per_row(cache_row, n, "cache_row", "i32"))
         d.cache_rows = ctypes.cast(cr, ctypes.c_void_p)
-    check(lib.kve_state_score(state.handle, n, _arrays.u32_array(list(rows)),
-                              _arrays.u32_array(list(n_new)), table_layer, ctypes.byref(d),
+    check(lib.kve_state_score(h, n, _arrays.u32_array(rows, "rows"),
+                              _arrays.u32_array(n_new, "n_new"), table_layer, ctypes.byref(d),
                               ov.ptr, ov.strides[0] // 4, ov.strides[1] // 4), "kve_state_score")
     del views, cr
     return out

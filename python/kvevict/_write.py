@@ -10,6 +10,22 @@ from ._lib import MAX_CACHES, check, lib
 
 _LAYOUTS = {"nhd": 0, "hnd": 1, "contiguous": 1}
 _TABLES = ("block_table", "indptr", "indices", "last_page_len")
+_TABLE_DIMS = {"block_table": 2, "indptr": 1, "indices": 1, "last_page_len": 1}
+
+
+def paged_rows(indptr: _arrays.View, indices: _arrays.View, last_page_len: _arrays.View) -> int:
+    """n_rows of FlashInfer's page table (1-D, contiguous int32 views), with
+    last_page_len one per row and, in host memory, indices holding the
+    indptr[n_rows] pages the library reads (it checks every row against
+    indptr[n_rows], not against the array; a GPU's tables are trusted)."""
+    indptr.expect((_arrays.at_least(1),), why="n_rows + 1 offsets")
+    n_rows = indptr.shape[0] - 1
+    last_page_len.expect((n_rows,), why="one per row: indptr has %d rows" % n_rows)
+    if not indptr.cuda:
+        end = ctypes.c_int32.from_address(indptr.ptr + 4 * n_rows).value
+        indices.expect((_arrays.at_least(max(end, 0)),),
+                       why="indptr[%d] = %d pages" % (n_rows, end))
+    return n_rows
 
 
 def _page_view(layout: str, d: _arrays.View) -> Tuple[int, int, int, int, int, int]:
@@ -56,7 +72,8 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     dsts: the caches, "nhd" [pages, page_size, heads, *entry] (vLLM),
     "hnd" [pages, heads, page_size, *entry] (FlashInfer) or "contiguous"
     [seqs, heads, slots, *entry]; any strides, so views of one tensor holding
-    K and V ([pages, 2, ...][:, 0] and [:, 1]) work. Each cache may have its
+    K and V ([pages, 2, ...][:, 0] and [:, 1]) work, but no zero strides
+    (torch's expand: the library takes 0 for its dense default). Each cache may have its
     own entry size and type (head_dim_v != head_dim_k; MLA's parts).
 
     slots: int64 [tokens, heads], or [tokens, 1] / [tokens] (one slot for
@@ -79,14 +96,25 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     the writes; move_row: int32 [rows], each list row's page-table row
     (default: list row i is row i). A round moves entries from slots up to a
     row's capacity, past its new n_valid: with indptr, describe every page
-    reserved for each row here, not attention's n_valid pages.
+    reserved for each row here, not attention's n_valid pages. indices must
+    hold indptr[n_rows] pages (checked in host memory; on a GPU the library
+    trusts indptr's values).
     """
+    if not hasattr(ctx, "_prepare"):
+        raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+    if srcs is None or dsts is None:
+        raise TypeError("srcs and dsts: lists of arrays, got %s and %s"
+                        % (type(srcs).__name__, type(dsts).__name__))
     n = len(srcs)
     if not 1 <= n == len(dsts) <= MAX_CACHES:
         raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
                          % (MAX_CACHES, n, len(dsts)))
     if layout not in _LAYOUTS:
         raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
+    if not isinstance(kv_cache_dtype, str) and (
+            kv_cache_dtype is None or len(kv_cache_dtype) != n):
+        raise ValueError("kv_cache_dtype = %r: a name, or one per cache (%d)"
+                         % (kv_cache_dtype, n))
     if scales is not None and len(scales) != n:
         raise ValueError("scales: one per cache (or None), got %d for %d caches"
                          % (len(scales), n))
@@ -98,6 +126,8 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
         if len(s.shape) < 3 or len(t.shape) < 4:
             raise ValueError("%s needs [tokens, heads, *entry], %s 4+ dimensions (got %s, %s)"
                              % (s.name, t.name, s.shape, t.shape))
+        s.no_broadcast()  # the library takes a zero stride for the dense default
+        t.no_broadcast()
         p = d.part[c]
         cd = kv_cache_dtype if isinstance(kv_cache_dtype, str) else kv_cache_dtype[c]
         p.src_dtype, p.dst_dtype, p.convert = _types(s, t, cd, convert)
@@ -118,6 +148,7 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
         p.dst_stride_page, p.dst_stride_slot, p.dst_stride_head = sp, ss, sh
         if scales is not None and scales[c] is not None:
             sv = _arrays.View(scales[c], "scales[%d]" % c, "float32", 1)
+            sv.contiguous()
             if sv.shape[0] not in (1, heads):
                 raise ValueError("%s: %d values, expected 1 or %d (heads)"
                                  % (sv.name, sv.shape[0], heads))
@@ -141,7 +172,7 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     tables = {}
     for name, x in zip(_TABLES, (block_table, indptr, indices, last_page_len)):
         if x is not None:
-            tables[name] = _arrays.View(x, name, "int32")
+            tables[name] = _arrays.View(x, name, "int32", _TABLE_DIMS[name])
             tables[name].contiguous()
             views.append(tables[name])
     if token_row is None:
@@ -152,6 +183,7 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     else:
         row_v = _arrays.View(token_row, "token_row", "int32", 1)
         row_v.contiguous()
+        row_v.expect((tokens,), why="one row per token")
         views.append(row_v)
         d.token_row = row_v.ptr
         if "block_table" in tables:
@@ -161,7 +193,8 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
         elif "indptr" in tables:
             if "indices" not in tables or "last_page_len" not in tables:
                 raise ValueError("indptr needs indices and last_page_len")
-            d.page_table, d.n_rows = 2, tables["indptr"].shape[0] - 1
+            d.page_table = 2
+            d.n_rows = paged_rows(tables["indptr"], tables["indices"], tables["last_page_len"])
             d.indptr, d.indices = tables["indptr"].ptr, tables["indices"].ptr
             d.last_page_len = tables["last_page_len"].ptr
         else:
@@ -177,6 +210,10 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
         if mv[0].shape[1] not in (1, heads) or mv[1].shape != mv[0].shape[:2]:
             raise ValueError("moves %s / n_moves %s: [rows, 1 or %d heads, max_moves, 2]"
                              % (mv[0].shape, mv[1].shape, heads))
+        mv[0].expect((None, None, None, 2), why="[rows, 1 or %d heads, max_moves, 2]: "
+                     "(src, dst) pairs" % heads)
+        if len(mv) > 2:
+            mv[2].expect((mv[0].shape[0],), why="one page-table row per move list row")
         d.moves, d.n_moves, d.n_move_rows, d.max_moves = mv[0].ptr, mv[1].ptr, *mv[0].shape[::2]
         d.moves_stride_row, d.moves_stride_head = mv[0].shape[1], int(mv[0].shape[1] > 1)
         d.move_row = mv[2].ptr if len(mv) > 2 else None
