@@ -204,6 +204,17 @@ static void decode_views(fz_bytes *in, cp_case *c)
     d->slot_pos = c->slot_pos;
     d->evicted = c->evicted;
     d->n_evicted = c->n_evicted;
+    /* read last: rarely a required pointer NULL, refused when there is work */
+    uint8_t null_sel = fz_u8(in);
+    if (null_sel >= 250) {
+        switch (null_sel % 4) {
+        case 0: d->slot_pos = NULL; break;
+        case 1: d->evicted = NULL; break;
+        case 2: d->n_evicted = NULL; break;
+        default: d->src[fz_below(in, c->caches ? c->caches : 1)].base = NULL; break;
+        }
+        c->bad |= c->heads && d->n_slots;
+    }
 }
 
 /* Snapshots: the reference result starts from them. */
