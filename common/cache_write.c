@@ -248,12 +248,15 @@ static kve_status kve_check_strides(const kve_cache_write_desc *r)
                src_st[2] = {p->src_stride_token, p->src_stride_head};
         KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
         KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 3, p->dst_dtype));
-        /* Source entries may overlap (they are only read): span to the last entry's end. */
-        KVE_RETURN_ERROR_IF(kve_mul(r->n_tokens ? r->n_tokens - 1 : 0, p->src_stride_token,
+        /* Source entries may overlap (they are only read): span to the last
+         * entry's end; without tokens (moves alone) nothing is read. */
+        src_span[c] = 0;
+        KVE_RETURN_ERROR_IF(r->n_tokens &&
+                            (kve_mul(r->n_tokens - 1, p->src_stride_token,
                                         &src_span[c]) ||
                                 kve_mul(r->n_heads - 1, p->src_stride_head, &add) ||
                                 __builtin_add_overflow(src_span[c], add, &src_span[c]) ||
-                                __builtin_add_overflow(src_span[c], kve_src_entry(p), &src_span[c]),
+                                __builtin_add_overflow(src_span[c], kve_src_entry(p), &src_span[c])),
                             KVE_ERR_OVERFLOW,
                             "desc.src[%u] strides (%zu, %zu) overflow over %u tokens", c,
                             p->src_stride_token, p->src_stride_head, r->n_tokens);

@@ -385,6 +385,34 @@ START_TEST(state_drives_writes)
 }
 END_TEST
 
+/* Moves alone (n_tokens = 0): no source entry is read, so a source pointer
+ * anywhere (here the cache itself) aliases nothing; the move runs. Such a
+ * call was refused KVE_ERR_ALIAS, the source taken to span one token
+ * (found by fuzz_cache_write). */
+START_TEST(moves_alone_read_no_source)
+{
+    kve_context *ctx = ks_context();
+    unsigned char cache[4 * 8];
+    for (int i = 0; i < 32; i++)
+        cache[i] = (unsigned char)i;
+    int64_t slots[1] = {0};
+    int32_t token_row[1] = {0}, moves[2] = {3, 0};
+    uint32_t n_moves[1] = {1};
+    kve_cache_write_desc d = {.n_tokens = 0, .n_heads = 1, .entry_bytes = 8, .n_caches = 1,
+                              .src = {cache}, .dst = {cache}, .layout = KVE_LAYOUT_NHD,
+                              .page_size = 4, .n_pages = 1, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .n_rows = 1, .page_table = KVE_PAGES_NONE,
+                              .moves = moves, .n_moves = n_moves, .n_move_rows = 1,
+                              .max_moves = 1, .moves_stride_row = 1};
+    KT_OK(kve_cache_write(ctx, &d));
+    for (int i = 0; i < 8; i++)
+        ck_assert_uint_eq(cache[i], 24 + i); /* slot 3's entry in slot 0 */
+    d.n_tokens = 1; /* with a token the source is read: it overlaps the cache */
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.src[0]");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -392,6 +420,7 @@ int main(void)
         KVE_TEST(cache_write, layout_hnd_indptr),
         KVE_TEST(cache_write, layout_contiguous_and_strided),
         KVE_LOOP_TEST(cache_write, state_drives_writes, 0, 6),
+        KVE_TEST(cache_write, moves_alone_read_no_source),
     };
     const kve_suite_spec spec = {"cache_write", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
