@@ -740,7 +740,9 @@ typedef struct kve_cache_part {
      *  caches); 0 = desc.entry_bytes / the size of dst_dtype. */
     uint32_t dim;
     /** This cache's byte strides; 0 takes the desc-wide one, and where that
-     *  is 0 too, the dense value for this cache's entry size. */
+     *  is 0 too, the dense value for this cache's entry size. src[c] and its
+     *  strides must be multiples of src_dtype's size, dst[c] and its strides
+     *  of dst_dtype's (elements are loaded whole): else KVE_ERR_INVALID. */
     size_t src_stride_token, src_stride_head;
     size_t dst_stride_page, dst_stride_slot, dst_stride_head;
     /** fp8 destinations only, with convert = 1: float32 backend memory, one
