@@ -75,17 +75,23 @@ static kve_status kve_pool_compact(kve_state *s)
     return KVE_OK;
 }
 
-static uint64_t kve_pool_free_slots(const kve_state *s)
+/* Free pool slots, and the longest free run in *largest. */
+static uint64_t kve_pool_free_slots(const kve_state *s, uint64_t *largest)
 {
     uint64_t total = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++)
+    *largest = 0;
+    for (uint32_t i = 0; i < s->n_runs; i++) {
         total += s->free_runs[i].len;
+        *largest = s->free_runs[i].len > *largest ? s->free_runs[i].len : *largest;
+    }
     return total;
 }
 
+/* The pool cannot give @p capacity slots; @p own: slots the row would give back. */
 static kve_status kve_pool_full(const kve_state *s, uint32_t prompt_len, uint32_t capacity,
-                                uint64_t free_slots, uint64_t largest)
+                                uint64_t own)
 {
+    uint64_t largest, free_slots = kve_pool_free_slots(s, &largest) + own;
     return kve_error_set(KVE_ERR_RANGE,
                          "prompt_len = %u: capacity %u slots, but the pool of %llu has %llu free, "
                          "at most %llu in one run (retire a row, or size desc.pool_slots larger)",
@@ -95,31 +101,21 @@ static kve_status kve_pool_full(const kve_state *s, uint32_t prompt_len, uint32_
 
 kve_status kve_pool_check(const kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
 {
-    const kve_state_row *r = &s->rows[row];
-    uint64_t total = kve_pool_free_slots(s) + (r->held ? r->capacity : 0);
-    if (total >= capacity)
+    uint64_t largest, own = s->rows[row].held ? s->rows[row].capacity : 0;
+    if (kve_pool_free_slots(s, &largest) + own >= capacity)
         return KVE_OK;
-    uint64_t largest = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++)
-        largest = s->free_runs[i].len > largest ? s->free_runs[i].len : largest;
-    return kve_pool_full(s, prompt_len, capacity, total, largest); /* the row's own counted */
+    return kve_pool_full(s, prompt_len, capacity, own);
 }
 
 /* Take @p capacity slots for row @p row: the first free run that fits,
  * after compacting the pool when the free slots suffice but no run does. */
 kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity)
 {
-    uint64_t total = kve_pool_free_slots(s);
-    int fits = 0;
-    for (uint32_t i = 0; i < s->n_runs; i++)
-        fits |= s->free_runs[i].len >= capacity;
-    if (!fits && total >= capacity)
+    uint64_t largest, total = kve_pool_free_slots(s, &largest);
+    if (largest < capacity && total >= capacity)
         KVE_TRY(kve_pool_compact(s));
-    uint64_t free_slots = 0, largest = 0;
     for (uint32_t i = 0; i < s->n_runs; i++) {
         kve_pool_run *run = &s->free_runs[i];
-        free_slots += run->len;
-        largest = run->len > largest ? run->len : largest;
         if (run->len < capacity)
             continue;
         s->rows[row].off = run->start;
@@ -132,7 +128,7 @@ kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32
         }
         return KVE_OK;
     }
-    return kve_pool_full(s, prompt_len, capacity, free_slots, largest);
+    return kve_pool_full(s, prompt_len, capacity, 0);
 }
 
 void kve_state_close_row(kve_state *s, uint32_t row)
