@@ -117,11 +117,20 @@ typedef struct {
     uint32_t *shi;
 } kve512_out;
 
+/* One hashed block's survivors, written by kve512_emit_late when the next
+ * block has been hashed: each compress waits on its block's whole hash, and
+ * issued at once it held the following blocks' hashing back (kvevict-bench,
+ * checked G1 0.95x on Zen 4; docs/BENCHMARKS.md, issue 15, fourteenth step). */
+typedef struct {
+    __m512i slots, hi;
+    __mmask16 sv;
+} kve512_late;
+
 /* Hashes the 16 slots of one block (slot index vector `slots`) whose lanes
- * kc are candidates: the keys' high halves stored per slot, survivors' slots
- * and high halves compressed; returns the new number of survivors. */
-KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m512i v, __m512i slots,
-                                      uint32_t t, __mmask16 kc, uint32_t ns)
+ * kc are candidates: the keys' high halves stored per slot; returns the
+ * survivors (lanes of kc beyond T) for kve512_emit_late. */
+KVE_INLINE kve512_late kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m512i v, __m512i slots,
+                                         uint32_t t, __mmask16 kc)
 {
     /* The even slots' x zero-extended in 64-bit lanes, and the odd ones'. */
     __m512i x = _mm512_xor_si512(v, k->h.pos_mask);
@@ -134,9 +143,18 @@ KVE_INLINE uint32_t kve512_hash_block(kve512_out o, const kve512_scan_c *k, __m5
     _mm512_storeu_si512(o.khi + t, hi);
     __mmask16 sv = k->top ? _mm512_mask_cmpge_epu32_mask(kc, hi, k->t_hi)
                           : _mm512_mask_cmple_epu32_mask(kc, hi, k->t_hi);
-    _mm512_storeu_si512(o.surv + ns, _mm512_maskz_compress_epi32(sv, slots));
-    _mm512_storeu_si512(o.shi + ns, _mm512_maskz_compress_epi32(sv, hi));
-    return ns + (uint32_t)_mm_popcnt_u32(sv);
+    return (kve512_late){slots, hi, sv};
+}
+
+/* Compresses the survivors' slots and high halves of *p to ns; returns the
+ * new number of survivors; *p becomes next. */
+KVE_INLINE uint32_t kve512_emit_late(kve512_out o, kve512_late *p, kve512_late next, uint32_t ns)
+{
+    _mm512_storeu_si512(o.surv + ns, _mm512_maskz_compress_epi32(p->sv, p->slots));
+    _mm512_storeu_si512(o.shi + ns, _mm512_maskz_compress_epi32(p->sv, p->hi));
+    ns += (uint32_t)_mm_popcnt_u32(p->sv);
+    *p = next;
+    return ns;
 }
 
 /* What a checking scan tracks besides its counts (kve_scan_facts). */
@@ -196,6 +214,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
     kve512_chk q = {_mm512_set1_epi32(-1), _mm512_set1_epi32(-1), _mm512_set1_epi32(-1), 0};
     kve512_cnt a = {0, 0, 0};
     uint32_t ns = 0, t = 0;
+    kve512_late late = {_mm512_setzero_si512(), _mm512_setzero_si512(), 0}; /* none yet */
     __m512i ncv = _mm512_setzero_si512(); /* candidates of whole generated blocks, per lane */
     for (; t + 64 <= n; t += 64) {
         const __m512i vb[4] = {_mm512_loadu_si512(sp + t), _mm512_loadu_si512(sp + t + 16),
@@ -220,7 +239,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
             for (uint32_t b = 0; b < 4; b++) {
                 __mmask16 kc = _mm512_cmplt_epu32_mask(vb[b], k.win_lo);
                 ncv = _mm512_mask_sub_epi32(ncv, kc, ncv, _mm512_set1_epi32(-1));
-                ns = kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc, ns);
+                ns = kve512_emit_late(o, &late, kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc), ns);
                 slots = _mm512_add_epi32(slots, k.sixteen);
             }
             continue;
@@ -228,7 +247,7 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
         for (uint32_t b = 0; b < 4; b++) {
             __mmask16 kc = kve512_classify(vb[b], k.prompt, k.win_lo, &a);
             if (kc)
-                ns = kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc, ns);
+                ns = kve512_emit_late(o, &late, kve512_hash_block(o, &k, vb[b], slots, t + 16 * b, kc), ns);
             slots = _mm512_add_epi32(slots, k.sixteen);
         }
     }
@@ -240,8 +259,11 @@ KVE_INLINE uint32_t kve512_scan(const kve_scan *s, kve_counts *c, int top, uint3
             kve512_check_marks(&q, map, v, n - t < 16 ? n - t : 16, sp + t); /* not the lanes past n */
         __mmask16 kc = kve512_classify(v, k.prompt, k.win_lo, &a);
         if (kc)
-            ns = kve512_hash_block(o, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc, ns);
+            ns = kve512_emit_late(
+                o, &late, kve512_hash_block(o, &k, v, _mm512_add_epi32(KVE512_IOTA, _mm512_set1_epi32((int)t)), t, kc),
+                ns);
     }
+    ns = kve512_emit_late(o, &late, late, ns); /* the last hashed block's */
     c->n_valid = a.nv;
     c->n_gen = a.ng;
     c->n_cand = a.nc + (uint32_t)_mm512_reduce_add_epi32(ncv);
