@@ -72,6 +72,11 @@ LIBRARY_PATH: Optional[str] = getattr(lib, "_name", None)
 # ---------------------------------------------------------------------------
 
 MAX_CACHES = 8
+# kve_key_flags (and KVE_SCORED), as kvevict re-exports them
+PERSISTENT = 1
+SHARED_HEADS = 2
+SHARED_LAYERS = 4
+SCORED = 16  # selection by scores (docs/SPEC.md "Scored selection"); not a key flag
 u32, u64, sz, vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
 
 

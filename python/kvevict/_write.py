@@ -60,6 +60,175 @@ def _types(s: _arrays.View, d: _arrays.View, cache_dtype: str,
     return st, dt, 1
 
 
+def _check_args(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], layout: str,
+                kv_cache_dtype: Any, scales: Optional[Sequence[Any]]) -> int:
+    """The number of caches, after checking the arguments that describe them
+    as a whole (context, list lengths, layout, per-cache dtypes and scales)."""
+    if not hasattr(ctx, "_prepare"):
+        raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+    if srcs is None or dsts is None:
+        raise TypeError("srcs and dsts: lists of arrays, got %s and %s"
+                        % (type(srcs).__name__, type(dsts).__name__))
+    n = len(srcs)
+    if not 1 <= n == len(dsts) <= MAX_CACHES:
+        raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
+                         % (MAX_CACHES, n, len(dsts)))
+    if layout not in _LAYOUTS:
+        raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
+    if not isinstance(kv_cache_dtype, str) and (
+            kv_cache_dtype is None or len(kv_cache_dtype) != n):
+        raise ValueError("kv_cache_dtype = %r: a name, or one per cache (%d)"
+                         % (kv_cache_dtype, n))
+    if scales is not None and len(scales) != n:
+        raise ValueError("scales: one per cache (or None), got %d for %d caches"
+                         % (len(scales), n))
+    return n
+
+
+def _cache_views(src: Any, dst: Any, c: int) -> Tuple[_arrays.View, _arrays.View]:
+    """Views of cache c's source and destination, with enough dimensions and
+    no zero strides."""
+    s, t = _arrays.View(src, "srcs[%d]" % c), _arrays.View(dst, "dsts[%d]" % c)
+    if len(s.shape) < 3 or len(t.shape) < 4:
+        raise ValueError("%s needs [tokens, heads, *entry], %s 4+ dimensions (got %s, %s)"
+                         % (s.name, t.name, s.shape, t.shape))
+    s.no_broadcast()  # the library takes a zero stride for the dense default
+    t.no_broadcast()
+    return s, t
+
+
+def _describe_part(p: Any, s: _arrays.View, t: _arrays.View, layout: str, cache_dtype: str,
+                   convert: bool, geometry: Optional[Tuple[int, int, int, int]]
+                   ) -> Tuple[int, int, int, int]:
+    """Fill one cache's part (types, entry size, strides) and return its
+    (tokens, heads, pages, page_size), checked against cache 0's geometry."""
+    p.src_dtype, p.dst_dtype, p.convert = _types(s, t, cache_dtype, convert)
+    dims = s.dense_tail(2) // s.itemsize
+    if t.dense_tail(3) // t.itemsize != dims:
+        raise ValueError("%s: entry of %d elements, %s has %d"
+                         % (t.name, t.dense_tail(3) // t.itemsize, s.name, dims))
+    pages, page_size, heads, sp, ss, sh = _page_view(layout, t)
+    here = (s.shape[0], heads, pages, page_size)
+    if geometry is not None and here != geometry:
+        raise ValueError("%s / %s: (tokens, heads, pages, page_size) %s, cache 0 has %s"
+                         % (s.name, t.name, here, geometry))
+    if s.shape[1] != heads:
+        raise ValueError("%s has %d heads, %s %d" % (s.name, s.shape[1], t.name, heads))
+    p.dim = dims
+    p.src_stride_token, p.src_stride_head = s.strides[0], s.strides[1]
+    p.dst_stride_page, p.dst_stride_slot, p.dst_stride_head = sp, ss, sh
+    return here
+
+
+def _scale_view(p: Any, scale: Any, c: int, heads: int) -> _arrays.View:
+    """A view of cache c's fp8 scale (float32 [1] or [heads]), set in its part."""
+    sv = _arrays.View(scale, "scales[%d]" % c, "float32", 1)
+    sv.contiguous()
+    if sv.shape[0] not in (1, heads):
+        raise ValueError("%s: %d values, expected 1 or %d (heads)"
+                         % (sv.name, sv.shape[0], heads))
+    p.scale, p.scale_per_head = sv.ptr, int(sv.shape[0] > 1)
+    return sv
+
+
+def _describe_caches(d: Any, views: list, srcs: Sequence[Any], dsts: Sequence[Any],
+                     layout: str, kv_cache_dtype: Any, scales: Optional[Sequence[Any]],
+                     convert: bool) -> Tuple[int, int, int, int]:
+    """Fill d's per-cache parts and pointers, appending each cache's views
+    (its scale, then source and destination) to views; returns the shared
+    (tokens, heads, pages, page_size)."""
+    geometry = None
+    for c in range(len(srcs)):
+        s, t = _cache_views(srcs[c], dsts[c], c)
+        p = d.part[c]
+        cd = kv_cache_dtype if isinstance(kv_cache_dtype, str) else kv_cache_dtype[c]
+        geometry = _describe_part(p, s, t, layout, cd, convert, geometry)
+        if scales is not None and scales[c] is not None:
+            views.append(_scale_view(p, scales[c], c, geometry[1]))
+        d.src[c], d.dst[c] = s.ptr, t.ptr
+        views += (s, t)
+    return geometry
+
+
+def _describe_slots(d: Any, views: list, slots: Any, n: int, layout: str,
+                    geometry: Tuple[int, int, int, int]) -> None:
+    """Check the slots against the caches' geometry and fill d's sizes and slots."""
+    tokens, heads, pages, page_size = geometry
+    slot_v = _arrays.View(slots, "slots", "int64")
+    if len(slot_v.shape) not in (1, 2) or slot_v.shape[0] != tokens or (
+            len(slot_v.shape) == 2 and slot_v.shape[1] not in (1, heads)):
+        raise ValueError("slots: shape %s, expected (%d, %d), (%d, 1) or (%d,)"
+                         % (slot_v.shape, tokens, heads, tokens, tokens))
+    d.n_tokens, d.n_heads, d.n_caches = tokens, heads, n
+    d.layout, d.page_size, d.n_pages = _LAYOUTS[layout], page_size, pages
+    d.slots = slot_v.ptr
+    d.slots_stride_token = slot_v.strides[0] // 8
+    d.slots_stride_head = slot_v.strides[1] // 8 if len(slot_v.shape) == 2 and \
+        slot_v.shape[1] > 1 else 0
+    views.append(slot_v)
+
+
+def _describe_page_table(d: Any, views: list, token_row: Any, arrays: Sequence[Any],
+                         tokens: int, pages: int) -> None:
+    """Fill d's page table: flat slots without token_row, else block_table,
+    indptr / indices / last_page_len, or row = page. arrays: the tables in
+    _TABLES' order, None where not given."""
+    tables = {}
+    for name, x in zip(_TABLES, arrays):
+        if x is not None:
+            tables[name] = _arrays.View(x, name, "int32", _TABLE_DIMS[name])
+            tables[name].contiguous()
+            views.append(tables[name])
+    if token_row is None:
+        if tables:
+            raise ValueError("%s given without token_row: flat slots need no table"
+                             % ", ".join(tables))
+        d.page_table = 3  # KVE_PAGES_FLAT
+        return
+    row_v = _arrays.View(token_row, "token_row", "int32", 1)
+    row_v.contiguous()
+    row_v.expect((tokens,), why="one row per token")
+    views.append(row_v)
+    d.token_row = row_v.ptr
+    if "block_table" in tables:
+        bt = tables["block_table"]
+        d.page_table, d.block_table = 1, bt.ptr
+        d.n_rows, d.blocks_per_row = bt.shape
+    elif "indptr" in tables:
+        if "indices" not in tables or "last_page_len" not in tables:
+            raise ValueError("indptr needs indices and last_page_len")
+        d.page_table = 2
+        d.n_rows = paged_rows(tables["indptr"], tables["indices"], tables["last_page_len"])
+        d.indptr, d.indices = tables["indptr"].ptr, tables["indices"].ptr
+        d.last_page_len = tables["last_page_len"].ptr
+    else:
+        d.page_table, d.n_rows = 0, pages
+
+
+def _describe_moves(d: Any, views: list, moves: Any, n_moves: Any, move_row: Any,
+                    heads: int) -> None:
+    """Check a layer's move lists (moves, n_moves, optional move_row) and
+    fill d's move fields."""
+    if n_moves is None:
+        raise ValueError("moves needs n_moves")
+    mv = [_arrays.View(moves, "moves", "int32", 4), _arrays.View(n_moves, "n_moves", "int32", 2)]
+    if move_row is not None:
+        mv.append(_arrays.View(move_row, "move_row", "int32", 1))
+    for v in mv:
+        v.contiguous()
+    if mv[0].shape[1] not in (1, heads) or mv[1].shape != mv[0].shape[:2]:
+        raise ValueError("moves %s / n_moves %s: [rows, 1 or %d heads, max_moves, 2]"
+                         % (mv[0].shape, mv[1].shape, heads))
+    mv[0].expect((None, None, None, 2), why="[rows, 1 or %d heads, max_moves, 2]: "
+                 "(src, dst) pairs" % heads)
+    if len(mv) > 2:
+        mv[2].expect((mv[0].shape[0],), why="one page-table row per move list row")
+    d.moves, d.n_moves, d.n_move_rows, d.max_moves = mv[0].ptr, mv[1].ptr, *mv[0].shape[::2]
+    d.moves_stride_row, d.moves_stride_head = mv[0].shape[1], int(mv[0].shape[1] > 1)
+    d.move_row = mv[2].ptr if len(mv) > 2 else None
+    views += mv
+
+
 def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                 token_row: Any = None, *, layout: str = "nhd", block_table: Any = None,
                 indptr: Any = None, indices: Any = None, last_page_len: Any = None,
@@ -100,123 +269,15 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     hold indptr[n_rows] pages (checked in host memory; on a GPU the library
     trusts indptr's values).
     """
-    if not hasattr(ctx, "_prepare"):
-        raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
-    if srcs is None or dsts is None:
-        raise TypeError("srcs and dsts: lists of arrays, got %s and %s"
-                        % (type(srcs).__name__, type(dsts).__name__))
-    n = len(srcs)
-    if not 1 <= n == len(dsts) <= MAX_CACHES:
-        raise ValueError("srcs and dsts: 1..%d caches each, got %d and %d"
-                         % (MAX_CACHES, n, len(dsts)))
-    if layout not in _LAYOUTS:
-        raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
-    if not isinstance(kv_cache_dtype, str) and (
-            kv_cache_dtype is None or len(kv_cache_dtype) != n):
-        raise ValueError("kv_cache_dtype = %r: a name, or one per cache (%d)"
-                         % (kv_cache_dtype, n))
-    if scales is not None and len(scales) != n:
-        raise ValueError("scales: one per cache (or None), got %d for %d caches"
-                         % (len(scales), n))
+    n = _check_args(ctx, srcs, dsts, layout, kv_cache_dtype, scales)
     d = _lib.CacheWriteDesc()
     views = []
-    geometry = None
-    for c in range(n):
-        s, t = _arrays.View(srcs[c], "srcs[%d]" % c), _arrays.View(dsts[c], "dsts[%d]" % c)
-        if len(s.shape) < 3 or len(t.shape) < 4:
-            raise ValueError("%s needs [tokens, heads, *entry], %s 4+ dimensions (got %s, %s)"
-                             % (s.name, t.name, s.shape, t.shape))
-        s.no_broadcast()  # the library takes a zero stride for the dense default
-        t.no_broadcast()
-        p = d.part[c]
-        cd = kv_cache_dtype if isinstance(kv_cache_dtype, str) else kv_cache_dtype[c]
-        p.src_dtype, p.dst_dtype, p.convert = _types(s, t, cd, convert)
-        dims = s.dense_tail(2) // s.itemsize
-        if t.dense_tail(3) // t.itemsize != dims:
-            raise ValueError("%s: entry of %d elements, %s has %d"
-                             % (t.name, t.dense_tail(3) // t.itemsize, s.name, dims))
-        pages, page_size, heads, sp, ss, sh = _page_view(layout, t)
-        here = (s.shape[0], heads, pages, page_size)
-        if geometry is not None and here != geometry:
-            raise ValueError("%s / %s: (tokens, heads, pages, page_size) %s, cache 0 has %s"
-                             % (s.name, t.name, here, geometry))
-        if s.shape[1] != heads:
-            raise ValueError("%s has %d heads, %s %d" % (s.name, s.shape[1], t.name, heads))
-        geometry = here
-        p.dim = dims
-        p.src_stride_token, p.src_stride_head = s.strides[0], s.strides[1]
-        p.dst_stride_page, p.dst_stride_slot, p.dst_stride_head = sp, ss, sh
-        if scales is not None and scales[c] is not None:
-            sv = _arrays.View(scales[c], "scales[%d]" % c, "float32", 1)
-            sv.contiguous()
-            if sv.shape[0] not in (1, heads):
-                raise ValueError("%s: %d values, expected 1 or %d (heads)"
-                                 % (sv.name, sv.shape[0], heads))
-            p.scale, p.scale_per_head = sv.ptr, int(sv.shape[0] > 1)
-            views.append(sv)
-        d.src[c], d.dst[c] = s.ptr, t.ptr
-        views += (s, t)
-    tokens, heads, pages, page_size = geometry
-    slot_v = _arrays.View(slots, "slots", "int64")
-    if len(slot_v.shape) not in (1, 2) or slot_v.shape[0] != tokens or (
-            len(slot_v.shape) == 2 and slot_v.shape[1] not in (1, heads)):
-        raise ValueError("slots: shape %s, expected (%d, %d), (%d, 1) or (%d,)"
-                         % (slot_v.shape, tokens, heads, tokens, tokens))
-    d.n_tokens, d.n_heads, d.n_caches = tokens, heads, n
-    d.layout, d.page_size, d.n_pages = _LAYOUTS[layout], page_size, pages
-    d.slots = slot_v.ptr
-    d.slots_stride_token = slot_v.strides[0] // 8
-    d.slots_stride_head = slot_v.strides[1] // 8 if len(slot_v.shape) == 2 and \
-        slot_v.shape[1] > 1 else 0
-    views.append(slot_v)
-    tables = {}
-    for name, x in zip(_TABLES, (block_table, indptr, indices, last_page_len)):
-        if x is not None:
-            tables[name] = _arrays.View(x, name, "int32", _TABLE_DIMS[name])
-            tables[name].contiguous()
-            views.append(tables[name])
-    if token_row is None:
-        if tables:
-            raise ValueError("%s given without token_row: flat slots need no table"
-                             % ", ".join(tables))
-        d.page_table = 3  # KVE_PAGES_FLAT
-    else:
-        row_v = _arrays.View(token_row, "token_row", "int32", 1)
-        row_v.contiguous()
-        row_v.expect((tokens,), why="one row per token")
-        views.append(row_v)
-        d.token_row = row_v.ptr
-        if "block_table" in tables:
-            bt = tables["block_table"]
-            d.page_table, d.block_table = 1, bt.ptr
-            d.n_rows, d.blocks_per_row = bt.shape
-        elif "indptr" in tables:
-            if "indices" not in tables or "last_page_len" not in tables:
-                raise ValueError("indptr needs indices and last_page_len")
-            d.page_table = 2
-            d.n_rows = paged_rows(tables["indptr"], tables["indices"], tables["last_page_len"])
-            d.indptr, d.indices = tables["indptr"].ptr, tables["indices"].ptr
-            d.last_page_len = tables["last_page_len"].ptr
-        else:
-            d.page_table, d.n_rows = 0, pages
+    geometry = _describe_caches(d, views, srcs, dsts, layout, kv_cache_dtype, scales, convert)
+    _describe_slots(d, views, slots, n, layout, geometry)
+    tokens, heads, pages, _ = geometry
+    _describe_page_table(d, views, token_row, (block_table, indptr, indices, last_page_len),
+                         tokens, pages)
     if moves is not None:
-        if n_moves is None:
-            raise ValueError("moves needs n_moves")
-        mv = [_arrays.View(moves, "moves", "int32", 4), _arrays.View(n_moves, "n_moves", "int32", 2)]
-        if move_row is not None:
-            mv.append(_arrays.View(move_row, "move_row", "int32", 1))
-        for v in mv:
-            v.contiguous()
-        if mv[0].shape[1] not in (1, heads) or mv[1].shape != mv[0].shape[:2]:
-            raise ValueError("moves %s / n_moves %s: [rows, 1 or %d heads, max_moves, 2]"
-                             % (mv[0].shape, mv[1].shape, heads))
-        mv[0].expect((None, None, None, 2), why="[rows, 1 or %d heads, max_moves, 2]: "
-                     "(src, dst) pairs" % heads)
-        if len(mv) > 2:
-            mv[2].expect((mv[0].shape[0],), why="one page-table row per move list row")
-        d.moves, d.n_moves, d.n_move_rows, d.max_moves = mv[0].ptr, mv[1].ptr, *mv[0].shape[::2]
-        d.moves_stride_row, d.moves_stride_head = mv[0].shape[1], int(mv[0].shape[1] > 1)
-        d.move_row = mv[2].ptr if len(mv) > 2 else None
-        views += mv
+        _describe_moves(d, views, moves, n_moves, move_row, heads)
     ctx._prepare(views)
     check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")

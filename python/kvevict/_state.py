@@ -1,0 +1,375 @@
+"""State, the paper's schedule for a batch of sequences (``kve_state``), and
+its SeqInfo rows and Step buffers."""
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _arrays, _lib
+from ._context import Context, _Handle
+from ._lib import PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, check, lib
+from ._score import state_score
+
+
+@dataclass
+class SeqInfo:
+    """One row of a state (see kve_state_seq_info in include/kvevict.h)."""
+
+    active: bool
+    seq_id: int
+    prompt_len: int
+    capacity: int   #: C = max(B, P + W) + r slots per head
+    n_tokens: int   #: positions 0 .. n_tokens-1 appended
+    round: int      #: eviction rounds so far
+    n_valid: int    #: valid slots, the same in every head: slots 0 .. n_valid-1
+    n_used: int     #: = n_valid, the KV length to give attention
+    table_offset: int = 0  #: the row's tables in the pool (elements)
+
+
+@dataclass
+class Step:
+    """Step buffers of a state (kve_step_buffers), reusable from step to step.
+
+    mapping: int64 [table_layers, max_tokens, table_heads]; moves: int32
+    [table_layers, max_rows, table_heads, max_moves, 2] pairs (src, dst);
+    n_moves: int32 [table_layers, max_rows, table_heads]. After an append,
+    the first n_tokens tokens and n_rows rows are the call's.
+    """
+
+    mapping: Any
+    moves: Any
+    n_moves: Any
+    n_tokens: int = 0
+    n_rows: int = 0
+
+
+class State(_Handle):
+    """The paper's schedule for a batch of sequences (``kve_state``).
+
+    Each head's slot table lives in the backend's memory; ``append`` returns,
+    for new tokens, the slot every head writes them to (slot reuse), evicting
+    a round whenever a sequence's heads are full. ``tensors`` picks what the
+    CPU backend returns: "numpy" arrays or "torch" tensors (GPU backends
+    always return torch tensors on the device).
+    """
+
+    _destroy = lib.kve_state_destroy
+
+    def __init__(self, ctx: Context, *, max_seqs: int, n_layers: int, n_heads: int,
+                 budget: int, max_slots: int, window: int = 64, interval: int = 64,
+                 seed: int = 0, persistent: bool = False, shared_heads: bool = False,
+                 shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
+                 pool_slots: int = 0, tensors: str = "numpy", scored: bool = False):
+        if tensors not in ("numpy", "torch"):
+            raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % (tensors,))
+        if not isinstance(ctx, Context):
+            raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+        u32 = _arrays.u32
+        max_seqs, n_layers, n_heads = (u32("max_seqs", max_seqs), u32("n_layers", n_layers),
+                                       u32("n_heads", n_heads))
+        budget, window, interval = (u32("budget", budget), u32("window", window),
+                                    u32("interval", interval))
+        seed, pool_slots = _arrays.u64("seed", seed), _arrays.u64("pool_slots", pool_slots)
+        layer_offset, head_offset = (u32("layer_offset", layer_offset),
+                                     u32("head_offset", head_offset))
+        max_slots = u32("max_slots", max_slots)
+        self.ctx = ctx
+        self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
+                      | (SHARED_LAYERS if shared_layers else 0) | (SCORED if scored else 0))
+        self.budget, self.window, self.interval, self.seed = budget, window, interval, seed
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.layer_offset, self.head_offset = layer_offset, head_offset
+        self._torch = tensors == "torch"
+        desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
+                              max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots,
+                              pool_slots)
+        h = ctypes.c_void_p()
+        check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
+              "kve_state_create")
+        # the state's owner holds the context's: the context goes after the state
+        self._own(h, ctx._owner)
+        ctx._children.add(self)
+        lay = _lib.StateLayout()
+        check(lib.kve_state_get_layout(h, ctypes.byref(lay)), "kve_state_get_layout")
+        self.table_layers: int = lay.table_layers  #: 1 with shared layers, else n_layers
+        self.table_heads: int = lay.table_heads    #: 1 with shared heads, else n_heads
+        self.max_slots: int = lay.max_slots
+        self.max_seqs: int = lay.max_seqs
+        self.pool_slots: int = lay.pool_slots
+        self._table_ptr = lay.slot_pos
+
+    def _close(self, why: str) -> None:
+        self._closed_why = why
+        self.close()
+
+    def close(self) -> None:
+        """Close the state (its tables go once no row_table array views them)."""
+        children = getattr(getattr(self, "ctx", None), "_children", None)
+        if children is not None:
+            children.discard(self)
+        super().close()
+
+    def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
+        """Admit a sequence into a free row; its prompt is then appended like any token."""
+        h = self.handle
+        row, seq_id = _arrays.u32("row", row), _arrays.u64("seq_id", seq_id)
+        prompt_len = _arrays.u32("prompt_len", prompt_len)
+        self.ctx._stream()
+        check(lib.kve_state_admit(h, row, seq_id, prompt_len), "kve_state_admit")
+
+    def retire(self, row: int) -> None:
+        """Free a row."""
+        h = self.handle
+        row = _arrays.u32("row", row)
+        self.ctx._stream()
+        check(lib.kve_state_retire(h, row), "kve_state_retire")
+
+    def _mapping(self, n_tokens: int, out: Any) -> Tuple[Any, int, int]:
+        n_tokens = _arrays.u32("n_tokens", n_tokens)
+        shape = (self.table_layers, n_tokens, self.table_heads)
+        if out is None:
+            out = self.ctx._empty(shape, "int64", self._torch)
+        v = _arrays.View(out, "out", "int64")
+        if v.shape != shape:
+            raise ValueError("out: shape %s, expected %s" % (v.shape, shape))
+        self.ctx._prepare([v])
+        if not v.is_dense():  # a strided out (a persistent buffer's slice): through a dense one
+            self._strided_out = out
+            out = self.ctx._empty(shape, "int64", v.torch)
+            v = _arrays.View(out, "out", "int64")
+        return out, v.ptr, int(np.prod(shape))
+
+    def max_moves(self, max_new: int) -> int:
+        """Pairs a move list needs for appends of up to max_new tokens a row."""
+        out = ctypes.c_uint32()
+        h, max_new = self.handle, _arrays.u32("max_new", max_new)
+        check(lib.kve_state_max_moves(h, max_new, ctypes.byref(out)),
+              "kve_state_max_moves")
+        return out.value
+
+    def step_buffers(self, max_tokens: int, max_rows: int, max_new: int) -> Step:
+        """Buffers for appends of up to max_tokens tokens over max_rows rows,
+        max_new tokens a row: allocate once, pass to every append."""
+        m = self.max_moves(max_new)
+        max_tokens, max_rows = _arrays.u32("max_tokens", max_tokens), _arrays.u32("max_rows", max_rows)
+        tl, th = self.table_layers, self.table_heads
+        return Step(self.ctx._empty((tl, max_tokens, th), "int64", self._torch),
+                    self.ctx._empty((tl, max_rows, th, m, 2), "int32", self._torch),
+                    self.ctx._empty((tl, max_rows, th), "int32", self._torch))
+
+    def rounds_due(self, rows: Sequence[int], n_new: Sequence[int]) -> list:
+        """Rounds each row would run if it received n_new[i] tokens
+        (kve_state_rounds_due): in a scored state, the rows that need scores."""
+        if len(rows) != len(n_new):
+            raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
+        out = (ctypes.c_uint32 * max(len(rows), 1))()
+        h = self.handle
+        check(lib.kve_state_rounds_due(h, len(rows), _arrays.u32_array(rows, "rows"),
+                                       _arrays.u32_array(n_new, "n_new"), out),
+              "kve_state_rounds_due")
+        return list(out[:len(rows)])
+
+    def _scores(self, b: Any, scores: Any, rows: Sequence[int]) -> Any:
+        """scores float32 [n_rows, table_layers, table_heads, >= capacity] (or
+        [n_rows, tables, >= capacity]) into b."""
+        tl, th = self.table_layers, self.table_heads
+        n_rows = len(rows)
+        if len(getattr(scores, "shape", ())) == 3:
+            scores = scores.reshape(scores.shape[0], tl, th, scores.shape[2])
+        v = _arrays.View(scores, "scores", "float32", 4)
+        if v.shape[0] < n_rows or v.shape[1:3] != (tl, th):
+            raise ValueError("scores: shape %s, expected (%d, %d, %d, slots)" % (v.shape, n_rows, tl, th))
+        st = v.strides
+        if st[3] != 4 or st[1] != th * st[2]:
+            raise ValueError("scores: a row's tables must be evenly spaced (strides %s)" % (st,))
+        v.no_broadcast()
+        if v.shape[3] < st[2] // 4:
+            # a slice narrower than its stride: the library checks the stride
+            # against each row's capacity, this the slice's own width
+            need = max([self.seq(r).capacity for r in rows] + [0])
+            v.expect((_arrays.at_least(n_rows), tl, th, _arrays.at_least(need)),
+                     why="the rows' largest capacity is %d slots" % need)
+        self.ctx._prepare([v])
+        b.scores, b.scores_stride_row, b.scores_stride_table = v.ptr, st[0] // 4, st[2] // 4
+        return v
+
+    def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
+               outputs: bool = True, scores: Any = None) -> Optional[Step]:
+        """Append n_new[i] tokens to row rows[i]; return the Step holding the
+        slot mapping (the slot, within the token's row, where each head
+        writes each token, -1 to skip; tokens numbered row by row in the
+        order given) and the move lists a round left. ``out``: buffers from
+        step_buffers (else new ones, sized for this call). outputs=False
+        advances the state alone and returns None. ``scores`` (scored states):
+        float32 [len(rows), table_layers, table_heads, >= capacity] or
+        [len(rows), tables, >= capacity] (scores_buffer's layout, which
+        State.score fills), the scores of each row's slots as they are before
+        the call (read for the rows whose round is due, see rounds_due, at
+        candidates only)."""
+        if len(rows) != len(n_new):
+            raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
+        h = self.handle
+        r, k = _arrays.u32_array(rows, "rows"), _arrays.u32_array(n_new, "n_new")
+        if not outputs:
+            b = _lib.StepBuffers()
+            if scores is not None:
+                self._scores(b, scores, rows)
+            check(lib.kve_state_append(h, len(rows), r, k,
+                                       ctypes.byref(b) if scores is not None else None),
+                  "kve_state_append")
+            return None
+        total = int(sum(n_new))
+        if out is None:
+            out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
+        views = [_arrays.View(out.mapping, "out.mapping", "int64", 3),
+                 _arrays.View(out.moves, "out.moves", "int32", 5),
+                 _arrays.View(out.n_moves, "out.n_moves", "int32", 3)]
+        for v in views:
+            v.contiguous()
+        tl, th = self.table_layers, self.table_heads
+        mt, mr, mm = views[0].shape[1], views[1].shape[1], views[1].shape[3]
+        if (views[0].shape != (tl, mt, th) or views[1].shape != (tl, mr, th, mm, 2)
+                or views[2].shape != (tl, mr, th)):
+            raise ValueError("out: shapes %s, %s, %s do not match the state's tables (%d, %d)"
+                             % (views[0].shape, views[1].shape, views[2].shape, tl, th))
+        self.ctx._prepare(views)
+        b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+        if scores is not None:
+            self._scores(b, scores, rows)
+        check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
+              "kve_state_append")
+        out.n_tokens, out.n_rows = total, len(rows)
+        return out
+
+    def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
+                mapping: bool = False, steps: Optional[Sequence[int]] = None) -> Any:
+        """Recompute a row from the ids alone (after preemption). steps: the
+        sizes of its appends since admission (default: the prompt, then one
+        token per append). With mapping=True, return where each head holds
+        each position 0..n_tokens-1 ([table_layers, n_tokens, table_heads],
+        -1 = evicted): every valid slot is named once."""
+        h = self.handle
+        row, seq_id = _arrays.u32("row", row), _arrays.u64("seq_id", seq_id)
+        prompt_len, n_tokens = _arrays.u32("prompt_len", prompt_len), _arrays.u32("n_tokens", n_tokens)
+        ptr, n, out = None, 0, None
+        if mapping:
+            out, ptr, n = self._mapping(n_tokens, None)
+        else:
+            self.ctx._stream()
+        st = _arrays.u32_array(list(steps), "steps") if steps is not None else None
+        check(lib.kve_state_rebuild(h, row, seq_id, prompt_len, n_tokens, st,
+                                    len(steps) if steps is not None else 0, ptr, n),
+              "kve_state_rebuild")
+        return out
+
+    def seq(self, row: int) -> SeqInfo:
+        """Host bookkeeping of one row."""
+        i = _lib.SeqInfo()
+        h = self.handle
+        check(lib.kve_state_get_seq(h, _arrays.u32("row", row), ctypes.byref(i)),
+              "kve_state_get_seq")
+        return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
+                       i.n_valid, i.n_used, i.table_offset)
+
+    def digest(self, row: int) -> int:
+        """The row's running digest (docs/SPEC.md section 11), an int: log it at retire.
+        Waits for the backend, so not for the decode loop."""
+        out = ctypes.c_uint64(0)
+        h = self.handle
+        check(lib.kve_state_read_digest(h, _arrays.u32("row", row), ctypes.byref(out)),
+              "kve_state_read_digest")
+        return out.value
+
+    def keepset_digest(self, row: int) -> int:
+        """docs/SPEC.md "Digest" of the row's keep-sets now (kve_digest of its
+        tables, one per head, on the CPU): equal across engines, backends and
+        placements that kept the same positions. Not for the decode loop."""
+        info, t = self.seq(row), self.slots(row)
+        heads = np.ascontiguousarray(np.broadcast_to(t, (self.n_layers, self.n_heads, t.shape[2])))
+        seq = np.zeros(1, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
+        seq[0] = (info.seq_id, info.prompt_len, info.round)
+        b = _lib.Batch(self.seed, 0, 1, seq.ctypes.data, self.n_layers, self.n_heads,
+                       self.layer_offset, self.head_offset, t.shape[2], self.budget, self.window,
+                       heads.ctypes.data, t.shape[2], None, 0)
+        out = ctypes.c_uint64(0)
+        with Context("cpu") as host:
+            check(lib.kve_digest(host.handle, ctypes.byref(b), None, ctypes.byref(out)),
+                  "kve_digest")
+        return out.value
+
+    def slots(self, row: int) -> np.ndarray:
+        """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
+        out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)
+        h = self.handle
+        check(lib.kve_state_read_slots(
+            h, _arrays.u32("row", row), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), out.size),
+            "kve_state_read_slots")
+        return out
+
+    def row_table(self, row: int) -> Any:
+        """Row @row's live tables, no copy: int32 [table_layers, table_heads,
+        capacity] in backend memory (-1 = empty), valid while the row holds
+        its sequence. numpy (or torch, per ``tensors``) on the CPU; a torch
+        tensor on a GPU. The array keeps the state's memory alive: after
+        close() (the state's or its context's) it still reads the tables as
+        they were, never freed memory."""
+        info = self.seq(row)
+        if not info.active:
+            raise ValueError("row %d holds no sequence" % row)
+        shape = (self.table_layers, self.table_heads, info.capacity)
+        ptr = self._table_ptr + 4 * info.table_offset
+        owner = self._owner  # the array holds it: the tables live as long as the array
+        if self.ctx.backend == "cpu":
+            a = np.asarray(_arrays.HostArray(ptr, shape, "<i4", owner))
+            if self._torch:
+                import torch
+
+                return torch.from_numpy(a)
+            return a
+        import torch
+
+        return torch.as_tensor(_arrays.CudaArray(ptr, shape, "<i4", owner),
+                               device="cuda:%d" % self.ctx.device)
+
+    def _table_layer(self, layer: int) -> int:
+        """The table layer of local layer @layer (0..n_layers-1; 0 when shared)."""
+        layer = _arrays.u32("layer", layer)
+        if layer >= self.n_layers:
+            raise ValueError("layer = %d: must be 0..%d (a local index; the state has %d layers)"
+                             % (layer, self.n_layers - 1, self.n_layers))
+        return layer if self.table_layers > 1 else 0
+
+    def layer_slots(self, step: Any, layer: int) -> Any:
+        """The [tokens, table_heads] slots of @layer (a local index) in a Step
+        (its call's tokens) or in a mapping array."""
+        tl = self._table_layer(layer)
+        if isinstance(step, Step):
+            return step.mapping[tl, :step.n_tokens]
+        return step[tl]
+
+    def scores_buffer(self, max_rows: int) -> Any:
+        """Zeroed float32 [max_rows, table_layers * table_heads, max_slots]: the
+        scores layout kve_step_buffers.scores reads (State.score fills it)."""
+        out = self.ctx._empty((max_rows, self.table_layers * self.table_heads, self.max_slots),
+                              "float32", self._torch)
+        out[...] = 0
+        return out
+
+    def score(self, rows: Sequence[int], n_new: Sequence[int], layer: int, keys: Any,
+              out: Any, **kwargs: Any) -> Any:
+        """Scores for the next append(rows, n_new) from @layer's K cache into
+        out (scores_buffer's layout), kve_state_score; kwargs as kvevict.score
+        (scorer, layout, block_table, ..., q_mean, q_abs_mean, group,
+        rope_theta, znorm, accumulate, weight, cache_row)."""
+        tl = self._table_layer(layer)
+        return state_score(self, rows, n_new, tl, keys, out, **kwargs)
+
+    def layer_moves(self, step: Step, layer: int) -> dict:
+        """cache_write's keyword arguments for the moves of @layer in a Step:
+        its call's rows in order (give move_row= when the cache's page-table
+        row of call row i is not i)."""
+        tl = self._table_layer(layer)
+        return dict(moves=step.moves[tl, :step.n_rows], n_moves=step.n_moves[tl, :step.n_rows])
+
