@@ -168,109 +168,158 @@ START_TEST(rebuild_refused_keeps_row)
 }
 END_TEST
 
-START_TEST(cache_write_bad_input)
-{
-    kve_context *ctx = ks_context();
+/* cache_write_bad_input's valid write: 2 tokens of 2 heads into 2 caches (k,
+ * v) of 4 two-slot pages, NHD, 2 rows by a block table; also an indptr page
+ * table of the same rows. Each check breaks one thing, then restores it. */
+typedef struct {
     unsigned char src[2 * 2 * 4], k[4 * 2 * 2 * 4], v[4 * 2 * 2 * 4];
-    int64_t slots[4] = {0, 1, 2, 3};
-    int32_t token_row[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, ip[3] = {0, 1, 3}, last[2] = {2, 2};
-    kve_cache_write_desc ok = {.n_tokens = 2,
-                               .n_heads = 2,
-                               .entry_bytes = 4,
-                               .n_caches = 2,
-                               .src = {src, src},
-                               .dst = {k, v},
-                               .layout = KVE_LAYOUT_NHD,
-                               .page_size = 2,
-                               .n_pages = 4,
-                               .slots = slots,
-                               .slots_stride_token = 2,
-                               .slots_stride_head = 1,
-                               .token_row = token_row,
-                               .n_rows = 2,
-                               .page_table = KVE_PAGES_BLOCK_TABLE,
-                               .block_table = bt,
-                               .blocks_per_row = 2};
-    KT_OK(kve_cache_write(ctx, &ok));
+    int64_t slots[4];
+    int32_t token_row[2], bt[4], ip[3], last[2];
+    kve_cache_write_desc ok;
+} cw_bad_case;
+
+static void cw_bad_case_init(cw_bad_case *c)
+{
+    const int64_t slots[4] = {0, 1, 2, 3};
+    const int32_t token_row[2] = {0, 1}, bt[4] = {0, 1, 2, 3}, ip[3] = {0, 1, 3}, last[2] = {2, 2};
+    memcpy(c->slots, slots, sizeof slots);
+    memcpy(c->token_row, token_row, sizeof token_row);
+    memcpy(c->bt, bt, sizeof bt);
+    memcpy(c->ip, ip, sizeof ip);
+    memcpy(c->last, last, sizeof last);
+    c->ok = (kve_cache_write_desc){.n_tokens = 2,
+                                   .n_heads = 2,
+                                   .entry_bytes = 4,
+                                   .n_caches = 2,
+                                   .src = {c->src, c->src},
+                                   .dst = {c->k, c->v},
+                                   .layout = KVE_LAYOUT_NHD,
+                                   .page_size = 2,
+                                   .n_pages = 4,
+                                   .slots = c->slots,
+                                   .slots_stride_token = 2,
+                                   .slots_stride_head = 1,
+                                   .token_row = c->token_row,
+                                   .n_rows = 2,
+                                   .page_table = KVE_PAGES_BLOCK_TABLE,
+                                   .block_table = c->bt,
+                                   .blocks_per_row = 2};
+}
+
+/* The descriptor's own faults: NULLs, counts, layout, aliasing caches and
+ * strides. */
+static void expect_bad_write_descs(kve_context *ctx, cw_bad_case *c)
+{
     kve_cache_write_desc d;
     EXPECT_ERR(kve_cache_write(ctx, NULL), KVE_ERR_NULL, "desc");
-    EXPECT_ERR(kve_cache_write(NULL, &ok), KVE_ERR_NULL, "ctx");
-    d = ok;
+    EXPECT_ERR(kve_cache_write(NULL, &c->ok), KVE_ERR_NULL, "ctx");
+    d = c->ok;
     d.n_caches = 0;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_caches = 0");
-    d = ok;
+    d = c->ok;
     d.layout = (kve_cache_layout)7;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_INVALID, "desc.layout = 7");
-    d = ok;
-    d.dst[1] = k + 8;
+    d = c->ok;
+    d.dst[1] = c->k + 8;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst[1]");
-    d = ok;
-    d.src[0] = k;
+    d = c->ok;
+    d.src[0] = c->k;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.src[0]");
-    d = ok;
+    d = c->ok;
     d.dst_stride_slot = 4;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.dst_stride_");
-    d = ok;
+    d = c->ok;
     d.slots_stride_token = 0;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.slots_stride_token = 0");
-    d = ok;
+    d = c->ok;
     d.block_table = NULL;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_NULL, "desc.block_table");
-    token_row[1] = 2;
-    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.token_row[1] = 2");
-    token_row[1] = 1;
-    slots[3] = 4;
-    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "desc.slots[token 1][head 1] = 4");
-    slots[3] = -2;
-    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "= -2");
-    slots[3] = 3;
-    bt[3] = 4;
-    EXPECT_ERR(kve_cache_write(ctx, &ok), KVE_ERR_RANGE, "block_table");
-    bt[3] = 3;
-    d = ok;
-    d.page_table = KVE_PAGES_INDPTR;
-    d.indptr = ip;
-    d.indices = bt;
-    d.last_page_len = last;
-    KT_OK(kve_cache_write(ctx, &d));
-    last[1] = 1; /* row 1 is one slot long; slot 3 is past it */
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "0..2 (the row's length");
-    last[1] = 0;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.last_page_len[1] = 0");
-    last[1] = 2;
-    ip[1] = 4;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
-    ip[1] = 1;
-    /* Moves: a bad pair is named as the move it is (it once read as a
-     * token's slot), and past an indptr row's length the message says why
-     * a round's moves need the reserved pages described. */
+}
+
+/* Bad contents of the valid descriptor's arrays: a token's row, a slot, a
+ * block table's page. */
+static void expect_bad_write_contents(kve_context *ctx, cw_bad_case *c)
+{
+    c->token_row[1] = 2;
+    EXPECT_ERR(kve_cache_write(ctx, &c->ok), KVE_ERR_RANGE, "desc.token_row[1] = 2");
+    c->token_row[1] = 1;
+    c->slots[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &c->ok), KVE_ERR_RANGE, "desc.slots[token 1][head 1] = 4");
+    c->slots[3] = -2;
+    EXPECT_ERR(kve_cache_write(ctx, &c->ok), KVE_ERR_RANGE, "= -2");
+    c->slots[3] = 3;
+    c->bt[3] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, &c->ok), KVE_ERR_RANGE, "block_table");
+    c->bt[3] = 3;
+}
+
+/* The indptr page table (@p d, valid as given): a row shorter than its
+ * slot, a last page of 0, indptr not ascending. */
+static void expect_bad_write_indptr(kve_context *ctx, cw_bad_case *c, const kve_cache_write_desc *d)
+{
+    KT_OK(kve_cache_write(ctx, d));
+    c->last[1] = 1; /* row 1 is one slot long; slot 3 is past it */
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "0..2 (the row's length");
+    c->last[1] = 0;
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.last_page_len[1] = 0");
+    c->last[1] = 2;
+    c->ip[1] = 4;
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
+    c->ip[1] = 1;
+}
+
+/* Moves: a bad pair is named as the move it is (it once read as a token's
+ * slot), and past an indptr row's length the message says why a round's
+ * moves need the reserved pages described. @p indptr_write: the valid
+ * indptr write, given moves here. */
+static void expect_bad_write_moves(kve_context *ctx, cw_bad_case *c,
+                                   const kve_cache_write_desc *indptr_write)
+{
     int32_t mv[2 * 2 * 2] = {1, 0, 0, 0, 3, 2, 0, 0}; /* [move row][head][pair] */
     uint32_t n_mv[2] = {1, 1};
     int32_t move_row[1] = {1};
-    d.moves = mv;
-    d.n_moves = n_mv;
-    d.n_move_rows = 1;
-    d.max_moves = 2;
-    d.moves_stride_row = 2;
-    d.moves_stride_head = 1;
-    d.move_row = move_row;
-    KT_OK(kve_cache_write(ctx, &d));
-    last[1] = 1; /* row 1 holds slots 0..2: pair 0 of head 1 reads slot 3 */
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+    kve_cache_write_desc desc = *indptr_write, *d = &desc;
+    d->moves = mv;
+    d->n_moves = n_mv;
+    d->n_move_rows = 1;
+    d->max_moves = 2;
+    d->moves_stride_row = 2;
+    d->moves_stride_head = 1;
+    d->move_row = move_row;
+    KT_OK(kve_cache_write(ctx, d));
+    c->last[1] = 1; /* row 1 holds slots 0..2: pair 0 of head 1 reads slot 3 */
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE,
                "desc.moves[move row 0][head 1][pair 0].src = 3: must be 0..2 (the row's length by "
                "indptr and last_page_len, row 1); a round moves entries from slots up to the "
                "row's capacity");
-    last[1] = 2;
+    c->last[1] = 2;
     mv[5] = -1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE,
                "desc.moves[move row 0][head 1][pair 0].dst = -1: must be 0..3");
     mv[5] = 2;
-    d.page_table = KVE_PAGES_BLOCK_TABLE;
-    bt[3] = 9; /* row 1's second page, which slot 3 lies on */
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
+    d->page_table = KVE_PAGES_BLOCK_TABLE;
+    c->bt[3] = 9; /* row 1's second page, which slot 3 lies on */
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE,
                "(desc.moves[move row 0][head 1][pair 0].src, from desc.block_table)");
-    bt[3] = 3;
-    d = ok;
+    c->bt[3] = 3;
+}
+
+START_TEST(cache_write_bad_input)
+{
+    kve_context *ctx = ks_context();
+    cw_bad_case c;
+    cw_bad_case_init(&c);
+    KT_OK(kve_cache_write(ctx, &c.ok));
+    expect_bad_write_descs(ctx, &c);
+    expect_bad_write_contents(ctx, &c);
+    kve_cache_write_desc d = c.ok;
+    d.page_table = KVE_PAGES_INDPTR;
+    d.indptr = c.ip;
+    d.indices = c.bt;
+    d.last_page_len = c.last;
+    expect_bad_write_indptr(ctx, &c, &d);
+    expect_bad_write_moves(ctx, &c, &d);
+    d = c.ok;
     d.page_table = KVE_PAGES_NONE;
     d.n_rows = 5;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_rows = 5");

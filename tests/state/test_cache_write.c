@@ -219,11 +219,6 @@ START_TEST(layout_contiguous_and_strided)
 }
 END_TEST
 
-/* End to end: the state's mapping, written into an NHD cache through a
- * block table (vLLM) or an indptr page table (FlashInfer, as
- * docs/INTEGRATION.md wires it: the write is given every reserved page of a
- * row, since a round's moves read slots past the new n_valid); every valid
- * slot of every head then holds its token. */
 /* Layers, heads, page size, blocks per row and entry bytes of a
  * block-table cache per layer, NHD. */
 typedef struct {
@@ -261,6 +256,118 @@ static void expect_cache_holds_tables(kve_state *st, const kve_state_layout *lay
     free(tab);
 }
 
+/* state_drives_writes' geometry: two rows appended together, layers, heads,
+ * page size, blocks per row, entry bytes; tokens a step appends at most. */
+enum {
+    DW_ROWS = 2, DW_LAYERS = 2, DW_HEADS = 3, DW_PAGE = 8, DW_BPR = 6, DW_ENTRY = 8,
+    DW_MAX_TOKENS = 20
+};
+
+/* What its steps share: the block table (DW_ROWS x DW_BPR page ids, also
+ * the indptr writes' indices) and the state's step buffers. */
+typedef struct {
+    const int32_t *bt;
+    const ks_step *sb;
+} kve_cw_drive;
+
+/* A step's tokens, row 0's n_new[0] then row 1's n_new[1] (@p info: the
+ * rows after the append): each token's row, and each entry's position in
+ * its tag (the layer's part is set per layer). Returns the step's tokens. */
+static uint32_t drive_tag_tokens(const uint32_t *n_new, const kve_state_seq_info *info,
+                                 int32_t *token_row, uint32_t *tag)
+{
+    uint32_t T = n_new[0] + n_new[1], H = DW_HEADS;
+    for (uint32_t t = 0; t < T; t++) {
+        token_row[t] = t < n_new[0] ? 0 : 1;
+        uint32_t pos = t < n_new[0] ? info[0].n_tokens - n_new[0] + t
+                                    : info[1].n_tokens - n_new[1] + (t - n_new[0]);
+        for (uint32_t h = 0; h < H; h++)
+            tag[(t * H + h) * 2] = pos;
+    }
+    return T;
+}
+
+/* The write of a step's @p T tokens into layer cache @p cache: its slots and
+ * move lists from table layer @p table_layer of the step buffers, pages by
+ * the block table. */
+static kve_cache_write_desc drive_write_desc(const kve_cw_drive *dw, uint32_t table_layer,
+                                             uint32_t th, uint32_t T, const uint32_t *tag,
+                                             const int32_t *token_row, unsigned char *cache)
+{
+    const kve_step_buffers *b = &dw->sb->b;
+    return (kve_cache_write_desc){
+        .n_tokens = T,
+        .n_heads = DW_HEADS,
+        .entry_bytes = DW_ENTRY,
+        .n_caches = 1,
+        .src = {tag},
+        .dst = {cache},
+        .layout = KVE_LAYOUT_NHD,
+        .page_size = DW_PAGE,
+        .n_pages = 2 * DW_ROWS * DW_BPR,
+        .slots = b->slot_mapping + (size_t)table_layer * DW_MAX_TOKENS * th,
+        .slots_stride_token = th,
+        .slots_stride_head = th > 1,
+        .token_row = token_row,
+        .n_rows = DW_ROWS,
+        .page_table = KVE_PAGES_BLOCK_TABLE,
+        .block_table = dw->bt,
+        .blocks_per_row = DW_BPR,
+        .moves = b->moves + (size_t)table_layer * 2 * th * b->max_moves * 2,
+        .n_moves = b->n_moves + (size_t)table_layer * 2 * th,
+        .n_move_rows = 2,
+        .max_moves = b->max_moves,
+        .moves_stride_row = th,
+        .moves_stride_head = th > 1};
+}
+
+/* FlashInfer's way: the attention's page table (n_valid tokens a row) is
+ * too short for a write whose moves read a slot past n_valid, and must be
+ * refused; @p w then takes every reserved page of each row (@p ip_all,
+ * @p last_all, indices dw->bt). Returns whether the short table was refused. */
+static uint32_t drive_indptr_pages(kve_context *ctx, const kve_cw_drive *dw,
+                                   kve_cache_write_desc *w, const kve_state_seq_info *info,
+                                   uint32_t table_layer, uint32_t th, const int32_t *ip_all,
+                                   const int32_t *last_all)
+{
+    const kve_step_buffers *b = &dw->sb->b;
+    uint32_t PS = DW_PAGE, BPR = DW_BPR, past = 0;
+    int32_t ip_valid[DW_ROWS + 1], last_valid[DW_ROWS];
+    for (uint32_t r = 0; r < DW_ROWS; r++) {
+        uint32_t pages = (info[r].n_valid + PS - 1) / PS;
+        ip_valid[r + 1] = (r ? ip_valid[r] : 0) + (int32_t)pages;
+        last_valid[r] = (int32_t)(info[r].n_valid - (pages - 1) * PS);
+        for (uint32_t h = 0; h < th; h++) {
+            size_t list = ((size_t)table_layer * 2 + r) * th + h;
+            for (uint32_t k = 0; k < b->n_moves[list]; k++)
+                past |= b->moves[(list * b->max_moves + k) * 2] >= (int32_t)info[r].n_valid;
+        }
+    }
+    ip_valid[0] = 0;
+    int32_t idx_valid[DW_ROWS * DW_BPR];
+    for (uint32_t r = 0, n = 0; r < DW_ROWS; r++)
+        for (int32_t p = 0; p < ip_valid[r + 1] - ip_valid[r]; p++)
+            idx_valid[n++] = dw->bt[r * BPR + p];
+    w->page_table = KVE_PAGES_INDPTR;
+    w->block_table = NULL;
+    w->blocks_per_row = 0;
+    w->indptr = ip_valid;
+    w->indices = idx_valid;
+    w->last_page_len = last_valid;
+    if (past)
+        EXPECT_ERR(kve_cache_write(ctx, w), KVE_ERR_RANGE,
+                   "describe every reserved page of the row to kve_cache_write");
+    w->indptr = ip_all;
+    w->indices = dw->bt;
+    w->last_page_len = last_all;
+    return past;
+}
+
+/* End to end: the state's mapping, written into an NHD cache through a
+ * block table (vLLM) or an indptr page table (FlashInfer, as
+ * docs/INTEGRATION.md wires it: the write is given every reserved page of a
+ * row, since a round's moves read slots past the new n_valid); every valid
+ * slot of every head then holds its token. */
 START_TEST(state_drives_writes)
 {
     kve_context *ctx = ks_context();
@@ -268,7 +375,7 @@ START_TEST(state_drives_writes)
                      : _i % 3 == 1 ? KVE_SHARED_HEADS
                                    : KVE_SHARED_HEADS | KVE_SHARED_LAYERS;
     const int indptr = _i >= 3;
-    enum { L = 2, H = 3, PS = 8, BPR = 6, ROWS = 2, E = 8 };
+    enum { L = DW_LAYERS, H = DW_HEADS, PS = DW_PAGE, BPR = DW_BPR, ROWS = DW_ROWS, E = DW_ENTRY };
     kve_state_desc d = ks_desc(flags, ROWS, L, H, 30, 4, 6, PS * BPR);
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
@@ -276,8 +383,8 @@ START_TEST(state_drives_writes)
     for (int i = 0; i < ROWS * BPR; i++)
         bt[i] = (ROWS * BPR - 1 - i) * 2; /* reversed, every other page */
     /* FlashInfer's page table of the write: row r's BPR reserved pages (bt's
-     * row, as indices), all of them full; and the attention's, for n_valid. */
-    int32_t ip_all[ROWS + 1], last_all[ROWS], ip_valid[ROWS + 1], last_valid[ROWS];
+     * row, as indices), all of them full. */
+    int32_t ip_all[ROWS + 1], last_all[ROWS];
     for (int r = 0; r <= ROWS; r++)
         ip_all[r] = r * BPR;
     for (int r = 0; r < ROWS; r++)
@@ -291,85 +398,26 @@ START_TEST(state_drives_writes)
     KT_OK(kve_state_admit(st, 1, 2, 12));
     uint32_t rows[2] = {0, 1};
     ks_step sb;
-    ks_step_init(&sb, st, 20, 2, 12);
+    ks_step_init(&sb, st, DW_MAX_TOKENS, 2, 12);
+    const kve_cw_drive dw = {bt, &sb};
     for (uint32_t step = 0; step < 300; step++) {
         uint32_t n_new[2] = {step ? 1 : 5, step ? 1 + step % 3 : 12};
-        uint32_t T = n_new[0] + n_new[1];
-        int32_t token_row[20];
-        uint32_t tag[20 * H * 2]; /* entry = (pos, layer * H + head) */
+        int32_t token_row[DW_MAX_TOKENS];
+        uint32_t tag[DW_MAX_TOKENS * H * 2]; /* entry = (pos, layer * H + head) */
         KT_OK(kve_state_append(st, 2, rows, n_new, &sb.b));
-        kve_state_seq_info i0, i1;
-        KT_OK(kve_state_get_seq(st, 0, &i0));
-        KT_OK(kve_state_get_seq(st, 1, &i1));
-        for (uint32_t t = 0; t < T; t++) {
-            token_row[t] = t < n_new[0] ? 0 : 1;
-            uint32_t pos =
-                t < n_new[0] ? i0.n_tokens - n_new[0] + t : i1.n_tokens - n_new[1] + (t - n_new[0]);
-            for (uint32_t h = 0; h < H; h++)
-                tag[(t * H + h) * 2] = pos;
-        }
+        kve_state_seq_info info[2];
+        KT_OK(kve_state_get_seq(st, 0, &info[0]));
+        KT_OK(kve_state_get_seq(st, 1, &info[1]));
+        uint32_t T = drive_tag_tokens(n_new, info, token_row, tag);
         for (uint32_t l = 0; l < L; l++) {
             for (uint32_t t = 0; t < T * H; t++)
                 tag[t * 2 + 1] = l * H + t % H;
             uint32_t table_layer = lay.table_layers > 1 ? l : 0, th = lay.table_heads;
-            kve_cache_write_desc w = {.n_tokens = T,
-                                      .n_heads = H,
-                                      .entry_bytes = E,
-                                      .n_caches = 1,
-                                      .src = {tag},
-                                      .dst = {cache[l]},
-                                      .layout = KVE_LAYOUT_NHD,
-                                      .page_size = PS,
-                                      .n_pages = 2 * ROWS * BPR,
-                                      .slots = sb.b.slot_mapping + (size_t)table_layer * 20 * th,
-                                      .slots_stride_token = th,
-                                      .slots_stride_head = th > 1,
-                                      .token_row = token_row,
-                                      .n_rows = ROWS,
-                                      .page_table = KVE_PAGES_BLOCK_TABLE,
-                                      .block_table = bt,
-                                      .blocks_per_row = BPR,
-                                      .moves = sb.b.moves + (size_t)table_layer * 2 * th * sb.b.max_moves * 2,
-                                      .n_moves = sb.b.n_moves + (size_t)table_layer * 2 * th,
-                                      .n_move_rows = 2,
-                                      .max_moves = sb.b.max_moves,
-                                      .moves_stride_row = th,
-                                      .moves_stride_head = th > 1};
-            if (indptr) {
-                /* The attention's page table (n_valid tokens a row) is too
-                 * short for a write whose moves read a slot past n_valid. */
-                const kve_state_seq_info *in[2] = {&i0, &i1};
-                uint32_t past = 0;
-                for (uint32_t r = 0; r < ROWS; r++) {
-                    uint32_t pages = (in[r]->n_valid + PS - 1) / PS;
-                    ip_valid[r + 1] = (r ? ip_valid[r] : 0) + (int32_t)pages;
-                    last_valid[r] = (int32_t)(in[r]->n_valid - (pages - 1) * PS);
-                    for (uint32_t h = 0; h < th; h++) {
-                        size_t list = ((size_t)table_layer * 2 + r) * th + h;
-                        for (uint32_t k = 0; k < sb.b.n_moves[list]; k++)
-                            past |= sb.b.moves[(list * sb.b.max_moves + k) * 2] >= (int32_t)in[r]->n_valid;
-                    }
-                }
-                ip_valid[0] = 0;
-                int32_t idx_valid[ROWS * BPR];
-                for (uint32_t r = 0, n = 0; r < ROWS; r++)
-                    for (int32_t p = 0; p < ip_valid[r + 1] - ip_valid[r]; p++)
-                        idx_valid[n++] = bt[r * BPR + p];
-                w.page_table = KVE_PAGES_INDPTR;
-                w.block_table = NULL;
-                w.blocks_per_row = 0;
-                w.indptr = ip_valid;
-                w.indices = idx_valid;
-                w.last_page_len = last_valid;
-                if (past) {
-                    EXPECT_ERR(kve_cache_write(ctx, &w), KVE_ERR_RANGE,
-                               "describe every reserved page of the row to kve_cache_write");
-                    refused++;
-                }
-                w.indptr = ip_all;
-                w.indices = bt;
-                w.last_page_len = last_all;
-            }
+            kve_cache_write_desc w =
+                drive_write_desc(&dw, table_layer, th, T, tag, token_row, cache[l]);
+            if (indptr)
+                refused +=
+                    drive_indptr_pages(ctx, &dw, &w, info, table_layer, th, ip_all, last_all);
             KT_OK(kve_cache_write(ctx, &w));
         }
     }

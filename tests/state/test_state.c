@@ -5,6 +5,7 @@
  * admitted and retired at different times, the appends' history given),
  * keep-sets independent of the grouping, persistent bottom-k. */
 #include "golden_vectors.h"
+#include "kve_state_rebuild.h"
 #include "kve_state_test.h"
 
 static const uint32_t kModes[] = {
@@ -103,29 +104,6 @@ static uint32_t random_step(kve_state *st, ks_cache *cache, uint32_t live, uint6
     return n;
 }
 
-/* A rebuild's recompute mapping @p map names each of row @p row's valid
- * slots 0 .. n_valid-1 exactly once, at the position it holds. */
-static void expect_mapping_names_valid(kve_state *st, uint32_t row, const kve_state_layout *lay,
-                                       const kve_state_seq_info *info, const int64_t *map,
-                                       int32_t *tab)
-{
-    size_t tables = (size_t)lay->table_layers * lay->table_heads;
-    KT_OK(kve_state_read_slots(st, row, tab, lay->row_elems));
-    for (size_t t = 0; t < tables; t++) {
-        uint32_t named = 0;
-        for (uint32_t p = 0; p < info->n_tokens; p++) {
-            int64_t m = map[((t / lay->table_heads) * info->n_tokens + p) * lay->table_heads +
-                            t % lay->table_heads];
-            ck_assert(m >= -1 && m < (int64_t)info->n_valid);
-            if (m >= 0) {
-                ck_assert_int_eq(tab[t * lay->max_slots + m], (int32_t)p);
-                named++;
-            }
-        }
-        ck_assert_uint_eq(named, info->n_valid);
-    }
-}
-
 /* Thousands of steps over rows admitted and retired at random times, with
  * multi-token appends driving a model cache; rebuilds of live rows (given
  * their appends) into spare rows must equal them, also after more appends
@@ -133,7 +111,7 @@ static void expect_mapping_names_valid(kve_state *st, uint32_t row, const kve_st
 START_TEST(rebuild_equals_live)
 {
     kve_context *ctx = ks_context();
-    enum { ROWS = 5, LIVE = 3, SPARE = 4, HIST = 4096 };
+    enum { ROWS = 5, LIVE = 3, SPARE = 4 };
     kve_state_desc d = ks_desc(kModes[_i], ROWS, 2, 3, 20, 3, 5, 40);
     d.pool_slots = 4 * 34 + 3; /* 4 rows of the largest capacity: rows move about the pool */
     kve_state_layout lay;
@@ -147,7 +125,7 @@ START_TEST(rebuild_equals_live)
     uint64_t next_id = 1;
     int active[LIVE] = {0};
     uint32_t rebuilds = 0, hist_n[LIVE] = {0};
-    uint32_t *hist = (uint32_t *)malloc((size_t)LIVE * HIST * 4);
+    rb_history hist = {(uint32_t *)malloc((size_t)LIVE * RB_HIST * 4), hist_n};
     int64_t *map = (int64_t *)malloc(8192 * tables * 8);
     int32_t *tab = (int32_t *)malloc(lay.row_elems * 4);
     for (uint32_t s = 0; s < 3000; s++) {
@@ -157,9 +135,7 @@ START_TEST(rebuild_equals_live)
             kve_state_seq_info info;
             KT_OK(kve_state_get_seq(st, rows[i], &info));
             pos0[i] = info.n_tokens;
-            if (hist_n[rows[i]] < HIST)
-                hist[rows[i] * HIST + hist_n[rows[i]]] = n_new[i];
-            hist_n[rows[i]]++;
+            rb_record(&hist, rows[i], n_new[i]);
         }
         KT_OK(kve_state_append(st, n, rows, n_new, &step.b));
         ks_apply(&cache, &step, n, rows, n_new, pos0);
@@ -169,44 +145,18 @@ START_TEST(rebuild_equals_live)
             continue;
         /* Rebuild one live row into the spare, compare, advance both, compare. */
         uint32_t r = rows[kt_below(&rng, n)];
-        if (hist_n[r] > HIST)
+        if (hist_n[r] > RB_HIST)
             continue;
-        kve_state_seq_info info;
-        KT_OK(kve_state_get_seq(st, r, &info));
-        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
-                                hist + r * HIST, hist_n[r], map, 8192 * tables));
-        ks_expect_same(st, r, st, SPARE);
-        expect_mapping_names_valid(st, SPARE, &lay, &info, map, tab);
-        for (uint32_t k = 0; k < 7; k++) {
-            uint32_t both[2] = {r, SPARE}, cnt[2];
-            cnt[0] = cnt[1] = 1 + kt_below(&rng, 3);
-            KT_OK(kve_state_append(st, 2, both, cnt, NULL));
-            if (hist_n[r] < HIST)
-                hist[r * HIST + hist_n[r]] = cnt[0];
-            hist_n[r]++;
-        }
-        ks_expect_same(st, r, st, SPARE);
-        KT_OK(kve_state_retire(st, SPARE));
+        expect_rebuild_follows(st, &lay, r, SPARE, &hist, &rng, map, 8192 * tables, tab);
         rebuilds++;
         /* the model cache of r no longer follows (appends without outputs): refill it */
         KT_OK(kve_state_read_slots(st, r, tab, lay.row_elems));
         memcpy(cache.pos + (size_t)r * tables * lay.max_slots, tab, lay.row_elems * 4);
     }
     ck_assert_uint_ge(rebuilds, 15);
-    /* And every row still live after the whole run, in place. */
-    for (uint32_t r = 0; r < LIVE; r++) {
-        if (!active[r] || hist_n[r] > HIST)
-            continue;
-        kve_state_seq_info info;
-        KT_OK(kve_state_get_seq(st, r, &info));
-        ck_assert_uint_gt(info.round, 0);
-        KT_OK(kve_state_rebuild(st, SPARE, info.seq_id, info.prompt_len, info.n_tokens,
-                                hist + r * HIST, hist_n[r], NULL, 0));
-        ks_expect_same(st, r, st, SPARE);
-        KT_OK(kve_state_retire(st, SPARE));
-    }
+    expect_live_rows_rebuild(st, active, LIVE, SPARE, &hist);
     free(tab);
-    free(hist);
+    free(hist.steps);
     free(map);
     ks_cache_free(&cache);
     ks_step_free(&step);

@@ -1,0 +1,249 @@
+/*
+ * fuzz_cache_write_ref.c — fuzz_cache_write's reference write (moves from
+ * the cache as it was, then the tokens' entries, converted by
+ * tests/state/kve_convert_ref.h), the brute-force checks of the destination
+ * strides, and the library's answer held against the reference.
+ */
+#include "fuzz_cache_write.h"
+#include "../state/kve_convert_ref.h"
+
+/* Brute force: do two entries of cache k's destination overlap? */
+static int dst_overlaps(const cw_case *c, uint32_t k)
+{
+    const cw_cache *g = &c->g[k];
+    size_t ps = c->d.page_size, H = c->d.n_heads;
+    size_t n = c->d.n_pages * ps * H, i = 0;
+    size_t *off = (size_t *)malloc(n * sizeof *off);
+    for (size_t p = 0; p < c->d.n_pages; p++)
+        for (size_t s = 0; s < ps; s++)
+            for (size_t h = 0; h < H; h++)
+                off[i++] = p * g->d_page + s * g->d_slot + h * g->d_head;
+    qsort(off, n, sizeof *off, fz_cmp_size);
+    int overlap = 0;
+    for (size_t j = 1; j < n; j++)
+        overlap |= off[j] - off[j - 1] < g->de;
+    free(off);
+    return overlap;
+}
+
+/* Whether cache k's destination strides nest (each, in increasing order,
+ * steps past every inner entry): the layouts the library must accept
+ * (docs/FUZZING.md: it may refuse some interleaved ones that do not overlap). */
+static int dst_nested(const cw_case *c, uint32_t k)
+{
+    const cw_cache *g = &c->g[k];
+    size_t ext[3] = {c->d.n_pages, c->d.page_size, c->d.n_heads},
+           st[3] = {g->d_page, g->d_slot, g->d_head};
+    int used[3] = {0, 0, 0};
+    size_t span = g->de;
+    for (int n = 0; n < 3; n++) {
+        int best = -1;
+        for (int i = 0; i < 3; i++)
+            if (!used[i] && (best < 0 || st[i] < st[best]))
+                best = i;
+        used[best] = 1;
+        if (ext[best] <= 1)
+            continue;
+        if (st[best] < span)
+            return 0;
+        span += (ext[best] - 1) * st[best];
+    }
+    return 1;
+}
+
+/* What the caches' allocation decides: typed elements loaded whole need
+ * aligned bases and strides (the library's check; the header does not say
+ * so, so a misaligned request's acceptance is not asserted), nested
+ * strides, and overlapping entries (brute force). */
+void check_geometry(cw_case *c)
+{
+    for (uint32_t k = 0; k < c->d.n_caches; k++) {
+        const cw_cache *g = &c->g[k];
+        size_t src_all = (size_t)(uintptr_t)c->src[k] | g->s_tok | g->s_head,
+               dst_all = (size_t)(uintptr_t)c->dst[k] | g->d_page | g->d_slot | g->d_head;
+        c->exact &= src_all % g->ss == 0 && dst_all % g->ds == 0 && dst_nested(c, k);
+        c->dst_overlap |= dst_overlaps(c, k);
+    }
+}
+
+/* The page of (row, slot s) by the reference's reading of the table, or -1
+ * when the table cannot give one (an error). */
+static int64_t ref_page(const cw_case *c, int32_t row, int64_t s)
+{
+    const kve_cache_write_desc *d = &c->d;
+    if (d->page_table == KVE_PAGES_INDPTR) {
+        int32_t lo = c->indptr[row], hi = c->indptr[row + 1];
+        if (lo < 0 || hi < lo || (hi > lo && (c->last[row] < 1 || (uint32_t)c->last[row] > d->page_size)))
+            return -1;
+    }
+    if (s < 0 || s >= c->row_limit[row])
+        return -1;
+    int64_t page = row;
+    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
+        page = c->block_table[(size_t)row * d->blocks_per_row + (size_t)(s / d->page_size)];
+    else if (d->page_table == KVE_PAGES_INDPTR) {
+        /* indices holds indptr[n_rows] ids: a row past them is an error */
+        int64_t k = c->indptr[row] + s / (int64_t)d->page_size;
+        if (k >= c->indptr[d->n_rows])
+            return -1;
+        page = c->indices[k];
+    }
+    return page < 0 || page >= d->n_pages ? -1 : page;
+}
+
+/* Logical entry (page, in-page slot, head): what conflicts are counted in. */
+static size_t entry_index(const cw_case *c, int64_t page, int64_t s, size_t h)
+{
+    return ((size_t)page * c->d.page_size + (size_t)(s % c->d.page_size)) * c->d.n_heads + h;
+}
+
+/* Byte offset of that entry in cache k. */
+static size_t entry_at(const cw_case *c, uint32_t k, int64_t page, int64_t s, size_t h)
+{
+    const cw_cache *g = &c->g[k];
+    return (size_t)page * g->d_page + (size_t)(s % c->d.page_size) * g->d_slot + h * g->d_head;
+}
+
+/* The reference's moves: every valid pair's entry, in every cache (its
+ * stored bytes, whatever the part's types), from the cache as it was before
+ * the call; c->bad for what the library must refuse, c->amb for each entry
+ * whose outcome would depend on the order (one moved to twice, or from one
+ * also moved to, itself included). */
+static void reference_moves(cw_case *c, uint8_t *hit, size_t n_entries)
+{
+    const kve_cache_write_desc *d = &c->d;
+    if (!d->moves || c->bad)
+        return;
+    if (!d->n_moves) {
+        c->bad = d->n_tokens || d->n_move_rows;
+        return;
+    }
+    c->bad |= d->n_move_rows && !d->max_moves;
+    size_t n_pairs = 0, max_pairs = (size_t)d->n_move_rows * d->n_heads * d->max_moves;
+    size_t *pairs = (size_t *)malloc((max_pairs + 1) * 2 * sizeof *pairs);
+    for (uint32_t i = 0; i < d->n_move_rows && !c->bad; i++) {
+        int32_t row = c->move_row ? c->move_row[i] : (int32_t)i;
+        c->bad |= row < 0 || (uint32_t)row >= d->n_rows;
+        for (uint32_t h = 0; h < d->n_heads && !c->bad; h++) {
+            size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
+            uint32_t n = d->n_moves[l];
+            c->bad |= n > d->max_moves;
+            for (uint32_t k = 0; k < n && !c->bad; k++) {
+                const int32_t *pair = c->moves + 2 * (l * d->max_moves + k);
+                int64_t ps = ref_page(c, row, pair[0]), pd = ref_page(c, row, pair[1]);
+                if (ps < 0 || pd < 0) {
+                    c->bad = 1;
+                    break;
+                }
+                size_t a = entry_index(c, ps, pair[0], h), b = entry_index(c, pd, pair[1], h);
+                c->amb[b] |= hit[b];
+                hit[b] = 1;
+                pairs[2 * n_pairs] = a;
+                pairs[2 * n_pairs++ + 1] = b;
+                for (uint32_t q = 0; q < d->n_caches; q++)
+                    memcpy(c->ref[q] + entry_at(c, q, pd, pair[1], h),
+                           c->before[q] + entry_at(c, q, ps, pair[0], h), c->g[q].de);
+            }
+        }
+    }
+    for (size_t x = 0; x < n_pairs; x++)
+        c->amb[pairs[2 * x + 1]] |= hit[pairs[2 * x]];
+    memset(hit, 0, n_entries + 1); /* the writes then overwrite what they hit */
+    free(pairs);
+}
+
+/* Entry (t, h) of cache k into the reference at byte @p at: its bytes, or
+ * each element converted (kve_convert_ref.h: dst = convert(float(src) /
+ * scale), the division only with a scale). */
+static void reference_entry(cw_case *c, uint32_t k, size_t t, size_t h, size_t at)
+{
+    const cw_cache *g = &c->g[k];
+    const uint8_t *src = c->src[k] + t * g->s_tok + h * g->s_head;
+    uint8_t *dst = c->ref[k] + at;
+    if (!g->conv) {
+        memcpy(dst, src, g->de);
+        return;
+    }
+    float scale = g->scale ? g->scale[c->d.part[k].scale_per_head ? h : 0] : 1.0f;
+    for (uint32_t i = 0; i < g->dim; i++)
+        kr_store(dst + (size_t)i * g->ds, g->ds,
+                 kr_convert(kr_load(src + (size_t)i * g->ss, g->ss), g->st, g->dt, g->scale != NULL,
+                            scale));
+}
+
+/* The reference write, and its verdict on every row, slot and page. */
+void reference_write(cw_case *c)
+{
+    const kve_cache_write_desc *d = &c->d;
+    size_t H = d->n_heads, n_entries = c->n_entries = (size_t)d->n_pages * d->page_size * H;
+    uint8_t *hit = (uint8_t *)calloc(n_entries + 1, 1);
+    c->amb = (uint8_t *)calloc(n_entries + 1, 1);
+    reference_moves(c, hit, n_entries);
+    for (size_t t = 0; t < d->n_tokens && !c->bad; t++) {
+        int32_t row = c->token_row[t];
+        int padding = 1; /* every slot -1: vLLM's padding, whose row is never read */
+        for (size_t h = 0; h < H; h++)
+            padding &= c->slots[t * d->slots_stride_token + h * d->slots_stride_head] == -1;
+        if (padding)
+            continue;
+        if (row < 0 || (uint32_t)row >= d->n_rows) {
+            c->bad = 1;
+            break;
+        }
+        for (size_t h = 0; h < H && !c->bad; h++) {
+            int64_t s = c->slots[t * d->slots_stride_token + h * d->slots_stride_head];
+            if (s == -1)
+                continue;
+            int64_t page = ref_page(c, row, s);
+            if (page < 0) {
+                c->bad = 1;
+                break;
+            }
+            size_t e = entry_index(c, page, s, h);
+            c->amb[e] = hit[e]; /* a write replaces a move; two tokens' order is open */
+            hit[e] = 1;
+            for (uint32_t k = 0; k < d->n_caches; k++)
+                reference_entry(c, k, t, h, entry_at(c, k, page, s, h));
+        }
+    }
+    free(hit);
+}
+
+/* The library's answer against the reference's verdicts and bytes (every
+ * byte but those of entries two tokens wrote). */
+void check_write(cw_case *c, kve_status st)
+{
+    if (st == KVE_OK && (c->d.n_tokens || (c->d.moves && c->d.n_move_rows)))
+        FZ_CHECK(!c->dst_overlap, "destination strides with overlapping entries were accepted");
+    if (!c->unsure) {
+        if (c->bad)
+            FZ_CHECK(st != KVE_OK, "an invalid write was accepted");
+        else if (c->exact && !c->dst_overlap)
+            FZ_CHECK(st == KVE_OK, "a valid write was rejected: %s", kve_status_string(st));
+    }
+    if (st != KVE_OK) {
+        FZ_CHECK_ERROR_MESSAGE(st);
+        for (uint32_t k = 0; k < c->d.n_caches; k++)
+            FZ_CHECK(!memcmp(c->before[k], c->dst[k], c->g[k].dst_span),
+                     "an error (%s) wrote cache %u", kve_status_string(st), k);
+    }
+    if (st == KVE_OK && !c->bad)
+        for (uint32_t k = 0; k < c->d.n_caches; k++) {
+            for (size_t e = 0; e < c->n_entries; e++)
+                if (c->amb[e]) {
+                    size_t h = e % c->d.n_heads, ps = c->d.page_size;
+                    size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
+                                         (int64_t)(e / c->d.n_heads % ps), h);
+                    memcpy(c->ref[k] + at, c->dst[k] + at, c->g[k].de);
+                }
+            if (memcmp(c->ref[k], c->dst[k], c->g[k].dst_span)) {
+                size_t x = 0;
+                while (c->ref[k][x] == c->dst[k][x])
+                    x++;
+                FZ_FAIL("cache %u differs from the reference write at byte %zu: 0x%02x, want "
+                        "0x%02x (types %d -> %d, convert %u, dim %u)",
+                        k, x, c->dst[k][x], c->ref[k][x], (int)c->g[k].st, (int)c->g[k].dt,
+                        c->d.part[k].convert, c->g[k].dim);
+            }
+        }
+}

@@ -1,0 +1,420 @@
+/*
+ * fuzz_score_state.c — the fuzz_score harness's part on kve_state_score: a
+ * small KVE_SCORED state (1-3 rows, 1-2 layers and heads, shared heads or
+ * layers, a NONE, block-table or flat key cache, sometimes a slot or page
+ * short) driven by appends; each step scores one table layer (exactly
+ * sized, bad rows, layers, strides and NULLs sometimes) and must write what
+ * kve_score writes over the same tables, rows and keys, then scores every
+ * table layer and appends with those scores.
+ */
+#include "fuzz_score.h"
+
+/* The header's timing: rounds a row of capacity @p c with @p v valid slots
+ * runs over @p n new tokens (a token that finds it full first evicts r),
+ * and the tokens the call brings before the first. */
+static uint32_t fz_rounds(uint32_t c, uint32_t v, uint32_t n, uint32_t r, uint32_t *before)
+{
+    uint32_t rounds = 0;
+    *before = c - v;
+    for (uint32_t i = 0; i < n; i++) {
+        if (v == c) {
+            rounds++;
+            v = c - r;
+        }
+        v++;
+    }
+    return rounds;
+}
+
+typedef struct {
+    kve_state *st;
+    kve_state_layout lay;
+    kve_schedule sch;
+    uint32_t n_heads;
+    kve_score_desc d;
+    void *keys;
+    int32_t *blocks;
+    float *q_mean, *q_abs;
+} fz_scored_state;
+
+/* The scored state of a few rows, layers and heads the input asks for,
+ * created; its desc, for the sizes the key cache needs. */
+static kve_state_desc fz_state_create(fz_bytes *in, kve_context *ctx, fz_scored_state *s,
+                                      uint64_t *mix, uint8_t go)
+{
+    kve_state_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.schedule.seed = fz_mix(mix);
+    sd.schedule.flags = KVE_SCORED | (go & 1 ? KVE_SHARED_HEADS : 0) | (go & 2 ? KVE_SHARED_LAYERS : 0);
+    sd.schedule.budget = fz_below(in, 7);
+    sd.schedule.window = fz_below(in, 5);
+    sd.schedule.interval = 1 + fz_below(in, 3);
+    sd.max_seqs = 1 + fz_below(in, 3);
+    sd.n_layers = 1 + fz_below(in, 2);
+    sd.n_heads = 1 + fz_below(in, 2);
+    uint32_t pw = 5 + sd.schedule.window; /* prompts of at most 5 tokens */
+    sd.max_slots = (sd.schedule.budget > pw ? sd.schedule.budget : pw) + sd.schedule.interval;
+    kve_status st = kve_state_create(ctx, &sd, NULL, 0, &s->st);
+    FZ_CHECK(st == KVE_OK, "kve_state_create of a valid scored state: %s", kve_status_string(st));
+    FZ_CHECK(kve_state_get_layout(s->st, &s->lay) == KVE_OK, "kve_state_get_layout");
+    s->sch = sd.schedule;
+    s->n_heads = sd.n_heads;
+    return sd;
+}
+
+/* A key cache holding max_seqs page-table rows of max_slots slots
+ * (sometimes one slot or page short, sometimes a bad page id). */
+static void fz_state_key_cache(fz_bytes *in, fz_scored_state *s, const kve_state_desc *sd,
+                               uint64_t *mix)
+{
+    kve_key_cache *k = &s->d.keys;
+    static const kve_dtype types[] = {KVE_DTYPE_F32, KVE_DTYPE_F16, KVE_DTYPE_BF16};
+    k->dtype = types[fz_below(in, 3)];
+    k->head_dim = 2 * (1 + fz_below(in, 4));
+    k->n_heads = sd->n_heads + (fz_u8(in) > 250); /* not the state's: the header does not say */
+    k->layout = (kve_cache_layout)fz_below(in, 2);
+    uint8_t pt = fz_u8(in);
+    uint32_t short_by = pt >= 240; /* a slot or a page short: some candidates not in the cache */
+    k->n_rows = sd->max_seqs;
+    if (pt % 3 == 1) {
+        k->page_table = KVE_PAGES_BLOCK_TABLE;
+        k->page_size = 1 + fz_below(in, 4);
+        k->blocks_per_row = (sd->max_slots + k->page_size - 1) / k->page_size - short_by;
+        if (!k->blocks_per_row)
+            k->blocks_per_row = 1;
+        k->n_pages = k->n_rows * k->blocks_per_row;
+        s->blocks = (int32_t *)fz_alloc((size_t)k->n_pages * 4, 0);
+        for (uint32_t i = 0; i < k->n_pages; i++)
+            s->blocks[i] = (int32_t)(fz_mix(mix) % k->n_pages);
+        if (pt >= 230 && pt < 240)
+            s->blocks[fz_below(in, k->n_pages)] = (int32_t)k->n_pages; /* not a page */
+        k->block_table = s->blocks;
+    } else {
+        k->page_table = pt % 3 ? KVE_PAGES_FLAT : KVE_PAGES_NONE;
+        k->page_size = sd->max_slots - (short_by && sd->max_slots > 1);
+        k->n_pages = k->n_rows;
+    }
+    size_t es = fz_dtype_size(k->dtype), bytes = (size_t)k->n_pages * k->page_size * k->n_heads *
+                                                   k->head_dim * es;
+    s->keys = fz_alloc(bytes, 0);
+    for (size_t i = 0; i < bytes; i++)
+        ((uint8_t *)s->keys)[i] =
+            (uint8_t)(i % es == es - 1 ? 0x3c ^ (fz_mix(mix) & 0x81) : fz_mix(mix));
+    k->base = s->keys;
+}
+
+/* TriAttention statistics of modest values for every query head. */
+static void fz_state_tri(fz_bytes *in, fz_scored_state *s, uint64_t *mix)
+{
+    const kve_key_cache *k = &s->d.keys;
+    kve_triattention_params *t = &s->d.tri;
+    t->group = 1 + fz_below(in, 2);
+    size_t nq = (size_t)k->n_heads * t->group, nf = k->head_dim / 2;
+    s->q_mean = (float *)fz_alloc(nq * nf * 8, 0);
+    s->q_abs = (float *)fz_alloc(nq * nf * 4, 0);
+    for (size_t i = 0; i < nq * nf; i++) {
+        s->q_mean[2 * i] = (float)((int)(fz_mix(mix) % 257) - 128) / 64.0f;
+        s->q_mean[2 * i + 1] = (float)((int)(fz_mix(mix) % 257) - 128) / 64.0f;
+        s->q_abs[i] = (float)(fz_mix(mix) % 257) / 64.0f;
+    }
+    t->q_mean = s->q_mean;
+    t->q_abs_mean = s->q_abs;
+    t->rope_theta = 10000.0;
+}
+
+/* A scored state, its key cache and scorer, and some rows admitted. 0 when
+ * the input asks for none. */
+static int fz_state_setup(fz_bytes *in, kve_context *ctx, fz_scored_state *s, uint64_t *mix)
+{
+    uint8_t go = fz_u8(in);
+    if (go < 64)
+        return 0;
+    kve_state_desc sd = fz_state_create(in, ctx, s, mix, go);
+    kve_score_desc *d = &s->d;
+    d->scorer = go & 4 ? KVE_SCORER_TRIATTENTION : KVE_SCORER_KNORM;
+    d->flags = fz_below(in, 4);
+    d->weight = (float)fz_below(in, 3) * 0.5f;
+    fz_state_key_cache(in, s, &sd, mix);
+    fz_state_tri(in, s, mix);
+    for (uint32_t r = 0; r < sd.max_seqs; r++)
+        if (fz_u8(in) < 220) {
+            kve_status st = kve_state_admit(s->st, r, 1000 + r, fz_below(in, 6));
+            FZ_CHECK(st == KVE_OK, "kve_state_admit of row %u: %s", r, kve_status_string(st));
+        }
+    return 1;
+}
+
+static void fz_state_free(fz_scored_state *s)
+{
+    kve_state_destroy(s->st);
+    free(s->keys);
+    free(s->blocks);
+    free(s->q_mean);
+    free(s->q_abs);
+}
+
+/* One step's kve_state_score call as decoded: the rows (active ones, or
+ * spoilt), their new tokens, the rounds due and the tokens before the
+ * first, the table layer, the buffer's strides and the desc. */
+typedef struct {
+    kve_state_seq_info info[3];
+    uint32_t rows[4], n_new[4], due[4], before[4];
+    uint32_t n_call, tl, max_cap;
+    uint8_t bad;          /* above 240: a bad argument (bad & 3 says which) */
+    int invalid, unsure;  /* the header refuses the call; it leaves it open */
+    size_t stride_t, stride_r;
+    kve_score_desc d;
+    int32_t cache_rows[4];
+} fz_state_call;
+
+/* 1 to 3 distinct active rows in random order; 0 when no row is active. */
+static uint32_t fz_pick_rows(fz_bytes *in, const fz_scored_state *s, fz_state_call *c)
+{
+    uint32_t active[3], n_active = 0;
+    for (uint32_t r = 0; r < s->lay.max_seqs; r++) {
+        FZ_CHECK(kve_state_get_seq(s->st, r, &c->info[r]) == KVE_OK, "kve_state_get_seq");
+        if (c->info[r].active)
+            active[n_active++] = r;
+    }
+    if (!n_active)
+        return 0;
+    c->n_call = 1 + fz_below(in, n_active);
+    for (uint32_t i = 0; i < c->n_call; i++) {
+        uint32_t j = fz_below(in, n_active - i);
+        c->rows[i] = active[j];
+        active[j] = active[n_active - i - 1];
+        active[n_active - i - 1] = c->rows[i];
+    }
+    return c->n_call;
+}
+
+/* The table layer, and sometimes a row twice, a free or missing row or a
+ * layer past the last: the call is then invalid. */
+static void fz_spoil_rows(fz_bytes *in, const fz_scored_state *s, fz_state_call *c)
+{
+    uint32_t max_seqs = s->lay.max_seqs, n_call = c->n_call;
+    uint8_t bad = c->bad = fz_u8(in);
+    c->tl = fz_below(in, s->lay.table_layers);
+    if (bad <= 240)
+        return;
+    c->invalid = 1;
+    switch (bad & 3) {
+    case 0: /* twice, or no row */
+        c->rows[n_call > 1 ? n_call - 1 : 0] = n_call > 1 ? c->rows[0] : max_seqs;
+        break;
+    case 1: { /* a free row, or none */
+        c->rows[0] = max_seqs + (bad & 4);
+        for (uint32_t r = 0; r < max_seqs; r++)
+            if (!c->info[r].active)
+                c->rows[0] = r;
+        break;
+    }
+    case 2: c->tl = s->lay.table_layers + (bad & 4); break;
+    default: break; /* a NULL, in fz_check_state_score */
+    }
+}
+
+/* Each row's new tokens, the rounds they run and the tokens before the
+ * first; the harness models one round at most, inside the window. */
+static void fz_new_tokens(fz_bytes *in, const fz_scored_state *s, fz_state_call *c)
+{
+    for (uint32_t i = 0; i < c->n_call; i++) {
+        const kve_state_seq_info *q = c->rows[i] < s->lay.max_seqs ? &c->info[c->rows[i]] : &c->info[0];
+        c->n_new[i] = fz_u8(in) < 160 ? 1 + fz_below(in, s->sch.window + 1)
+                                      : 1 + fz_below(in, q->capacity + 2);
+        uint32_t k = fz_rounds(q->capacity, q->n_valid, c->n_new[i], s->sch.interval, &c->before[i]);
+        c->due[i] = k;
+        c->unsure |= k > 1 || (k && c->before[i] > s->sch.window);
+        c->max_cap = q->capacity > c->max_cap ? q->capacity : c->max_cap;
+    }
+}
+
+/* The buffer's strides (padded, sometimes below what a row needs) and the
+ * desc's flags, cache rows and the fields the header says are ignored. */
+static void fz_call_layout(fz_bytes *in, const fz_scored_state *s, fz_state_call *c)
+{
+    size_t tables = (size_t)s->lay.table_layers * s->lay.table_heads;
+    uint32_t max_cap = c->max_cap;
+    uint8_t sz = fz_u8(in);
+    c->stride_t = max_cap + (sz & 3);
+    c->stride_r = tables * c->stride_t + ((sz >> 2) & 3);
+    if (sz >= 0xf0 && c->stride_t)
+        c->stride_t = max_cap - 1, c->unsure = 1; /* below a row's capacity */
+    if (sz >= 0xe0 && sz < 0xf0 && c->stride_r)
+        c->stride_r = tables * c->stride_t - 1, c->unsure = 1;
+    kve_score_desc *d = &c->d;
+    *d = s->d;
+    uint8_t cr = fz_u8(in);
+    if (cr & 1) { /* each call row's keys in page-table row rows[i] */
+        for (uint32_t i = 0; i < c->n_call; i++)
+            c->cache_rows[i] = (int32_t)(c->rows[i] < s->lay.max_seqs ? c->rows[i] : 0);
+        d->cache_rows = c->cache_rows;
+    }
+    d->flags = (d->flags & ~(uint32_t)3) | ((cr >> 1) & 3);
+    /* The header: desc's heads_per_table, rows, slot_pos, scores and strides
+     * are ignored (the state's and the call's are used). */
+    d->heads_per_table = (cr >> 3) & 3;
+    d->n_rows = cr >> 5;
+    d->scores_stride_table = d->slot_pos_stride_table = (cr >> 5) & 1;
+    c->unsure |= d->keys.n_heads != s->n_heads;
+}
+
+/* The extent the header lets the call write: due rows, table layer tl. */
+static size_t fz_call_extent(const fz_scored_state *s, const fz_state_call *c)
+{
+    size_t ext = 0, th_n = s->lay.table_heads;
+    for (uint32_t i = 0; i < c->n_call && !c->invalid; i++)
+        if (c->due[i]) {
+            size_t e = i * c->stride_r + ((size_t)(c->tl + 1) * th_n - 1) * c->stride_t +
+                       c->info[c->rows[i]].capacity;
+            ext = e > ext ? e : ext;
+        }
+    return ext;
+}
+
+/* kve_score's desc for the due rows, as the header describes them: the
+ * state's tables of layer tl, rows' windows less the tokens before the
+ * round, round_start the triggering token. */
+static kve_score_desc fz_due_rows_desc(const fz_scored_state *s, const fz_state_call *c,
+                                       kve_score_row sr[4])
+{
+    uint32_t th_n = s->lay.table_heads, tl = c->tl;
+    kve_score_desc rd = c->d;
+    rd.heads_per_table = th_n == 1 ? s->n_heads : 1;
+    rd.n_rows = 0;
+    rd.rows = sr;
+    rd.slot_pos = s->lay.slot_pos;
+    rd.slot_pos_stride_table = 0;
+    rd.scores_stride_table = c->stride_t;
+    rd.cache_rows = NULL;
+    for (uint32_t i = 0; i < c->n_call && !c->invalid; i++) {
+        if (!c->due[i])
+            continue;
+        const kve_state_seq_info *q = &c->info[c->rows[i]];
+        uint32_t before = c->before[i], window = s->sch.window;
+        kve_score_row *r = &sr[rd.n_rows++];
+        memset(r, 0, sizeof *r);
+        r->table_offset = q->table_offset + (uint64_t)tl * th_n * q->capacity;
+        r->scores_offset = (uint64_t)i * c->stride_r + (uint64_t)tl * th_n * c->stride_t;
+        r->n_slots = q->capacity;
+        r->table_stride = q->capacity;
+        r->prompt_len = q->prompt_len;
+        r->window = window - (before < window ? before : window);
+        r->round_start = q->n_tokens + before;
+        r->cache_row = c->d.cache_rows ? c->d.cache_rows[i] : (int32_t)i;
+    }
+    return rd;
+}
+
+/* The call, some argument NULL when it is spoilt so, into @p buf (@p ext
+ * elements, @p was before): checked against the header, and its due rows
+ * against kve_score over the same rows and keys. Returns the verdict. */
+static int fz_check_state_score(kve_context *ctx, const fz_scored_state *s, const fz_state_call *c,
+                                float *buf, const float *was, size_t ext)
+{
+    const uint32_t *a_rows = c->rows, *a_new = c->n_new;
+    const kve_score_desc *a_desc = &c->d;
+    float *a_buf = buf;
+    kve_state *a_st = s->st;
+    uint8_t bad = c->bad;
+    if (bad > 240 && (bad & 3) == 3) {
+        switch ((bad >> 2) & 3) {
+        case 0: a_rows = NULL; break;
+        case 1: a_new = NULL; break;
+        case 2: a_buf = NULL; break;
+        default: a_desc = (bad & 16) ? NULL : a_desc, a_st = (bad & 16) ? a_st : NULL; break;
+        }
+    }
+    kve_score_row sr[4];
+    kve_score_desc rd = fz_due_rows_desc(s, c, sr);
+    int valid = c->invalid ? 0 : c->unsure ? -1 : rd.n_rows ? fz_score_valid(&rd) : 1;
+    kve_status rc = kve_state_score(a_st, c->n_call, a_rows, a_new, c->tl, a_desc, a_buf,
+                                    c->stride_r, c->stride_t);
+    if (valid == 1)
+        FZ_CHECK(rc == KVE_OK, "a valid kve_state_score call was refused: %s", kve_status_string(rc));
+    if (valid == 0)
+        FZ_CHECK(rc != KVE_OK, "an invalid kve_state_score call was accepted");
+    if (rc != KVE_OK) {
+        FZ_CHECK_ERROR_MESSAGE(rc);
+        FZ_CHECK(memcmp(buf, was, ext * 4) == 0, "a refused kve_state_score changed the scores");
+    } else if (rd.n_rows && !c->unsure) {
+        float *ref = (float *)fz_dup(was, ext * 4);
+        rd.scores = ref;
+        kve_status rr = kve_score(ctx, &rd);
+        FZ_CHECK(rr == KVE_OK, "kve_state_score accepted rows kve_score refuses: %s",
+                 kve_status_string(rr));
+        fz_check_result(&rd, rr, was, ext, valid);
+        FZ_CHECK(memcmp(buf, ref, ext * 4) == 0,
+                 "kve_state_score differs from kve_score over the same rows and keys");
+        free(ref);
+    } else if (!rd.n_rows) {
+        FZ_CHECK(memcmp(buf, was, ext * 4) == 0, "kve_state_score wrote rows whose round is not due");
+    }
+    return valid;
+}
+
+/* The append these scores are for: every table layer scored, then used. */
+static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, int valid)
+{
+    size_t tables = (size_t)s->lay.table_layers * s->lay.table_heads;
+    uint32_t max_cap = c->max_cap;
+    size_t sr_full = tables * max_cap, n_full = c->n_call * sr_full;
+    float *full = (float *)fz_alloc(n_full * 4, 0);
+    if (!full)
+        return;
+    kve_score_desc d = c->d;
+    d.flags &= ~(uint32_t)KVE_SCORE_ACCUMULATE;
+    int all_ok = 1;
+    for (uint32_t l = 0; l < s->lay.table_layers && all_ok; l++)
+        all_ok = kve_state_score(s->st, c->n_call, c->rows, c->n_new, l, &d, full, sr_full,
+                                 max_cap) == KVE_OK;
+    if (all_ok) {
+        kve_step_buffers out;
+        memset(&out, 0, sizeof out);
+        out.max_rows = c->n_call;
+        out.scores = full;
+        out.scores_stride_row = sr_full;
+        out.scores_stride_table = max_cap;
+        kve_status ra = kve_state_append(s->st, c->n_call, c->rows, c->n_new, &out);
+        FZ_CHECK(ra == KVE_OK || valid != 1, "the append of scored rows was refused: %s",
+                 kve_status_string(ra));
+    }
+    free(full);
+}
+
+/* One step: kve_state_score for a table layer against the header and
+ * kve_score, then the scores of every table layer and the append. */
+static void fz_state_step(fz_bytes *in, kve_context *ctx, fz_scored_state *s)
+{
+    fz_state_call c;
+    memset(&c, 0, sizeof c);
+    if (!fz_pick_rows(in, s, &c))
+        return;
+    fz_spoil_rows(in, s, &c);
+    fz_new_tokens(in, s, &c);
+    fz_call_layout(in, s, &c);
+    size_t ext = fz_call_extent(s, &c);
+    float *buf = (float *)fz_alloc(ext * 4, 0);
+    if (!buf)
+        return;
+    fz_fill_scores(buf, 0, ext, c.d.flags);
+    float *was = (float *)fz_dup(buf, ext * 4);
+    int valid = fz_check_state_score(ctx, s, &c, buf, was, ext);
+    free(buf);
+    free(was);
+    if (c.invalid || c.unsure)
+        return;
+    fz_scored_append(s, &c, valid);
+}
+
+void fz_scored_state_run(fz_bytes *in, kve_context *ctx, uint64_t *mix)
+{
+    fz_scored_state s;
+    memset(&s, 0, sizeof s);
+    if (fz_state_setup(in, ctx, &s, mix)) {
+        uint32_t steps = 1 + fz_below(in, 8);
+        for (uint32_t i = 0; i < steps; i++)
+            fz_state_step(in, ctx, &s);
+        fz_state_free(&s);
+    }
+}
