@@ -119,8 +119,8 @@ typedef struct {
 
 /* One hashed block's survivors, written by kve512_emit_late when the next
  * block has been hashed: each compress waits on its block's whole hash, and
- * issued at once it held the following blocks' hashing back (kvevict-bench,
- * checked G1 0.95x on Zen 4; docs/BENCHMARKS.md, issue 15, fourteenth step). */
+ * issued at once it held the following blocks' hashing back (compare_builds.sh,
+ * checked G1 0.96x on Zen 4; docs/BENCHMARKS.md, issue 15, fourteenth step). */
 typedef struct {
     __m512i slots, hi;
     __mmask16 sv;
