@@ -17,18 +17,78 @@ static kve_emu_errors kve_emu_records; /* the "device" error records */
 static char kve_emu_message_now[512];
 static uint32_t kve_emu_unit;
 
+/* ---- the device's own plan -------------------------------------------------- */
+
+static uint32_t kve_emu_dev_warp;             /* 0: the pools of kve_emu_context_use */
+static kve_emu_pool *kve_emu_dev_pools[4];    /* blocks of 64, 128, 256, 512 threads */
+static kve_launch_limits kve_emu_lim_saved;   /* kve_emu_context_use's, while planning as a device */
+
+/* An H200: 132 multiprocessors, 227 KiB of shared memory a block (opt-in),
+ * of which eviction's fixed state takes its part. */
+#define KVE_EMU_DEV_SMS 132u
+#define KVE_EMU_DEV_SMEM ((size_t)227 << 10)
+
+static kve_launch_limits *kve_emu_lim_of_pools(void)
+{
+    return kve_emu_dev_warp ? &kve_emu_lim_saved : &kve_emu_lim;
+}
+
+static void kve_emu_dev_pools_free(void)
+{
+    for (int i = 0; i < 4; i++) {
+        kve_emu_pool_destroy(kve_emu_dev_pools[i]);
+        kve_emu_dev_pools[i] = NULL;
+    }
+}
+
+void kve_emu_context_device_plan(uint32_t warp)
+{
+    if (warp && !kve_emu_dev_warp) {
+        kve_emu_lim_saved = kve_emu_lim;
+        kve_emu_lim = kve_launch_limits_of(KVE_EMU_DEV_SMS,
+                                           KVE_EMU_DEV_SMEM - sizeof(kve_evict_smem));
+    } else if (!warp && kve_emu_dev_warp) {
+        kve_emu_lim = kve_emu_lim_saved;
+    }
+    if (warp != kve_emu_dev_warp)
+        kve_emu_dev_pools_free();
+    kve_emu_dev_warp = warp;
+}
+
+/* The pool of a kernel launched with blocks of @p threads: the device's
+ * when planning as a device, else @p dflt. Aborts when it cannot make one
+ * (the test cannot go on). */
+static kve_emu_pool *kve_emu_pool_for(uint32_t threads, kve_emu_pool *dflt)
+{
+    if (!kve_emu_dev_warp)
+        return dflt;
+    int i = threads <= 64 ? 0 : threads <= 128 ? 1 : threads <= 256 ? 2 : 3;
+    if (!kve_emu_dev_pools[i])
+        kve_emu_dev_pools[i] = kve_emu_pool_create(64u << i, kve_emu_dev_warp);
+    if (!kve_emu_dev_pools[i] || (64u << i) != threads) {
+        fprintf(stderr, "emu: no pool of %u threads in warps of %u\n", threads, kve_emu_dev_warp);
+        abort();
+    }
+    return kve_emu_dev_pools[i];
+}
+
+/* While planning as a device, the device's limits stay; these wait. */
+static kve_launch_limits *kve_emu_lim_of_pools(void);
+
 void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool)
 {
+    kve_launch_limits *lim = kve_emu_lim_of_pools();
     kve_emu_pool_now = pool;
-    kve_emu_lim.max_grid = max_grid ? max_grid : 1;
-    kve_emu_lim.max_grid_workspace = kve_emu_lim.max_grid;
+    lim->max_grid = max_grid ? max_grid : 1;
+    lim->max_grid_workspace = lim->max_grid;
     kve_emu_evict_pool = evict_pool;
 }
 
 void kve_emu_context_evict_limits(size_t evict_smem_max, uint32_t max_grid_workspace)
 {
-    kve_emu_lim.evict_smem_max = evict_smem_max;
-    kve_emu_lim.max_grid_workspace = max_grid_workspace ? max_grid_workspace : 1;
+    kve_launch_limits *lim = kve_emu_lim_of_pools();
+    lim->evict_smem_max = evict_smem_max;
+    lim->max_grid_workspace = max_grid_workspace ? max_grid_workspace : 1;
 }
 
 kve_launch_limits kve_emu_context_limits(void) { return kve_emu_lim; }
@@ -148,8 +208,8 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
     if (kve_emu_launch_fails("kve_state_kernel"))
         return KVE_OK;
     uint32_t grid;
-    int rc = kve_emu_state_update(kve_emu_pool_now, kve_emu_lim.max_grid, u, &kve_emu_records,
-                                  &grid);
+    int rc = kve_emu_state_update(kve_emu_pool_for(KVE_STATE_THREADS, kve_emu_pool_now),
+                                  kve_emu_lim.max_grid, u, &kve_emu_records, &grid);
     kve_emu_log_add("kve_state_kernel", grid, 0);
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
@@ -170,17 +230,18 @@ static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, &e->b);
     kve_emu_log_evict("kve_state_evict_kernel", &p);
-    if (!kve_emu_evict_pool)
+    kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
+    if (!pool)
         return kve_emu_cpu->state_evict(ctx, e);
     if (kve_emu_launch_fails("kve_state_evict_kernel"))
         return KVE_OK;
-    return kve_emu_state_evict(kve_emu_evict_pool, &p, e, &kve_emu_records) ? KVE_ERR_INTERNAL
-                                                                           : KVE_OK;
+    return kve_emu_state_evict(pool, &p, e, &kve_emu_records) ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
 static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     (void)ctx;
+    kve_emu_pool *pool = kve_emu_pool_for(KVE_CACHE_WRITE_THREADS, kve_emu_pool_now);
     kve_emu_log_add("kve_cache_write", d->n_tokens, kve_cache_move_entries(d));
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
@@ -194,13 +255,12 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
             return KVE_ERR_INTERNAL;
         kve_cache_write_desc t = *d;
         *(blocks ? &t.block_table : &t.indices) = bad;
-        kve_status st = kve_emu_cache_write(kve_emu_pool_now, kve_emu_lim.max_grid, &t,
-                                            &kve_emu_records, &kve_emu_unit);
+        kve_status st = kve_emu_cache_write(pool, kve_emu_lim.max_grid, &t, &kve_emu_records,
+                                            &kve_emu_unit);
         free(bad);
         return st;
     }
-    return kve_emu_cache_write(kve_emu_pool_now, kve_emu_lim.max_grid, d, &kve_emu_records,
-                               &kve_emu_unit);
+    return kve_emu_cache_write(pool, kve_emu_lim.max_grid, d, &kve_emu_records, &kve_emu_unit);
 }
 
 static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
@@ -208,7 +268,8 @@ static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
     (void)ctx;
     if (kve_emu_launch_fails("kve_score_kernel"))
         return KVE_OK;
-    return kve_emu_score(kve_emu_pool_now, kve_emu_lim.max_grid, d, &kve_emu_records)
+    return kve_emu_score(kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now),
+                         kve_emu_lim.max_grid, d, &kve_emu_records)
                ? KVE_ERR_INTERNAL
                : KVE_OK;
 }
@@ -216,9 +277,10 @@ static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
 static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
-    if (!kve_emu_evict_pool)
-        return kve_emu_cpu->evict(ctx, b, o, workspace, workspace_bytes);
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, b);
+    kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
+    if (!pool)
+        return kve_emu_cpu->evict(ctx, b, o, workspace, workspace_bytes);
     kve_emu_log_evict("kve_evict_kernel", &p);
     if (kve_emu_launch_fails("kve_evict_kernel"))
         return KVE_OK;
@@ -235,7 +297,7 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
         t.slot_pos = bad;
         t.flags |= KVE_TRUSTED_SLOTS;
     }
-    int rc = kve_emu_evict_planned(kve_emu_evict_pool, &p, &t, o, workspace, &kve_emu_records);
+    int rc = kve_emu_evict_planned(pool, &p, &t, o, workspace, &kve_emu_records);
     free(bad);
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
@@ -264,19 +326,39 @@ static kve_status emu_probe(int *out_available) { return kve_emu_cpu->probe(out_
 
 static kve_status emu_context_init(kve_context *ctx) { return kve_emu_cpu->context_init(ctx); }
 
-static void emu_context_fini(kve_context *ctx) { kve_emu_cpu->context_fini(ctx); }
+static void emu_context_fini(kve_context *ctx)
+{
+    kve_emu_untrack(&kve_emu_records);
+    kve_emu_context_device_plan(0);
+    kve_emu_cpu->context_fini(ctx);
+}
 
 static kve_status emu_set_device(kve_context *ctx, int device)
 {
     return kve_emu_cpu->set_device(ctx, device);
 }
 
+/* Exactly @p bytes (no rounding into a larger block: ASan sees a read past
+ * the end), aligned as cudaMalloc's, garbage as device memory starts. */
 static kve_status emu_alloc(kve_context *ctx, size_t bytes, void **out)
 {
-    return kve_emu_cpu->alloc(ctx, bytes, out);
+    (void)ctx;
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0)
+        return KVE_ERR_NOMEM;
+    memset(p, 0x5a, bytes);
+    kve_emu_track(p, bytes);
+    *out = p;
+    return KVE_OK;
 }
 
-static kve_status emu_free(kve_context *ctx, void *ptr) { return kve_emu_cpu->free(ctx, ptr); }
+static kve_status emu_free(kve_context *ctx, void *ptr)
+{
+    (void)ctx;
+    kve_emu_untrack(ptr);
+    free(ptr);
+    return KVE_OK;
+}
 
 static kve_status emu_keys(kve_context *ctx, uint64_t seed, uint32_t flags,
                            const kve_coord *coords, size_t n, uint64_t *keys)
@@ -327,9 +409,17 @@ kve_context *kve_emu_context_create(void)
     kve_emu_lim = kve_emu_limits(1);
     kve_emu_log = NULL;
     kve_emu_errors_reset(&kve_emu_records);
+    kve_emu_track(&kve_emu_records, sizeof kve_emu_records);
     kve_emu_message_now[0] = '\0';
     kve_emu_pending.kind = KVE_EMU_FAULT_NONE;
     kve_emu_failed_launch = NULL;
     ctx->ops = &kve_emu_ops;
+    /* ctest runs every emulator suite a second time as the device plans
+     * it, and under the order check (tests/emu/CMakeLists.txt). */
+    const char *dev = getenv("KVE_EMU_DEVICE"), *check = getenv("KVE_EMU_ORDER_CHECK");
+    if (dev && *dev)
+        kve_emu_context_device_plan((uint32_t)strtoul(dev, NULL, 10));
+    if (check && *check)
+        kve_emu_order_check(atoi(check));
     return ctx;
 }

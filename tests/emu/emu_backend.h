@@ -9,6 +9,12 @@
  * skips the content checks it skips for a GPU, and kve_context_synchronize()
  * reports (and clears) the emulated device's error records as the GPU glue
  * does. The whole public API then runs against the bodies, as on a device.
+ *
+ * Its memory (kve_alloc) is exactly the bytes asked, 256-byte aligned and
+ * filled with garbage, as a GPU's: under ASan a read past an allocation
+ * faults as compute-sanitizer's memcheck reports it on a device. Every
+ * allocation and the error records are tracked for the order check
+ * (kve_emu_order_check).
  */
 #ifndef KVE_EMU_BACKEND_H
 #define KVE_EMU_BACKEND_H
@@ -23,6 +29,15 @@ kve_context *kve_emu_context_create(void);
  * most @p max_grid blocks; kve_evict on @p evict_pool (threaded), or on the
  * CPU when NULL. */
 void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool);
+
+/* The device's own launch plan: every kernel on blocks of the thread count
+ * the GPU driver launches it with (kve_launch.h: state, cache write and
+ * scorer 256 threads, eviction its plan's 64 to 512), warps of @p warp (32
+ * or 64), grids and shared memory planned with an H200's limits (132
+ * multiprocessors, 227 KiB of shared memory a block); kve_evict and a
+ * state's eviction run on the emulator too. 0 goes back to the pools of
+ * kve_emu_context_use. The pools live until the context is destroyed. */
+void kve_emu_context_device_plan(uint32_t warp);
 
 /* The emulated device's eviction limits (kve_launch.h): @p evict_smem_max
  * bytes of dynamic shared memory a block's scratch may take (a larger

@@ -76,6 +76,8 @@ struct kve_emu_pool {
     uint32_t *order; /* [nt]: the order of a phase */
     uint32_t nt, ws;
     uint64_t rng; /* every order of the pool */
+    kve_emu_order mode, flip_mode; /* kve_emu_pool_order */
+    uint32_t flip_phase, phases;   /* phases: the most of a block in the launch */
     /* the current launch */
     int quit;
     jmp_buf sched;             /* the launcher, while a fiber runs */
@@ -199,6 +201,28 @@ uint64_t kve_emu_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d)
     return tc->tid % tc->ws >= d ? buf[tc->tid - d] : v;
 }
 
+/* The order of phase @p phase: @p n entries of @p out. */
+static void kve_emu_order_fill(kve_emu_pool *p, uint32_t phase, uint32_t *out, uint32_t n)
+{
+    kve_emu_order m = phase == p->flip_phase ? p->flip_mode : p->mode;
+    if (m == KVE_EMU_ORDER_RANDOM) {
+        kve_rand_perm(&p->rng, out, n);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = m == KVE_EMU_ORDER_FORWARD ? i : n - 1 - i;
+}
+
+void kve_emu_pool_order(kve_emu_pool *pool, kve_emu_order mode, uint32_t flip_phase,
+                        kve_emu_order flip_mode)
+{
+    pool->mode = mode;
+    pool->flip_phase = flip_phase;
+    pool->flip_mode = flip_mode;
+}
+
+uint32_t kve_emu_pool_phases(const kve_emu_pool *pool) { return pool->phases; }
+
 /* Block @p b of @p grid, phase after phase, until all its threads return. */
 static void kve_emu_run_block(kve_emu_pool *p, uint32_t b, uint32_t grid)
 {
@@ -211,7 +235,9 @@ static void kve_emu_run_block(kve_emu_pool *p, uint32_t b, uint32_t grid)
     }
     for (uint32_t phase = 0;; phase++) {
         uint32_t done = 0;
-        kve_rand_perm(&p->rng, p->order, p->nt);
+        kve_emu_order_fill(p, phase, p->order, p->nt);
+        if (phase + 1 > p->phases)
+            p->phases = phase + 1;
         for (uint32_t i = 0; i < p->nt; i++) {
             kve_emu_resume(p, &p->fibers[p->order[i]]);
             done += (uint32_t)p->fibers[p->order[i]].done;
@@ -258,6 +284,8 @@ static kve_emu_pool *kve_emu_pool_new(uint32_t nt, uint32_t ws)
         p->nt = nt;
         p->ws = ws;
         p->block.pool = p;
+        p->mode = p->flip_mode = KVE_EMU_ORDER_RANDOM;
+        p->flip_phase = KVE_EMU_NO_PHASE;
     }
     return p;
 }
@@ -309,10 +337,11 @@ static int kve_emu_launch_serial(kve_emu_pool *pool, uint32_t grid, unsigned cha
     if (!blocks)
         return -1;
     uint32_t *threads = blocks + grid;
-    kve_rand_perm(&pool->rng, blocks, grid);
+    kve_emu_order_fill(pool, 0, blocks, grid);
+    pool->phases = 1;
     for (uint32_t b = 0; b < grid; b++) {
         memset(smem, 0xa5, pool->smem_bytes);
-        kve_rand_perm(&pool->rng, threads, pool->nt);
+        kve_emu_order_fill(pool, 0, threads, pool->nt);
         for (uint32_t i = 0; i < pool->nt; i++) {
             kve_tc tc = {threads[i], pool->nt, pool->ws, blocks[b], grid, &pool->block, 0};
             body(&tc, smem, arg);
@@ -337,6 +366,7 @@ int kve_emu_launch(kve_emu_pool *pool, uint32_t grid, size_t smem_bytes, kve_emu
     }
     pool->body = body;
     pool->arg = arg;
+    pool->phases = 0;
     for (uint32_t b = 0; b < grid; b++)
         kve_emu_run_block(pool, b, grid);
     pool->smem = NULL;

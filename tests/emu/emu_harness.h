@@ -38,4 +38,23 @@ void kve_emu_pool_destroy(kve_emu_pool *pool);
 int kve_emu_launch(kve_emu_pool *pool, uint32_t grid, size_t smem_bytes, kve_emu_body body,
                    void *arg);
 
+/* The order a block's threads run in within a phase (between two barriers;
+ * on a serial pool: the blocks, and each block's threads to their end). */
+typedef enum kve_emu_order {
+    KVE_EMU_ORDER_RANDOM = 0, /* drawn anew every phase from the pool's generator (the default) */
+    KVE_EMU_ORDER_FORWARD,    /* thread 0 first (blocks 0 first) */
+    KVE_EMU_ORDER_REVERSE     /* the last thread first (the last block first) */
+} kve_emu_order;
+
+#define KVE_EMU_NO_PHASE UINT32_MAX
+
+/* The next launches run their phases in order @p mode, except phase
+ * @p flip_phase of every block (0: up to the first barrier; KVE_EMU_NO_PHASE:
+ * none), which runs in order @p flip_mode. */
+void kve_emu_pool_order(kve_emu_pool *pool, kve_emu_order mode, uint32_t flip_phase,
+                        kve_emu_order flip_mode);
+
+/* The most phases a block of the last launch ran (1: no barrier met). */
+uint32_t kve_emu_pool_phases(const kve_emu_pool *pool);
+
 #endif

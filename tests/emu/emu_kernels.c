@@ -29,6 +29,183 @@ kve_launch_limits kve_emu_limits(uint32_t max_grid)
 
 void kve_emu_errors_reset(kve_emu_errors *e) { memset(e->rec, 0xff, sizeof e->rec); }
 
+/* ---- the order check ------------------------------------------------------- */
+
+typedef struct kve_emu_region {
+    unsigned char *p;
+    size_t bytes;
+} kve_emu_region;
+
+static kve_emu_region *kve_emu_regions;
+static size_t kve_emu_n_regions, kve_emu_cap_regions;
+static int kve_emu_checking;
+
+void kve_emu_track(void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    if (kve_emu_n_regions == kve_emu_cap_regions) {
+        size_t cap = kve_emu_cap_regions ? 2 * kve_emu_cap_regions : 64;
+        kve_emu_region *r = (kve_emu_region *)realloc(kve_emu_regions, cap * sizeof *r);
+        if (!r) {
+            fprintf(stderr, "emu: out of memory tracking device memory\n");
+            abort();
+        }
+        kve_emu_regions = r;
+        kve_emu_cap_regions = cap;
+    }
+    kve_emu_region r = {(unsigned char *)p, bytes};
+    kve_emu_regions[kve_emu_n_regions++] = r;
+}
+
+void kve_emu_untrack(const void *p)
+{
+    for (size_t i = 0; i < kve_emu_n_regions; i++)
+        if (kve_emu_regions[i].p == (const unsigned char *)p) {
+            kve_emu_regions[i] = kve_emu_regions[--kve_emu_n_regions];
+            return;
+        }
+}
+
+int kve_emu_order_check(int on)
+{
+    int was = kve_emu_checking;
+    kve_emu_checking = on;
+    return was;
+}
+
+static size_t kve_emu_tracked_bytes(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < kve_emu_n_regions; i++)
+        n += kve_emu_regions[i].bytes;
+    return n;
+}
+
+/* The tracked memory to @p buf (@p save) or back from it. */
+static void kve_emu_snapshot(unsigned char *buf, int save)
+{
+    for (size_t i = 0; i < kve_emu_n_regions; i++) {
+        kve_emu_region *r = &kve_emu_regions[i];
+        if (save)
+            memcpy(buf, r->p, r->bytes);
+        else
+            memcpy(r->p, buf, r->bytes);
+        buf += r->bytes;
+    }
+}
+
+/* The first tracked byte (outside the scratch) where the memory now differs
+ * from @p ref, as an offset into the snapshot; SIZE_MAX when none. */
+static size_t kve_emu_first_diff(const unsigned char *ref, const unsigned char *scratch,
+                                 size_t scratch_bytes)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < kve_emu_n_regions; i++) {
+        const kve_emu_region *r = &kve_emu_regions[i];
+        for (size_t b = 0; b < r->bytes; b++) {
+            const unsigned char *q = r->p + b;
+            int in_scratch = scratch && q >= scratch && q < scratch + scratch_bytes;
+            if (!in_scratch && *q != ref[at + b])
+                return at + b;
+        }
+        at += r->bytes;
+    }
+    return SIZE_MAX;
+}
+
+typedef struct kve_emu_launch_args {
+    kve_emu_pool *pool;
+    uint32_t grid;
+    size_t smem;
+    kve_emu_body body;
+    void *arg;
+} kve_emu_launch_args;
+
+/* One run from the initial memory @p init in @p mode (phase @p flip in
+ * @p flip_mode); 0 when it launched. */
+static int kve_emu_run_once(const kve_emu_launch_args *l, unsigned char *init, kve_emu_order mode,
+                            uint32_t flip, kve_emu_order flip_mode)
+{
+    kve_emu_snapshot(init, 0);
+    kve_emu_pool_order(l->pool, mode, flip, flip_mode);
+    int rc = kve_emu_launch(l->pool, l->grid, l->smem, l->body, l->arg);
+    kve_emu_pool_order(l->pool, KVE_EMU_ORDER_RANDOM, KVE_EMU_NO_PHASE, KVE_EMU_ORDER_RANDOM);
+    return rc;
+}
+
+/* The orders disagree: find the first phase whose order alone changes the
+ * outputs, say so and stop. */
+static void kve_emu_order_failed(const kve_emu_launch_args *l, const char *kernel,
+                                 unsigned char *init, const unsigned char *ref, uint32_t phases,
+                                 const char *which, const unsigned char *scratch,
+                                 size_t scratch_bytes)
+{
+    uint32_t found = KVE_EMU_NO_PHASE;
+    for (uint32_t k = 0; k < phases && found == KVE_EMU_NO_PHASE; k++) {
+        for (int m = KVE_EMU_ORDER_REVERSE; m >= KVE_EMU_ORDER_RANDOM; m--) {
+            kve_emu_run_once(l, init, KVE_EMU_ORDER_FORWARD, k, (kve_emu_order)m);
+            if (kve_emu_first_diff(ref, scratch, scratch_bytes) != SIZE_MAX) {
+                found = k;
+                break;
+            }
+        }
+    }
+    if (found == KVE_EMU_NO_PHASE)
+        fprintf(stderr,
+                "emu: kernel %s: its outputs depend on the order of a block's threads (forward "
+                "and %s differ; no single phase's order alone changes them)\n",
+                kernel, which);
+    else
+        fprintf(stderr,
+                "emu: kernel %s: its outputs depend on the order of a block's threads in phase "
+                "%u (%s; forward and %s differ)\n",
+                kernel, found,
+                found == 0 ? "before the first barrier" : "between two barriers", which);
+    abort();
+}
+
+/* The launch three times, forward, reverse and random, from the same
+ * memory; the memory is left as the forward run left it. */
+static int kve_emu_run_checked(const kve_emu_launch_args *l, const char *kernel,
+                               const unsigned char *scratch, size_t scratch_bytes)
+{
+    size_t bytes = kve_emu_tracked_bytes();
+    unsigned char *init = (unsigned char *)malloc(bytes ? bytes : 1);
+    unsigned char *ref = (unsigned char *)malloc(bytes ? bytes : 1);
+    if (!init || !ref) {
+        free(init);
+        free(ref);
+        return -1;
+    }
+    kve_emu_snapshot(init, 1);
+    int rc = kve_emu_run_once(l, init, KVE_EMU_ORDER_FORWARD, KVE_EMU_NO_PHASE,
+                              KVE_EMU_ORDER_FORWARD);
+    uint32_t phases = kve_emu_pool_phases(l->pool);
+    kve_emu_snapshot(ref, 1);
+    static const kve_emu_order others[] = {KVE_EMU_ORDER_REVERSE, KVE_EMU_ORDER_RANDOM};
+    static const char *const names[] = {"reverse", "random"};
+    for (int i = 0; i < 2 && !rc; i++) {
+        rc = kve_emu_run_once(l, init, others[i], KVE_EMU_NO_PHASE, others[i]);
+        if (!rc && kve_emu_first_diff(ref, scratch, scratch_bytes) != SIZE_MAX)
+            kve_emu_order_failed(l, kernel, init, ref, phases, names[i], scratch, scratch_bytes);
+    }
+    if (!rc)
+        kve_emu_snapshot(ref, 0);
+    free(init);
+    free(ref);
+    return rc;
+}
+
+int kve_emu_run(kve_emu_pool *pool, const char *kernel, uint32_t grid, size_t smem,
+                kve_emu_body body, void *arg, const void *scratch, size_t scratch_bytes)
+{
+    kve_emu_launch_args l = {pool, grid, smem, body, arg};
+    if (!kve_emu_checking)
+        return kve_emu_launch(pool, grid, smem, body, arg);
+    return kve_emu_run_checked(&l, kernel, (const unsigned char *)scratch, scratch_bytes);
+}
+
 kve_status kve_emu_errors_status(const kve_emu_errors *e, char *msg, size_t msg_bytes)
 {
     kve_emu_message[0] = '\0';
@@ -47,7 +224,7 @@ int kve_emu_keys(kve_emu_pool *pool, uint32_t grid, uint64_t seed, uint32_t flag
                  const kve_coord *coords, size_t n, uint64_t *keys)
 {
     kve_keys_args a = {seed, flags, coords, n, keys};
-    return kve_emu_launch(pool, grid, 0, kve_emu_keys_body, &a);
+    return kve_emu_run(pool, "kve_keys_kernel", grid, 0, kve_emu_keys_body, &a, NULL, 0);
 }
 
 static void kve_emu_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -66,7 +243,9 @@ int kve_emu_evict_planned(kve_emu_pool *pool, const kve_evict_plan *p, const kve
                           const kve_evict_out *o, void *workspace, kve_emu_errors *e)
 {
     kve_evict_args a = kve_evict_args_make(b, o, p, workspace, e->rec);
-    return kve_emu_launch(pool, p->grid, kve_emu_evict_smem(p), kve_emu_evict_body, &a);
+    return kve_emu_run(pool, "kve_evict_kernel", p->grid, kve_emu_evict_smem(p),
+                       kve_emu_evict_body, &a, workspace,
+                       workspace ? p->workspace_bytes + KVE_EVICT_SCRATCH_ALIGN : 0);
 }
 
 int kve_emu_evict(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_batch *b,
@@ -107,9 +286,11 @@ int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d
     if (kve_compact_args_make(d, e->rec, kve_emu_set_error, &a) != KVE_OK)
         return -1;
     *unit_used = a.unit;
-    if (kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_move_body, &a))
+    if (kve_emu_run(pool, "kve_compact_move_kernel", grid, sizeof(kve_compact_smem),
+                    kve_emu_move_body, &a, NULL, 0))
         return -1;
-    return kve_emu_launch(pool, grid, sizeof(kve_compact_smem), kve_emu_slots_body, &a);
+    return kve_emu_run(pool, "kve_compact_slots_kernel", grid, sizeof(kve_compact_smem),
+                       kve_emu_slots_body, &a, NULL, 0);
 }
 
 static void kve_emu_state_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -129,7 +310,8 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
     kve_state_args a = kve_state_args_make(u, e->rec);
     kve_launch_limits lim = kve_emu_limits(max_grid);
     *grid_used = kve_state_plan_grid(&lim, u, nt);
-    return kve_emu_launch(pool, *grid_used, 0, kve_emu_state_body, &a);
+    return kve_emu_run(pool, "kve_state_kernel", *grid_used, 0, kve_emu_state_body, &a, NULL,
+                       0);
 }
 
 static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -142,7 +324,8 @@ int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_s
                         kve_emu_errors *e)
 {
     kve_state_evict_args a = kve_state_evict_args_make(se, p, e->rec);
-    return kve_emu_launch(pool, p->grid, kve_emu_evict_smem(p), kve_emu_state_evict_body, &a);
+    return kve_emu_run(pool, "kve_state_evict_kernel", p->grid, kve_emu_evict_smem(p),
+                       kve_emu_state_evict_body, &a, se->workspace, se->workspace_bytes);
 }
 
 static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -170,11 +353,13 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
     *unit_used = a.unit[0]; /* cache 0's: 0 when it converts */
     kve_launch_limits lim = kve_emu_limits(max_grid);
     kve_cache_write_plan p = kve_cache_write_plan_make(&lim, d, &a, nt);
-    if (p.move_entries &&
-        kve_emu_launch(pool, p.move_grid, 0, kve_emu_cache_move_body, &a))
+    if (p.move_entries && kve_emu_run(pool, "kve_cache_move_kernel", p.move_grid, 0,
+                                      kve_emu_cache_move_body, &a, NULL, 0))
         return KVE_ERR_NOMEM;
-    return kve_emu_launch(pool, p.write_grid, 0, kve_emu_cache_write_body, &a) ? KVE_ERR_INTERNAL
-                                                                               : KVE_OK;
+    return kve_emu_run(pool, "kve_cache_write_kernel", p.write_grid, 0, kve_emu_cache_write_body,
+                       &a, NULL, 0)
+               ? KVE_ERR_INTERNAL
+               : KVE_OK;
 }
 
 static void kve_emu_score_body(kve_tc *tc, unsigned char *smem, void *arg)
@@ -192,7 +377,8 @@ int kve_emu_score(kve_emu_pool *pool, uint32_t max_grid, const kve_score_desc *d
         static kve_score_args a; /* large: off the stack */
         uint32_t items = kve_score_args_make(d, k, e->rec, &a);
         kve_score_plan p = kve_score_plan_make(&lim, &a, items, nt);
-        if (kve_emu_launch(pool, p.grid, p.smem, kve_emu_score_body, &a))
+        if (kve_emu_run(pool, "kve_score_kernel", p.grid, p.smem, kve_emu_score_body, &a, NULL,
+                        0))
             return -1;
     }
     return 0;

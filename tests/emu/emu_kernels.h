@@ -18,6 +18,28 @@ typedef struct kve_emu_errors {
 } kve_emu_errors;
 
 void kve_emu_errors_reset(kve_emu_errors *e);
+
+/* ---- the order check ------------------------------------------------------ *
+ * Memory a launch may write, as the emulated device sees it: the emulated
+ * context's allocations (emu_backend.c tracks them), its error records,
+ * and whatever a test adds. */
+void kve_emu_track(void *p, size_t bytes);
+void kve_emu_untrack(const void *p);
+
+/* With @p on, every launch below runs three times from the same tracked
+ * memory: the threads of each block in forward, reverse and random order
+ * between barriers. When the memory after one differs from the memory after
+ * forward, the body's outputs depend on an order a GPU may pick: the run
+ * stops (a message on stderr, then abort()) naming the kernel and the first
+ * phase whose order alone changes them ("phase k": after barrier k). Eviction
+ * scratch in a workspace is left out of the comparison. Returns the setting
+ * it replaces. */
+int kve_emu_order_check(int on);
+
+/* Launch @p body as kernel @p kernel (the order check applies); bytes of
+ * [@p scratch, + @p scratch_bytes) are scratch, not outputs. */
+int kve_emu_run(kve_emu_pool *pool, const char *kernel, uint32_t grid, size_t smem,
+                kve_emu_body body, void *arg, const void *scratch, size_t scratch_bytes);
 /* The status the GPU backend's synchronize would return, with its message
  * copied into @p msg. */
 kve_status kve_emu_errors_status(const kve_emu_errors *e, char *msg, size_t msg_bytes);

@@ -1,5 +1,8 @@
 /* emu_suite.c — pools, shapes and the reference of the emulator suites. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "emu_backend.h"
 #include "emu_suite.h"
@@ -64,4 +67,42 @@ unsigned kve_env_count(const char *name, unsigned dflt)
 {
     const char *v = getenv(name);
     return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+void kve_emu_track_case(const kve_case *c, const kve_case_bufs *b, int on)
+{
+    for (int i = 0; i < c->n_bufs; i++) {
+        if (on)
+            kve_emu_track(b->p[i], c->bytes[i]);
+        else
+            kve_emu_untrack(b->p[i]);
+    }
+}
+
+int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes)
+{
+    int fd[2];
+    fflush(stdout);
+    fflush(stderr);
+    if (pipe(fd))
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (pid > 0 && (r = read(fd[0], err + got, err_bytes - 1 - got)) > 0)
+        got += (size_t)r;
+    err[got] = '\0';
+    close(fd[0]);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
+        return -1;
+    return st;
 }

@@ -9,6 +9,7 @@
 #include <check.h>
 
 #include "emu_harness.h"
+#include "kve_cases.h"
 #include "kve_suite.h"
 #include "kvevict.h"
 
@@ -34,6 +35,15 @@ kve_context *kve_reference(void);
 extern kve_context *kve_ref, *kve_emu;
 void kve_emu_fixture_setup(void);
 void kve_emu_fixture_teardown(void);
+
+/* The device's outputs of a case (emu_kernels.h's order check compares
+ * tracked memory only): track @p b's buffers, or stop tracking them. */
+void kve_emu_track_case(const kve_case *c, const kve_case_bufs *b, int on);
+
+/* Runs @p fn(@p arg) in a forked child, its stderr read into @p err (a
+ * string); the child exits 0 when fn returns. Returns the child's wait
+ * status, -1 when it could not run. For bodies that must abort the run. */
+int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes);
 
 /* $name as a count, or @p dflt when unset. */
 unsigned kve_env_count(const char *name, unsigned dflt);

@@ -106,7 +106,11 @@ static void kve_check_case(const kve_case *c, kve_context *ref, uint64_t *rng, i
     int global = (int)kve_rand_below(rng, 2);
     kve_emu_errors e;
     kve_emu_errors_reset(&e);
+    kve_emu_track_case(c, &got, 1);
+    kve_emu_track(&e, sizeof e);
     ck_assert_int_eq(kve_emu_run_case(kve_pools[s], grid, global, c, &got, &e, &unit), 0);
+    kve_emu_untrack(&e);
+    kve_emu_track_case(c, &got, 0);
     kve_status st = kve_emu_errors_status(&e, msg, sizeof msg);
     ck_assert_msg(!kve_case_verdict(c, st, msg, &got, st_ref, ref_msg, &want, why, sizeof why),
                   "%s [block %u, warp %u, grid %u, %s scratch, unit %u]: emulated vs CPU: %s",

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "emu_harness.h"
+#include "emu_suite.h"
 #include "kve_expect.h"
 
 static const char kve_disagree[] = "emu: threads of a block disagree at a barrier";
@@ -78,39 +79,30 @@ static void kve_body_agree(kve_tc *tc, unsigned char *smem, void *arg)
     out[tc->nt + tc->tid] = v;
 }
 
+/* A body on a fresh pool, as a child runs it. */
+typedef struct kve_child_run {
+    kve_emu_body body;
+    uint32_t nt, ws, grid;
+    int serial;
+} kve_child_run;
+
+static void kve_child(void *arg)
+{
+    const kve_child_run *r = (const kve_child_run *)arg;
+    static uint64_t scratch[2 * 4 * 256];
+    kve_emu_pool *pool = r->serial ? kve_emu_pool_create_serial(r->nt, r->ws, 7)
+                                   : kve_emu_pool_create(r->nt, r->ws);
+    if (!pool || kve_emu_launch(pool, r->grid, r->nt * sizeof(uint32_t), r->body, scratch))
+        _exit(3);
+    kve_emu_pool_destroy(pool);
+}
+
 /* Runs @p body on a fresh pool in a child; its stderr in @p err. */
 static int kve_run_child(kve_emu_body body, uint32_t nt, uint32_t ws, uint32_t grid, int serial,
                          char *err, size_t err_bytes)
 {
-    int fd[2];
-    fflush(stdout);
-    fflush(stderr);
-    if (pipe(fd))
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
-        static uint64_t scratch[2 * 4 * 256];
-        kve_emu_pool *pool =
-            serial ? kve_emu_pool_create_serial(nt, ws, 7) : kve_emu_pool_create(nt, ws);
-        if (!pool || kve_emu_launch(pool, grid, nt * sizeof(uint32_t), body, scratch))
-            _exit(3);
-        kve_emu_pool_destroy(pool);
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (pid > 0 && (r = read(fd[0], err + got, err_bytes - 1 - got)) > 0)
-        got += (size_t)r;
-    err[got] = '\0';
-    close(fd[0]);
-    int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    return st;
+    kve_child_run r = {body, nt, ws, grid, serial};
+    return kve_emu_in_child(kve_child, &r, err, err_bytes);
 }
 
 /* @p body must abort its child with @p msg (and @p detail) on stderr. */

@@ -188,6 +188,20 @@ static kve_job_bufs kve_job_bufs_clone(const kve_job_case *jc, uint32_t rows, co
     return c;
 }
 
+/* The device's outputs among @p b (the order check's), tracked or not. */
+static void kve_job_bufs_track(const kve_job_case *jc, uint32_t rows, const kve_job_bufs *b, int on)
+{
+    void *p[] = {b->slot_pos, b->freed, b->seqs, b->map, b->moves, b->n_moves};
+    size_t n[] = {jc->n_slot_pos * 4 + 4, jc->n_freed * 4 + 4, rows * sizeof(kve_seq),
+                  jc->n_map * 8, jc->n_lists * jc->u.max_moves * 8, jc->n_lists * 4};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        if (on)
+            kve_emu_track(p[i], n[i]);
+        else
+            kve_emu_untrack(p[i]);
+    }
+}
+
 static kve_state_update kve_job_bind(const kve_job_case *jc, const kve_job_bufs *b)
 {
     kve_state_update u = jc->u;
@@ -217,7 +231,9 @@ START_TEST(test_state_jobs_random)
         kve_state_update uw = kve_job_bind(&jc, &want), ug = kve_job_bind(&jc, &got);
         ck_assert_int_eq(kve_ref->ops->state_update(kve_ref, &uw), KVE_OK);
         size_t s = kve_use_random(&rng, 0, NULL);
+        kve_job_bufs_track(&jc, rows, &got, 1);
         ck_assert_int_eq(kve_emu->ops->state_update(kve_emu, &ug), KVE_OK);
+        kve_job_bufs_track(&jc, rows, &got, 0);
         ck_assert_int_eq(kve_context_synchronize(kve_emu), KVE_OK);
         size_t pairs = jc.n_lists * jc.u.max_moves * 2;
         const char *what = memcmp(want.slot_pos, got.slot_pos, jc.n_slot_pos * 4) ? "slot_pos"
@@ -250,7 +266,9 @@ static void kve_check_cache_write(const kve_case *c, uint64_t *rng, int expect_e
     snprintf(ref_msg, sizeof ref_msg, "%s", kve_last_error());
     ck_assert_msg(expect_error || st_ref == KVE_OK, "%s: %s", c->label, ref_msg);
     size_t s = kve_use_random(rng, 0, NULL);
+    kve_emu_track_case(c, &got, 1);
     kve_status st = kve_case_run(kve_emu, c, &got, NULL, 0);
+    kve_emu_track_case(c, &got, 0);
     ck_assert_msg(st == KVE_OK, "%s: the emulated call itself failed: %s", c->label,
                   kve_last_error());
     st = kve_context_synchronize(kve_emu);

@@ -202,7 +202,9 @@ static kve_scratch_place kve_check_sides(const kve_case *c, uint64_t *rng)
         memset(ws, 0x5a, ws_bytes);
     kve_emu_launch_rec log[8];
     kve_emu_log_start(log, KVE_COUNT(log));
+    kve_emu_track_case(c, &got, 1);
     kve_status st = kve_case_run(kve_emu, c, &got, ws, ws ? ws_bytes : 0);
+    kve_emu_track_case(c, &got, 0);
     uint32_t n_log = kve_emu_log_stop();
     if (st == KVE_OK)
         st = kve_context_synchronize(kve_emu);

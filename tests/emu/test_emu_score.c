@@ -71,7 +71,9 @@ static void kve_one_case(uint64_t seed, kve_emu_pool *pool, uint32_t grid, int b
     }
     kve_context *emu = kve_emu_context_create();
     kve_emu_context_use(pool, grid, NULL);
+    kve_emu_track(c.scores, c.n_scores * 4); /* the device's output, for the order check */
     st = kve_score(emu, &c.d);
+    kve_emu_untrack(c.scores);
     KVE_EXPECT(st == KVE_OK, "case %llu: emulated: %s", (unsigned long long)seed,
                kve_last_error());
     st = kve_context_synchronize(emu);

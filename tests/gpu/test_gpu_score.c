@@ -5,6 +5,12 @@
  * scores within 1e-4 x (1 + |score|) (the device contracts multiply-adds
  * and sums the moments in its own order). Exit 77 when the backend or a
  * device is missing.
+ *
+ * Built a second time against the emulator (tests/emu, KVE_TEST_EMU), it
+ * takes argv[1] = emu32 or emu64: the same cases on the emulated device with
+ * the GPU's own launch plan, warps of 32 or 64, exactly sized device
+ * allocations (under ASan a read past one faults, as memcheck reports it on
+ * a GPU) and the order check (kve_emu_order_check) on every launch.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +19,9 @@
 
 #include "kve_expect.h"
 #include "kve_score_case.h"
+#ifdef KVE_TEST_EMU
+#include "emu_backend.h"
+#endif
 
 static void *to_dev(kve_context *g, const void *host, size_t bytes, void **list, int *n)
 {
@@ -25,6 +34,12 @@ static void *to_dev(kve_context *g, const void *host, size_t bytes, void **list,
     list[(*n)++] = p;
     return p;
 }
+
+#ifdef KVE_TEST_EMU
+static const char *kve_device_error(void) { return kve_emu_context_message(); }
+#else
+static const char *kve_device_error(void) { return kve_last_error(); }
+#endif
 
 static void run_case(kve_context *cpu, kve_context *g, uint64_t seed)
 {
@@ -43,7 +58,9 @@ static void run_case(kve_context *cpu, kve_context *g, uint64_t seed)
                      bufs, &n);
     k->block_table = (const int32_t *)to_dev(g, k->block_table, (size_t)k->n_rows * blocks * 4,
                                              bufs, &n);
-    k->indices = (const int32_t *)to_dev(g, k->indices, (size_t)k->n_rows * blocks * 4, bufs, &n);
+    /* indptr's last entry counts the indices (blocks_per_row is 0 there) */
+    size_t n_indices = k->indptr ? (size_t)k->indptr[k->n_rows] : 0;
+    k->indices = (const int32_t *)to_dev(g, k->indices, n_indices * 4, bufs, &n);
     k->indptr = (const int32_t *)to_dev(g, k->indptr, (k->n_rows + 1) * 4, bufs, &n);
     k->last_page_len = (const int32_t *)to_dev(g, k->last_page_len, k->n_rows * 4, bufs, &n);
     d.tri.q_mean = (const float *)to_dev(g, c.q_mean, nq * nf * 8, bufs, &n);
@@ -57,7 +74,7 @@ static void run_case(kve_context *cpu, kve_context *g, uint64_t seed)
     kve_status st = kve_score(g, &d);
     if (st == KVE_OK)
         st = kve_context_synchronize(g);
-    KVE_EXPECT(st == KVE_OK, "case %llu: device: %s", (unsigned long long)seed, kve_last_error());
+    KVE_EXPECT(st == KVE_OK, "case %llu: device: %s", (unsigned long long)seed, kve_device_error());
     kve_copy(g, dev_out, d.scores, c.n_scores * 4, KVE_COPY_BACKEND_TO_HOST);
     st = kve_score(cpu, &c.d);
     KVE_EXPECT(st == KVE_OK, "case %llu: CPU: %s", (unsigned long long)seed, kve_last_error());
@@ -74,27 +91,51 @@ static void run_case(kve_context *cpu, kve_context *g, uint64_t seed)
     kve_score_case_free(&c);
 }
 
+/* The context under test, NULL with a usage error (2) or a skip (77) in
+ * *rc. */
+static kve_context *kve_device_context(const char *name, int *rc)
+{
+    kve_context *g = NULL;
+#ifdef KVE_TEST_EMU
+    uint32_t warp = strcmp(name, "emu32") == 0 ? 32 : strcmp(name, "emu64") == 0 ? 64 : 0;
+    *rc = 2;
+    if (!warp || !(g = kve_emu_context_create()))
+        return NULL;
+    kve_emu_context_device_plan(warp);
+    kve_emu_order_check(1);
+    return g;
+#else
+    kve_backend b;
+    int avail = 0;
+    *rc = 2;
+    if (kve_backend_from_name(name, &b) != KVE_OK)
+        return NULL;
+    *rc = 77;
+    if (kve_backend_available(b, &avail) != KVE_OK || !avail || kve_context_create(b, &g) != KVE_OK)
+        printf("test_gpu_score: %s not available here: skipped\n", name);
+    return g;
+#endif
+}
+
 int main(int argc, char **argv)
 {
-    kve_backend b;
-    if (argc < 2 || kve_backend_from_name(argv[1], &b) != KVE_OK) {
-        fprintf(stderr, "usage: test_gpu_score cuda|hip\n");
-        return 2;
-    }
-    int avail = 0;
-    kve_context *g = NULL, *cpu = NULL;
-    if (kve_backend_available(b, &avail) != KVE_OK || !avail ||
-        kve_context_create(b, &g) != KVE_OK) {
-        printf("test_gpu_score: %s not available here: skipped\n", argv[1]);
-        return 77;
+    int rc = 2;
+    kve_context *g = argc == 2 ? kve_device_context(argv[1], &rc) : NULL, *cpu = NULL;
+    if (!g) {
+        if (rc == 2)
+            fprintf(stderr, "usage: test_gpu_score cuda|hip (emulator build: emu32|emu64)\n");
+        return rc;
     }
     if (kve_context_create(KVE_BACKEND_CPU, &cpu) != KVE_OK ||
         kve_context_set_cpu_isa(cpu, KVE_CPU_ISA_SCALAR) != KVE_OK)
         return 1;
-    for (uint64_t s = 1; s <= 400; s++)
+    const char *env = getenv("KVE_GPU_SCORE_CASES");
+    uint64_t cases = env && *env ? strtoull(env, NULL, 10) : 400;
+    for (uint64_t s = 1; s <= cases; s++)
         run_case(cpu, g, s);
     kve_context_destroy(g);
     kve_context_destroy(cpu);
-    printf("test_gpu_score %s: 400 cases, %d failures\n", argv[1], kve_failures);
+    printf("test_gpu_score %s: %llu cases, %d failures\n", argv[1], (unsigned long long)cases,
+           kve_failures);
     return kve_failures != 0;
 }
