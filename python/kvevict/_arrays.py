@@ -232,11 +232,14 @@ class HostArray:
 
 
 class CudaArray:
-    """Device memory exposed through __cuda_array_interface__ (for torch.as_tensor)."""
+    """Device memory exposed through __cuda_array_interface__ (for torch.as_tensor).
+    Published writable (the interface's read-only flag False): PyTorch refuses
+    a read-only flag ("the read only flag is not supported, should always be
+    False"), and the memory is the state's own, written by its kernels."""
 
     def __init__(self, ptr: int, shape: Tuple[int, ...], typestr: str, owner: Any):
         self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
-                                         "data": (ptr, True), "version": 2}
+                                         "data": (ptr, False), "version": 2}
         self._owner = owner
 
 

@@ -219,6 +219,17 @@ class EvictCompact(unittest.TestCase):
                 self.assertTrue(torch.equal(k[s, l, h, j], k0[s, l, h, t]))
 
 
+class DeviceArrays(unittest.TestCase):
+    def test_cuda_interface_is_writable(self):
+        """PyTorch refuses a __cuda_array_interface__ whose read-only flag is
+        set ("the read only flag is not supported, should always be False"):
+        State.row_table failed so on the H200. The flag must be False."""
+        a = kvevict._arrays.CudaArray(0x1000, (2, 3), "<i4", None)
+        iface = a.__cuda_array_interface__
+        self.assertEqual(iface["data"], (0x1000, False))
+        self.assertEqual((iface["shape"], iface["typestr"]), ((2, 3), "<i4"))
+
+
 class Lookup(unittest.TestCase):
     def test_bad_env_is_an_error(self):
         env = dict(os.environ, KVEVICT_LIBRARY="/nonexistent/libkvevict.so")

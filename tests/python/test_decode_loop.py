@@ -66,9 +66,23 @@ _ANG = torch.arange(MAXPOS, dtype=torch.float64)[:, None] / (
 _COS, _SIN = _ANG.cos().float(), _ANG.sin().float()
 
 
+_TABLES = {}
+
+
+def rope_tables(dev):
+    """The cos and sin tables on device @dev (copied there once)."""
+    key = str(dev)
+    if key not in _TABLES:
+        _TABLES[key] = (_COS.to(dev), _SIN.to(dev))
+    return _TABLES[key]
+
+
 def rope(x, pos):
-    """Rotate-half RoPE of x [T, H, D] at positions pos [T]."""
-    cos, sin = _COS[pos][:, None, :].to(x.device), _SIN[pos][:, None, :].to(x.device)
+    """Rotate-half RoPE of x [T, H, D] at positions pos [T] (pos on x's device:
+    the tables are indexed where they live)."""
+    cos_t, sin_t = rope_tables(x.device)
+    pos = pos.to(x.device)
+    cos, sin = cos_t[pos][:, None, :], sin_t[pos][:, None, :]
     a, b = x[..., :_HALF], x[..., _HALF:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
@@ -309,9 +323,19 @@ def run(engine, model, tokens, rng, log):
 
 
 def main():
+    """argv: --device cpu, cuda or all (default: the CPU, and CUDA when torch
+    sees a GPU). --device cuda without one exits 77 (ctest: skipped)."""
     torch.set_num_threads(1)
     t0 = time.time()
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    want = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "all"
+    if want not in ("cpu", "cuda", "all"):
+        print("usage: test_decode_loop.py [--device cpu|cuda|all]")
+        return 2
+    if want == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device for torch: skipped")
+        return 77
+    devices = {"cpu": ["cpu"], "cuda": ["cuda"],
+               "all": ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])}[want]
     failures = []
     log = lambda m: print(m, flush=True)  # noqa: E731
     for dev in devices:

@@ -63,6 +63,27 @@ class Gpu(unittest.TestCase):
             self.assertIn("srcs[0]: cuda:1 memory, but the context is cuda:0",
                           str(e.exception))
 
+    def test_state_tables_as_tensors(self):
+        """A state on CUDA hands its tables to PyTorch (the H200 run of
+        2026-12-04: TypeError, the interface said read-only), equal to the
+        CPU state's after the same appends, rounds included."""
+        tables = {}
+        for where in ("cpu", "cuda"):
+            ctx = kvevict.Context(where, device=0) if where == "cuda" else kvevict.Context("cpu")
+            st = kvevict.State(ctx, max_seqs=2, n_layers=2, n_heads=3, budget=24, window=4,
+                               interval=4, max_slots=64, seed=9)
+            st.admit(1, 77, 10)
+            for n in (12, 1, 3, 9, 2, 8, 1, 5):
+                st.append([1], [n])
+            t = st.row_table(1)
+            if where == "cuda":
+                self.assertIsInstance(t, torch.Tensor)
+                self.assertEqual(t.device.type, "cuda")
+                torch.cuda.synchronize()
+            tables[where] = torch.as_tensor(t).cpu().clone()
+            self.assertGreater(st.seq(1).round, 0)
+        self.assertTrue(torch.equal(tables["cpu"], tables["cuda"]))
+
 
 if __name__ == "__main__":
     unittest.main()
