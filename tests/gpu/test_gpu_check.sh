@@ -65,12 +65,15 @@ expect not_available 7 "the cuda backend was built but is not available" "$fake"
 expect table 1 "n/a (bench: failed: exit" "$fake" KVE_NVCC=$nvcc KVE_GPU_CHECK_ASSUME_AVAILABLE=1 \
     KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent -- --prebuilt "$build"
 for text in "| cuda | kvevict digest --backend all --require cuda | NO (failed: exit 3 (see gpu_check.log); cuda skipped: backend = cuda: not available here" \
-    "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " \
+    "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " "python_decode_loop_cuda: Skipped" \
+    "gpu_score_cuda: Skipped" "| cuda | compute-sanitizer memcheck over the GPU tests | " \
     "| cuda | G2 decode step, 128 seqs: append + 64 layers of moves and writes (us) | n/a (bench: failed: exit" \
     "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3"; do
     grep -qF "$text" "$tmp/table/gpu_check.md" || {
         echo "FAIL table: no \"$text\" in the table"; failures=$((failures + 1)); }
 done
+grep -qF "| cuda | compute-sanitizer memcheck over the GPU tests | yes" "$tmp/table/gpu_check.md" && {
+    echo "FAIL table: memcheck said yes over tests that did not run"; failures=$((failures + 1)); }
 [ -d "$tmp/b" ] && [ -n "$(ls "$tmp/b" | grep -v gpu-check)" ] && {
     echo "FAIL: a preflight failure left a build behind"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] && echo "gpu_check.sh: every failure path gave its reason"

@@ -316,7 +316,8 @@ def run(engine, model, tokens, rng, log):
     if engine.max_err > TOL:
         failures.append("stock-kernel attention differs from the masked full cache by %g"
                         % engine.max_err)
-    if engine.multi < 200 or engine.straddled < 20 or engine.moved < 1000:
+    # coverage at the default length (a short run, as under memcheck, checks the rest)
+    if STEPS >= 1000 and (engine.multi < 200 or engine.straddled < 20 or engine.moved < 1000):
         failures.append("coverage: %d multi-token appends, %d across a round, %d moves"
                         % (engine.multi, engine.straddled, engine.moved))
     return failures
@@ -354,7 +355,7 @@ def main():
                 "%d slots attended, no sentinel; %d multi-token appends (%d across a round), "
                 "%d moves, up to %d rounds" % (e.max_err, e.attended, e.multi, e.straddled,
                                                e.moved, rounds))
-            if rounds < 100:
+            if STEPS >= 1000 and rounds < 100:
                 fails.append("only %d eviction rounds" % rounds)
             failures += ["%s, %s: %s" % (dev, name, f) for f in fails]
     log("%.1f s" % (time.time() - t0))

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""gpu_tests.py — bench/gpu_check.sh's view of the GPU tests, taken from ctest
+(the tests labelled exactly "gpu"), never from a hand list:
+
+  gpu_tests.py targets BUILD
+      the build targets those tests run (executables of the build tree), one a line
+  gpu_tests.py verdict BUILD CTEST_OUTPUT VENDOR
+      "yes" when every GPU test of VENDOR (cuda: every one whose name does
+      not say hip; hip: those that do) shows "Passed" in CTEST_OUTPUT; else
+      "NO (name: status; ...)" naming each test not run, skipped or failed
+  gpu_tests.py memcheck BUILD SANITIZER OUTDIR SECONDS
+      each CUDA GPU test's command under SANITIZER (compute-sanitizer) --tool
+      memcheck, with its ctest environment and smaller case counts, within
+      SECONDS in all; prints "MEMCHECK name: N errors" (or why it gave no
+      count) a line, then "RESULT memcheck_clean 1|0"; logs in OUTDIR
+
+Exit 0, or 2 on bad arguments or when ctest cannot list the tests.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+# Smaller runs under memcheck (tens of times slower): the same code paths.
+MEMCHECK_ENV = {"KVE_GPU_CASES": "300", "KVE_GPU_SCORE_CASES": "80", "KVE_DECODE_STEPS": "60"}
+
+
+def gpu_tests(build):
+    """[(name, command, environment dict)] of the tests labelled "gpu"."""
+    out = subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"],
+                         capture_output=True, text=True, check=True).stdout
+    tests = []
+    for t in json.loads(out).get("tests", []):
+        props = {p["name"]: p["value"] for p in t.get("properties", [])}
+        if "gpu" not in props.get("LABELS", []):
+            continue
+        env = dict(e.split("=", 1) for e in props.get("ENVIRONMENT", []) if "=" in e)
+        tests.append((t["name"], t.get("command", []), env))
+    return tests
+
+
+def vendor_of(name):
+    return "hip" if "hip" in name else "cuda"
+
+
+def targets(build):
+    root = os.path.realpath(build)
+    names = []
+    for _, cmd, _ in gpu_tests(build):
+        exe = os.path.realpath(cmd[0]) if cmd else ""
+        name = os.path.basename(exe)
+        if exe.startswith(root + os.sep) and name not in names:
+            names.append(name)
+    print("\n".join(names))
+
+
+def verdict(build, ctest_output, vendor):
+    try:
+        text = open(ctest_output, encoding="utf-8", errors="replace").read()
+    except OSError:
+        text = ""
+    bad = []
+    for name, _, _ in gpu_tests(build):
+        if vendor_of(name) != vendor:
+            continue
+        m = re.search(r"Test +#\d+: %s \.+ *(\*{3})?([A-Za-z ]+?)(?: +[0-9.]+ sec|$)"
+                      % re.escape(name), text, re.M)
+        status = m.group(2).strip() if m else "did not run"
+        if status != "Passed":
+            bad.append("%s: %s" % (name, status))
+    print("yes" if not bad else "NO (%s)" % "; ".join(bad))
+
+
+def memcheck(build, sanitizer, outdir, seconds):
+    deadline = time.time() + seconds
+    clean = True
+    for name, cmd, env in gpu_tests(build):
+        if vendor_of(name) != "cuda":
+            continue
+        left = deadline - time.time()
+        if left < 5:
+            print("MEMCHECK %s: not run (no time left of %d s)" % (name, seconds))
+            clean = False
+            continue
+        run_env = dict(os.environ, **env, **MEMCHECK_ENV)
+        log = os.path.join(outdir, "memcheck_%s.txt" % name)
+        argv = [sanitizer, "--tool", "memcheck", "--print-limit", "20", "--error-exitcode", "99"]
+        try:
+            p = subprocess.run(argv + cmd, env=run_env, capture_output=True, text=True,
+                               timeout=left)
+            output, rc = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            output = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+                else (e.stdout or "")
+            rc = "timeout"
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(output)
+        m = re.search(r"ERROR SUMMARY: (\d+) error", output)
+        if rc == "timeout":
+            print("MEMCHECK %s: timed out (%d s left of %d)" % (name, left, seconds))
+            clean = False
+        elif rc == 77:
+            print("MEMCHECK %s: skipped by the test (exit 77)" % name)
+            clean = False
+        elif not m:
+            print("MEMCHECK %s: no error summary (exit %s)" % (name, rc))
+            clean = False
+        else:
+            errors = int(m.group(1))
+            print("MEMCHECK %s: %d errors, test exit %s" % (name, errors, rc))
+            clean = clean and errors == 0 and rc == 0
+    print("RESULT memcheck_clean %d" % (1 if clean else 0))
+
+
+def main(argv):
+    try:
+        if len(argv) == 3 and argv[1] == "targets":
+            targets(argv[2])
+        elif len(argv) == 5 and argv[1] == "verdict":
+            verdict(argv[2], argv[3], argv[4])
+        elif len(argv) == 6 and argv[1] == "memcheck":
+            memcheck(argv[2], argv[3], argv[4], int(argv[5]))
+        else:
+            print(__doc__.strip(), file=sys.stderr)
+            return 2
+    except (subprocess.CalledProcessError, OSError, ValueError) as e:
+        print("gpu_tests.py: %s" % e, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
