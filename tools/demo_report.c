@@ -158,26 +158,31 @@ void kve_demo_write_json(FILE *f, const kve_demo_opts *o, const char *backend,
     free(y);
 }
 
+/* The memory figure and the survival figure take @p x for the shared x
+ * values and @p y for each arm's, @p cap values apart. */
 static void kve_fig_memory(FILE *f, const kve_demo_opts *o, const kve_demo_arm *arms, int n_arms,
-                           double *x, double *y)
+                           double *x, double *y, size_t cap)
 {
     kve_fig g;
     uint32_t top = 0;
     for (int i = 0; i < n_arms; i++)
         top = arms[i].held_peak > top ? arms[i].held_peak : top;
     kve_fig_begin(&g, f, "fig-memory", "Memory held over the decode", "tokens in the sequence",
-                  "slots held per head", o->prompt, o->prompt + o->steps, 0, top * 1.05 + 1, 1);
+                  "slots held per head", o->prompt, o->prompt + o->steps, 0, top * 1.05 + 1, 1, 1);
     const char *names[KVE_N_ARMS], *colors[KVE_N_ARMS];
+    kve_line lines[KVE_N_ARMS];
     for (int i = 0; i < n_arms; i++) {
-        size_t n = kve_demo_series(o, &arms[i], x, y);
-        kve_fig_line(&g, arms[i].name, kve_arm_color[arms[i].kind], x, y, n, 0);
+        size_t n = kve_demo_series(o, &arms[i], x, y + i * cap);
         names[i] = arms[i].name;
         colors[i] = kve_arm_color[arms[i].kind];
+        lines[i] = (kve_line){names[i], colors[i], x, y + i * cap, n, 0};
     }
-    kve_fig_legend(&g, names, colors, (size_t)n_arms, 0.82);
+    kve_fig_lines(&g, lines, (size_t)n_arms);
+    kve_fig_legend(&g, names, colors, (size_t)n_arms);
     kve_fig_end(&g, "Slots each KV head holds (n_valid, the KV length attention reads) after "
                     "every token; the full cache holds every token. Evicting arms saw-tooth "
-                    "between C - r and C, their capacity.");
+                    "between C - r and C, their capacity; arms that hold the same counts "
+                    "share one line, drawn in turns in their colours.");
 }
 
 static void kve_fig_cost(FILE *f, const kve_demo_arm *arms, int n_arms)
@@ -187,7 +192,7 @@ static void kve_fig_cost(FILE *f, const kve_demo_arm *arms, int n_arms)
         top = fmax(top, kve_demo_ms_per_round(&arms[i]));
     kve_fig g;
     kve_fig_begin(&g, f, "fig-cost", "Time per eviction round", "arm", "ms per round", -0.5,
-                  n_arms - 0.5, 0, top > 0 ? top * 1.2 : 1, 0);
+                  n_arms - 0.5, 0, top > 0 ? top * 1.2 : 1, 0, 0);
     for (int i = 0; i < n_arms; i++) {
         kve_fig_bar(&g, arms[i].name, kve_arm_color[arms[i].kind], i, 0.6,
                     kve_demo_ms_per_round(&arms[i]));
@@ -208,35 +213,37 @@ static void kve_fig_cost(FILE *f, const kve_demo_arm *arms, int n_arms)
 }
 
 static void kve_fig_survival(FILE *f, const kve_demo_opts *o, const kve_demo_arm *arms,
-                             int n_arms, double *x, double *y)
+                             int n_arms, double *x, double *y, size_t cap)
 {
     uint32_t n = o->prompt + o->steps;
     for (int b = 0; b < KVE_DEMO_BINS; b++)
         x[b] = 0.5 * (kve_demo_bin_lo(n, (uint32_t)b) + kve_demo_bin_lo(n, (uint32_t)b + 1));
     kve_fig g;
     kve_fig_begin(&g, f, "fig-survival", "Survival by position at the end of the decode",
-                  "position", "fraction of heads keeping it", 0, n, 0, 1.05, 1);
-    const char *names[2 * KVE_N_ARMS], *colors[2 * KVE_N_ARMS];
-    size_t k = 0;
-    int have_expected = 0;
+                  "position", "fraction of heads keeping it", 0, n, 0, 1.05, 1, 1);
+    const char *names[KVE_N_ARMS + 1], *colors[KVE_N_ARMS + 1];
+    kve_line lines[2 * KVE_N_ARMS];
+    size_t k = 0, n_lines = 0;
     char exp_names[KVE_N_ARMS][48];
     for (int i = 0; i < n_arms; i++) {
         for (int b = 0; b < KVE_DEMO_BINS; b++)
-            y[b] = kve_demo_surv(o, &arms[i], b);
-        kve_fig_line(&g, arms[i].name, kve_arm_color[arms[i].kind], x, y, KVE_DEMO_BINS, 0);
+            y[i * cap + b] = kve_demo_surv(o, &arms[i], b);
         names[k] = arms[i].name;
         colors[k++] = kve_arm_color[arms[i].kind];
+        lines[n_lines++] = (kve_line){arms[i].name, kve_arm_color[arms[i].kind], x, y + i * cap,
+                                      KVE_DEMO_BINS, 0};
         if (arms[i].expected[0] >= 0) {
             snprintf(exp_names[i], sizeof exp_names[i], "%s expected", arms[i].name);
-            kve_fig_line(&g, exp_names[i], "#000000", x, arms[i].expected, KVE_DEMO_BINS, 1);
-            have_expected = 1;
+            lines[n_lines++] = (kve_line){exp_names[i], "#000000", x, arms[i].expected,
+                                          KVE_DEMO_BINS, 1};
         }
     }
-    if (k < (size_t)n_arms + 1 && have_expected) {
+    kve_fig_lines(&g, lines, n_lines);
+    if (n_lines > k) {
         names[k] = "uniform expectation";
         colors[k++] = "-#000000";
     }
-    kve_fig_legend(&g, names, colors, k, 0.45);
+    kve_fig_legend(&g, names, colors, k);
     kve_fig_end(&g, "Per bin of positions, the fraction of (head, position) pairs the final "
                     "tables hold, over all heads. Dashed: the exact expectation of uniform "
                     "selection under this schedule (docs/BENCHMARKS.md \"The demo\"). The "
@@ -250,7 +257,9 @@ static void kve_fig_keepmap(FILE *f, const kve_demo_opts *o, const kve_demo_arm 
 {
     uint32_t n = o->prompt + o->steps, H = o->map_heads;
     double w = 860, left = 70, gap = 10, rowh = 12, top = 40;
-    double pw = (w - left - 10 - gap * (H - 1)) / H, h = top + KVE_DEMO_SNAPS * rowh + 30;
+    /* below the rows: the panels' end positions, the x-axis title, the colour scale */
+    double base = top + KVE_DEMO_SNAPS * rowh;
+    double pw = (w - left - 10 - gap * (H - 1)) / H, h = base + 70;
     fprintf(f, "<figure>\n<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"keepmap-%s\" width=\"%.0f\" "
                "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" data-positions=\"%u\" data-bins=\"%d\">\n"
                "<title>Keep map: %s</title>\n<text x=\"%.0f\" y=\"18\" font-weight=\"bold\">Keep map: "
@@ -284,8 +293,15 @@ static void kve_fig_keepmap(FILE *f, const kve_demo_opts *o, const kve_demo_arm 
         }
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">0</text><text x=\"%.1f\" y=\"%.1f\" "
                    "text-anchor=\"end\">%u</text>\n</g>\n",
-                x0, top + KVE_DEMO_SNAPS * rowh + 12, x0 + pw, top + KVE_DEMO_SNAPS * rowh + 12, n);
+                x0, base + 12, x0 + pw, base + 12, n);
     }
+    fprintf(f, "<text class=\"x-title\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">position "
+               "in the sequence (each panel: 0 .. %u, %d bins)</text>\n",
+            (left + w - 10) / 2, base + 28, n, KVE_DEMO_BINS);
+    char id[64];
+    snprintf(id, sizeof id, "scale-%s", a->name);
+    kve_fig_colour_scale(f, id, kve_arm_color[a->kind], w - 10 - 200, base + 38, 200,
+                         "fraction of the bin's positions kept");
     fprintf(f, "<text transform=\"translate(14,%.1f) rotate(-90)\" text-anchor=\"middle\">decode "
                "(top: early)</text>\n</svg>\n<figcaption>",
             top + KVE_DEMO_SNAPS * rowh / 2);
@@ -303,8 +319,9 @@ int kve_demo_write_report(const char *path, const kve_demo_opts *o, const char *
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
-    double *x = (double *)malloc((o->steps + 2 + KVE_DEMO_BINS) * sizeof(double));
-    double *y = (double *)malloc((o->steps + 2 + KVE_DEMO_BINS) * sizeof(double));
+    size_t cap = o->steps + 2 + KVE_DEMO_BINS; /* a series' values at most */
+    double *x = (double *)malloc(cap * sizeof(double));
+    double *y = (double *)malloc(cap * (size_t)(n_arms > 0 ? n_arms : 1) * sizeof(double));
     if (!x || !y) {
         free(x);
         free(y);
@@ -335,9 +352,9 @@ int kve_demo_write_report(const char *path, const kve_demo_opts *o, const char *
         free(buf);
     }
     fputs("</pre>\n", f);
-    kve_fig_memory(f, o, arms, n_arms, x, y);
+    kve_fig_memory(f, o, arms, n_arms, x, y, cap);
     kve_fig_cost(f, arms, n_arms);
-    kve_fig_survival(f, o, arms, n_arms, x, y);
+    kve_fig_survival(f, o, arms, n_arms, x, y, cap);
     for (int i = 0; i < n_arms; i++)
         if (arms[i].kind != KVE_ARM_FULL)
             kve_fig_keepmap(f, o, &arms[i]);

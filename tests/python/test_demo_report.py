@@ -10,6 +10,10 @@ keys with shared heads), then checks:
 - every figure's numbers (data-* attributes) equal the JSON's, and its
   pixels follow from those numbers and the axes it declares;
 - the table on stdout says what the JSON says;
+- the legends lie beside the plot area, clear of every line; lines with
+  the same points are marked (data-same-as), drawn so each shows, and noted
+  in the legend as identical, and no other line is; the keep maps have an
+  x-axis title and a colour scale of their cells' shading;
 - the keep maps' counts, the survival curve, the running digest and the
   keep-set digest equal those of a cache state driven through the Python
   binding with the same schedule and ids (kve_state_read_slots), and the
@@ -159,6 +163,102 @@ def check_figures(doc, svgs, stdout):
                   "fig-survival %s expected != JSON" % name)
 
 
+def segment_hits_box(p, q, box):
+    """Whether the segment p-q meets the box (x0, y0, x1, y1) (Liang-Barsky)."""
+    (px, py), (dx, dy) = p, (q[0] - p[0], q[1] - p[1])
+    lo, hi = 0.0, 1.0
+    for d, a, b in ((dx, box[0] - px, box[2] - px), (dy, box[1] - py, box[3] - py)):
+        if d == 0:
+            if a > 0 or b < 0:
+                return False
+            continue
+        t0, t1 = sorted((a / d, b / d))
+        lo, hi = max(lo, t0), min(hi, t1)
+        if lo > hi:
+            return False
+    return True
+
+
+def check_legend(svg, what):
+    """The legend's box lies inside the figure, right of the plot area, and
+    no line of the figure meets it; identical lines are marked and noted."""
+    legends = [g for g in svg.iter(SVG + "g") if g.get("class") == "legend"]
+    if not check(len(legends) == 1, "%s: %d legends" % (what, len(legends))):
+        return
+    leg = legends[0]
+    box = nums(leg.get("data-box"))
+    rect = leg.find(SVG + "rect")
+    check(rect is not None and [float(rect.get(k)) for k in ("x", "y")] == box[:2] and
+          close(float(rect.get("x")) + float(rect.get("width")), box[2], 0, 0.11) and
+          close(float(rect.get("y")) + float(rect.get("height")), box[3], 0, 0.11),
+          "%s: the legend's rect is not its data-box %s" % (what, box))
+    left, top, right, bottom = nums(svg.get("data-plot"))
+    check(right < box[0] < box[2] <= float(svg.get("width")) and
+          0 <= box[1] < box[3] <= float(svg.get("height")),
+          "%s: legend box %s not beside the plot area %s in the figure" %
+          (what, box, (left, top, right, bottom)))
+    for t in leg.iter(SVG + "text"):
+        check(box[0] < float(t.get("x")) < box[2] and box[1] < float(t.get("y")) <= box[3],
+              "%s: legend text %r outside its box" % (what, t.text))
+    lines = list(svg.iter(SVG + "polyline"))
+    for p in lines:
+        pts = [tuple(map(float, q.split(","))) for q in p.get("points").split()]
+        check(not any(segment_hits_box(a, b, box) for a, b in zip(pts, pts[1:] or pts)),
+              "%s: line %s crosses the legend %s" % (what, p.get("data-series"), box))
+    # identical lines: each later one names the group's first, solid ones in
+    # dashes at offsets of their own, and the legend notes the group
+    notes = " ".join(t.text for t in leg.iter(SVG + "text") if t.get("class") == "note")
+    groups = {}
+    for p in lines:
+        groups.setdefault((p.get("data-x"), p.get("data-y")), []).append(p)
+    want_notes = []
+    for group in groups.values():
+        names = [p.get("data-series") for p in group]
+        check([p.get("data-same-as") for p in group] == [None] + names[:1] * (len(group) - 1),
+              "%s: lines %s: data-same-as %s" % (what, names,
+                                                 [p.get("data-same-as") for p in group]))
+        solid = [p for p in group[1:] if p.get("stroke-dasharray") != "5,3"]
+        offsets = [p.get("stroke-dashoffset") for p in solid]
+        check(all(p.get("stroke-dasharray") for p in solid) and None not in offsets and
+              len(set(offsets)) == len(offsets),
+              "%s: identical lines %s not drawn in turns (offsets %s)" % (what, names, offsets))
+        if len(group) > 1:
+            want_notes.append(" = ".join(names) + " (identical)")
+    check(notes == " ".join(want_notes),
+          "%s: legend notes %r, expected %r" % (what, notes, " ".join(want_notes)))
+    return len(want_notes)
+
+
+def check_keepmap_axes(svg, what):
+    """An x-axis title below the cells, and a colour scale from transparent to
+    opaque in the cells' colour, with ticks from 0 to 1."""
+    cells = [r for r in svg.iter(SVG + "rect") if r.get("data-bin") is not None]
+    bottom = max(float(r.get("y")) + float(r.get("height")) for r in cells)
+    titles = [t for t in svg.iter(SVG + "text") if t.get("class") == "x-title"]
+    check(len(titles) == 1 and "position" in titles[0].text and
+          float(titles[0].get("y")) > bottom,
+          "%s: no x-axis title below the cells" % what)
+    scales = [g for g in svg.iter(SVG + "g") if g.get("class") == "colour-scale"]
+    if not check(len(scales) == 1, "%s: %d colour scales" % (what, len(scales))):
+        return
+    sc = scales[0]
+    colors = {r.get("fill") for r in cells}
+    grad = sc.find(".//" + SVG + "linearGradient")
+    stops = [(float(s.get("offset")), float(s.get("stop-opacity")), s.get("stop-color"))
+             for s in grad.iter(SVG + "stop")] if grad is not None else []
+    check(len(colors) == 1 and sc.get("data-color") in colors and
+          stops == [(0, 0, sc.get("data-color")), (1, 1, sc.get("data-color"))],
+          "%s: colour scale %s does not span the cells' shading %s" % (what, stops, colors))
+    bars = [r for r in sc.iter(SVG + "rect")]
+    check(grad is not None and len(bars) == 1 and
+          bars[0].get("fill") == "url(#%s)" % grad.get("id"),
+          "%s: the colour scale's bar does not use its gradient" % what)
+    ticks = [float(t.text) for t in sc.iter(SVG + "text") if t.get("class") == "tick"]
+    check(ticks == [0, 0.25, 0.5, 0.75, 1] and
+          (float(sc.get("data-min")), float(sc.get("data-max"))) == (0, 1),
+          "%s: colour scale ticks %s" % (what, ticks))
+
+
 def bins(n):
     return [n * b // 64 for b in range(65)]
 
@@ -265,6 +365,14 @@ def check_report(stdout, page, doc, what):
     if not want <= set(svgs):
         return
     check_figures(doc, svgs, stdout)
+    noted = {fig: check_legend(svgs[fig], "%s %s" % (what, fig))
+             for fig in ("fig-memory", "fig-survival")}
+    # the evicting arms hold the same counts: one note in the memory figure
+    evicting = [n for n in names if n != "full"]
+    check(len(evicting) < 2 or noted["fig-memory"] == 1,
+          "%s: fig-memory: %s hold the same, noted %s" % (what, evicting, noted["fig-memory"]))
+    for n in evicting:
+        check_keepmap_axes(svgs["keepmap-" + n], "%s keepmap-%s" % (what, n))
     for arm in doc["arms"]:
         if arm["name"] in ("random", "random-p0"):
             check_keepmaps(doc, svgs, arm)
