@@ -23,13 +23,14 @@ registers the writes as torch.library operators (``torch.ops.kvevict.*``).
 instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
 """
 
-# The package is split into modules (each re-exported here): _lib (loading
-# the library, its C types), _arrays (argument and shape checks), _context
-# (handles, Context), _state (State, SeqInfo, Step), _evict (capacity, evict,
-# compact), _write (cache_write), _score (scoring).
+# The package is split into modules (each re-exported here): _errors
+# (KvevictError, ArgumentError), _lib (loading the library, its C types),
+# _arrays (argument and shape checks), _context (handles, Context), _state
+# (State, SeqInfo, Step), _evict (capacity, evict, compact), _write
+# (cache_write), _score (scoring).
 
-from ._lib import (VERSION, KvevictError, LIBRARY_PATH, PERSISTENT, SHARED_HEADS, SHARED_LAYERS,
-                   SCORED)
+from ._lib import (VERSION, KvevictError, ArgumentError, LIBRARY_PATH, PERSISTENT, SHARED_HEADS,
+                   SHARED_LAYERS, SCORED)
 from ._write import cache_write
 from ._score import (score, state_score, triattention_stats, write_triattention_stats,
                      read_triattention_stats, load_triattention_stats, default_offsets)
@@ -37,7 +38,7 @@ from ._context import _Owner, Context  # noqa: F401  (_Owner: tests check handle
 from ._state import SeqInfo, Step, State
 from ._evict import capacity, evict, compact
 
-__all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "cache_write", "capacity", "evict",
-           "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "SCORED", "VERSION",
-           "LIBRARY_PATH", "score", "state_score", "triattention_stats", "write_triattention_stats",
+__all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "ArgumentError", "cache_write",
+           "capacity", "evict", "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "SCORED",
+           "VERSION", "LIBRARY_PATH", "score", "state_score", "triattention_stats", "write_triattention_stats",
            "read_triattention_stats", "load_triattention_stats", "default_offsets"]

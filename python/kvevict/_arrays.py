@@ -7,6 +7,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._errors import ArgumentError
+
 
 _TORCH_TYPES = {}  # type -> whether it is torch's (the hot path asks per argument)
 _DTYPE_NAMES = {}  # numpy / torch dtype -> its name ("float16", "bfloat16", ...)
@@ -28,14 +30,21 @@ def _dtype_name(dt: Any) -> str:
 
 
 class View:
-    """Pointer, shape, byte strides and device of one array argument."""
+    """Pointer, shape, byte strides and device of one array argument.
+
+    const: the library only reads the argument (a const pointer in C), so a
+    read-only numpy array is taken as it is, and a broadcast one (a zero
+    stride, np.broadcast_to) as a dense copy, held by the view: the library
+    takes a zero stride for its dense default, so it cannot read a
+    broadcast view itself."""
 
     __slots__ = ("name", "torch", "ptr", "itemsize", "shape", "strides", "cuda", "device",
-                 "dtype")
+                 "dtype", "owner", "const")
 
     def __init__(self, x: Any, name: str, dtype: Optional[str] = None,
-                 ndim: Optional[int] = None):
+                 ndim: Optional[int] = None, const: bool = False):
         self.name = name
+        self.const = const
         if is_torch(x):
             self.torch = True
             self.ptr = x.data_ptr()
@@ -46,6 +55,11 @@ class View:
             self.device = x.device.index if cuda else None
             self.dtype = _dtype_name(x.dtype)
         elif isinstance(x, np.ndarray):
+            if not x.flags.writeable and not const:
+                raise ValueError("%s: a read-only numpy array, but the library writes into it: "
+                                 "pass a writable one (%s.copy())" % (name, name))
+            if const and _broadcast(x.shape, x.strides):
+                x = np.ascontiguousarray(x)
             self.torch = False
             self.ptr = x.ctypes.data
             self.itemsize = x.itemsize
@@ -54,26 +68,33 @@ class View:
             self.cuda = False
             self.device = None
             self.dtype = _dtype_name(x.dtype)
-            if not x.flags.writeable:
-                raise ValueError("%s: a read-only numpy array" % name)
         else:
-            raise TypeError("%s: expected a numpy array or a torch tensor, got %s"
-                            % (name, type(x).__name__))
+            raise ArgumentError("%s: expected a numpy array or a torch tensor, got %s"
+                                % (name, type(x).__name__), x)
+        self.owner = x
         if dtype is not None and self.dtype != dtype:
             raise TypeError("%s: dtype %s, expected %s" % (name, self.dtype, dtype))
         if ndim is not None and len(self.shape) != ndim:
             raise ValueError("%s: %d dimensions %s, expected %d"
                              % (name, len(self.shape), self.shape, ndim))
         if self.strides and min(self.strides) < 0:
-            raise ValueError("%s: negative strides %s" % (name, self.strides))
+            raise ValueError("%s: negative strides %s%s" % (name, self.strides, self.copy_hint()))
+
+    def copy_hint(self) -> str:
+        """How to pass a dense copy, for the messages that refuse a layout."""
+        copy = ("%s.contiguous()" if self.torch else "np.ascontiguousarray(%s)") % self.name
+        return "; pass %s%s" % (copy, "" if self.const else
+                                " (the library writes into it: read the results from the copy)")
 
     def dense_tail(self, first: int) -> int:
         """Bytes of the dims from @first on, which must be dense (an entry)."""
         size = self.itemsize
         for d in range(len(self.shape) - 1, first - 1, -1):
             if self.shape[d] > 1 and self.strides[d] != size:
-                raise ValueError("%s: dims %d.. must be contiguous (strides %s, shape %s)"
-                                 % (self.name, first, self.strides, self.shape))
+                raise ValueError("%s: not contiguous: dims %d.. must be dense, but dim %d has "
+                                 "stride %d bytes, not %d (strides %s, shape %s)%s"
+                                 % (self.name, first, d, self.strides[d], size,
+                                    self.strides, _shape_str(self.shape), self.copy_hint()))
             size *= self.shape[d]
         return size
 
@@ -114,8 +135,8 @@ class View:
         for d, (n, s) in enumerate(zip(self.shape, self.strides)):
             if n > 1 and s == 0:
                 raise ValueError("%s: stride 0 on dim %d (of %d elements, shape %s): a broadcast "
-                                 "view (expand) is not supported here; pass a copy "
-                                 "(.contiguous())" % (self.name, d, n, _shape_str(self.shape)))
+                                 "view (expand) is not supported here%s"
+                                 % (self.name, d, n, _shape_str(self.shape), self.copy_hint()))
 
     def is_dense(self) -> bool:
         """Whether the array is C-contiguous (dims of one element aside)."""
@@ -138,6 +159,11 @@ KVE_DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3, "float8_e4m3fn": 4, "fl
 FP8_CACHE_DTYPES = {"fp8": 4, "fp8_e4m3": 4, "fp8_e5m2": 5}
 DTYPE_NAMES = {0: "raw", 1: "float32", 2: "float16", 3: "bfloat16", 4: "fp8_e4m3",
                5: "fp8_e5m2"}
+
+
+def _broadcast(shape: Tuple[int, ...], strides: Tuple[int, ...]) -> bool:
+    """Whether a dim of more than one element has a zero stride."""
+    return any(n > 1 and s == 0 for n, s in zip(shape, strides))
 
 
 class AtLeast:
@@ -185,8 +211,8 @@ def as_int(name: str, value: Any, kind: str = "u32") -> int:
     try:
         v = operator.index(value)
     except TypeError:
-        raise TypeError("%s = %r: expected an integer, got %s"
-                        % (name, value, type(value).__name__)) from None
+        raise ArgumentError("%s = %r: expected an integer, got %s"
+                            % (name, value, type(value).__name__), value) from None
     lo, hi = INT_RANGES[kind]
     if not lo <= v <= hi:
         raise ValueError("%s = %d: out of range, must be %d..%d (%s)" % (name, v, lo, hi, kind))

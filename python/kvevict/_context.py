@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _arrays
-from ._lib import check, lib
+from ._lib import ArgumentError, check, lib
 
 if TYPE_CHECKING:
     from ._state import State
@@ -152,3 +152,10 @@ class Context(_Handle):
         device = "cpu" if self.backend == "cpu" else "cuda:%d" % self.device
         return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
 
+
+def as_context(ctx: Any, call: str) -> Context:
+    """@ctx, when it is a Context; else ArgumentError naming ctx and @call."""
+    if not isinstance(ctx, Context):
+        raise ArgumentError("ctx: expected a kvevict.Context, got %s"
+                            % ("None" if ctx is None else type(ctx).__name__), ctx, call)
+    return ctx

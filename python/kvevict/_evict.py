@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _arrays, _lib
-from ._context import Context
+from ._context import Context, as_context
 from ._lib import MAX_CACHES, SCORED, check, lib
 
 
@@ -23,22 +23,24 @@ def capacity(prompt_len: int, *, budget: int, window: int = 64, interval: int = 
     return out.value
 
 
-def _rows_view(x: Any, name: str, dtype: str) -> _arrays.View:
+def _rows_view(x: Any, name: str, dtype: str, const: bool) -> _arrays.View:
     """A 4-D [seqs, layers, heads, width] array whose head rows are evenly
-    spaced (one row stride, what the library takes), none broadcast."""
-    v = _arrays.View(x, name, dtype, 4)
+    spaced (one row stride, what the library takes), none broadcast (const:
+    the library only reads it, see View)."""
+    v = _arrays.View(x, name, dtype, 4, const)
     s, l, h, width = v.shape
     st = v.strides
     if min(v.shape) == 0:
         return v  # nothing to index: the library returns at once
     if (width > 1 and st[3] != v.itemsize) or st[1] != h * st[2] or st[0] != l * st[1]:
-        raise ValueError("%s: rows must be evenly spaced (strides %s)" % (name, st))
+        raise ValueError("%s: not contiguous: rows must be evenly spaced (strides %s, shape %s)%s"
+                         % (name, st, v.shape, v.copy_hint()))
     v.no_broadcast()
     return v
 
 
-def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int]):
-    v = _rows_view(slot_pos, "slot_pos", "int32")
+def _batch_views(ctx: Context, slot_pos: Any, n_slots: Optional[int], const: bool):
+    v = _rows_view(slot_pos, "slot_pos", "int32", const)
     s, l, h, width = v.shape
     if n_slots is None:
         n_slots = width
@@ -63,15 +65,19 @@ def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, 
     evicted int32 [seqs, layers, heads, max(1, n_slots - budget)], ascending
     slots; n_evicted int32 [seqs, layers, heads].
     """
+    as_context(ctx, "evict")
     u32 = _arrays.u32
     seed, budget, window = _arrays.u64("seed", seed), u32("budget", budget), u32("window", window)
     flags, layer_offset = u32("flags", flags), u32("layer_offset", layer_offset)
     head_offset = u32("head_offset", head_offset)
-    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
+    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots, True)
     like = v.torch
-    if seqs is None or len(seqs) != s:
-        raise ValueError("seqs: %s tuples (seq_id, prompt_len, round) for %d sequences "
-                         "(slot_pos shape %s)" % (None if seqs is None else len(seqs), s, v.shape))
+    if seqs is None:
+        raise _lib.ArgumentError("seqs: expected (seq_id, prompt_len, round) for each of %d "
+                                 "sequences, got None" % s, None, "evict")
+    if len(seqs) != s:
+        raise ValueError("seqs: %d tuples (seq_id, prompt_len, round) for %d sequences "
+                         "(slot_pos shape %s)" % (len(seqs), s, v.shape))
     seq_arr = np.zeros(s, dtype=[("seq_id", "<u8"), ("prompt_len", "<u4"), ("round", "<u4")])
     for i, t in enumerate(seqs):
         if len(t) != 3:
@@ -87,11 +93,12 @@ def evict(ctx: Context, slot_pos: Any, seqs: Sequence[Tuple[int, int, int]], *, 
     b = _lib.Batch(seed, flags, s, sv.ptr if sv else dev_seqs.ctypes.data, l, h, layer_offset,
                    head_offset, n, budget, window, v.ptr, stride)
     if scores is not None:
-        sc = _arrays.View(scores, "scores", "float32", 4)
+        sc = _arrays.View(scores, "scores", "float32", 4, const=True)
         sst = sc.strides
         if sc.shape[:3] != (s, l, h) or sst[3] != 4 or sst[1] != h * sst[2] or sst[0] != l * sst[1]:
-            raise ValueError("scores: shape %s / strides %s: expected evenly spaced rows of "
-                             "(%d, %d, %d, >= n_slots)" % (sc.shape, sst, s, l, h))
+            raise ValueError("scores: shape %s / strides %s: expected evenly spaced, contiguous "
+                             "rows of (%d, %d, %d, >= n_slots)%s"
+                             % (sc.shape, sst, s, l, h, sc.copy_hint()))
         sc.no_broadcast()
         sc.expect((s, l, h, _arrays.at_least(n)), why="n_slots = %d" % n)
         ctx._prepare([sc])
@@ -113,11 +120,12 @@ def compact(ctx: Context, slot_pos: Any, evicted: Any, n_evicted: Any, caches: S
     contiguous, every cache of one entry size (kve_compact_desc has one:
     compact caches of other sizes in calls of their own).
     """
-    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots)
+    as_context(ctx, "compact")
+    v, s, l, h, n, stride = _batch_views(ctx, slot_pos, n_slots, False)
     at_least = _arrays.at_least
-    ev = _rows_view(evicted, "evicted", "int32")
+    ev = _rows_view(evicted, "evicted", "int32", True)
     ev.expect((s, l, h, None), why="one row per head of slot_pos %s" % (v.shape,))
-    ne = _arrays.View(n_evicted, "n_evicted", "int32", 3)
+    ne = _arrays.View(n_evicted, "n_evicted", "int32", 3, const=True)
     ne.contiguous()
     ne.expect((s, l, h), why="one count per head of slot_pos %s" % (v.shape,))
     if caches is None or not 1 <= len(caches) <= MAX_CACHES:

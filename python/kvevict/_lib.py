@@ -16,19 +16,10 @@ import os
 from pathlib import Path
 from typing import List, Optional
 
+from ._errors import ArgumentError, KvevictError  # noqa: F401  (re-exported)
+
 _HERE = Path(__file__).resolve().parent
 _SONAME = "libkvevict.so.1"
-
-
-class KvevictError(RuntimeError):
-    """A kvevict call failed: ``status`` is the kve_status value, ``name`` its
-    name (e.g. ``"KVE_ERR_RANGE"``), and the message names the argument."""
-
-    def __init__(self, status: int, name: str, message: str, call: str):
-        super().__init__("%s: %s: %s" % (call, name, message))
-        self.status = status
-        self.name = name
-        self.message = message
 
 
 def _candidates() -> List[Path]:

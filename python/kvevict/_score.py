@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _arrays, _lib, _write
+from ._context import as_context
 from ._lib import check, lib
 
 SCORERS = {"knorm": 1, "triattention": 2}
@@ -115,7 +116,7 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
         raise ValueError("scorer = %r: expected 'knorm' or 'triattention'" % scorer)
     if layout not in _LAYOUTS:
         raise ValueError("layout = %r: expected 'nhd', 'hnd' or 'contiguous'" % layout)
-    kv = _arrays.View(keys, "keys", ndim=4)
+    kv = _arrays.View(keys, "keys", ndim=4, const=True)
     if kv.dtype not in ("float32", "float16", "bfloat16"):
         raise TypeError("keys: dtype %s, expected float32, float16 or bfloat16" % kv.dtype)
     kv.dense_tail(3)
@@ -130,13 +131,13 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
         (kv.strides[2], kv.strides[1])
     views = [kv]
     if block_table is not None:
-        bt = _arrays.View(block_table, "block_table", "int32", 2)
+        bt = _arrays.View(block_table, "block_table", "int32", 2, const=True)
         bt.contiguous()
         k.page_table, k.block_table = 1, bt.ptr
         k.n_rows, k.blocks_per_row = bt.shape
         views.append(bt)
     elif indptr is not None:
-        ip = [_arrays.View(x, n, "int32", 1) for x, n in
+        ip = [_arrays.View(x, n, "int32", 1, const=True) for x, n in
               ((indptr, "indptr"), (indices, "indices"), (last_page_len, "last_page_len"))]
         for v in ip:
             v.contiguous()
@@ -153,8 +154,8 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     if scorer == "triattention":
         t = d.tri
         t.group = group = _arrays.u32("group", group)
-        qm = _arrays.View(q_mean, "q_mean", "float32")
-        qa = _arrays.View(q_abs_mean, "q_abs_mean", "float32")
+        qm = _arrays.View(q_mean, "q_mean", "float32", const=True)
+        qa = _arrays.View(q_abs_mean, "q_abs_mean", "float32", const=True)
         for v in (qm, qa):
             v.contiguous()
         # the library reads keys' heads x group query heads of dim/2 frequencies
@@ -172,7 +173,7 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
         for name, x in (("omega", omega), ("freq_scale_sq", freq_scale_sq),
                         ("offsets", offsets)):
             if x is not None:
-                v = _arrays.View(x, name, "float32", 1)
+                v = _arrays.View(x, name, "float32", 1, const=True)
                 v.contiguous()
                 if name != "offsets":
                     v.expect((k.head_dim // 2,), why="dim/2 frequencies")
@@ -223,8 +224,9 @@ def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
     Returns out, float32 [rows, tables, slots] (new, or the one given;
     accumulate=True adds weight x score into it).
     """
+    as_context(ctx, "score")
     d, views = _new_desc(ctx, keys, layout, scorer, locals())
-    sp = _arrays.View(slot_pos, "slot_pos", "int32", 3)
+    sp = _arrays.View(slot_pos, "slot_pos", "int32", 3, const=True)
     sp.dense_tail(2)
     rows, tables, n_slots = sp.shape
     d.heads_per_table = d.keys.n_heads if shared_heads else 1
@@ -264,6 +266,10 @@ def state_score(state: Any, rows: Sequence[int], n_new: Sequence[int], table_lay
                 accumulate: bool = False, weight: float = 1.0) -> Any:
     """kve_state_score into out, float32 [rows, table_layers * table_heads,
     stride] (kve_step_buffers.scores' layout), for the next append of n_new."""
+    if not hasattr(state, "table_layers"):
+        raise _lib.ArgumentError("state: expected a kvevict.State, got %s"
+                                 % ("None" if state is None else type(state).__name__), state,
+                                 "state_score")
     ctx = state.ctx
     h = state.handle
     table_layer = _arrays.u32("table_layer", table_layer)

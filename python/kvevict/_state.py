@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _arrays, _lib
-from ._context import Context, _Handle
+from ._context import Context, _Handle, as_context
 from ._lib import PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, check, lib
 from ._score import state_score
 
@@ -64,8 +64,7 @@ class State(_Handle):
                  pool_slots: int = 0, tensors: str = "numpy", scored: bool = False):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % (tensors,))
-        if not isinstance(ctx, Context):
-            raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+        as_context(ctx, "State")
         u32 = _arrays.u32
         max_seqs, n_layers, n_heads = (u32("max_seqs", max_seqs), u32("n_layers", n_layers),
                                        u32("n_heads", n_heads))
@@ -178,12 +177,13 @@ class State(_Handle):
         n_rows = len(rows)
         if len(getattr(scores, "shape", ())) == 3:
             scores = scores.reshape(scores.shape[0], tl, th, scores.shape[2])
-        v = _arrays.View(scores, "scores", "float32", 4)
+        v = _arrays.View(scores, "scores", "float32", 4, const=True)
         if v.shape[0] < n_rows or v.shape[1:3] != (tl, th):
             raise ValueError("scores: shape %s, expected (%d, %d, %d, slots)" % (v.shape, n_rows, tl, th))
         st = v.strides
         if st[3] != 4 or st[1] != th * st[2]:
-            raise ValueError("scores: a row's tables must be evenly spaced (strides %s)" % (st,))
+            raise ValueError("scores: not contiguous: a row's tables must be evenly spaced "
+                             "(strides %s)%s" % (st, v.copy_hint()))
         v.no_broadcast()
         if v.shape[3] < st[2] // 4:
             # a slice narrower than its stride: the library checks the stride

@@ -6,6 +6,7 @@ import ctypes
 from typing import Any, Optional, Sequence, Tuple
 
 from . import _arrays, _lib
+from ._context import as_context
 from ._lib import MAX_CACHES, check, lib
 
 _LAYOUTS = {"nhd": 0, "hnd": 1, "contiguous": 1}
@@ -64,8 +65,7 @@ def _check_args(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], layout: str,
                 kv_cache_dtype: Any, scales: Optional[Sequence[Any]]) -> int:
     """The number of caches, after checking the arguments that describe them
     as a whole (context, list lengths, layout, per-cache dtypes and scales)."""
-    if not hasattr(ctx, "_prepare"):
-        raise TypeError("ctx: expected a kvevict.Context, got %s" % type(ctx).__name__)
+    as_context(ctx, "cache_write")
     if srcs is None or dsts is None:
         raise TypeError("srcs and dsts: lists of arrays, got %s and %s"
                         % (type(srcs).__name__, type(dsts).__name__))
@@ -88,7 +88,7 @@ def _check_args(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], layout: str,
 def _cache_views(src: Any, dst: Any, c: int) -> Tuple[_arrays.View, _arrays.View]:
     """Views of cache c's source and destination, with enough dimensions and
     no zero strides."""
-    s, t = _arrays.View(src, "srcs[%d]" % c), _arrays.View(dst, "dsts[%d]" % c)
+    s, t = _arrays.View(src, "srcs[%d]" % c, const=True), _arrays.View(dst, "dsts[%d]" % c)
     if len(s.shape) < 3 or len(t.shape) < 4:
         raise ValueError("%s needs [tokens, heads, *entry], %s 4+ dimensions (got %s, %s)"
                          % (s.name, t.name, s.shape, t.shape))
@@ -122,7 +122,7 @@ def _describe_part(p: Any, s: _arrays.View, t: _arrays.View, layout: str, cache_
 
 def _scale_view(p: Any, scale: Any, c: int, heads: int) -> _arrays.View:
     """A view of cache c's fp8 scale (float32 [1] or [heads]), set in its part."""
-    sv = _arrays.View(scale, "scales[%d]" % c, "float32", 1)
+    sv = _arrays.View(scale, "scales[%d]" % c, "float32", 1, const=True)
     sv.contiguous()
     if sv.shape[0] not in (1, heads):
         raise ValueError("%s: %d values, expected 1 or %d (heads)"
@@ -154,7 +154,7 @@ def _describe_slots(d: Any, views: list, slots: Any, n: int, layout: str,
                     geometry: Tuple[int, int, int, int]) -> None:
     """Check the slots against the caches' geometry and fill d's sizes and slots."""
     tokens, heads, pages, page_size = geometry
-    slot_v = _arrays.View(slots, "slots", "int64")
+    slot_v = _arrays.View(slots, "slots", "int64", const=True)
     if len(slot_v.shape) not in (1, 2) or slot_v.shape[0] != tokens or (
             len(slot_v.shape) == 2 and slot_v.shape[1] not in (1, heads)):
         raise ValueError("slots: shape %s, expected (%d, %d), (%d, 1) or (%d,)"
@@ -176,7 +176,7 @@ def _describe_page_table(d: Any, views: list, token_row: Any, arrays: Sequence[A
     tables = {}
     for name, x in zip(_TABLES, arrays):
         if x is not None:
-            tables[name] = _arrays.View(x, name, "int32", _TABLE_DIMS[name])
+            tables[name] = _arrays.View(x, name, "int32", _TABLE_DIMS[name], const=True)
             tables[name].contiguous()
             views.append(tables[name])
     if token_row is None:
@@ -185,7 +185,7 @@ def _describe_page_table(d: Any, views: list, token_row: Any, arrays: Sequence[A
                              % ", ".join(tables))
         d.page_table = 3  # KVE_PAGES_FLAT
         return
-    row_v = _arrays.View(token_row, "token_row", "int32", 1)
+    row_v = _arrays.View(token_row, "token_row", "int32", 1, const=True)
     row_v.contiguous()
     row_v.expect((tokens,), why="one row per token")
     views.append(row_v)
@@ -211,9 +211,10 @@ def _describe_moves(d: Any, views: list, moves: Any, n_moves: Any, move_row: Any
     fill d's move fields."""
     if n_moves is None:
         raise ValueError("moves needs n_moves")
-    mv = [_arrays.View(moves, "moves", "int32", 4), _arrays.View(n_moves, "n_moves", "int32", 2)]
+    mv = [_arrays.View(moves, "moves", "int32", 4, const=True),
+          _arrays.View(n_moves, "n_moves", "int32", 2, const=True)]
     if move_row is not None:
-        mv.append(_arrays.View(move_row, "move_row", "int32", 1))
+        mv.append(_arrays.View(move_row, "move_row", "int32", 1, const=True))
     for v in mv:
         v.contiguous()
     if mv[0].shape[1] not in (1, heads) or mv[1].shape != mv[0].shape[:2]:

@@ -359,7 +359,7 @@ class Strides(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             kvevict.cache_write(self.ctx, [src], [cache], np.zeros(1, np.int64),
                                 kv_cache_dtype="fp8", scales=[scale])
-        self.assertIn("scales[0]: dims 0.. must be contiguous", str(e.exception))
+        self.assertIn("scales[0]: not contiguous: dims 0.. must be dense", str(e.exception))
 
 
 class Counts(unittest.TestCase):
