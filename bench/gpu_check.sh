@@ -277,7 +277,7 @@ if [ -z "$prebuilt" ]; then
         stop 6 "build failed (${why[build]}): $(grep -m1 -E 'error:|Error [0-9]' "$log" || true)"
 fi
 [ "$until_step" = build ] && { say "stopping after build (--until)"; exit 0; }
-export KVE_BACKEND_DIR=$build/gpu KVE_BACKEND=
+export KVE_BACKEND_DIR=$build KVE_BACKEND=
 cli=$build/tools/kvevict
 [ -x "$cli" ] || stop 6 "$cli is not built"
 

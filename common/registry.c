@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kve_backend.h"
 #include "kve_registry.h"
@@ -34,28 +35,73 @@ static kve_gpu_slot kve_gpu_slots[] = {
     {KVE_BACKEND_HIP, "libkvevict_hip.so", NULL, PTHREAD_ONCE_INIT, ""},
 };
 
+/* dlopen of @p library in @p dir (a folder, without the trailing '/');
+ * NULL with @p why set to the loader's message. *found says whether the
+ * file is there, so that a library that exists but cannot be loaded (a
+ * runtime it links is missing) is reported as such and not looked up again
+ * elsewhere. */
+static void *kve_open_in(const char *dir, size_t dir_len, const char *library, int *found,
+                         char *why, size_t why_size)
+{
+    char path[4096];
+    *found = 0;
+    if (dir_len + strlen(library) + 2 > sizeof path) {
+        snprintf(why, why_size, "%.*s/%s: path too long", (int)(dir_len > 256 ? 256 : dir_len),
+                 dir, library);
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%.*s/%s", (int)dir_len, dir, library);
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *err = dlerror();
+        *found = access(path, F_OK) == 0;
+        snprintf(why, why_size, "%s", err ? err : "not found");
+    }
+    return handle;
+}
+
+/* @p library, looked for (docs/GPU.md "Loading at run time"): only in
+ * $KVE_BACKEND_DIR when that is set (tests point it at a build tree);
+ * otherwise next to the core library this code was loaded from (dladdr;
+ * the program itself when the core is linked statically), where the build
+ * and cmake --install put the backends, then on the loader's path. NULL
+ * with @p why set to the reason of the last place that had the file, or of
+ * the last place tried. */
+static void *kve_open_backend(const char *library, char *why, size_t why_size)
+{
+    int found = 0;
+    const char *dir = getenv("KVE_BACKEND_DIR");
+    if (dir && *dir)
+        return kve_open_in(dir, strlen(dir), library, &found, why, why_size);
+    Dl_info self;
+    const char *slash = NULL;
+    if (dladdr(kve_gpu_slots, &self) && self.dli_fname)
+        slash = strrchr(self.dli_fname, '/');
+    if (slash) {
+        void *handle = kve_open_in(self.dli_fname, (size_t)(slash - self.dli_fname), library,
+                                   &found, why, why_size);
+        if (handle || found)
+            return handle;
+    }
+    void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *err = dlerror();
+        snprintf(why, why_size, "%s", err ? err : "not found");
+    }
+    return handle;
+}
+
 /* The table of @p slot's library, or NULL with slot->reason saying why: the
  * loader's message (no library, or a runtime it links is missing), a
  * missing entry point, another ABI, or what the backend's probe said (it
  * reports through the error service: no driver, an old one, no device). */
 static const kve_backend_ops *kve_load_gpu(kve_gpu_slot *slot)
 {
-    /* $KVE_BACKEND_DIR lets tests point at a build tree; else the loader path. */
-    char path[4096];
-    const char *library = slot->library, *dir = getenv("KVE_BACKEND_DIR");
-    void *handle = NULL;
-    if (dir && *dir && strlen(dir) + strlen(library) + 2 < sizeof path) {
-        strcpy(path, dir);
-        strcat(path, "/");
-        strcat(path, library);
-        handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!handle)
-        handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    const char *library = slot->library;
+    char why[400];
+    void *handle = kve_open_backend(library, why, sizeof why);
     if (!handle) {
-        const char *why = dlerror();
-        snprintf(slot->reason, sizeof slot->reason, "%s cannot be loaded: %s", library,
-                 why ? why : "not found");
+        snprintf(slot->reason, sizeof slot->reason, "%s cannot be loaded: %s", library, why);
         return NULL;
     }
     kve_backend_entry_fn entry = NULL;

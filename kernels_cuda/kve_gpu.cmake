@@ -1,7 +1,13 @@
 # kve_gpu.cmake — what the CUDA and HIP backend builds share.
 
-# Where both GPU backends land in the build tree ($KVE_BACKEND_DIR for tests).
-set(KVE_GPU_BACKEND_DIR ${PROJECT_BINARY_DIR}/gpu CACHE INTERNAL "")
+# Where both GPU backends land in the build tree: next to libkvevict.so (the
+# top of the build tree), where the core looks first (common/registry.c), as
+# cmake --install puts them next to the installed library.
+if(CMAKE_LIBRARY_OUTPUT_DIRECTORY)
+  set(KVE_GPU_BACKEND_DIR ${CMAKE_LIBRARY_OUTPUT_DIRECTORY} CACHE INTERNAL "")
+else()
+  set(KVE_GPU_BACKEND_DIR ${PROJECT_BINARY_DIR} CACHE INTERNAL "")
+endif()
 
 # kve_gpu_mode(<AUTO|ON|OFF value> <out>): the value upper-cased, or a
 # configure error naming the option.
