@@ -39,6 +39,26 @@ void *kve_cli_malloc(const char *item, size_t count, size_t size);
 int kve_cli_fail(const char *what, kve_status st);
 int kve_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The defaults of select and digest: G1 (docs/GPU.md), 36 layers x 8 KV
+ * heads of 2112 slots (slot i holds position i), P=1024, B=2048, W=64. */
+enum {
+    KVE_CLI_G1_SEED = 2609, KVE_CLI_G1_LAYERS = 36, KVE_CLI_G1_HEADS = 8,
+    KVE_CLI_G1_PROMPT = 1024, KVE_CLI_G1_WINDOW = 64, KVE_CLI_G1_BUDGET = 2048,
+    KVE_CLI_G1_CACHED = 2112
+};
+
+/* The long options a command has seen, to refuse one given twice. */
+typedef struct kve_cli_seen {
+    const char *names[48];
+    int n;
+} kve_cli_seen;
+/* 0 the first time @p name is given to @p cmd; else a usage error, 2. */
+int kve_cli_once(const char *cmd, const char *name, kve_cli_seen *seen);
+
+/* --threads: 1 to 1024 (0 is refused: leave the option out for OpenMP's
+ * default); 0 or an exit code. */
+int kve_cli_parse_threads(const char *text, int *out);
+
 /* Parses an unsigned integer (decimal or 0x-hex) within [0, max]. */
 int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t *out);
 

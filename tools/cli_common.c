@@ -61,6 +61,28 @@ int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t 
     return 0;
 }
 
+int kve_cli_once(const char *cmd, const char *name, kve_cli_seen *seen)
+{
+    for (int i = 0; i < seen->n; i++)
+        if (!strcmp(seen->names[i], name))
+            return kve_cli_usage_error("%s: --%s given twice", cmd, name);
+    if (seen->n < (int)(sizeof seen->names / sizeof seen->names[0]))
+        seen->names[seen->n++] = name;
+    return 0;
+}
+
+int kve_cli_parse_threads(const char *text, int *out)
+{
+    uint64_t v = 0;
+    int rc = kve_cli_parse_u64("threads", text, 1024, &v);
+    if (!rc && v == 0)
+        rc = kve_cli_usage_error("--threads 0: expected 1 to 1024 (leave --threads out for "
+                                 "OpenMP's default)");
+    if (!rc)
+        *out = (int)v;
+    return rc;
+}
+
 int kve_cli_engine_option(const char *name, const char *arg, const kve_cli_engine *e, int *rc)
 {
     static const struct {
@@ -79,11 +101,9 @@ int kve_cli_engine_option(const char *name, const char *arg, const kve_cli_engin
         *e->backend = arg;
     else if (!strcmp(name, "isa"))
         *e->isa = arg;
-    else if (!strcmp(name, "threads")) {
-        uint64_t v = 0;
-        *rc = kve_cli_parse_u64(name, arg, 1024, &v);
-        *e->threads = (int)v;
-    } else
+    else if (!strcmp(name, "threads"))
+        *rc = kve_cli_parse_threads(arg, e->threads);
+    else
         return 0;
     return 1;
 }
@@ -93,7 +113,19 @@ int kve_cli_engine_option(const char *name, const char *arg, const kve_cli_engin
 typedef struct {
     const char *p;
     size_t nomem_bytes; /* a failed growth of the table buffer, or 0 */
+    const char *bad;    /* where the text stopped making sense, or NULL */
+    char want[96];      /* what was expected there */
 } kve_json;
+
+/* Records the first malformed place, at the current position; returns -1. */
+static long kve_json_fail(kve_json *j, const char *want)
+{
+    if (!j->bad) {
+        j->bad = j->p;
+        snprintf(j->want, sizeof j->want, "%s", want);
+    }
+    return -1;
+}
 
 static void kve_json_ws(kve_json *j)
 {
@@ -106,7 +138,7 @@ static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *
 {
     kve_json_ws(j);
     if (*j->p != '[')
-        return -1;
+        return kve_json_fail(j, "'[' (a slot table)");
     j->p++;
     long count = 0;
     kve_json_ws(j);
@@ -119,8 +151,10 @@ static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *
         char *end;
         errno = 0;
         long long v = strtoll(j->p, &end, 10);
-        if (end == j->p || errno || v < INT32_MIN || v > INT32_MAX)
-            return -1;
+        if (end == j->p)
+            return kve_json_fail(j, "an integer position");
+        if (errno || v < INT32_MIN || v > INT32_MAX)
+            return kve_json_fail(j, "a position that fits in int32");
         j->p = end;
         if (*len == *cap) {
             *cap = *cap ? *cap * 2 : 1024;
@@ -142,7 +176,7 @@ static long kve_json_int_array(kve_json *j, int32_t **buf, size_t *cap, size_t *
             j->p++;
             return count;
         }
-        return -1;
+        return kve_json_fail(j, "',' or ']'");
     }
 }
 
@@ -176,9 +210,18 @@ static long kve_json_tables(kve_json *j, size_t heads, int32_t **buf)
     long width = -1;
     j->p++; /* the outer '[' */
     for (;;) {
+        kve_json_ws(j);
+        const char *row = j->p;
         long c = kve_json_int_array(j, buf, &cap, &len);
-        if (c < 0 || (width >= 0 && c != width))
+        if (c < 0)
             return -1;
+        if (width >= 0 && c != width) {
+            char want[96];
+            snprintf(want, sizeof want, "a table of %ld slots like the first (this one has %ld)",
+                     width, c);
+            j->p = row;
+            return kve_json_fail(j, want);
+        }
         width = c;
         rows++;
         kve_json_ws(j);
@@ -187,7 +230,7 @@ static long kve_json_tables(kve_json *j, size_t heads, int32_t **buf)
             continue;
         }
         if (*j->p != ']')
-            return -1;
+            return kve_json_fail(j, "',' or ']'");
         j->p++;
         if (rows == heads)
             return width;
@@ -218,13 +261,36 @@ static long kve_json_table_all(kve_json *j, size_t heads, int32_t **buf)
     return c;
 }
 
+/* The message for malformed slot tables: the byte offset, the token found
+ * there and what was expected; returns the exit code. */
+static int kve_cli_json_error(const char *text, const kve_json *j)
+{
+    if (j->nomem_bytes)
+        return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for the slot "
+                                   "tables on stdin",
+                                   j->nomem_bytes);
+    const char *at = j->bad ? j->bad : j->p;
+    size_t len = strcspn(at, " \t\r\n,[]{}:\"");
+    len = len ? len : *at != '\0';
+    char token[40];
+    if (len == 0)
+        snprintf(token, sizeof token, "the end of the input");
+    else
+        snprintf(token, sizeof token, "\"%.*s%s\"", (int)(len > 24 ? 24 : len), at,
+                 len > 24 ? "..." : "");
+    return kve_cli_usage_error("stdin: bad JSON at byte %zu: %s where %s was expected (the "
+                               "slot tables: a JSON array of integers, or an array of --layers "
+                               "x --heads such arrays of equal length)",
+                               (size_t)(at - text), token, j->bad ? j->want : "'['");
+}
+
 /* --slots-stdin: the slot tables as JSON on stdin; 0 or an exit code. */
 static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
 {
     char *text = kve_cli_read_all_stdin();
     if (!text)
         return 2;
-    kve_json j = {text, 0};
+    kve_json j = {text, 0, NULL, ""};
     kve_json_ws(&j);
     const char *second = j.p + 1;
     while (isspace((unsigned char)*second))
@@ -234,19 +300,15 @@ static int kve_cli_read_stdin_slots(kve_cli_config *cfg)
     long width = *j.p == '[' && *second == '[' ? kve_json_tables(&j, heads, &buf)
                                                : kve_json_table_all(&j, heads, &buf);
     kve_json_ws(&j);
-    int trailing = *j.p != '\0';
-    free(text);
-    if (width == -2 || j.nomem_bytes || width < 0 || trailing) {
+    if (width >= 0 && *j.p != '\0')
+        width = kve_json_fail(&j, "the end of the input");
+    if (width == -2 || j.nomem_bytes || width < 0) {
         free(buf);
-        if (width == -2)
-            return 2;
-        if (j.nomem_bytes)
-            return kve_cli_usage_error("KVE_ERR_NOMEM: cannot allocate %zu bytes for the slot "
-                                       "tables on stdin",
-                                       j.nomem_bytes);
-        return kve_cli_usage_error("stdin: expected a JSON array of integers, or an array of "
-                                   "--layers x --heads such arrays of equal length");
+        int rc = width == -2 ? 2 : kve_cli_json_error(text, &j);
+        free(text);
+        return rc;
     }
+    free(text);
     cfg->n_slots = (uint32_t)width;
     cfg->slot_pos = buf ? buf : (int32_t *)calloc(1, sizeof(int32_t));
     if (!cfg->slot_pos)
@@ -303,18 +365,26 @@ int kve_cli_parse_config(int argc, char **argv, const char *cmd, const char *usa
         {"require", required_argument, 0, OPT_REQUIRE}, {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     memset(cfg, 0, sizeof *cfg);
-    cfg->layers = 1;
-    cfg->heads = 1;
-    cfg->window = 64;
-    cfg->budget = 2048;
+    /* G1 by default (docs/GPU.md "Proving it on your machines"): a digest
+     * or selection with no options evicts 64 of 1024 candidates a head. */
+    cfg->seed = KVE_CLI_G1_SEED;
+    cfg->layers = KVE_CLI_G1_LAYERS;
+    cfg->heads = KVE_CLI_G1_HEADS;
+    cfg->prompt = KVE_CLI_G1_PROMPT;
+    cfg->window = KVE_CLI_G1_WINDOW;
+    cfg->budget = KVE_CLI_G1_BUDGET;
+    cfg->cached = KVE_CLI_G1_CACHED;
     cfg->backend = default_backend;
+    kve_cli_seen seen = {{0}, 0};
     kve_cli_engine engine = {&cfg->flags, &cfg->backend, &cfg->isa, &cfg->threads};
     optind = 1;
     int c;
     uint64_t v;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         const char *name = c >= OPT_SEED && c <= OPT_HELP ? opts[c - OPT_SEED].name : "?";
-        int rc = 0;
+        int rc = c >= OPT_SEED && c < OPT_HELP ? kve_cli_once(cmd, name, &seen) : 0;
+        if (rc)
+            return rc;
         if (kve_cli_engine_option(name, optarg, &engine, &rc)) {
             if (rc)
                 return rc;

@@ -8,6 +8,7 @@
  * rounds, time per round, keep-set digest, the cache contents checked) and
  * an HTML report with its figures (demo_report.c).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static const char kve_demo_usage[] =
     "  --seed S         seed (default 1)\n"
     "  --persistent     persistent keys   --shared-heads  one keep-set per layer\n"
     "  --backend NAME   auto, cpu, cuda, hip (default auto)\n"
-    "  --threads N      CPU threads (default: OpenMP's)\n"
+    "  --threads N      CPU threads, 1 to 1024 (default: OpenMP's)\n"
     "  --no-progress    no progress bar even on a terminal\n";
 
 static const char *const kve_arm_names[KVE_N_ARMS] = {"full", "triattention", "knorm", "random",
@@ -73,15 +74,11 @@ static int kve_demo_parse_arms(const char *list, kve_demo_opts *o)
 
 static int kve_demo_parse_flag(int idx, kve_demo_opts *o)
 {
-    uint64_t v;
     int rc = 0;
     switch (idx) {
     case 8: rc = kve_cli_parse_u64("entry-bytes", optarg, 1 << 16, &o->entry); break;
     case 9: rc = kve_cli_parse_u64("seed", optarg, UINT64_MAX, &o->seed); break;
-    case 10:
-        rc = kve_cli_parse_u64("threads", optarg, 1024, &v);
-        o->threads = (int)v;
-        break;
+    case 10: rc = kve_cli_parse_threads(optarg, &o->threads); break;
     case 11: o->backend = optarg; break;
     case 12: o->flags |= KVE_PERSISTENT; break;
     case 13: o->flags |= KVE_SHARED_HEADS; break;
@@ -117,13 +114,18 @@ static int kve_demo_parse(int argc, char **argv, kve_demo_opts *o)
                                      KVE_DEMO_MAP_HEADS_MAX};
     int idx, c;
     uint64_t v;
+    kve_cli_seen seen = {{0}, 0};
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         if (c != 0) {
             fputs(kve_demo_usage, stderr);
             return 2;
         }
-        int rc = 0;
+        /* --report and --no-report are one choice, made once. */
+        const char *name = idx == 17 ? "report" : opts[idx].name;
+        int rc = kve_cli_once("demo", name, &seen);
+        if (rc)
+            return rc;
         if (idx < 8) {
             rc = kve_cli_parse_u64(opts[idx].name, optarg, max32[idx], &v);
             *u32[idx] = (uint32_t)v;
@@ -146,6 +148,16 @@ static int kve_demo_parse(int argc, char **argv, kve_demo_opts *o)
     return 0;
 }
 
+/* The table's columns, in words (printed under it, here and in the report). */
+static const char kve_demo_legend[] =
+    "pinned: prompt tokens the arm never evicts; rounds: evictions run; held/head: tokens a\n"
+    "head holds at the end, peak: the most it held; of full: the peak against the full\n"
+    "cache (P + tokens generated); ms/round: mean time to choose a round's evictions,\n"
+    "choose ms: all rounds' (scoring included); keep-set digest: docs/SPEC.md's digest of\n"
+    "the final keep-sets; cache: every kept K/V entry checked in its slot. P: prompt\n"
+    "tokens, B: budget (tokens a head keeps), W: recent tokens never evicted, r: tokens\n"
+    "between evictions.\n";
+
 void kve_demo_print_table(FILE *f, const kve_demo_opts *o, const kve_demo_arm *arms, int n_arms)
 {
     fprintf(f, "%-13s %6s %6s %10s %9s %9s %10s %10s  %-18s  %s\n", "arm", "pinned", "rounds",
@@ -160,6 +172,7 @@ void kve_demo_print_table(FILE *f, const kve_demo_opts *o, const kve_demo_arm *a
                 100.0 * a->held_peak / (o->prompt + o->steps), per_round, 1e3 * a->choose_s,
                 (unsigned long long)a->digest, a->bad ? "CORRUPT" : "verified");
     }
+    fputs(kve_demo_legend, f);
 }
 
 static void kve_demo_header(kve_context *ctx, const kve_demo_opts *o, char *backend, size_t len)
@@ -187,6 +200,21 @@ int kve_cmd_demo(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     o.progress = o.progress && isatty(STDOUT_FILENO);
+    /* The files are checked before the run, not after minutes of it: each
+     * is opened for appending (created when missing, nothing truncated). */
+    const char *outputs[2][2] = {{"--report", o.report}, {"--json", o.json}};
+    for (int i = 0; i < 2; i++) {
+        if (!outputs[i][1])
+            continue;
+        int existed = access(outputs[i][1], F_OK) == 0;
+        FILE *probe = fopen(outputs[i][1], "a");
+        if (!probe)
+            return kve_cli_usage_error("demo: %s %s: cannot write the file: %s", outputs[i][0],
+                                       outputs[i][1], strerror(errno));
+        fclose(probe);
+        if (!existed)
+            remove(outputs[i][1]);
+    }
     kve_context *ctx = NULL;
     if ((rc = kve_cli_context(o.backend, NULL, o.threads, &ctx)))
         return rc;

@@ -27,7 +27,8 @@ static const char kve_replay_usage[] =
     "  --head-offset N     global index of the shard's first head (default 0)\n"
     "  --persistent | --shared-heads | --shared-layers   key modes\n"
     "  --backend NAME      auto, cpu, cuda or hip (default auto)\n"
-    "  --isa NAME          CPU ISA: scalar, avx2, avx512   --threads N\n"
+    "  --isa NAME          CPU ISA: scalar, avx2, avx512\n"
+    "  --threads N         CPU threads, 1 to 1024 (default: OpenMP's)\n"
     "  --summary           print only one line at the end: seq_id, rounds and the\n"
     "                      running digest (what an engine logs at retire)\n";
 
@@ -68,8 +69,11 @@ static int kve_replay_parse(int argc, char **argv, kve_replay_opts *o)
     optind = 1;
     int c, rc = 0;
     uint64_t v;
+    kve_cli_seen seen = {{0}, 0};
     while (!rc && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         const char *name = c >= SEED && c <= HELP ? opts[c - SEED].name : "?";
+        if (c >= SEED && c < HELP && (rc = kve_cli_once("replay", name, &seen)))
+            break;
         if (kve_cli_engine_option(name, optarg, &engine, &rc))
             continue;
         switch (c) {

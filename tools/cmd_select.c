@@ -6,24 +6,26 @@
 #include "cli.h"
 
 #define KVE_CONFIG_OPTIONS                                                                       \
-    "  --seed S            the caller's seed (u64, decimal or 0x-hex; default 0)\n"               \
+    "  --seed S            the caller's seed (u64, decimal or 0x-hex; default 2609)\n"            \
     "  --seq-id ID         the request id (u64; default 0)\n"                                     \
-    "  --layers L          layers in this call (default 1)\n"                                     \
-    "  --heads H           KV heads per layer (default 1)\n"                                      \
+    "  --layers L          layers in this call (default 36)\n"                                    \
+    "  --heads H           KV heads per layer (default 8)\n"                                      \
     "  --layer-offset LO   global index of layer 0 (default 0)\n"                                 \
     "  --head-offset HO    global index of head 0 (default 0)\n"                                  \
-    "  --prompt P          prompt length: positions < P are never evicted (default 0)\n"          \
+    "  --prompt P          prompt length: positions < P are never evicted (default 1024)\n"       \
     "  --window W          most recent generated tokens never evicted (default 64)\n"             \
     "  --budget B          tokens kept per head, prompt included (default 2048)\n"                \
     "  --round R           evictions this sequence has had (default 0)\n"                         \
-    "  --cached N          slots per head; slot i holds position i (default 0)\n"                 \
+    "  --cached N          slots per head; slot i holds position i (default 2112)\n"              \
     "  --slots-stdin       read slot tables as JSON from stdin instead: one array of\n"           \
     "                      positions (-1 = empty) for every head, or L*H arrays\n"                \
     "  --persistent        one key per token for life (round ignored)\n"                          \
     "  --shared-heads      one keep-set per layer\n"                                              \
     "  --shared-layers     one keep-set across layers\n"                                          \
     "  --isa NAME          CPU ISA: auto, scalar, avx2, avx512 (default auto)\n"                  \
-    "  --threads N         CPU threads (default: OpenMP's)\n"
+    "  --threads N         CPU threads, 1 to 1024 (default: OpenMP's)\n"                          \
+    "The defaults are G1 of docs/GPU.md: 36 layers x 8 KV heads of 2112 slots, 64 of\n"          \
+    "whose 1024 candidates each head evicts.\n"
 
 static const char kve_select_usage[] =
     "usage: kvevict select [options]\n"
@@ -74,7 +76,8 @@ int kve_cmd_select(int argc, char **argv)
 static const char kve_key_usage[] =
     "usage: kvevict key [options] --pos P [--pos P2 ...]\n"
     "Print the spec's key for coordinates, one JSON line per position:\n"
-    "  {\"seq_id\":..,\"layer\":..,\"head\":..,\"pos\":..,\"round\":..,\"key\":K}\n"
+    "  {\"seq_id\":..,\"layer\":..,\"head\":..,\"pos\":..,\"round\":..,\"key\":\"0x..\"}\n"
+    "(the 64-bit key as a hex string, exact in any JSON reader).\n"
     "  --seed S  --seq-id ID  --layer L  --head H  --round R  (default 0)\n"
     "  --pos P               a position, or a comma-separated list (repeatable)\n"
     "  --persistent  --shared-heads  --shared-layers   mode switches\n"
@@ -94,9 +97,12 @@ int kve_cmd_key(int argc, char **argv)
     const char *backend = "auto";
     size_t n = 0, cap = 0;
     uint32_t *pos = NULL;
-    int c, rc = 0;
+    int c, idx = 0, rc = 0;
+    kve_cli_seen seen = {{0}, 0};
     optind = 1;
-    while (!rc && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (!rc && (c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        if (c != '?' && c != 'p' && (rc = kve_cli_once("key", opts[idx].name, &seen)))
+            break;
         switch (c) {
         case 's': rc = kve_cli_parse_u64("seed", optarg, UINT64_MAX, &seed); break;
         case 'q': rc = kve_cli_parse_u64("seq-id", optarg, UINT64_MAX, &seq); break;
@@ -146,7 +152,8 @@ int kve_cmd_key(int argc, char **argv)
         if (st != KVE_OK)
             rc = kve_cli_fail("key", st);
         for (size_t i = 0; !rc && i < n; i++)
-            printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"pos\":%u,\"round\":%u,\"key\":%llu}\n",
+            printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"pos\":%u,\"round\":%u,"
+                   "\"key\":\"0x%016llx\"}\n",
                    (unsigned long long)seq, layer, head, pos[i], round,
                    (unsigned long long)keys[i]);
     }
@@ -161,7 +168,9 @@ static const char kve_digest_usage[] =
     "usage: kvevict digest [options]\n"
     "Evict for one configuration on one or every backend and print each one's\n"
     "digest of the keep-sets (docs/SPEC.md \"Digest\"), then `digest=0x...` when\n"
-    "all agree (exit 0) or MISMATCH (exit 1).\n" KVE_CONFIG_OPTIONS
+    "all agree (exit 0) or MISMATCH (exit 1). The first line gives the configuration\n"
+    "hashed (as options), the line before the last the slots evicted and kept, with a\n"
+    "warning when nothing was evicted.\n" KVE_CONFIG_OPTIONS
     "  --backend NAME      all (every available backend, every CPU ISA and 1 and 2\n"
     "                      threads), auto, cpu, cuda or hip (default all)\n"
     "  --require LIST      with all: comma-separated backends (cpu, cuda, hip) that\n"
@@ -207,9 +216,47 @@ static int kve_check_require(const kve_cli_config *cfg)
     return 0;
 }
 
-/* Digest of one backend's eviction of cfg; 0 or an exit code. */
+/* The configuration a digest hashed, as the options that repeat it. */
+static void kve_digest_print_config(const kve_cli_config *cfg)
+{
+    printf("configuration: --seed %llu --seq-id %llu --layers %u --heads %u --layer-offset %u "
+           "--head-offset %u --prompt %u --window %u --budget %u --round %u",
+           (unsigned long long)cfg->seed, (unsigned long long)cfg->seq_id, cfg->layers,
+           cfg->heads, cfg->layer_offset, cfg->head_offset, cfg->prompt, cfg->window,
+           cfg->budget, cfg->round);
+    if (cfg->slots_stdin)
+        printf(" --slots-stdin (%u slots a head)", cfg->n_slots);
+    else
+        printf(" --cached %u", cfg->n_slots);
+    static const struct {
+        uint32_t flag;
+        const char *name;
+    } switches[] = {{KVE_PERSISTENT, "persistent"},
+                    {KVE_SHARED_HEADS, "shared-heads"},
+                    {KVE_SHARED_LAYERS, "shared-layers"}};
+    for (size_t i = 0; i < sizeof switches / sizeof switches[0]; i++)
+        if (cfg->flags & switches[i].flag)
+            printf(" --%s", switches[i].name);
+    putchar('\n');
+}
+
+/* What the eviction hashed did: evicted and kept slots over every head, and
+ * a warning when nothing was evicted (the digest then checks no choice). */
+static void kve_digest_print_counts(const kve_cli_config *cfg, uint64_t evicted, uint64_t kept)
+{
+    uint64_t heads = (uint64_t)cfg->layers * cfg->heads;
+    printf("evicted %llu and kept %llu slots over %llu heads\n", (unsigned long long)evicted,
+           (unsigned long long)kept, (unsigned long long)heads);
+    if (evicted == 0)
+        printf("nothing was evicted: no head holds more than --budget %u tokens, so this digest "
+               "checks no random choice (give --cached above the budget)\n",
+               cfg->budget);
+}
+
+/* Digest of one backend's eviction of cfg; 0 or an exit code. @p counts
+ * gets the evicted and kept slots over every head. */
 static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const char *isa,
-                          int threads, uint64_t *out)
+                          int threads, uint64_t *out, uint64_t counts[2])
 {
     kve_context *ctx = NULL;
     int rc = kve_cli_context(backend, isa, threads, &ctx);
@@ -227,6 +274,11 @@ static int kve_digest_one(const kve_cli_config *cfg, const char *backend, const 
                            .n_evicted = r.n_evicted, .n_kept = r.n_kept};
         if (st == KVE_OK)
             st = kve_digest(host, &b, &o, out);
+        counts[0] = counts[1] = 0;
+        for (size_t h = 0; h < (size_t)cfg->layers * cfg->heads; h++) {
+            counts[0] += r.n_evicted[h];
+            counts[1] += r.n_kept[h];
+        }
         kve_context_destroy(host);
         kve_cli_result_free(&r);
     }
@@ -246,10 +298,11 @@ int kve_cmd_digest(int argc, char **argv)
         return rc;
     }
     int all = strcmp(cfg.backend, "all") == 0;
-    uint64_t first = 0, d;
+    uint64_t first = 0, d, counts[2] = {0, 0};
     int count = 0, mismatch = 0;
+    kve_digest_print_config(&cfg);
     if (!all) {
-        rc = kve_digest_one(&cfg, cfg.backend, cfg.isa, cfg.threads, &first);
+        rc = kve_digest_one(&cfg, cfg.backend, cfg.isa, cfg.threads, &first, counts);
         if (!rc)
             printf("%s digest=0x%016llx\n", cfg.backend, (unsigned long long)first);
         count = 1;
@@ -273,7 +326,7 @@ int kve_cmd_digest(int argc, char **argv)
             continue;
         }
         if (backends[b] != KVE_BACKEND_CPU) {
-            rc = kve_digest_one(&cfg, name, NULL, 0, &d);
+            rc = kve_digest_one(&cfg, name, NULL, 0, &d, counts);
             if (!rc)
                 printf("%s digest=0x%016llx\n", name, (unsigned long long)d);
             mismatch |= count++ && d != first;
@@ -284,7 +337,7 @@ int kve_cmd_digest(int argc, char **argv)
             kve_cpu_isa_available((kve_cpu_isa)isa, &avail);
             for (int threads = 1; avail && !rc && threads <= 2; threads++) {
                 const char *isa_name = kve_cpu_isa_name((kve_cpu_isa)isa);
-                rc = kve_digest_one(&cfg, name, isa_name, threads, &d);
+                rc = kve_digest_one(&cfg, name, isa_name, threads, &d, counts);
                 if (rc)
                     break;
                 printf("%s/%s/%dt digest=0x%016llx\n", name, isa_name, threads,
@@ -295,6 +348,7 @@ int kve_cmd_digest(int argc, char **argv)
         }
     }
     if (!rc) {
+        kve_digest_print_counts(&cfg, counts[0], counts[1]);
         if (mismatch)
             puts("MISMATCH");
         else

@@ -19,14 +19,17 @@ static int kve_same_list(const int32_t *a, uint32_t na, const int32_t *b, uint32
 int kve_cmd_vectors(int argc, char **argv)
 {
     const char *backend = "cpu";
+    kve_cli_seen seen = {{0}, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             fputs(kve_vectors_usage, stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            if (kve_cli_once("vectors", "backend", &seen))
+                return 2;
             backend = argv[++i];
-        else
+        } else
             return kve_cli_usage_error("vectors: unexpected argument \"%s\"\n%s", argv[i],
                                        kve_vectors_usage);
     }

@@ -18,8 +18,15 @@ static const char kve_usage[] =
     "  diff      compare two replay (or digest) logs; name the first divergence\n"
     "  version   library and spec versions, backends available here\n";
 
-static int kve_cmd_version(void)
+static int kve_cmd_version(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--help")) {
+        puts("usage: kvevict version\nThe library and spec versions, and each backend and CPU "
+             "ISA: available here,\nor why not.");
+        return 0;
+    }
+    if (argc > 1)
+        return kve_cli_usage_error("version: unexpected argument \"%s\" (it takes none)", argv[1]);
     uint32_t v = 0;
     kve_version(&v);
     printf("kvevict %u.%u.%u (keep-set spec v%d)\n", v / 10000, v / 100 % 100, v % 100,
@@ -58,7 +65,7 @@ int main(int argc, char **argv)
     argc--;
     argv++;
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
-        return kve_cmd_version();
+        return kve_cmd_version(argc, argv);
     static const struct {
         const char *name;
         int (*run)(int argc, char **argv);

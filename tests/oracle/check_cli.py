@@ -44,6 +44,11 @@ OPTIONS = (("seed", "--seed"), ("seq_id", "--seq-id"), ("layers", "--layers"),
            ("budget", "--budget"), ("round", "--round"), ("cached", "--cached"))
 SWITCHES = (("persistent", "--persistent"), ("shared_heads", "--shared-heads"),
             ("shared_layers", "--shared-layers"))
+# What `select` and `digest` use for an option left out: G1 of docs/GPU.md
+# (issue 37), not the oracle's CONFIG_DEFAULTS; omit_defaults leaves out
+# exactly the options whose value is this.
+G1 = dict(seed=2609, layers=36, heads=8, prompt=1024, window=64, budget=2048, cached=2112)
+CLI_DEFAULTS = dict(kve.CONFIG_DEFAULTS, **G1)
 
 
 # ---------------------------------------------------------------------------
@@ -71,9 +76,7 @@ def config_argv(config, rng=None, hexa=False, omit_defaults=False):
         v = c[field]
         if field == "cached" and c["slots"] is not None and "cached" not in config:
             continue
-        if omit_defaults and v == kve.CONFIG_DEFAULTS[field] and field in config:
-            continue
-        if omit_defaults and field not in config:
+        if omit_defaults and v == CLI_DEFAULTS[field]:
             continue
         if hexa and field in ("seed", "seq_id"):
             argv += [opt, "0x%x" % v]
@@ -219,6 +222,7 @@ def edge_configs():
     e = []
     e.append(("defaults_only", {}, True))                              # cached 0: empty heads
     e.append(("defaults_cached_3000", dict(cached=3000), True))        # W=64, B=2048 defaults
+    e.append(("cli_defaults_g1", G1, True))                            # `select` alone
     e.append(("cached_zero_many_heads", dict(layers=3, heads=4, cached=0), False))
     e.append(("empty_table_stdin", dict(slots=[], layers=2, heads=2, budget=0), False))
     e.append(("offsets_at_max", dict(layers=3, heads=4, layer_offset=U32_MAX - 2,
@@ -303,7 +307,9 @@ def key_argv(seed, sq, l, h, r, f, ps):
 
 
 def digest_checks(rng, n_random=24):
-    checks = []
+    # `digest` with no option: G1, whose heads each evict 64 slots.
+    checks = [Check("digest_cli_defaults_g1", "digest", ["digest"], expect=kve.select_digest(G1),
+                    config=G1)]
     dg = gen_golden.digest_batch()
     cfg = digest_golden_config(dg)
     checks.append(Check("digest_golden_" + dg["name"], "digest", ["digest"] + config_argv(cfg),
@@ -408,6 +414,8 @@ def compare_key(expect, out):
     if len(got) != len(expect):
         return ["%d lines printed, %d expected" % (len(got), len(expect))]
     for i, (e, g) in enumerate(zip(expect, got)):
+        # The key is a "0x" + 16 hex digits string (exact in any JSON reader).
+        e = dict(e, key="0x%016x" % e["key"])
         for field in ("seq_id", "layer", "head", "pos", "round", "key"):
             if not isinstance(g, dict) or g.get(field) != e[field]:
                 return ["line %d: %s differs" % (i + 1, field), "  expected %s" % json.dumps(e),

@@ -85,11 +85,14 @@ def main():
             if BUG == "key" and p == 0:
                 k ^= 1
             print(json.dumps(dict(seq_id=c.get("seq_id", 0), layer=c.get("layer", 0),
-                                  head=c.get("head", 0), pos=p, round=r, key=k),
+                                  head=c.get("head", 0), pos=p, round=r, key="0x%016x" % k),
                              separators=(",", ":")))
         return 0
     if cmd not in ("select", "digest"):
         die("unknown command %r" % cmd)
+    # The CLI's defaults for select and digest: G1 (docs/GPU.md).
+    c = dict(dict(seed=2609, layers=36, heads=8, prompt=1024, window=64, budget=2048,
+                  cached=2112), **c)
     if c.pop("slots_stdin", False):
         c["slots"] = read_slots()
     if BUG == "round":
