@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kve_backend.h"
+#include "kve_check.h"
 #include "kve_registry.h"
 #include "kve_cpu_isa.h"
 #include "kve_digest.h"
@@ -280,8 +281,7 @@ kve_status kve_digest(kve_context *ctx, const kve_batch *batch, const kve_evict_
         size_t end;
         if (ne == 0 || ne > batch->n_slots || ne > evicted->evicted_stride)
             continue;
-        if (__builtin_mul_overflow(i, evicted->evicted_stride, &end) ||
-            __builtin_add_overflow(end, (size_t)ne, &end) || end > SIZE_MAX / 4)
+        if (kve_rows_span(i + 1, evicted->evicted_stride, ne, 4, &end))
             st = kve_error_set(KVE_ERR_OVERFLOW, "evicted.evicted_stride = %zu overflows at head %zu",
                                evicted->evicted_stride, i);
         else if (end > ev_rows)

@@ -56,31 +56,63 @@ static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_wr
     out->dst_stride_head = out->part[0].dst_stride_head;
 }
 
-/* Bytes spanned by an n-d strided view of entries; KVE_ERR_ALIAS when two
- * entries overlap (each stride, in increasing order, must step past every
- * inner entry). */
-static kve_status kve_span(const char *what, int n, const size_t *extent, const size_t *stride,
-                           const char *const *names, size_t entry, size_t *out)
+/* The caller's name and value of cache @p c's destination stride @p i
+ * (page, slot, head): its part's field, the desc-wide one, or the dense
+ * value taken where both are 0. */
+static const char *kve_dst_stride_name(const kve_cache_write_desc *d, const kve_cache_write_desc *r,
+                                       uint32_t c, int i, char *buf, size_t size)
 {
+    static const char *const names[3] = {"page", "slot", "head"};
+    const kve_cache_part *p = &d->part[c], *q = &r->part[c];
+    const size_t own[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
+                 wide[3] = {d->dst_stride_page, d->dst_stride_slot, d->dst_stride_head},
+                 used[3] = {q->dst_stride_page, q->dst_stride_slot, q->dst_stride_head};
+    if (own[i])
+        snprintf(buf, size, "desc.part[%u].dst_stride_%s = %zu", c, names[i], own[i]);
+    else if (wide[i])
+        snprintf(buf, size, "desc.dst_stride_%s = %zu", names[i], wide[i]);
+    else
+        snprintf(buf, size, "desc.dst_stride_%s = 0 (the dense %zu bytes of cache %u)", names[i],
+                 used[i], c);
+    return buf;
+}
+
+/* Bytes spanned by cache @p c's destination (kve_rows_span per dim, inner
+ * first); KVE_ERR_ALIAS when its strides do not nest (in increasing order
+ * each must step past every inner entry: else entries overlap or
+ * interleave), named as the caller set them (@p d). */
+static kve_status kve_dst_span(const kve_cache_write_desc *d, const kve_cache_write_desc *r,
+                               uint32_t c, size_t *out)
+{
+    const kve_cache_part *p = &r->part[c];
+    const size_t extent[3] = {r->n_pages, r->page_size, r->n_heads},
+                 stride[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head};
     int order[3] = {0, 1, 2};
-    for (int i = 1; i < n; i++)
+    for (int i = 1; i < 3; i++)
         for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
             int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    size_t span = entry, add;
-    for (int k = 0; k < n; k++) {
-        int d = order[k];
-        if (extent[d] <= 1)
+    size_t span = kve_dst_entry(p);
+    int inner = -1; /* the widest dim nested so far */
+    char a[96], b[96];
+    for (int k = 0; k < 3; k++) {
+        int i = order[k];
+        if (extent[i] <= 1)
             continue;
-        KVE_RETURN_ERROR_IF(stride[d] < span, KVE_ERR_ALIAS,
-                            "desc.%s_stride_%s = %zu: %s entries overlap (needs >= %zu bytes)",
-                            what, names[d], stride[d], what, span);
-        KVE_RETURN_ERROR_IF(kve_mul(extent[d] - 1, stride[d], &add) ||
-                                __builtin_add_overflow(span, add, &span),
-                            KVE_ERR_OVERFLOW, "desc.%s_stride_%s = %zu overflows the address space",
-                            what, names[d], stride[d]);
+        KVE_RETURN_ERROR_IF(stride[i] < span && inner < 0, KVE_ERR_ALIAS,
+                            "%s: below cache %u's entry of %zu bytes: its entries overlap",
+                            kve_dst_stride_name(d, r, c, i, a, sizeof a), c, span);
+        KVE_RETURN_ERROR_IF(stride[i] < span, KVE_ERR_ALIAS,
+                            "%s and %s interleave: cache %u's entries overlap or interleave (a "
+                            "stride must step past the %zu bytes of the entries inside it)",
+                            kve_dst_stride_name(d, r, c, i, a, sizeof a),
+                            kve_dst_stride_name(d, r, c, inner, b, sizeof b), c, span);
+        KVE_RETURN_ERROR_IF(kve_rows_span(extent[i], stride[i], span, 1, &span), KVE_ERR_OVERFLOW,
+                            "%s overflows the address space",
+                            kve_dst_stride_name(d, r, c, i, a, sizeof a));
+        inner = i;
     }
     *out = span;
     return KVE_OK;
@@ -237,30 +269,23 @@ static kve_status kve_check_align(const char *what, uint32_t c, const void *base
     return KVE_OK;
 }
 
-static kve_status kve_check_strides(const kve_cache_write_desc *r)
+static kve_status kve_check_strides(const kve_cache_write_desc *d, const kve_cache_write_desc *r)
 {
-    static const char *const dst_names[3] = {"page", "slot", "head"};
-    size_t src_span[KVE_MAX_CACHES], dst_span[KVE_MAX_CACHES], add;
+    size_t src_span[KVE_MAX_CACHES], dst_span[KVE_MAX_CACHES], head_span;
     for (uint32_t c = 0; c < r->n_caches; c++) {
         const kve_cache_part *p = &r->part[c];
-        size_t dst_ext[3] = {r->n_pages, r->page_size, r->n_heads},
-               dst_st[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
+        size_t dst_st[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
                src_st[2] = {p->src_stride_token, p->src_stride_head};
         KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
         KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 3, p->dst_dtype));
         /* Source entries may overlap (they are only read): span to the last
          * entry's end; without tokens (moves alone) nothing is read. */
-        src_span[c] = 0;
-        KVE_RETURN_ERROR_IF(r->n_tokens &&
-                            (kve_mul(r->n_tokens - 1, p->src_stride_token,
-                                        &src_span[c]) ||
-                                kve_mul(r->n_heads - 1, p->src_stride_head, &add) ||
-                                __builtin_add_overflow(src_span[c], add, &src_span[c]) ||
-                                __builtin_add_overflow(src_span[c], kve_src_entry(p), &src_span[c])),
-                            KVE_ERR_OVERFLOW,
-                            "desc.src[%u] strides (%zu, %zu) overflow over %u tokens", c,
-                            p->src_stride_token, p->src_stride_head, r->n_tokens);
-        KVE_TRY(kve_span("dst", 3, dst_ext, dst_st, dst_names, kve_dst_entry(p), &dst_span[c]));
+        KVE_RETURN_ERROR_IF(
+            kve_rows_span(r->n_heads, p->src_stride_head, kve_src_entry(p), 1, &head_span) ||
+                kve_rows_span(r->n_tokens, p->src_stride_token, head_span, 1, &src_span[c]),
+            KVE_ERR_OVERFLOW, "desc.src[%u] strides (%zu, %zu) overflow over %u tokens", c,
+            p->src_stride_token, p->src_stride_head, r->n_tokens);
+        KVE_TRY(kve_dst_span(d, r, c, &dst_span[c]));
     }
     for (uint32_t c = 0; c < r->n_caches; c++)
         for (uint32_t k = 0; k < r->n_caches; k++) {
@@ -274,6 +299,50 @@ static kve_status kve_check_strides(const kve_cache_write_desc *r)
                                 "(spans %zu and %zu bytes)",
                                 k, r->dst[k], c, r->dst[c], dst_span[k], dst_span[c]);
         }
+    return KVE_OK;
+}
+
+/* The slots' and the move lists' views: their sizes, from the caller's
+ * strides, fit size_t (kve_rows_span), so no offset into them wraps. */
+static kve_status kve_check_lists(const kve_cache_write_desc *d)
+{
+    size_t head, span;
+    KVE_RETURN_ERROR_IF(kve_rows_span(d->n_tokens ? d->n_heads : 0, d->slots_stride_head, 1, 8,
+                                      &head),
+                        KVE_ERR_OVERFLOW,
+                        "desc.slots_stride_head = %zu: %u heads of int64 slots overflow size_t",
+                        d->slots_stride_head, d->n_heads);
+    KVE_RETURN_ERROR_IF(kve_rows_span(d->n_tokens, d->slots_stride_token, head, 8, &span),
+                        KVE_ERR_OVERFLOW,
+                        "desc.slots_stride_token = %zu: %u tokens of int64 slots overflow size_t",
+                        d->slots_stride_token, d->n_tokens);
+    if (!d->moves)
+        return KVE_OK;
+    size_t pairs = 2 * (size_t)d->max_moves;
+    KVE_RETURN_ERROR_IF(kve_rows_span(d->n_move_rows ? d->n_heads : 0, d->moves_stride_head, 1, 4,
+                                      &head),
+                        KVE_ERR_OVERFLOW, "desc.moves_stride_head = %zu: %u heads of lists overflow",
+                        d->moves_stride_head, d->n_heads);
+    KVE_RETURN_ERROR_IF(kve_rows_span(d->n_move_rows, d->moves_stride_row, head, 4, &span) ||
+                            kve_rows_span(span, pairs, pairs, 4, &span),
+                        KVE_ERR_OVERFLOW,
+                        "desc.moves_stride_row = %zu: %u move rows of lists (max_moves = %u pairs "
+                        "each) overflow size_t",
+                        d->moves_stride_row, d->n_move_rows, d->max_moves);
+    return KVE_OK;
+}
+
+/* With KVE_PAGES_INDPTR on host memory: indptr starts at 0 and never
+ * decreases, whichever rows the call's slots use (the header's promise). */
+static kve_status kve_check_indptr(const kve_cache_write_desc *d)
+{
+    KVE_RETURN_ERROR_IF(d->indptr[0] != 0, KVE_ERR_RANGE,
+                        "desc.indptr[0] = %d: must be 0 (row 0's pages start indices)",
+                        d->indptr[0]);
+    for (uint32_t r = 0; r < d->n_rows; r++)
+        KVE_RETURN_ERROR_IF(d->indptr[r + 1] < d->indptr[r], KVE_ERR_RANGE,
+                            "desc.indptr[%u] = %d, indptr[%u] = %d: indptr must not decrease", r,
+                            d->indptr[r], r + 1, d->indptr[r + 1]);
     return KVE_OK;
 }
 
@@ -387,11 +456,13 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
 static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
 {
     KVE_RETURN_ERROR_IF(!d->n_moves, KVE_ERR_NULL, "desc.n_moves is NULL (desc.moves is not)");
-    KVE_RETURN_ERROR_IF(d->n_move_rows && !d->max_moves, KVE_ERR_RANGE,
-                        "desc.max_moves = 0 with n_move_rows = %u: must be >= 1", d->n_move_rows);
+    /* max_moves = 0 (kve_state_max_moves of a step without tokens): lists
+     * of no pair, every count 0. */
     for (uint32_t i = 0; contents && i < d->n_move_rows; i++) {
         int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
-        KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,
+        KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT &&
+                                (row < 0 || (uint32_t)row >= d->n_rows),
+                            KVE_ERR_RANGE,
                             "desc.move_row[%u] = %d: must be 0..%u (n_rows - 1)", i, row,
                             d->n_rows - 1);
         for (uint32_t h = 0; h < d->n_heads; h++) {
@@ -418,14 +489,19 @@ kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
     KVE_RETURN_ERROR_IF(!ctx->ops->cache_write, KVE_ERR_UNAVAILABLE,
                         "kve_cache_write: the %s backend does not implement it yet",
                         ctx->ops->name);
-    if (desc->n_tokens == 0 && (!desc->moves || !desc->n_move_rows))
-        return KVE_OK;
+    /* Checked whole even when nothing is written (every token padding, no
+     * moves): the header promises these checks. */
     kve_cache_write_desc r;
     kve_cache_write_resolve(desc, &r);
-    KVE_TRY(kve_check_strides(&r));
+    KVE_TRY(kve_check_strides(desc, &r));
+    KVE_TRY(kve_check_lists(&r));
     if (r.moves)
         KVE_TRY(kve_check_moves(&r, ctx->ops->host_memory));
     if (ctx->ops->host_memory)
         KVE_TRY(kve_check_contents(&r));
+    if (ctx->ops->host_memory && r.page_table == KVE_PAGES_INDPTR)
+        KVE_TRY(kve_check_indptr(&r));
+    if (r.n_tokens == 0 && (!r.moves || !r.n_move_rows))
+        return KVE_OK;
     return ctx->ops->cache_write(ctx, &r);
 }

@@ -9,16 +9,21 @@
 #include "kve_error.h"
 #include "kve_util.h"
 
-/* Elements spanned by @p rows rows of @p len at @p stride (0 when empty);
- * returns 1 when that overflows size_t. */
-static inline int kve_rows_span(size_t rows, size_t stride, size_t len, size_t *out)
+/* THE overflow-checked size of a caller's strided view (docs/FUZZING.md,
+ * "Strides"): @p rows rows of @p len elements, @p stride elements apart,
+ * span (rows - 1) x stride + len elements (0 when empty) in @p out. Returns
+ * 1 when that, or its bytes at @p elem bytes an element, overflows size_t.
+ * A view of more dimensions nests calls, inner first (len = the inner
+ * span); every size formed from a caller's stride goes through here. */
+static inline int kve_rows_span(size_t rows, size_t stride, size_t len, size_t elem, size_t *out)
 {
-    size_t s;
+    size_t s, bytes;
     if (rows == 0 || len == 0) {
         *out = 0;
         return 0;
     }
-    if (__builtin_mul_overflow(rows - 1, stride, &s) || __builtin_add_overflow(s, len, &s))
+    if (__builtin_mul_overflow(rows - 1, stride, &s) || __builtin_add_overflow(s, len, &s) ||
+        __builtin_mul_overflow(s, elem, &bytes))
         return 1;
     *out = s;
     return 0;

@@ -53,11 +53,10 @@ static kve_status kve_resolve_keys(kve_key_cache *k)
                         "desc.keys.base (%p) or its strides (%zu, %zu, %zu) are not a multiple of "
                         "%zu bytes, the size of an element",
                         k->base, k->stride_page, k->stride_slot, k->stride_head, es);
-    size_t a, b, c;
-    KVE_RETURN_ERROR_IF(kve_mul(k->n_pages - 1, k->stride_page, &a) ||
-                            kve_mul(ps - 1, k->stride_slot, &b) ||
-                            kve_mul(h - 1, k->stride_head, &c) || __builtin_add_overflow(a, b, &a) ||
-                            __builtin_add_overflow(a, c, &a) || __builtin_add_overflow(a, e, &a) ||
+    size_t a;
+    KVE_RETURN_ERROR_IF(kve_rows_span(h, k->stride_head, e, 1, &a) ||
+                            kve_rows_span(ps, k->stride_slot, a, 1, &a) ||
+                            kve_rows_span(k->n_pages, k->stride_page, a, 1, &a) ||
                             (uintptr_t)k->base > UINTPTR_MAX - a,
                         KVE_ERR_OVERFLOW,
                         "desc.keys: strides (page %zu, slot %zu, head %zu) overflow the address "
@@ -131,7 +130,7 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
     kve_status st = KVE_OK;
     for (uint32_t i = 0; i < d->n_rows && st == KVE_OK; i++) {
         const kve_score_row *r = &d->rows[i];
-        uint64_t ts = kve_score_table_stride(d, r), ss = d->scores_stride_table, end, e2;
+        size_t ts = kve_score_table_stride(d, r), ss = d->scores_stride_table, end, e2;
         if (r->n_slots > INT32_MAX)
             st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].n_slots = %u: must be <= 2^31-1", i,
                                r->n_slots);
@@ -152,13 +151,9 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
         else if (d->keys.page_table == KVE_PAGES_FLAT && r->cache_row < 0)
             st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].cache_row = %d: must be >= 0", i,
                                r->cache_row);
-        else if (__builtin_mul_overflow((uint64_t)(n_tables - 1), ts, &end) ||
-                 __builtin_add_overflow(end, r->table_offset + (uint64_t)r->n_slots, &end) ||
-                 r->table_offset > UINT64_MAX / 2 || end > SIZE_MAX / 4 ||
-                 __builtin_mul_overflow((uint64_t)(n_tables - 1), ss, &e2) ||
-                 r->scores_offset > UINT64_MAX / 2 ||
-                 __builtin_add_overflow(e2, r->scores_offset + (uint64_t)r->n_slots, &e2) ||
-                 e2 > SIZE_MAX / 4)
+        else if (r->table_offset > SIZE_MAX / 2 || r->scores_offset > SIZE_MAX / 2 ||
+                 kve_rows_span(n_tables, ts, r->table_offset + r->n_slots, 4, &end) ||
+                 kve_rows_span(n_tables, ss, r->scores_offset + r->n_slots, 4, &e2))
             st = kve_error_set(KVE_ERR_OVERFLOW,
                                "desc.rows[%u]: table_offset %llu or scores_offset %llu with its "
                                "strides overflows",

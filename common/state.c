@@ -155,6 +155,10 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     KVE_RETURN_ERROR_IF(memory && memory_bytes < plan.memory_bytes, KVE_ERR_WORKSPACE,
                         "memory_bytes = %zu: kve_state_memory_size says %zu", memory_bytes,
                         plan.memory_bytes);
+    KVE_RETURN_ERROR_IF((uintptr_t)memory % KVE_ALLOC_ALIGN, KVE_ERR_INVALID,
+                        "memory (%p): must be %d-byte aligned, as kve_alloc returns (the state's "
+                        "tables, jobs and digests are laid out from it)",
+                        memory, KVE_ALLOC_ALIGN);
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
     void *host = calloc(n, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +

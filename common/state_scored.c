@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_validate.h"
@@ -51,9 +52,15 @@ static kve_status kve_scored_buffers(const kve_state *s, uint32_t n_rows, uint32
                         "out->scores_stride_row = %zu: below %zu tables x scores_stride_table "
                         "%zu",
                         out->scores_stride_row, s->tables, out->scores_stride_table);
-    KVE_RETURN_ERROR_IF(i && out->scores_stride_row > SIZE_MAX / i, KVE_ERR_OVERFLOW,
-                        "out->scores_stride_row = %zu overflows at call row %u",
-                        out->scores_stride_row, i);
+    size_t row_span = 0;
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, out->scores_stride_table, cap, sizeof(float),
+                                      &row_span) ||
+                            kve_rows_span((size_t)i + 1, out->scores_stride_row, row_span,
+                                          sizeof(float), &span),
+                        KVE_ERR_OVERFLOW,
+                        "out->scores_stride_row = %zu: the scores of call row %u (%zu floats "
+                        "each) overflow size_t bytes",
+                        out->scores_stride_row, i, row_span);
     return KVE_OK;
 }
 

@@ -46,8 +46,7 @@ kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
                             "batch.slot_pos_stride = %zu < n_slots = %u: head rows overlap",
                             b->slot_pos_stride, b->n_slots);
         size_t span;
-        KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->slot_pos_stride, b->n_slots, &span) ||
-                                span > SIZE_MAX / sizeof(int32_t),
+        KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->slot_pos_stride, b->n_slots, sizeof(int32_t), &span),
                             KVE_ERR_OVERFLOW,
                             "batch.slot_pos_stride = %zu: %zu heads overflow the address space",
                             b->slot_pos_stride, heads);
@@ -99,22 +98,19 @@ kve_status kve_validate_evict_out(const kve_batch *b, size_t heads, const kve_ev
                         "out.kept_stride = %zu: must be >= n_slots = %u", o->kept_stride,
                         b->n_slots);
     size_t ev_span = 0, kept_span = 0, in_span = 0;
-    KVE_RETURN_ERROR_IF(kve_rows_span(heads, o->evicted_stride, max_evicted, &ev_span) ||
-                            ev_span > SIZE_MAX / 4,
+    KVE_RETURN_ERROR_IF(kve_rows_span(heads, o->evicted_stride, max_evicted, 4, &ev_span),
                         KVE_ERR_OVERFLOW, "out.evicted_stride = %zu overflows over %zu heads",
                         o->evicted_stride, heads);
     if (o->kept)
-        KVE_RETURN_ERROR_IF(kve_rows_span(heads, o->kept_stride, b->n_slots, &kept_span) ||
-                                kept_span > SIZE_MAX / 4,
+        KVE_RETURN_ERROR_IF(kve_rows_span(heads, o->kept_stride, b->n_slots, 4, &kept_span),
                             KVE_ERR_OVERFLOW, "out.kept_stride = %zu overflows over %zu heads",
                             o->kept_stride, heads);
     KVE_RETURN_ERROR_IF(heads > SIZE_MAX / 8, KVE_ERR_OVERFLOW, "%zu heads overflow", heads);
     size_t sc_span = 0;
     if (b->n_slots)
-        kve_rows_span(heads, b->slot_pos_stride, b->n_slots, &in_span);
+        kve_rows_span(heads, b->slot_pos_stride, b->n_slots, 4, &in_span);
     if (b->n_slots && (b->flags & KVE_SCORED))
-        KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, &sc_span) ||
-                                sc_span > SIZE_MAX / 4,
+        KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, 4, &sc_span),
                             KVE_ERR_OVERFLOW, "batch.scores_stride = %zu overflows over %zu heads",
                             b->scores_stride, heads);
     const kve_range r[] = {
@@ -154,9 +150,7 @@ kve_status kve_view_span(const char *what, const size_t extent[4], const size_t 
         KVE_RETURN_ERROR_IF(stride[d] < span, KVE_ERR_ALIAS,
                             "%s.%s = %zu: entries overlap (needs >= %zu bytes)", what,
                             dim_names[d], stride[d], span);
-        size_t add;
-        KVE_RETURN_ERROR_IF(kve_mul_overflows(extent[d] - 1, stride[d], &add) ||
-                                __builtin_add_overflow(span, add, &span),
+        KVE_RETURN_ERROR_IF(kve_rows_span(extent[d], stride[d], span, 1, &span),
                             KVE_ERR_OVERFLOW, "%s.%s = %zu overflows the address space", what,
                             dim_names[d], stride[d]);
     }
@@ -188,11 +182,9 @@ kve_status kve_validate_compact(const kve_compact_desc *d, size_t *out_heads)
     KVE_RETURN_ERROR_IF(d->evicted_stride == 0, KVE_ERR_RANGE,
                         "desc.evicted_stride = 0: must be >= 1");
     size_t sp_span, ev_span;
-    KVE_RETURN_ERROR_IF(kve_rows_span(heads, d->slot_pos_stride, d->n_slots, &sp_span) ||
-                            sp_span > SIZE_MAX / 4,
+    KVE_RETURN_ERROR_IF(kve_rows_span(heads, d->slot_pos_stride, d->n_slots, 4, &sp_span),
                         KVE_ERR_OVERFLOW, "desc.slot_pos_stride = %zu overflows", d->slot_pos_stride);
-    KVE_RETURN_ERROR_IF(kve_rows_span(heads, d->evicted_stride, d->evicted_stride, &ev_span) ||
-                            ev_span > SIZE_MAX / 4,
+    KVE_RETURN_ERROR_IF(kve_rows_span(heads, d->evicted_stride, d->evicted_stride, 4, &ev_span),
                         KVE_ERR_OVERFLOW, "desc.evicted_stride = %zu overflows", d->evicted_stride);
     const size_t extent[4] = {d->n_seqs, d->n_layers, d->n_heads, d->n_slots};
     int out_of_place = d->dst[0].base != NULL;

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_key.h"
 #include "kve_validate.h"
@@ -24,9 +25,7 @@ kve_status kve_validate_batch_scores(const kve_batch *b, size_t heads)
                         "batch.scores_stride = %zu: must be >= n_slots = %u", b->scores_stride,
                         b->n_slots);
     size_t span;
-    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(heads - 1, b->scores_stride, &span) ||
-                            __builtin_add_overflow(span, (size_t)b->n_slots, &span) ||
-                            span > SIZE_MAX / sizeof(float),
+    KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, sizeof(float), &span),
                         KVE_ERR_OVERFLOW,
                         "batch.scores_stride = %zu: %zu heads overflow the address space",
                         b->scores_stride, heads);

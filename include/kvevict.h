@@ -475,12 +475,13 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
 
 /**
  * Create a state on @p ctx (which must outlive it) with every row free.
- * @param memory backend memory of kve_state_memory_size() bytes, kept by the
- *        state until destroyed; or NULL with memory_bytes == 0 to let the
- *        library allocate.
- * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID,
- *         KVE_ERR_OVERFLOW (desc), KVE_ERR_WORKSPACE (memory too small),
- *         KVE_ERR_NOMEM.
+ * @param memory backend memory of kve_state_memory_size() bytes, 256-byte
+ *        aligned (as kve_alloc returns it), kept by the state until
+ *        destroyed; or NULL with memory_bytes == 0 to let the library
+ *        allocate.
+ * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID (desc, or
+ *         memory not 256-byte aligned), KVE_ERR_OVERFLOW (desc),
+ *         KVE_ERR_WORKSPACE (memory too small), KVE_ERR_NOMEM.
  */
 KVE_API kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *memory,
                                     size_t memory_bytes, kve_state **out);
@@ -816,9 +817,11 @@ typedef struct kve_cache_write_desc {
     const int32_t *moves;
     const uint32_t *n_moves;
     uint32_t n_move_rows;
+    /** pairs per list; 0 (kve_state_max_moves of a step without tokens):
+     *  lists of no pair, every count 0 */
     uint32_t max_moves;
     size_t moves_stride_row, moves_stride_head; /**< in lists */
-    const int32_t *move_row; /**< [n_move_rows] or NULL */
+    const int32_t *move_row; /**< [n_move_rows] or NULL; not read with KVE_PAGES_FLAT */
     kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
 } kve_cache_write_desc;
 
@@ -829,10 +832,15 @@ typedef struct kve_cache_write_desc {
  * the state's placement. Stream-ordered; the moves and the writes are one
  * launch each on a GPU (the writes alone when moves is NULL). Checks shapes,
  * strides (no two destination entries overlap, no source overlaps a
- * destination) and, on backends with host memory, every token_row, slot,
- * page id, move row, move count and moved slot, and with KVE_PAGES_INDPTR
- * that indptr starts at 0 and never decreases (so indices is read only
- * within its indptr[n_rows] entries).
+ * destination; a cache's page, slot and head strides must nest, each
+ * stepping past the entries inside it, so interleaved strides are refused
+ * with KVE_ERR_ALIAS even where no entries meet; sizes the strides give
+ * past SIZE_MAX bytes: KVE_ERR_OVERFLOW) and, on backends with host memory,
+ * every token_row, slot, page id, move row, move count and moved slot, and
+ * with KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so
+ * indices is read only within its indptr[n_rows] entries). All of it is
+ * checked even when nothing is written (no tokens or only padding, no
+ * moves).
  * @pre no two (token, head) pairs target the same destination entry.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */

@@ -212,10 +212,19 @@ KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
     }
 }
 
+/* Pairs a list takes in the grid: max_moves, and one for max_moves = 0 so
+ * that a list's count is still read (and any count past 0 raised). */
+KVE_HD_FN uint32_t kve_cache_move_width(const kve_cache_write_desc *d)
+{
+    return d->max_moves ? d->max_moves : 1;
+}
+
 /* Work items of the moves: one entry per (cache, move row, head, pair). */
 KVE_HD_FN uint64_t kve_cache_move_entries(const kve_cache_write_desc *d)
 {
-    return d->moves ? (uint64_t)d->n_caches * d->n_move_rows * d->n_heads * d->max_moves : 0;
+    return d->moves ? (uint64_t)d->n_caches * d->n_move_rows * d->n_heads *
+                          kve_cache_move_width(d)
+                    : 0;
 }
 
 /*
@@ -235,8 +244,8 @@ KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
     for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < total; w += step) {
         uint32_t c = (uint32_t)(w / per_cache);
         uint64_t rest = w % per_cache;
-        uint32_t k = (uint32_t)(rest % d->max_moves);
-        uint64_t ih = rest / d->max_moves;
+        uint32_t k = (uint32_t)(rest % kve_cache_move_width(d));
+        uint64_t ih = rest / kve_cache_move_width(d);
         uint32_t h = (uint32_t)(ih % d->n_heads), i = (uint32_t)(ih / d->n_heads);
         size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
         int raise = c == 0 && lane == 0;

@@ -311,6 +311,15 @@ START_TEST(device_move_past_indptr)
     n_mv[0] = 3; /* more than max_moves */
     KT_OK(kve_cache_write(kve_emu, &d));
     expect_sync(KVE_ERR_RANGE, "desc.moves[move row 0][head 0]");
+    /* max_moves = 0 (kve_state_max_moves of a step without tokens) is a
+     * list of no pair: accepted, and a count past 0 still raised (issue 36) */
+    d.max_moves = 0;
+    n_mv[0] = 1;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.moves[move row 0][head 0]");
+    n_mv[0] = 0;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_OK, "");
 }
 END_TEST
 

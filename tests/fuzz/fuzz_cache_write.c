@@ -143,9 +143,15 @@ static void decode_pages(fz_bytes *in, cw_case *c)
         if (fz_u8(in) >= 245) { /* broken: not ascending, negative, bad last page */
             uint32_t k = fz_below(in, R + 1);
             indptr[k] = fz_u8(in) & 1 ? indptr[k] - 1 - (int32_t)fz_below(in, 4) : -1;
-            if (fz_u8(in) & 1)
+            if (fz_u8(in) & 1) {
                 last[fz_below(in, R)] = fz_u8(in) & 1 ? 0 : (int32_t)ps + 1;
-            c->unsure = 1;
+                c->unsure = 1; /* refused only where a slot reads the row */
+            }
+            /* The header: indptr starts at 0 and never decreases, checked
+             * whole whichever rows the slots use (issue 36). */
+            for (uint32_t r = 0; r <= R; r++)
+                c->refuse |= r ? indptr[r] < indptr[r - 1] : indptr[0] != 0;
+            c->bad |= c->refuse;
         }
         size_t n_ind = indptr[R] > 0 ? (size_t)indptr[R] : 0;
         c->indices = (int32_t *)fz_alloc(n_ind * 4, 0);
@@ -170,9 +176,19 @@ static void decode_tokens(fz_bytes *in, cw_case *c)
     kve_cache_write_desc *d = &c->d;
     size_t T = d->n_tokens, H = d->n_heads;
     uint32_t R = d->n_rows;
-    d->slots_stride_token = fz_u8(in) < 250 ? 1 + fz_below(in, 5) : 0;
-    d->slots_stride_head = fz_u8(in) & 1 ? 0 : fz_below(in, 3);
-    size_t n_slots_el = T ? (T - 1) * d->slots_stride_token + (H - 1) * d->slots_stride_head + 1 : 0;
+    uint8_t sel = fz_u8(in);
+    d->slots_stride_token = sel < 250 ? 1 + fz_below(in, 5) : sel < 252 ? 0 : fz_huge_stride(sel);
+    sel = fz_u8(in);
+    d->slots_stride_head = sel & 1 ? 0 : sel < 250 ? fz_below(in, 3) : fz_huge_stride(sel >> 1);
+    /* Strides near SIZE_MAX: the slots' view past SIZE_MAX bytes must be
+     * refused (one element allocated); a huge stride that goes unused (one
+     * token, one head) must not be. */
+    unsigned __int128 el = fz_span128(T, d->slots_stride_token, H, d->slots_stride_head);
+    int over = el * 8 > SIZE_MAX;
+    size_t n_slots_el = over ? 1 : el > (1u << 20) ? 0 : (size_t)el;
+    c->refuse |= over;
+    c->bad |= over;
+    c->skip |= !over && el > (1u << 20);
     c->slots = (int64_t *)fz_alloc(n_slots_el * 8, 0);
     c->token_row = (int32_t *)fz_alloc(T * 4, 0);
     for (size_t t = 0; t < T; t++)
@@ -199,11 +215,18 @@ static void decode_moves(fz_bytes *in, cw_case *c)
         return;
     d->n_move_rows = fz_below(in, R + 2);
     d->max_moves = fz_u8(in) < 245 ? 1 + fz_below(in, 3) : 0;
-    d->moves_stride_head = fz_u8(in) & 1 ? 0 : 1;
+    uint8_t sel = fz_u8(in);
+    d->moves_stride_head = sel & 1 ? 0 : 1;
     d->moves_stride_row = (d->moves_stride_head ? H : 1) + fz_below(in, 2);
-    c->n_lists = d->n_move_rows
-                     ? (d->n_move_rows - 1) * d->moves_stride_row + (H - 1) * d->moves_stride_head + 1
-                     : 0;
+    if (sel >= 248) /* rarely near SIZE_MAX: lists or pairs past SIZE_MAX bytes */
+        *(sel & 2 ? &d->moves_stride_row : &d->moves_stride_head) = fz_huge_stride(sel >> 2);
+    unsigned __int128 lists =
+        fz_span128(d->n_move_rows, d->moves_stride_row, H, d->moves_stride_head);
+    int over = lists * 4 > SIZE_MAX || lists * d->max_moves * 8 > SIZE_MAX;
+    c->refuse |= over;
+    c->bad |= over;
+    c->skip |= !over && lists > (1u << 20);
+    c->n_lists = over || lists > (1u << 20) ? 1 : (size_t)lists;
     c->moves = (int32_t *)fz_alloc(c->n_lists * d->max_moves * 8, 0);
     c->n_moves = (uint32_t *)fz_alloc(c->n_lists * 4, 0);
     if (fz_u8(in) & 1) {
@@ -264,6 +287,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     decode_pages(&in, &c);
     decode_tokens(&in, &c);
     decode_moves(&in, &c);
+    if (c.skip) { /* a huge view that is valid: more than the harness allocates */
+        free_case(&c);
+        return 0;
+    }
     decode_parts(&in, &c);
     resolve_parts(&c);
     for (uint32_t k = 0; k < c.d.n_caches; k++)

@@ -28,6 +28,10 @@ typedef struct {
 typedef struct {
     kve_cache_write_desc d;
     int bad, exact, unsure;  /* unsure: validity not asserted */
+    /* refuse: must be refused, unsure or not (a view past SIZE_MAX bytes, an
+     * indptr not from 0 or decreasing); skip: a valid view too large to
+     * allocate */
+    int refuse, skip;
     size_t d_head, d_slot, d_page, s_head, s_tok;
     size_t src_span, dst_span; /* desc-wide, before parts */
     uint64_t seed;             /* the caches' bytes */

@@ -118,12 +118,12 @@ static void reference_moves(cw_case *c, uint8_t *hit, size_t n_entries)
         c->bad = d->n_tokens || d->n_move_rows;
         return;
     }
-    c->bad |= d->n_move_rows && !d->max_moves;
+    /* max_moves = 0: lists of no pair (every count 0; more is bad below) */
     size_t n_pairs = 0, max_pairs = (size_t)d->n_move_rows * d->n_heads * d->max_moves;
     size_t *pairs = (size_t *)malloc((max_pairs + 1) * 2 * sizeof *pairs);
     for (uint32_t i = 0; i < d->n_move_rows && !c->bad; i++) {
         int32_t row = c->move_row ? c->move_row[i] : (int32_t)i;
-        c->bad |= row < 0 || (uint32_t)row >= d->n_rows;
+        c->bad |= d->page_table != KVE_PAGES_FLAT && (row < 0 || (uint32_t)row >= d->n_rows);
         for (uint32_t h = 0; h < d->n_heads && !c->bad; h++) {
             size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
             uint32_t n = d->n_moves[l];
@@ -213,8 +213,12 @@ void reference_write(cw_case *c)
  * byte but those of entries two tokens wrote). */
 void check_write(cw_case *c, kve_status st)
 {
-    if (st == KVE_OK && (c->d.n_tokens || (c->d.moves && c->d.n_move_rows)))
-        FZ_CHECK(!c->dst_overlap, "destination strides with overlapping entries were accepted");
+    /* checked even when nothing is written (issue 36) */
+    FZ_CHECK(st != KVE_OK || !c->dst_overlap,
+             "destination strides with overlapping entries were accepted");
+    if (c->refuse)
+        FZ_CHECK(st != KVE_OK, "slots or move lists past SIZE_MAX bytes, or an indptr not from 0 "
+                               "or decreasing, were accepted");
     if (!c->unsure) {
         if (c->bad)
             FZ_CHECK(st != KVE_OK, "an invalid write was accepted");

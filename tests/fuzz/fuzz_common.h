@@ -90,6 +90,36 @@ static inline void *fz_alloc(size_t bytes, int fill)
     return p;
 }
 
+/* Strides near SIZE_MAX (issue 36): products with them pass SIZE_MAX. */
+static inline size_t fz_huge_stride(uint32_t k)
+{
+    static const size_t huge[4] = {(size_t)1 << 63, ((size_t)1 << 62) + 1, SIZE_MAX / 8 + 1,
+                                   SIZE_MAX};
+    return huge[k & 3];
+}
+
+/* Elements of a view of @p rows x @p cols elements (strides @p rs, @p cs),
+ * in exact arithmetic: the harnesses' model of a strided view's size,
+ * apart from the library's kve_rows_span. */
+static inline unsigned __int128 fz_span128(size_t rows, size_t rs, size_t cols, size_t cs)
+{
+    return rows && cols ? (unsigned __int128)(rows - 1) * rs + (unsigned __int128)(cols - 1) * cs + 1
+                        : 0;
+}
+
+/* fz_alloc's block at a 256-byte boundary (kve_alloc's alignment), @p bytes
+ * rounded up to it for aligned_alloc: what lies past @p bytes is fill. */
+static inline void *fz_alloc_aligned(size_t bytes, int fill)
+{
+    if (bytes > ((size_t)1 << 28))
+        return NULL;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, rounded ? rounded : 256);
+    if (p)
+        memset(p, fill, rounded);
+    return p;
+}
+
 /* A copy of @p bytes at @p src (for "errors change nothing"). */
 static inline void *fz_dup(const void *src, size_t bytes)
 {

@@ -353,6 +353,39 @@ static int fz_check_state_score(kve_context *ctx, const fz_scored_state *s, cons
     return valid;
 }
 
+/* Issue 36: scores_stride_row near SIZE_MAX with a call row i >= 1 due, so
+ * that row i's scores lie past SIZE_MAX bytes (by __int128, apart from the
+ * library's kve_rows_span): the append is refused (KVE_ERR_OVERFLOW when the
+ * call is otherwise valid) and changes nothing. */
+static void fz_huge_stride_row(const fz_scored_state *s, const fz_state_call *c,
+                               kve_step_buffers *out, int valid)
+{
+    uint32_t due[4] = {0, 0, 0, 0}, last = 0;
+    if (c->n_call > 4 || kve_state_rounds_due(s->st, c->n_call, c->rows, c->n_new, due) != KVE_OK)
+        return;
+    for (uint32_t i = 1; i < c->n_call; i++)
+        last = due[i] ? i : last;
+    if (!last)
+        return;
+    kve_state_seq_info before, after;
+    FZ_CHECK(kve_state_get_seq(s->st, c->rows[0], &before) == KVE_OK, "get_seq");
+    static const size_t huge[3] = {(size_t)1 << 63, ((size_t)1 << 62) + 1, SIZE_MAX / 4};
+    for (int k = 0; k < 3; k++) {
+        out->scores_stride_row = huge[k];
+        unsigned __int128 bytes = ((unsigned __int128)last * huge[k] + out->scores_stride_table) * 4;
+        if (bytes <= SIZE_MAX)
+            continue;
+        kve_status ra = kve_state_append(s->st, c->n_call, c->rows, c->n_new, out);
+        FZ_CHECK(ra != KVE_OK && (valid != 1 || ra == KVE_ERR_OVERFLOW),
+                 "scores_stride_row = %zu with call row %u due: %s", huge[k], last,
+                 kve_status_string(ra));
+        FZ_CHECK_ERROR_MESSAGE(ra);
+    }
+    FZ_CHECK(kve_state_get_seq(s->st, c->rows[0], &after) == KVE_OK &&
+                 after.n_tokens == before.n_tokens,
+             "a refused append changed the row");
+}
+
 /* The append these scores are for: every table layer scored, then used. */
 static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, int valid)
 {
@@ -375,6 +408,8 @@ static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, i
         out.scores = full;
         out.scores_stride_row = sr_full;
         out.scores_stride_table = max_cap;
+        fz_huge_stride_row(s, c, &out, valid);
+        out.scores_stride_row = sr_full;
         kve_status ra = kve_state_append(s->st, c->n_call, c->rows, c->n_new, &out);
         FZ_CHECK(ra == KVE_OK || valid != 1, "the append of scored rows was refused: %s",
                  kve_status_string(ra));
