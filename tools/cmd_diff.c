@@ -17,9 +17,10 @@ static const char kve_diff_usage[] =
     "   \"heads\":[{\"layer\":L,\"head\":H,\"evicted\":[pos,...]},...]}   (kvevict replay)\n"
     "  {\"seq_id\":N,\"running_digest\":\"0x..\"}                          (one per request)\n"
     "Records pair by (seq_id, round). Prints the first difference in A's order —\n"
-    "request, round, layer, head and the positions only one side evicted — and\n"
-    "exits 1; prints `equal: N records` and exits 0 when every record matches;\n"
-    "exit 2 for unreadable input.\n";
+    "request, round, layer, head and the positions only one side evicted, or a\n"
+    "field only one side has — and exits 1; prints `equal: N records` and exits 0\n"
+    "when every record matches; exit 2 for unreadable input (also a record with\n"
+    "nothing to compare, a field given twice, a head or a position listed twice).\n";
 
 typedef struct {
     uint32_t layer, head, n;
@@ -29,7 +30,7 @@ typedef struct {
 typedef struct {
     uint64_t seq_id;
     int64_t round; /* -1: a per-request record */
-    int has_round_digest, has_running;
+    int has_round_digest, has_running, has_heads;
     uint64_t round_digest, running;
     uint32_t n_heads;
     kve_diff_head *heads;
@@ -91,35 +92,91 @@ static int kve_diff_i32_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int kve_diff_heads(const kve_jdoc *d, const kve_jnode *arr, kve_diff_rec *r)
+static int kve_diff_head_cmp(const void *a, const void *b)
+{
+    const kve_diff_head *x = (const kve_diff_head *)a, *y = (const kve_diff_head *)b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return (x->head > y->head) - (x->head < y->head);
+}
+
+/* The next child after @p n (children in order; kve_json_at from the first
+ * each time would make long lists quadratic). */
+static const kve_jnode *kve_diff_next(const kve_jdoc *d, const kve_jnode *n)
+{
+    return n && n->next >= 0 ? &d->nodes[n->next] : NULL;
+}
+
+/* NULL when no member name of object @p o is given twice, else the name. */
+static const char *kve_diff_twice(const kve_jdoc *d, const kve_jnode *o, char *buf, size_t size)
+{
+    const kve_jnode *f = o->first >= 0 ? &d->nodes[o->first] : NULL;
+    for (const kve_jnode *x = f; x; x = kve_diff_next(d, x))
+        for (const kve_jnode *y = kve_diff_next(d, x); y; y = kve_diff_next(d, y))
+            if (x->klen == y->klen && !memcmp(x->key, y->key, x->klen)) {
+                snprintf(buf, size, "\"%.*s\" given twice in one object", (int)x->klen, x->key);
+                return buf;
+            }
+    return NULL;
+}
+
+/* One head {layer, head, evicted}: its positions sorted, each once. */
+static const char *kve_diff_read_head(const kve_jdoc *d, const kve_jnode *h, kve_diff_head *o,
+                                 char *why, size_t size)
+{
+    static const char shape[] = "\"heads\" is not a list of {layer, head, evicted: [positions]}";
+    const kve_jnode *ev = kve_json_get(d, h, "evicted");
+    uint64_t l, hd;
+    if (kve_diff_u64(kve_json_get(d, h, "layer"), UINT32_MAX, &l) ||
+        kve_diff_u64(kve_json_get(d, h, "head"), UINT32_MAX, &hd) || !ev || ev->kind != KVE_J_ARR)
+        return shape;
+    if (kve_diff_twice(d, h, why, size))
+        return why;
+    o->layer = (uint32_t)l;
+    o->head = (uint32_t)hd;
+    o->pos = (int32_t *)malloc((ev->count ? ev->count : 1) * sizeof *o->pos);
+    if (!o->pos)
+        return "out of memory for the positions";
+    const kve_jnode *e = ev->first >= 0 ? &d->nodes[ev->first] : NULL;
+    for (; e; e = kve_diff_next(d, e)) {
+        uint64_t p;
+        if (kve_diff_u64(e, INT32_MAX, &p))
+            return shape;
+        o->pos[o->n++] = (int32_t)p;
+    }
+    qsort(o->pos, o->n, sizeof *o->pos, kve_diff_i32_cmp);
+    for (uint32_t k = 1; k < o->n; k++)
+        if (o->pos[k] == o->pos[k - 1]) {
+            snprintf(why, size, "layer %u head %u: position %d listed twice in \"evicted\"",
+                     o->layer, o->head, o->pos[k]);
+            return why;
+        }
+    return NULL;
+}
+
+/* The record's heads, sorted by (layer, head), each once. */
+static const char *kve_diff_heads(const kve_jdoc *d, const kve_jnode *arr, kve_diff_rec *r,
+                                  char *why, size_t size)
 {
     if (arr->kind != KVE_J_ARR)
-        return -1;
+        return "\"heads\" is not a list of {layer, head, evicted: [positions]}";
     r->heads = (kve_diff_head *)calloc(arr->count ? arr->count : 1, sizeof *r->heads);
     if (!r->heads)
-        return -1;
-    for (uint32_t i = 0; i < arr->count; i++) {
-        const kve_jnode *h = kve_json_at(d, arr, i), *ev = kve_json_get(d, h, "evicted");
-        kve_diff_head *o = &r->heads[r->n_heads++];
-        uint64_t l, hd;
-        if (kve_diff_u64(kve_json_get(d, h, "layer"), UINT32_MAX, &l) ||
-            kve_diff_u64(kve_json_get(d, h, "head"), UINT32_MAX, &hd) || !ev ||
-            ev->kind != KVE_J_ARR)
-            return -1;
-        o->layer = (uint32_t)l;
-        o->head = (uint32_t)hd;
-        o->pos = (int32_t *)malloc((ev->count ? ev->count : 1) * sizeof *o->pos);
-        if (!o->pos)
-            return -1;
-        for (uint32_t k = 0; k < ev->count; k++) {
-            uint64_t p;
-            if (kve_diff_u64(kve_json_at(d, ev, k), INT32_MAX, &p))
-                return -1;
-            o->pos[o->n++] = (int32_t)p;
-        }
-        qsort(o->pos, o->n, sizeof *o->pos, kve_diff_i32_cmp);
+        return "out of memory for the heads";
+    const kve_jnode *h = arr->first >= 0 ? &d->nodes[arr->first] : NULL;
+    for (; h; h = kve_diff_next(d, h)) {
+        const char *bad = kve_diff_read_head(d, h, &r->heads[r->n_heads++], why, size);
+        if (bad)
+            return bad;
     }
-    return 0;
+    qsort(r->heads, r->n_heads, sizeof *r->heads, kve_diff_head_cmp);
+    for (uint32_t k = 1; k < r->n_heads; k++)
+        if (!kve_diff_head_cmp(&r->heads[k - 1], &r->heads[k])) {
+            snprintf(why, size, "layer %u head %u listed twice in \"heads\"", r->heads[k].layer,
+                     r->heads[k].head);
+            return why;
+        }
+    return NULL;
 }
 
 static int kve_diff_parse_line(kve_diff_log *l, const char *text, size_t line)
@@ -147,9 +204,12 @@ static int kve_diff_parse_line(kve_diff_log *l, const char *text, size_t line)
     r->round = -1;
     const kve_jnode *root = &d.nodes[0], *n = NULL;
     const char *bad = NULL;
+    char why[160];
     uint64_t v;
     if (root->kind != KVE_J_OBJ)
         bad = "expected an object";
+    else if (kve_diff_twice(&d, root, why, sizeof why))
+        bad = why;
     else if (kve_diff_u64(kve_json_get(&d, root, "seq_id"), UINT64_MAX, &r->seq_id))
         bad = "\"seq_id\" missing or not an unsigned integer";
     else if ((n = kve_json_get(&d, root, "round")) && kve_diff_u64(n, UINT32_MAX, &v))
@@ -166,8 +226,12 @@ static int kve_diff_parse_line(kve_diff_log *l, const char *text, size_t line)
         if (kve_diff_hex(n, &r->running))
             bad = "\"running_digest\" is not a \"0x...\" hex string";
     }
-    if (!bad && (n = kve_json_get(&d, root, "heads")) && kve_diff_heads(&d, n, r))
-        bad = "\"heads\" is not a list of {layer, head, evicted: [positions]}";
+    if (!bad && (n = kve_json_get(&d, root, "heads"))) {
+        r->has_heads = 1;
+        bad = kve_diff_heads(&d, n, r, why, sizeof why);
+    }
+    if (!bad && !r->has_round_digest && !r->has_running && !r->has_heads)
+        bad = "nothing to compare: no \"round_digest\", \"running_digest\" or \"heads\"";
     kve_json_free(&d);
     return bad ? kve_diff_bad(l, line, bad) : 0;
 }
@@ -229,17 +293,34 @@ static void kve_diff_only(const char *side, const kve_diff_head *x, const kve_di
     printf("]");
 }
 
-/* 0 when equal, else prints where and returns 1. */
-static int kve_diff_pair(const kve_diff_rec *a, const kve_diff_rec *b)
+/* A field only one side has: a difference (never equal without comparing). */
+static int kve_diff_lacks(const kve_diff_rec *a, int in_a, int in_b, const char *field)
 {
-    for (uint32_t h = 0; h < a->n_heads && h < b->n_heads; h++) {
-        const kve_diff_head *x = &a->heads[h], *y = &b->heads[h];
-        if (x->layer != y->layer || x->head != y->head) {
+    if (in_a == in_b)
+        return 0;
+    kve_diff_where(a);
+    printf(": \"%s\" only in %s (the other record lacks it)\n", field, in_a ? "A" : "B");
+    return 1;
+}
+
+/* The heads of both records, merged by (layer, head); 1 at the first
+ * difference (a head only one side lists, or other positions). */
+static int kve_diff_heads_pair(const kve_diff_rec *a, const kve_diff_rec *b)
+{
+    uint32_t i = 0, j = 0;
+    while (i < a->n_heads || j < b->n_heads) {
+        const kve_diff_head *x = i < a->n_heads ? &a->heads[i] : NULL,
+                            *y = j < b->n_heads ? &b->heads[j] : NULL;
+        int c = !x ? 1 : !y ? -1 : kve_diff_head_cmp(x, y);
+        if (c) {
+            const kve_diff_head *only = c < 0 ? x : y;
             kve_diff_where(a);
-            printf(": head %u is layer %u head %u in A, layer %u head %u in B\n", h, x->layer,
-                   x->head, y->layer, y->head);
+            printf(" layer=%u head=%u: only in %s (%u positions)\n", only->layer, only->head,
+                   c < 0 ? "A" : "B", only->n);
             return 1;
         }
+        i++;
+        j++;
         if (x->n == y->n && !memcmp(x->pos, y->pos, x->n * sizeof *x->pos))
             continue;
         kve_diff_where(a);
@@ -249,18 +330,25 @@ static int kve_diff_pair(const kve_diff_rec *a, const kve_diff_rec *b)
         printf("\n");
         return 1;
     }
-    if (a->n_heads != b->n_heads && a->n_heads && b->n_heads) {
-        kve_diff_where(a);
-        printf(": %u heads in A, %u in B\n", a->n_heads, b->n_heads);
+    return 0;
+}
+
+/* 0 when equal, else prints where and returns 1. */
+static int kve_diff_pair(const kve_diff_rec *a, const kve_diff_rec *b)
+{
+    if (kve_diff_lacks(a, a->has_heads, b->has_heads, "heads") ||
+        kve_diff_lacks(a, a->has_round_digest, b->has_round_digest, "round_digest") ||
+        kve_diff_lacks(a, a->has_running, b->has_running, "running_digest"))
         return 1;
-    }
-    if (a->has_round_digest && b->has_round_digest && a->round_digest != b->round_digest) {
+    if (kve_diff_heads_pair(a, b))
+        return 1;
+    if (a->has_round_digest && a->round_digest != b->round_digest) {
         kve_diff_where(a);
         printf(": round_digest 0x%016llx in A, 0x%016llx in B\n",
                (unsigned long long)a->round_digest, (unsigned long long)b->round_digest);
         return 1;
     }
-    if (a->has_running && b->has_running && a->running != b->running) {
+    if (a->has_running && a->running != b->running) {
         kve_diff_where(a);
         printf(": running_digest 0x%016llx in A, 0x%016llx in B\n",
                (unsigned long long)a->running, (unsigned long long)b->running);

@@ -18,7 +18,8 @@ static const char kve_replay_usage[] =
     "  --seed N            the caller's seed (default 0)\n"
     "  --seq-id N          the request id (default 0)\n"
     "  --prompt N          prompt tokens P (default 0)\n"
-    "  --tokens N          tokens appended in all, prompt included (default 4096)\n"
+    "  --tokens N          tokens appended in all, prompt included (default 4096;\n"
+    "                      at most 2^31-1, the positions' limit)\n"
     "  --budget N          B (default 2048)    --window N   W (default 64)\n"
     "  --interval N        r, slots each round frees (default 64)\n"
     "  --layers N          layers of this shard (default 1)\n"
@@ -81,7 +82,9 @@ static int kve_replay_parse(int argc, char **argv, kve_replay_opts *o)
         case SEQ: rc = kve_cli_parse_u64(name, optarg, UINT64_MAX, &o->seq_id); break;
         case PROMPT: case TOKENS: case BUDGET: case WINDOW: case INTERVAL: case LAYERS:
         case HEADS: case LOFF: case HOFF:
-            rc = kve_cli_parse_u64(name, optarg, UINT32_MAX, &v);
+            /* positions run 0 .. tokens - 1: within 2^31-1, as the library
+             * holds them (refused up front, not at the round that passes) */
+            rc = kve_cli_parse_u64(name, optarg, c <= TOKENS ? INT32_MAX : UINT32_MAX, &v);
             *u32[c - PROMPT] = (uint32_t)v;
             break;
         case SUMMARY: o->summary = 1; break;

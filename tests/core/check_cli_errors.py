@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""The CLI's reproducers of issues 9 and 37: each command must exit with
+"""The CLI's reproducers of issues 9, 36 and 37: each command must exit with
 status 2 and print the status and message named here on stderr (never
 crash, never succeed), having printed nothing on stdout (but for the demo
-that runs out of memory, after its header). Usage: check_cli_errors.py KVEVICT"""
+that runs out of memory, after its header); `kvevict diff` must call records
+that lack what the other side has different (exit 1), and refuse a position
+or a field given twice (exit 2). Usage: check_cli_errors.py KVEVICT"""
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 
 def wrap32(v):
@@ -66,7 +70,61 @@ CASES = [
       "--no-progress"],
      "",
      r"KVE_ERR_NOMEM: cannot allocate [0-9]+ bytes of host memory for "),
+    ("replay: --tokens 2^31, positions past the library's 2^31-1 (issue 36)",
+     ["replay", "--tokens", "2147483648"],
+     "",
+     r'--tokens "2147483648": expected an unsigned integer <= 2147483647'),
 ]
+
+FULL = ('{"seq_id":7,"round":1,"round_digest":"0x0000000000000011",'
+        '"running_digest":"0x0000000000000022","heads":[{"layer":0,"head":0,"evicted":[3,5]},'
+        '{"layer":0,"head":1,"evicted":[4]}]}')
+
+# Issue 36's diff cases: (name, A, B, exit status, stream, pattern)
+DIFF_CASES = [
+    ("diff: running_digest on one side only",
+     '{"seq_id":7}', '{"seq_id":7,"running_digest":"0x0000000000000001"}', 2, "stderr",
+     r'diff: .*:1: nothing to compare'),
+    ("diff: a digest on one side only",
+     '{"seq_id":7,"round_digest":"0x0000000000000001"}',
+     '{"seq_id":7,"round_digest":"0x0000000000000001","running_digest":"0x0000000000000002"}',
+     1, "stdout", r'^differ: request seq_id=7: "running_digest" only in B \(the other record '
+                  r'lacks it\)$'),
+    ("diff: seq_id and round against a full replay record",
+     '{"seq_id":7,"round":1,"round_digest":"0x0000000000000011"}', FULL, 1, "stdout",
+     r'^differ: request seq_id=7 round=1: "heads" only in B'),
+    ("diff: heads on both sides, one head only in A",
+     FULL, FULL.replace(',{"layer":0,"head":1,"evicted":[4]}', ''), 1, "stdout",
+     r'^differ: request seq_id=7 round=1 layer=0 head=1: only in A \(1 positions\)$'),
+    ("diff: a position twice in an evicted list",
+     FULL.replace('[3,5]', '[3,5,3]'), FULL, 2, "stderr",
+     r'diff: .*:1: layer 0 head 0: position 3 listed twice in "evicted"'),
+    ("diff: the same position twice on both sides",
+     FULL.replace('[3,5]', '[3,5,5]'), FULL.replace('[3,5]', '[3,5,5]'), 2, "stderr",
+     r'position 5 listed twice'),
+    ("diff: a head twice",
+     FULL.replace('"head":1', '"head":0'), FULL, 2, "stderr",
+     r'diff: .*:1: layer 0 head 0 listed twice in "heads"'),
+    ("diff: a field twice",
+     FULL.replace('{"seq_id":7,', '{"seq_id":7,"running_digest":"0x0000000000000023",'), FULL, 2,
+     "stderr", r'diff: .*:1: "running_digest" given twice in one object'),
+    ("diff: equal records still equal",
+     FULL, FULL.replace('[3,5]', '[5,3]'), 0, "stdout", r'^equal: 1 records$'),
+]
+
+
+def run_diff_case(kvevict, a, b):
+    paths = []
+    for text in (a, b):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(text + "\n")
+            paths.append(f.name)
+    try:
+        return subprocess.run([kvevict, "diff"] + paths, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        for path in paths:
+            os.unlink(path)
 
 
 def main():
@@ -80,7 +138,15 @@ def main():
         ok = ok and (args[0] == "demo" and "NOMEM" in pattern or p.stdout == "")
         print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stderr {p.stderr.strip()!r}")
         failed += not ok
-    print(f"{len(CASES) - failed} of {len(CASES)} passed")
+    for name, a, b, status, stream, pattern in DIFF_CASES:
+        p = run_diff_case(kvevict, a, b)
+        text = p.stdout if stream == "stdout" else p.stderr
+        ok = p.returncode == status and re.search(pattern, text.strip())
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stdout "
+              f"{p.stdout.strip()!r}, stderr {p.stderr.strip()!r}")
+        failed += not ok
+    total = len(CASES) + len(DIFF_CASES)
+    print(f"{total - failed} of {total} passed")
     return 1 if failed else 0
 
 
