@@ -263,7 +263,8 @@ kve_status kve_digest(kve_context *ctx, const kve_batch *batch, const kve_evict_
         KVE_RETURN_ERROR_IF(heads && evicted->evicted_stride == 0, KVE_ERR_RANGE,
                             "evicted.evicted_stride = 0: must be >= 1");
     }
-    size_t rows = heads && batch->n_slots ? (heads - 1) * batch->slot_pos_stride + batch->n_slots : 0;
+    size_t rows = 0; /* kve_validate_batch bounded it */
+    kve_rows_span(heads, batch->slot_pos_stride, batch->n_slots, 4, &rows);
     void *own[4] = {NULL, NULL, NULL, NULL};
     const void *seqs = NULL, *slots = NULL, *ev = NULL, *nev = NULL;
     kve_status st = kve_host_view(ctx, batch->seqs, batch->n_seqs * sizeof(kve_seq), &own[0], &seqs);

@@ -310,7 +310,8 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
                         "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
                         s->d.n_heads);
     size_t need;
-    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(s->tables, scores_stride_table, &need) ||
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, scores_stride_table, scores_stride_table, 1,
+                                      &need) ||
                             scores_stride_row < need,
                         KVE_ERR_RANGE,
                         "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "

@@ -45,7 +45,9 @@ static kve_status kve_scored_buffers(const kve_state *s, uint32_t n_rows, uint32
                         "out->scores_stride_table = %zu: below the capacity %u of rows[%u] = %u",
                         out->scores_stride_table, cap, i, row);
     size_t span;
-    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(s->tables, out->scores_stride_table, &span),
+    /* tables x scores_stride_table: tables rows of a full table each */
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, out->scores_stride_table,
+                                      out->scores_stride_table, 1, &span),
                         KVE_ERR_OVERFLOW, "out->scores_stride_table = %zu: %zu tables overflow",
                         out->scores_stride_table, s->tables);
     KVE_RETURN_ERROR_IF(n_rows > 1 && out->scores_stride_row < span, KVE_ERR_RANGE,

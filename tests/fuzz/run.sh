@@ -3,7 +3,7 @@
 # each for a bounded time over its seed corpus (docs/FUZZING.md).
 #   tests/fuzz/run.sh [SECONDS [HARNESS...]]
 # SECONDS per harness (default 60); HARNESS among evict compact cache_write
-# state json score api (default: all). FUZZ_JOBS harnesses run at once (default 2).
+# state json diff score api (default: all). FUZZ_JOBS harnesses run at once (default 2).
 # FUZZ_SEED fixes libFuzzer's seed (CI: the same mutations on every run, a
 # prefix of what a longer run with that seed explores); unset, a random one.
 # The corpus in the tree is only read: new inputs go to build-fuzz/corpus/.
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(evict compact cache_write state json score api)
+[ ${#harnesses[@]} -eq 0 ] && harnesses=(evict compact cache_write state json diff score api)
 jobs=${FUZZ_JOBS:-2}
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
