@@ -21,9 +21,12 @@ opaque Python. Each call runs on a kvevict Context of the tensors' device
         [pages, heads, page_size, D] (views [:, 0] and [:, 1] of one
         [pages, 2, ...] tensor work).
     torch.ops.kvevict.cache_write(key, value, key_cache, value_cache, slots, token_row,
-                                   block_table, layout, kv_cache_dtype, k_scale, v_scale)
+                                   block_table, layout, kv_cache_dtype, k_scale, v_scale,
+                                   moves=None, n_moves=None, move_row=None)
         Slot reuse: per-head slots int64 [tokens, heads] from State.append,
         within each token's row of block_table; layout "nhd" or "hnd".
+        Optional moves, n_moves, move_row (State.layer_moves, int32): a
+        round's moves, run before the writes as in kvevict.cache_write.
 """
 
 import threading
@@ -74,10 +77,11 @@ def _append_paged_kv_cache(append_key, append_value, batch_indices, positions, k
 
 
 def _slot_reuse_write(key, value, key_cache, value_cache, slots, token_row, block_table, layout,
-                      kv_cache_dtype, k_scale, v_scale):
+                      kv_cache_dtype, k_scale, v_scale, moves=None, n_moves=None, move_row=None):
     _cache_write(context_for(key.device), [key, value], [key_cache, value_cache], slots,
                  token_row, layout=layout, block_table=block_table,
-                 kv_cache_dtype=kv_cache_dtype, scales=_scales(kv_cache_dtype, k_scale, v_scale))
+                 kv_cache_dtype=kv_cache_dtype, scales=_scales(kv_cache_dtype, k_scale, v_scale),
+                 moves=moves, n_moves=n_moves, move_row=move_row)
 
 
 def _meta(*args):
@@ -102,7 +106,8 @@ _SCHEMAS = {
     "cache_write": (
         "cache_write(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
         "Tensor slots, Tensor token_row, Tensor block_table, str layout, str kv_cache_dtype, "
-        "Tensor? k_scale, Tensor? v_scale) -> ()", _slot_reuse_write),
+        "Tensor? k_scale, Tensor? v_scale, Tensor? moves=None, Tensor? n_moves=None, "
+        "Tensor? move_row=None) -> ()", _slot_reuse_write),
 }
 
 # Kept for the process's life: the registrations live as long as the Library.
