@@ -55,6 +55,7 @@ class Row:
 
     req: Request
     admitted: int          # admission order (the youngest is preempted first)
+    cap: int = 0           # its capacity C (kvevict.capacity of its pinned prompt)
     pos: int = 0           # tokens appended (prompt and generated)
     n_valid: int = 0       # the state's n_valid after the last append
     pages: List[int] = field(default_factory=list)
@@ -245,7 +246,7 @@ class Engine:
 
     def _grow(self, row, r, slots):
         """Give row r pages for slots 0 .. slots-1; False when none are free."""
-        need = -(-min(slots, self.cap) // self.page_size)
+        need = -(-min(slots, row.cap) // self.page_size)
         while len(row.pages) < need:
             if not self.free_pages:
                 return False
@@ -284,14 +285,17 @@ class Engine:
         of reserve per running row); the row, or None when it does not fit."""
         if not self.free_rows:
             return None
-        first = min(len(req.prompt) + progress, self.cap) if progress else \
+        pinned = len(req.prompt) if self.pinned else 0
+        cap = kvevict.capacity(pinned, budget=self.budget, window=self.window,
+                               interval=self.interval)
+        first = min(len(req.prompt) + progress, cap) if progress else \
             min(len(req.prompt), self.chunk)
         need = -(-first // self.page_size) + len(self.rows)
         if need > len(self.free_pages):
             return None
         r = self.free_rows.pop()
-        self.state.admit(r, req.rid, len(req.prompt) if self.pinned else 0)
-        row = self.rows[r] = Row(req, self.n_admitted)
+        self.state.admit(r, req.rid, pinned)
+        row = self.rows[r] = Row(req, self.n_admitted, cap)
         self.n_admitted += 1
         return r, row
 
@@ -326,7 +330,7 @@ class Engine:
             left = len(row.req.prompt) - row.pos
             if left > 0 and budget > 0:
                 n = min(left, budget)
-                if row.n_valid + n > self.cap:
+                if row.n_valid + n > row.cap:
                     # an append that runs a round holds all its tokens when it has at
                     # most W + 1 (docs/SPEC.md "Placement"): the bottom-right mask is exact
                     n = min(n, self.window + 1)
@@ -346,10 +350,10 @@ class Engine:
         return [(r, n) for r, n in out if r in self.rows]
 
     # ---- one step -----------------------------------------------------------------------------
-    def _host_n_valid(self, nv, n):
-        """n_valid after an append of n tokens (docs/SPEC.md "Placement")."""
-        nv += n
-        while nv > self.cap:
+    def _host_n_valid(self, row, n):
+        """Row's n_valid after an append of n tokens (docs/SPEC.md "Placement")."""
+        nv = row.n_valid + n
+        while nv > row.cap:
             nv -= self.interval
         return nv
 
@@ -358,7 +362,7 @@ class Engine:
         t.start("evict")
         scores = None
         if self.scorer:
-            due = [self.rows[r].n_valid + n > self.cap for r, n in zip(rows, n_new)]
+            due = [self.rows[r].n_valid + n > self.rows[r].cap for r, n in zip(rows, n_new)]
             if any(due):
                 kw = {}
                 if self.scorer == "triattention":
@@ -373,7 +377,7 @@ class Engine:
         t.stop()
         for r, n in zip(rows, n_new):
             row = self.rows[r]
-            row.n_valid = self._host_n_valid(row.n_valid, n)
+            row.n_valid = self._host_n_valid(row, n)
             row.pos += n
 
     def step(self):
@@ -517,7 +521,8 @@ class Engine:
     def _ff(self, rows, n_new):
         """Appends with no outputs (the cache's contents are noise already)."""
         scores = None
-        if self.scorer and any(self.rows[r].n_valid + n > self.cap for r, n in zip(rows, n_new)):
+        if self.scorer and any(self.rows[r].n_valid + n > self.rows[r].cap
+                               for r, n in zip(rows, n_new)):
             kw = dict(group=self.cfg.group, rope_theta=self.cfg.rope_theta) \
                 if self.scorer == "triattention" else {}
             for l in range(self.cfg.layers):
@@ -529,7 +534,7 @@ class Engine:
         self.state.append(rows, n_new, outputs=False, scores=scores)
         for r, n in zip(rows, n_new):
             row = self.rows[r]
-            row.n_valid = self._host_n_valid(row.n_valid, n)
+            row.n_valid = self._host_n_valid(row, n)
             row.pos += n
 
     def check(self):

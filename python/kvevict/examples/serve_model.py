@@ -206,4 +206,4 @@ def dense_forward(model, tokens, keys=None, queries=None):
         return dense_attention(q, k, v, causal)
 
     with torch.no_grad():
-        return model.forward(torch.as_tensor(tokens), pos, attend, queries=queries)
+        return model.forward(torch.as_tensor(tokens, dtype=torch.long), pos, attend, queries=queries)
