@@ -369,6 +369,17 @@ for v in "${vendors[@]}"; do
         fi
         grep -v '^RESULT' "$out/arms.txt" 2>/dev/null | tee -a "$log"
     fi
+    # issue 40: the decode engine end to end at the qwen3-4b shape, the arms' tokens/s
+    # (flex attention; if that fails, once more with the gather reference)
+    if [ "$v" = cuda ] && [ -n "$python" ]; then
+        serve=(env PYTHONPATH="$root/python" KVEVICT_LIBRARY="$build/libkvevict.so"
+            PYTHONDONTWRITEBYTECODE=1 "$python" -m kvevict.examples.serve_bench --preset qwen3-4b
+            --warmup 8 --steps 60 --results --json "$out/serve.json" --html "$out/serve.html")
+        step serve 150 --out "$out/serve.txt" "${serve[@]}" ||
+            step serve 120 --out "$out/serve.txt" "${serve[@]}" --attn gather
+        collect "$v" <"$out/serve.txt"
+        grep -v '^RESULT' "$out/serve.txt" 2>/dev/null | tee -a "$log"
+    fi
 done
 
 # ---- the table -------------------------------------------------------------------------------
@@ -432,6 +443,13 @@ failed=0
                 row "$v" "$wl round (ms): random / K-norm / TriAttention" "$kve" \
                     "paper (PyTorch, H200): 0.30 / - / 1.47-1.64" "$peer" "-"
             done
+            sv() { value "$v" "serve_$1" serve; }
+            row "$v" "serve_bench qwen3-4b tokens/s ($(sv attention) attention): full / random / random-p0 / TriAttention / K-norm" \
+                "$(sv full_tok_s) / $(sv random_tok_s) / $(sv random_p0_tok_s) / $(sv triattention_tok_s) / $(sv knorm_tok_s)" \
+                "paper's Table 4 (vLLM): 1296 / 2046 / - / 1494 / -" "-" "-"
+            row "$v" "serve_bench: random / full tokens/s" "$(sv random_over_full)" ">= 1.5 (paper: 1.58)" "-" "$(verdict "$(sv random_over_full)" '>=' 1.5)"
+            row "$v" "serve_bench: random / TriAttention tokens/s" "$(sv random_over_triattention)" ">= 1" "-" "$(verdict "$(sv random_over_triattention)" '>=' 1)"
+            row "$v" "serve_bench: eviction + cache writes, % of random's step" "$(sv random_evict_write_pct)" "<= 3" "-" "$(verdict "$(sv random_evict_write_pct)" '<=' 3)"
         fi
     done
 } >"$table"

@@ -30,6 +30,7 @@ decodes your prompts instead and reports each arm's exact-match accuracy.
 Run: python3 -m kvevict.examples.serve_bench --preset tiny
 """
 import argparse
+import gc
 import html
 import json
 import math
@@ -385,6 +386,9 @@ def main(argv=None):
             print(arm, json.dumps(acc[arm]["buckets"]))
         else:
             res[arm] = run_arm(model, arm, a, stats)
+        gc.collect()  # the arm's cache (an engine and its flex kernel refer to each other)
+        if a.device.type == "cuda":
+            torch.cuda.empty_cache()
     if res:
         print_table(res, a.preset)
         if a.results:

@@ -563,11 +563,14 @@ class Engine:
 
 
 def _batched_attention(q, k, v, mask):
-    """q [R, T, HQ, D] over k, v [R, S, HKV, D], mask [R, T, S]: GQA, float32 softmax."""
+    """q [R, T, HQ, D] over k, v [R, S, HKV, D], mask [R, T, S]: GQA, float32
+    softmax, as batched matmuls (torch 1.13's einsum is slow on these shapes)."""
     r, t, hq, d = q.shape
-    hkv = k.shape[2]
-    qg = q.float().view(r, t, hkv, hq // hkv, d)
-    s = torch.einsum("rthgd,rshd->rhgts", qg, k.float()) / math.sqrt(d)
-    s = s.masked_fill(~mask[:, None, None], float("-inf"))
-    o = torch.einsum("rhgts,rshd->rthgd", torch.softmax(s, -1), v.float())
-    return o.reshape(r, t, hq, d).to(q.dtype)
+    hkv, sl = k.shape[2], k.shape[1]
+    g = hq // hkv
+    qg = q.float().view(r, t, hkv, g, d).permute(0, 2, 3, 1, 4).reshape(r, hkv, g * t, d)
+    s = torch.matmul(qg, k.float().permute(0, 2, 3, 1)) / math.sqrt(d)   # [R, HKV, G*T, S]
+    m = mask[:, None, None].expand(r, 1, g, t, sl).reshape(r, 1, g * t, sl)
+    s = s.masked_fill(~m, float("-inf"))
+    o = torch.matmul(torch.softmax(s, -1), v.float().permute(0, 2, 1, 3))  # [R, HKV, G*T, D]
+    return o.view(r, hkv, g, t, d).permute(0, 3, 1, 2, 4).reshape(r, t, hq, d).to(q.dtype)
