@@ -4,7 +4,6 @@ transformers package): a tiny randomly initialized Qwen3 checkpoint saved
 by transformers, loaded by serve_model.Model.from_hf, decoded by the
 engine's full arm (chunked prefill, then one token a step), must give the
 logits transformers' own forward gives for the same tokens."""
-import os
 import sys
 import tempfile
 

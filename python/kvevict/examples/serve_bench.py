@@ -33,8 +33,6 @@ import argparse
 import gc
 import html
 import json
-import math
-import os
 import platform
 import sys
 import time

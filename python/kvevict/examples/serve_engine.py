@@ -144,10 +144,13 @@ class FlexDecode:
         self.n_valid.copy_(nv)
         blocks = (self.n_valid + e.page_size - 1) // e.page_size
         kw = dict(BLOCK_SIZE=(128, e.page_size), mask_mod=self.mask_mod)
-        self.block_mask = self.BlockMask.from_kv_blocks(
-            blocks[:, None, None].contiguous(), e.block_table[:, None, None, :].contiguous(), **kw)
-        kv_len = e.n_pages * e.page_size
-        self.block_mask.seq_lengths = (1, kv_len)
+        args = (blocks[:, None, None].contiguous(), e.block_table[:, None, None, :].contiguous())
+        lengths = (1, e.n_pages * e.page_size)  # Q: one token; KV: the whole physical cache
+        try:
+            self.block_mask = self.BlockMask.from_kv_blocks(*args, seq_lengths=lengths, **kw)
+        except TypeError:  # PyTorch 2.5 takes no seq_lengths: set them after
+            self.block_mask = self.BlockMask.from_kv_blocks(*args, **kw)
+            self.block_mask.seq_lengths = lengths
         self.rows = torch.as_tensor(rows, device=e.device)
 
     def __call__(self, l, q):

@@ -119,7 +119,7 @@ class Model:
     def from_hf(cls, path, device="cpu", dtype=torch.float32):
         """A Hugging Face Qwen3 checkpoint's weights (loaded by transformers)
         and shape; raises ImportError without transformers."""
-        import transformers  # noqa: F401  (the error names the package)
+        import transformers  # noqa: F401  (ImportError names the package)
         from transformers import AutoModelForCausalLM
 
         with open(os.path.join(path, "config.json")) as f:
