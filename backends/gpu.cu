@@ -488,11 +488,9 @@ static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     kve_cache_write_args a;
     KVE_TRY(kve_cache_write_args_make(d, KVE_CACHE_WRITE_THREADS, g->errors, kve_host->set_error,
                                       &a));
-    kve_cache_write_plan p = kve_cache_write_plan_make(&g->limits, d, &a, KVE_CACHE_WRITE_THREADS);
-    if (p.move_entries)
-        KVE_LAUNCH(ctx, kve_cache_move_kernel, kve_cache_write_args, p.move_grid,
-                   KVE_CACHE_WRITE_THREADS, 0, a);
-    KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, p.write_grid,
+    /* one launch: moves and writes (cache_write_body.h) */
+    kve_cache_write_plan p = kve_cache_write_plan_make(&g->limits, &a, KVE_CACHE_WRITE_THREADS);
+    KVE_LAUNCH(ctx, kve_cache_write_kernel, kve_cache_write_args, p.grid,
                KVE_CACHE_WRITE_THREADS, 0, a);
     return KVE_OK;
 }

@@ -830,7 +830,7 @@ typedef struct kve_cache_write_desc {
  * contiguous caches at per-head slots: the drop-in for vLLM's
  * reshape_and_cache_flash (and FlashInfer's append_paged_kv_cache) under
  * the state's placement. Stream-ordered; the moves and the writes are one
- * launch each on a GPU (the writes alone when moves is NULL). Checks shapes,
+ * launch on a GPU, its grid set by the desc's shape alone. Checks shapes,
  * strides (no two destination entries overlap, no source overlaps a
  * destination; a cache's page, slot and head strides must nest, each
  * stepping past the entries inside it, so interleaved strides are refused

@@ -75,12 +75,10 @@ KVE_EVICT_KERNEL(kve_state_evict_kernel, kve_state_evict_args, kve_state_evict_g
 /* The jobs are in device memory (the state uploaded them, stream-ordered). */
 KVE_PLAIN_KERNEL(kve_state_kernel, KVE_STATE_THREADS, kve_state_args, kve_state_grid)
 
+/* kve_cache_write's one launch: the state's moves and the writes
+ * (cache_write_body.h). */
 KVE_PLAIN_KERNEL(kve_cache_write_kernel, KVE_CACHE_WRITE_THREADS, kve_cache_write_args,
                  kve_cache_write_grid)
-
-/* The state's moves, launched before the writes (cache_write_body.h). */
-KVE_PLAIN_KERNEL(kve_cache_move_kernel, KVE_CACHE_WRITE_THREADS, kve_cache_write_args,
-                 kve_cache_move_grid)
 
 /* Built-in scorers: one block per (row, table), the rows in the parameters;
  * the block's shared memory is all dynamic (kve_score_plan_make sizes it). */

@@ -18,9 +18,10 @@
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
  *
- * The state's moves (kve_cache_move_grid) are a launch of their own before
- * the writes: a write may land in a slot a move reads, and only stream
- * order separates the two across the grid.
+ * The state's moves run in the same launch (kve_cache_write_grid): a move
+ * out of a slot the call writes is made by that slot's write item just
+ * before its write, every other move by a move item of its own; the grid
+ * depends on the call's shape only.
  */
 #ifndef KVE_CACHE_WRITE_BODY_H
 #define KVE_CACHE_WRITE_BODY_H
@@ -31,7 +32,8 @@
 
 typedef struct kve_cache_write_args {
     kve_cache_write_desc d; /* parts resolved (kve_cache_write_resolve) */
-    uint64_t entries;       /* n_caches * n_tokens * n_heads */
+    uint64_t entries;       /* write items: n_caches * n_tokens * n_heads */
+    uint64_t move_entries;  /* move items: kve_cache_move_entries */
     /* per cache: bytes per load/store (16, 8, 4, 2 or 1), or 0 to convert */
     uint32_t unit[KVE_MAX_CACHES];
     uint32_t units[KVE_MAX_CACHES]; /* entry bytes / unit, or elements to convert */
@@ -173,43 +175,137 @@ KVE_FN int kve_copy_entry(unsigned char *dst, const unsigned char *src, uint32_t
     }
 }
 
-/* The kernel: every entry of @p a, one group each, grid-stride. */
-KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
+/* Cache c's part of a call: by selects over constant indices, as indexing
+ * the parameters with a variable makes some compilers copy them to the
+ * stack (AMD's: 328 bytes of scratch a thread). */
+typedef struct kve_cw_cache {
+    const void *src;
+    void *dst;
+    const kve_cache_part *p;
+    uint32_t unit, units;
+} kve_cw_cache;
+
+KVE_FN kve_cw_cache kve_cw_cache_of(const kve_cache_write_args *a, uint32_t c)
 {
     const kve_cache_write_desc *d = &a->d;
-    uint32_t g = a->group, per_block = tc->nt / g, lane = tc->tid % g;
-    uint64_t tokens_heads = (uint64_t)d->n_tokens * d->n_heads;
-    uint64_t step = (uint64_t)tc->nb * per_block;
-    for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < a->entries; w += step) {
-        uint32_t c = (uint32_t)(w / tokens_heads);
-        uint64_t th = w % tokens_heads;
-        uint32_t t = (uint32_t)(th / d->n_heads), h = (uint32_t)(th % d->n_heads);
-        size_t page, in;
-        if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
-            continue;
-        /* cache c's part by selects over constant indices: indexing the
-         * parameters with a variable makes some compilers copy them to the
-         * stack (AMD's: 328 bytes of scratch a thread) */
-        const void *src_c = d->src[0];
-        void *dst_c = d->dst[0];
-        const kve_cache_part *p = &d->part[0];
-        uint32_t unit = a->unit[0], units = a->units[0];
-        for (uint32_t k = 1; k < KVE_MAX_CACHES; k++) {
-            src_c = k == c ? d->src[k] : src_c;
-            dst_c = k == c ? d->dst[k] : dst_c;
-            p = k == c ? &d->part[k] : p;
-            unit = k == c ? a->unit[k] : unit;
-            units = k == c ? a->units[k] : units;
-        }
-        unsigned char *dst = (unsigned char *)dst_c + page * p->dst_stride_page +
-                             in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
-        const unsigned char *src = (const unsigned char *)src_c + (size_t)t * p->src_stride_token +
-                                   (size_t)h * p->src_stride_head;
-        if (!kve_copy_entry(dst, src, unit, units, lane, g))
-            kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
-                              p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, units,
-                              lane, g);
+    kve_cw_cache k = {d->src[0], d->dst[0], &d->part[0], a->unit[0], a->units[0]};
+    for (uint32_t q = 1; q < KVE_MAX_CACHES; q++) {
+        k.src = q == c ? d->src[q] : k.src;
+        k.dst = q == c ? d->dst[q] : k.dst;
+        k.p = q == c ? &d->part[q] : k.p;
+        k.unit = q == c ? a->unit[q] : k.unit;
+        k.units = q == c ? a->units[q] : k.units;
     }
+    return k;
+}
+
+/* One group's share of a move of cache @p k's head @p h entry from (page
+ * @p sp, in-page slot @p si) to (@p dp, @p di): the stored bytes as they
+ * are, lane by lane as the write of that entry takes them (a converting
+ * cache in elements of its own type), so a lane that moves an entry and
+ * then writes it reads only bytes it writes itself afterwards. */
+KVE_FN void kve_cw_move_entry(const kve_cw_cache *k, uint32_t h, size_t sp, size_t si, size_t dp,
+                              size_t di, uint32_t lane, uint32_t g)
+{
+    const kve_cache_part *p = k->p;
+    unsigned char *base = (unsigned char *)k->dst + (size_t)h * p->dst_stride_head;
+    uint32_t unit = k->unit ? k->unit : kve_dtype_size(p->dst_dtype);
+    kve_copy_entry(base + dp * p->dst_stride_page + di * p->dst_stride_slot,
+                   base + sp * p->dst_stride_page + si * p->dst_stride_slot, unit, k->units, lane,
+                   g);
+}
+
+/* The page-table row of move row @p i: 0 with KVE_PAGES_FLAT (move_row is
+ * not read; the lookup ignores rows there, and writes take row 0 too). */
+KVE_FN int32_t kve_cw_move_row(const kve_cache_write_desc *d, uint32_t i)
+{
+    if (d->page_table == KVE_PAGES_FLAT)
+        return 0;
+    return d->move_row ? d->move_row[i] : (int32_t)i;
+}
+
+/* Whether this call writes slot @p s0 or slot @p s1 of row @p row in head
+ * @p h (both slots of that row, the row valid): some token maps head h to
+ * it, in that row (any row with KVE_PAGES_FLAT). Exactly the entries whose
+ * write items write (kve_cw_target finds them): a matching slot is not -1,
+ * so padding's token_row stays unread. */
+KVE_FN int kve_cw_written(const kve_cache_write_desc *d, int32_t row, uint32_t h, int64_t s0,
+                          int64_t s1)
+{
+    for (uint32_t t = 0; t < d->n_tokens; t++) {
+        int64_t s = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+        if ((s == s0 || s == s1) && (d->page_table == KVE_PAGES_FLAT || d->token_row[t] == row))
+            return 1;
+    }
+    return 0;
+}
+
+/* Before the write item of slot @p slot of row @p row, head @p h, cache
+ * @p k: the move whose source that slot is, if any, and unless the call
+ * writes its destination too (the write wins there). The move items skip
+ * such a move (kve_cw_move_item); the lists scanned are the row's (every
+ * list with KVE_PAGES_FLAT), each up to its count: nothing but the counts
+ * read when the call has no moves. A list or pair the move items refuse
+ * is refused here too, silently (they raise it). */
+KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, const kve_cw_cache *k, int32_t row,
+                            uint32_t h, int64_t slot, size_t page, size_t in, uint32_t lane)
+{
+    const kve_cache_write_desc *d = &a->d;
+    if (!d->moves)
+        return;
+    uint32_t lo = 0, hi = d->n_move_rows;
+    if (d->page_table != KVE_PAGES_FLAT && !d->move_row) {
+        lo = (uint32_t)row; /* list i is row i's */
+        hi = lo < hi ? lo + 1 : lo;
+    }
+    for (uint32_t i = lo; i < hi; i++) {
+        if (kve_cw_move_row(d, i) != row)
+            continue;
+        size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+        uint32_t n = d->n_moves[list];
+        if (n > d->max_moves)
+            continue;
+        const int32_t *pair = d->moves + 2 * (size_t)list * d->max_moves;
+        for (uint32_t m = 0; m < n; m++) {
+            if (pair[2 * m] != slot)
+                continue;
+            size_t dp, di;
+            int why;
+            /* sources are distinct across the row's lists: this is the one */
+            if (kve_cw_locate(d, row, pair[2 * m + 1], &dp, &di, &why) &&
+                !kve_cw_written(d, row, h, pair[2 * m + 1], pair[2 * m + 1]))
+                kve_cw_move_entry(k, h, page, in, dp, di, lane, a->group);
+            return;
+        }
+    }
+}
+
+/* Write item @p w (cache, token, head): the move out of its slot first
+ * (kve_cw_pre_move), then the new entry. */
+KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_t lane)
+{
+    const kve_cache_write_desc *d = &a->d;
+    uint32_t g = a->group;
+    uint64_t tokens_heads = (uint64_t)d->n_tokens * d->n_heads;
+    uint32_t c = (uint32_t)(w / tokens_heads);
+    uint64_t th = w % tokens_heads;
+    uint32_t t = (uint32_t)(th / d->n_heads), h = (uint32_t)(th % d->n_heads);
+    size_t page, in;
+    if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
+        return;
+    kve_cw_cache k = kve_cw_cache_of(a, c);
+    const kve_cache_part *p = k.p;
+    int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+    kve_cw_pre_move(a, &k, d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t], h, slot, page,
+                    in, lane);
+    unsigned char *dst = (unsigned char *)k.dst + page * p->dst_stride_page +
+                         in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
+    const unsigned char *src = (const unsigned char *)k.src + (size_t)t * p->src_stride_token +
+                               (size_t)h * p->src_stride_head;
+    if (!kve_copy_entry(dst, src, k.unit, k.units, lane, g))
+        kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
+                          p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, k.units, lane,
+                          g);
 }
 
 /* Pairs a list takes in the grid: max_moves, and one for max_moves = 0 so
@@ -219,72 +315,80 @@ KVE_HD_FN uint32_t kve_cache_move_width(const kve_cache_write_desc *d)
     return d->max_moves ? d->max_moves : 1;
 }
 
-/* Work items of the moves: one entry per (cache, move row, head, pair). */
+/* Move items: one per (move row, head, pair), each for every cache; none
+ * without moves. A shape: the counts are never read for it. */
 KVE_HD_FN uint64_t kve_cache_move_entries(const kve_cache_write_desc *d)
 {
-    return d->moves ? (uint64_t)d->n_caches * d->n_move_rows * d->n_heads *
-                          kve_cache_move_width(d)
-                    : 0;
+    return d->moves ? (uint64_t)d->n_move_rows * d->n_heads * kve_cache_move_width(d) : 0;
+}
+
+/* Move item @p w (move row, head, pair): pairs past the list's count are
+ * idle (a count read). A move row, count or slot the desc does not allow
+ * skips the pair and raises KVE_DEV_ERR_CW_MOVE (head = move row, detail =
+ * cache head). A move whose source the call writes is the write item's
+ * (kve_cw_pre_move); one whose destination the call writes is no move (the
+ * write wins, as after the CPU's moves). */
+KVE_FN void kve_cw_move_item(const kve_cache_write_args *a, uint64_t w, uint32_t lane)
+{
+    const kve_cache_write_desc *d = &a->d;
+    uint32_t k = (uint32_t)(w % kve_cache_move_width(d));
+    uint64_t ih = w / kve_cache_move_width(d);
+    uint32_t h = (uint32_t)(ih % d->n_heads), i = (uint32_t)(ih / d->n_heads);
+    size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+    uint32_t n = d->n_moves[list];
+    if (n > d->max_moves) {
+        if (lane == 0 && k == 0)
+            kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
+        return;
+    }
+    if (k >= n)
+        return;
+    int32_t row = kve_cw_move_row(d, i);
+    const int32_t *pair = d->moves + 2 * ((size_t)list * d->max_moves + k);
+    size_t sp, si, dp, di;
+    int why = KVE_DEV_ERR_CW_SLOT;
+    int row_ok = d->page_table == KVE_PAGES_FLAT || (row >= 0 && (uint32_t)row < d->n_rows);
+    if (!row_ok || !kve_cw_locate(d, row, pair[0], &sp, &si, &why) ||
+        !kve_cw_locate(d, row, pair[1], &dp, &di, &why)) {
+        if (lane == 0)
+            kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
+        return;
+    }
+    if (kve_cw_written(d, row, h, pair[0], pair[1]))
+        return;
+    for (uint32_t c = 0; c < d->n_caches; c++) {
+        kve_cw_cache kc = kve_cw_cache_of(a, c);
+        kve_cw_move_entry(&kc, h, sp, si, dp, di, lane, a->group);
+    }
 }
 
 /*
- * The moves kernel, launched before the writes: one group per (cache, move
- * row, head, pair), grid-stride; pairs past the list's count are idle. The
- * pairs of a list never share a slot between a source and a destination
- * (the API's precondition), so they run in any order. A move row, count or
- * slot the desc does not allow skips the pair and raises KVE_DEV_ERR_CW_MOVE
- * (head = move row, detail = cache head).
+ * The kernel, one launch per call: a->entries write items (cache, token,
+ * head), then a->move_entries move items (move row, head, pair), one group
+ * each, grid-stride. Consecutive groups take consecutive heads, then
+ * tokens (pairs), so a dense source is read in order.
+ *
+ * Order without a grid-wide barrier: every move reads the cache as it was
+ * before the call, and a write may land in a slot a move reads (a round
+ * frees the top slots, moves the kept entries above the bound down into
+ * holes, and the step's tokens are written into freed slots). So a move
+ * out of a slot the call writes is made by that slot's write item, by the
+ * same lanes that then overwrite it, each lane first reading the bytes it
+ * writes later; every other move is made by its move item, which reads and
+ * writes slots no write item touches. Moves share no slot among
+ * themselves (the API's precondition), and no two writes share one, so
+ * each destination byte has one writer and the result is the CPU's moves
+ * then writes, whatever the launch.
  */
-KVE_FN void kve_cache_move_grid(kve_tc *tc, const kve_cache_write_args *a)
+KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
 {
-    const kve_cache_write_desc *d = &a->d;
     uint32_t g = a->group, per_block = tc->nt / g, lane = tc->tid % g;
-    uint64_t total = kve_cache_move_entries(d), per_cache = total / d->n_caches;
-    uint64_t step = (uint64_t)tc->nb * per_block;
+    uint64_t step = (uint64_t)tc->nb * per_block, total = a->entries + a->move_entries;
     for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < total; w += step) {
-        uint32_t c = (uint32_t)(w / per_cache);
-        uint64_t rest = w % per_cache;
-        uint32_t k = (uint32_t)(rest % kve_cache_move_width(d));
-        uint64_t ih = rest / kve_cache_move_width(d);
-        uint32_t h = (uint32_t)(ih % d->n_heads), i = (uint32_t)(ih / d->n_heads);
-        size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
-        int raise = c == 0 && lane == 0;
-        uint32_t n = d->n_moves[list];
-        if (n > d->max_moves) {
-            if (raise && k == 0)
-                kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
-            continue;
-        }
-        if (k >= n)
-            continue;
-        int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
-        const int32_t *pair = d->moves + 2 * ((size_t)list * d->max_moves + k);
-        size_t sp, si, dp, di;
-        int why = KVE_DEV_ERR_CW_SLOT;
-        int row_ok = d->page_table == KVE_PAGES_FLAT || (row >= 0 && (uint32_t)row < d->n_rows);
-        if (!row_ok || !kve_cw_locate(d, row, pair[0], &sp, &si, &why) ||
-            !kve_cw_locate(d, row, pair[1], &dp, &di, &why)) {
-            if (raise)
-                kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
-            continue;
-        }
-        /* cache c's part by selects over constant indices, as in the writes */
-        void *dst_c = d->dst[0];
-        const kve_cache_part *p = &d->part[0];
-        uint32_t unit = a->unit[0], units = a->units[0];
-        for (uint32_t q = 1; q < KVE_MAX_CACHES; q++) {
-            dst_c = q == c ? d->dst[q] : dst_c;
-            p = q == c ? &d->part[q] : p;
-            unit = q == c ? a->unit[q] : unit;
-            units = q == c ? a->units[q] : units;
-        }
-        unsigned char *base = (unsigned char *)dst_c + (size_t)h * p->dst_stride_head;
-        unsigned char *dst = base + dp * p->dst_stride_page + di * p->dst_stride_slot;
-        const unsigned char *src = base + sp * p->dst_stride_page + si * p->dst_stride_slot;
-        /* a converting cache moves its stored bytes as they are */
-        uint32_t bytes = p->dim * kve_dtype_size(p->dst_dtype);
-        if (!kve_copy_entry(dst, src, unit, units, lane, g))
-            kve_copy_u8(dst, src, bytes, lane, g);
+        if (w < a->entries)
+            kve_cw_write_item(a, w, lane);
+        else
+            kve_cw_move_item(a, w - a->entries, lane);
     }
 }
 

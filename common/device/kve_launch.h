@@ -269,28 +269,28 @@ KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, 
     while (a->group < most && threads % (a->group * 2) == 0)
         a->group *= 2; /* a power of two dividing the block */
     a->entries = (uint64_t)d->n_caches * d->n_tokens * d->n_heads;
+    a->move_entries = kve_cache_move_entries(d);
     a->errors = errors;
     return KVE_OK;
 }
 
-/* The cache write's launches on blocks of @p threads, a->group lanes per
- * entry: the state's moves first (none when move_entries = 0), then the
- * writes. */
+/* The cache write's one launch (kve_cache_write_kernel) on blocks of
+ * @p threads, a->group lanes per item: its write and move items
+ * (kve_cache_write_grid), so the grid depends on the call's shape alone
+ * (tokens, heads, caches, move rows, max_moves), never on the counts or
+ * the slots. */
 typedef struct kve_cache_write_plan {
-    uint64_t move_entries;
-    uint32_t move_grid, write_grid;
+    uint64_t items;
+    uint32_t grid;
 } kve_cache_write_plan;
 
 KVE_HOST_FN kve_cache_write_plan kve_cache_write_plan_make(const kve_launch_limits *lim,
-                                                           const kve_cache_write_desc *d,
                                                            const kve_cache_write_args *a,
                                                            uint32_t threads)
 {
     kve_cache_write_plan p;
-    uint32_t per_block = threads / a->group;
-    p.move_entries = kve_cache_move_entries(d);
-    p.move_grid = p.move_entries ? kve_launch_grid(p.move_entries, per_block, lim->max_grid) : 0;
-    p.write_grid = kve_launch_grid(a->entries, per_block, lim->max_grid);
+    p.items = a->entries + a->move_entries;
+    p.grid = kve_launch_grid(p.items, threads / a->group, lim->max_grid);
     return p;
 }
 
@@ -341,7 +341,7 @@ typedef enum kve_dev_err_call {
     KVE_DEV_CALL_EVICT = 0,
     KVE_DEV_CALL_COMPACT,
     KVE_DEV_CALL_STATE,
-    KVE_DEV_CALL_CACHE_MOVES, /* kve_cache_write's moves kernel, before its writes */
+    KVE_DEV_CALL_CACHE_MOVES, /* kve_cache_write's moves (they read the cache before its writes) */
     KVE_DEV_CALL_CACHE_WRITE,
     KVE_DEV_CALL_SCORE
 } kve_dev_err_call;

@@ -242,7 +242,13 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
 {
     (void)ctx;
     kve_emu_pool *pool = kve_emu_pool_for(KVE_CACHE_WRITE_THREADS, kve_emu_pool_now);
-    kve_emu_log_add("kve_cache_write", d->n_tokens, kve_cache_move_entries(d));
+    /* logged as the GPU driver plans it (gpu_cache_write): one launch */
+    kve_cache_write_plan p;
+    if (kve_emu_cache_write_plan(d, KVE_CACHE_WRITE_THREADS, &kve_emu_lim, &p) == KVE_OK) {
+        kve_emu_log_add("kve_cache_write_kernel", p.grid, p.items);
+        if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
+            kve_emu_log[kve_emu_log_n - 1].threads = KVE_CACHE_WRITE_THREADS;
+    }
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
     kve_emu_fault f;

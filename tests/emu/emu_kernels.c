@@ -334,10 +334,15 @@ static void kve_emu_cache_write_body(kve_tc *tc, unsigned char *smem, void *arg)
     kve_cache_write_grid(tc, (const kve_cache_write_args *)arg);
 }
 
-static void kve_emu_cache_move_body(kve_tc *tc, unsigned char *smem, void *arg)
+kve_status kve_emu_cache_write_plan(const kve_cache_write_desc *d, uint32_t threads,
+                                    const kve_launch_limits *lim, kve_cache_write_plan *p)
 {
-    (void)smem;
-    kve_cache_move_grid(tc, (const kve_cache_write_args *)arg);
+    kve_cache_write_args a;
+    memset(&a, 0, sizeof a);
+    kve_status st = kve_cache_write_args_make(d, threads, NULL, kve_emu_set_error, &a);
+    if (st == KVE_OK)
+        *p = kve_cache_write_plan_make(lim, &a, threads);
+    return st;
 }
 
 kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
@@ -352,11 +357,8 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
         return st;
     *unit_used = a.unit[0]; /* cache 0's: 0 when it converts */
     kve_launch_limits lim = kve_emu_limits(max_grid);
-    kve_cache_write_plan p = kve_cache_write_plan_make(&lim, d, &a, nt);
-    if (p.move_entries && kve_emu_run(pool, "kve_cache_move_kernel", p.move_grid, 0,
-                                      kve_emu_cache_move_body, &a, NULL, 0))
-        return KVE_ERR_NOMEM;
-    return kve_emu_run(pool, "kve_cache_write_kernel", p.write_grid, 0, kve_emu_cache_write_body,
+    kve_cache_write_plan p = kve_cache_write_plan_make(&lim, &a, nt);
+    return kve_emu_run(pool, "kve_cache_write_kernel", p.grid, 0, kve_emu_cache_write_body,
                        &a, NULL, 0)
                ? KVE_ERR_INTERNAL
                : KVE_OK;

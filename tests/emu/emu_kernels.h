@@ -78,6 +78,12 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
 int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
                         kve_emu_errors *e);
 
+/* The cache write's one launch for a desc with resolved strides, on
+ * blocks of @p threads under @p lim (as the GPU driver plans it); KVE_OK,
+ * or the status of a desc the device cannot take. */
+kve_status kve_emu_cache_write_plan(const kve_cache_write_desc *d, uint32_t threads,
+                                    const kve_launch_limits *lim, kve_cache_write_plan *p);
+
 /* The backend op cache_write for a desc with resolved strides (at most
  * @p max_grid blocks); KVE_OK, or the status of a desc the device cannot
  * take. *unit_used gets the copy unit. */

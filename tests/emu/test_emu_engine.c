@@ -325,6 +325,123 @@ START_TEST(test_cache_write_errors)
 }
 END_TEST
 
+/* ---- the cache write's one launch ---------------------------------------- */
+
+#define KVE_CL_ROWS 4u
+#define KVE_CL_SLOTS 12u
+#define KVE_CL_HEADS 2u
+#define KVE_CL_BYTES 8u
+#define KVE_CL_MAX 2u /* max_moves */
+#define KVE_CL_CACHE (KVE_CL_ROWS * KVE_CL_HEADS * KVE_CL_SLOTS * KVE_CL_BYTES)
+
+/* Each of two K/V caches after one kve_cache_write on @p ctx from a cache of
+ * known bytes: token t (row t, head h) at slots[t][h], move lists
+ * moves/n_moves per (row, head). Into @p out (2 caches). */
+static void kve_cl_run(kve_context *ctx, const int64_t *slots, const int32_t *moves,
+                       const uint32_t *n_moves, unsigned char *out, kve_emu_launch_rec *log,
+                       uint32_t *n_log)
+{
+    static unsigned char src[2][KVE_CL_ROWS * KVE_CL_HEADS * KVE_CL_BYTES];
+    static const int32_t rows[KVE_CL_ROWS] = {0, 1, 2, 3};
+    const void *host[] = {src[0], src[1], out, out + KVE_CL_CACHE, slots, rows, moves, n_moves};
+    const size_t bytes[] = {sizeof src[0], sizeof src[0], KVE_CL_CACHE, KVE_CL_CACHE,
+                            KVE_CL_ROWS * KVE_CL_HEADS * 8, sizeof rows,
+                            KVE_CL_ROWS * KVE_CL_HEADS * KVE_CL_MAX * 8, KVE_CL_ROWS * KVE_CL_HEADS * 4};
+    void *dev[8];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i / sizeof src[0]][i % sizeof src[0]] = (unsigned char)(0x80 + i);
+    for (size_t i = 0; i < 2 * KVE_CL_CACHE; i++)
+        out[i] = (unsigned char)(i * 7 + 1);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(kve_alloc(ctx, bytes[i], &dev[i]), KVE_OK);
+        ck_assert_int_eq(kve_copy(ctx, dev[i], host[i], bytes[i], KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+    }
+    kve_cache_write_desc w;
+    memset(&w, 0, sizeof w);
+    w.n_tokens = KVE_CL_ROWS;
+    w.n_heads = KVE_CL_HEADS;
+    w.entry_bytes = KVE_CL_BYTES;
+    w.n_caches = 2;
+    w.src[0] = dev[0];
+    w.src[1] = dev[1];
+    w.dst[0] = dev[2];
+    w.dst[1] = dev[3];
+    w.layout = KVE_LAYOUT_HND; /* [row][head][slot][entry] */
+    w.page_size = KVE_CL_SLOTS;
+    w.n_pages = w.n_rows = KVE_CL_ROWS;
+    w.slots = dev[4];
+    w.slots_stride_token = KVE_CL_HEADS;
+    w.slots_stride_head = 1;
+    w.token_row = dev[5];
+    w.page_table = KVE_PAGES_NONE;
+    w.moves = dev[6];
+    w.n_moves = dev[7];
+    w.n_move_rows = KVE_CL_ROWS;
+    w.max_moves = KVE_CL_MAX;
+    w.moves_stride_row = KVE_CL_HEADS;
+    w.moves_stride_head = 1;
+    if (log)
+        kve_emu_log_start(log, 4);
+    ck_assert_msg(kve_cache_write(ctx, &w) == KVE_OK, "%s", kve_last_error());
+    ck_assert_int_eq(kve_context_synchronize(ctx), KVE_OK);
+    if (log)
+        *n_log = kve_emu_log_stop();
+    for (int c = 0; c < 2; c++)
+        ck_assert_int_eq(kve_copy(ctx, out + c * KVE_CL_CACHE, dev[2 + c], KVE_CL_CACHE,
+                                  KVE_COPY_BACKEND_TO_HOST),
+                         KVE_OK);
+    for (int i = 0; i < 8; i++)
+        kve_free(ctx, dev[i]);
+}
+
+/* A cache write with moves in some lists and one with none, same shape:
+ * one launch each (kve_cache_write_kernel), the same grid; both equal to
+ * the CPU byte for byte. The moves include a write into a move's source
+ * (the write item moves it first) and into a move's destination (the
+ * write wins). */
+START_TEST(test_cache_write_launches)
+{
+    /* [row][head]: row 0 writes slot 5, the source of its move 5 -> 1 in
+     * head 0; row 1 writes slot 2, the destination of its move 6 -> 2 in
+     * head 1; row 2 writes 9 (moves 7 -> 0 and 4 -> 3 apart); row 3 is
+     * padding (-1 in every head) with a move 8 -> 1 in head 0 */
+    static const int64_t slots[KVE_CL_ROWS * KVE_CL_HEADS] = {5, 5, 2, 2, 9, 10, -1, -1};
+    static const int32_t moves[KVE_CL_ROWS * KVE_CL_HEADS * KVE_CL_MAX * 2] = {
+        5, 1, 0, 0, /**/ 0, 0, 0, 0, /* row 0: head 0, head 1 */
+        0, 0, 0, 0, /**/ 6, 2, 0, 0, /* row 1 */
+        7, 0, 4, 3, /**/ 7, 0, 0, 0, /* row 2 */
+        8, 1, 0, 0, /**/ 0, 0, 0, 0};
+    static const uint32_t some[KVE_CL_ROWS * KVE_CL_HEADS] = {1, 0, 0, 1, 2, 1, 1, 0},
+                          none[KVE_CL_ROWS * KVE_CL_HEADS] = {0};
+    static unsigned char want[2 * KVE_CL_CACHE], got[2 * KVE_CL_CACHE];
+    const uint32_t *counts[2] = {some, none};
+    kve_emu_launch_rec log[2][4];
+    uint32_t n_log[2];
+    for (int k = 0; k < 2; k++) {
+        kve_emu_context_use(kve_pools[k], 64, NULL);
+        kve_cl_run(kve_ref, slots, moves, counts[k], want, NULL, NULL);
+        kve_cl_run(kve_emu, slots, moves, counts[k], got, log[k], &n_log[k]);
+        ck_assert_msg(memcmp(want, got, sizeof want) == 0, "%s moves: emulated vs CPU",
+                      k ? "no" : "some");
+        /* with moves, row 0's head 0 entry of slot 5 went to slot 1 first */
+        ck_assert(k || want[1 * KVE_CL_BYTES] == ((5 * KVE_CL_BYTES * 7 + 1) & 0xff));
+    }
+    /* (the last run had no moves: slot 1 of row 0, head 0 kept its byte) */
+    ck_assert_uint_eq(want[1 * KVE_CL_BYTES], (1 * KVE_CL_BYTES * 7 + 1) & 0xff);
+    /* one launch each, alike */
+    ck_assert_uint_eq(n_log[0], 1);
+    ck_assert_uint_eq(n_log[1], 1);
+    kve_emu_launch_rec *at[2] = {&log[0][0], &log[1][0]};
+    ck_assert_str_eq(at[0]->what, "kve_cache_write_kernel");
+    ck_assert_str_eq(at[1]->what, at[0]->what);
+    ck_assert_uint_eq(at[0]->grid, at[1]->grid);
+    ck_assert_uint_eq(at[0]->bytes, at[1]->bytes);
+    ck_assert_uint_eq(at[0]->threads, at[1]->threads);
+    /* items: 2 caches x 4 tokens x 2 heads writes + 4 rows x 2 heads x 2 pairs */
+    ck_assert_uint_eq(at[0]->bytes, 2 * 4 * 2 + 4 * 2 * 2);
+}
+END_TEST
+
 /* ---- state programs ------------------------------------------------------- */
 
 /* Before program @p i: a random pool; a few programs evict on the emulated
@@ -523,6 +640,7 @@ int main(void)
     const kve_suite_test tests[] = {
         KVE_TEST(jobs, test_state_jobs_random),
         KVE_TEST(cache_write, test_cache_write_random),
+        KVE_TEST(cache_write, test_cache_write_launches),
         KVE_TEST(state, test_state_random),
         KVE_TEST(state, test_state_many_rows),
         KVE_TEST(state, test_state_launches),

@@ -142,17 +142,19 @@ START_TEST(test_plan_other_launches)
     u.work = 1000;
     ck_assert_uint_eq(kve_state_plan_grid(&lim, &u, KVE_STATE_THREADS), 4);
 
-    /* 100 entries of 4 lanes each on 256 threads: 64 entries a block */
-    kve_cache_write_desc d;
+    /* 100 entries of 4 lanes each on 256 threads: 64 entries a block; 60
+     * move items more take one block more, in the same launch */
     kve_cache_write_args wa;
-    memset(&d, 0, sizeof d);
     memset(&wa, 0, sizeof wa);
     wa.group = 4;
     wa.entries = 100;
-    kve_cache_write_plan wp = kve_cache_write_plan_make(&lim, &d, &wa, KVE_CACHE_WRITE_THREADS);
-    ck_assert_uint_eq(wp.move_entries, 0);
-    ck_assert_uint_eq(wp.move_grid, 0);
-    ck_assert_uint_eq(wp.write_grid, 2);
+    kve_cache_write_plan wp = kve_cache_write_plan_make(&lim, &wa, KVE_CACHE_WRITE_THREADS);
+    ck_assert_uint_eq(wp.items, 100);
+    ck_assert_uint_eq(wp.grid, 2);
+    wa.move_entries = 60;
+    wp = kve_cache_write_plan_make(&lim, &wa, KVE_CACHE_WRITE_THREADS);
+    ck_assert_uint_eq(wp.items, 160);
+    ck_assert_uint_eq(wp.grid, 3);
 }
 END_TEST
 
