@@ -204,14 +204,14 @@ KVE_FN kve_cw_cache kve_cw_cache_of(const kve_cache_write_args *a, uint32_t c)
  * are, lane by lane as the write of that entry takes them (a converting
  * cache in elements of its own type), so a lane that moves an entry and
  * then writes it reads only bytes it writes itself afterwards. */
-KVE_FN void kve_cw_move_entry(const kve_cw_cache *k, uint32_t h, size_t sp, size_t si, size_t dp,
+KVE_FN void kve_cw_move_entry(kve_cw_cache k, uint32_t h, size_t sp, size_t si, size_t dp,
                               size_t di, uint32_t lane, uint32_t g)
 {
-    const kve_cache_part *p = k->p;
-    unsigned char *base = (unsigned char *)k->dst + (size_t)h * p->dst_stride_head;
-    uint32_t unit = k->unit ? k->unit : kve_dtype_size(p->dst_dtype);
+    const kve_cache_part *p = k.p;
+    unsigned char *base = (unsigned char *)k.dst + (size_t)h * p->dst_stride_head;
+    uint32_t unit = k.unit ? k.unit : kve_dtype_size(p->dst_dtype);
     kve_copy_entry(base + dp * p->dst_stride_page + di * p->dst_stride_slot,
-                   base + sp * p->dst_stride_page + si * p->dst_stride_slot, unit, k->units, lane,
+                   base + sp * p->dst_stride_page + si * p->dst_stride_slot, unit, k.units, lane,
                    g);
 }
 
@@ -241,13 +241,14 @@ KVE_FN int kve_cw_written(const kve_cache_write_desc *d, int32_t row, uint32_t h
 }
 
 /* Before the write item of slot @p slot of row @p row, head @p h, cache
- * @p k: the move whose source that slot is, if any, and unless the call
+ * @p c: the move whose source that slot is, if any, and unless the call
  * writes its destination too (the write wins there). The move items skip
- * such a move (kve_cw_move_item); the lists scanned are the row's (every
- * list with KVE_PAGES_FLAT), each up to its count: nothing but the counts
- * read when the call has no moves. A list or pair the move items refuse
- * is refused here too, silently (they raise it). */
-KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, const kve_cw_cache *k, int32_t row,
+ * such a move (kve_cw_move_item); the lists scanned are the row's (found
+ * through move_row; every list with KVE_PAGES_FLAT), each up to its count:
+ * with no moves, move_row and the row's counts are all it reads. A list or
+ * pair the move items refuse is refused here too, silently (they raise
+ * it). */
+KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, uint32_t c, int32_t row,
                             uint32_t h, int64_t slot, size_t page, size_t in, uint32_t lane)
 {
     const kve_cache_write_desc *d = &a->d;
@@ -274,7 +275,7 @@ KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, const kve_cw_cache *k
             /* sources are distinct across the row's lists: this is the one */
             if (kve_cw_locate(d, row, pair[2 * m + 1], &dp, &di, &why) &&
                 !kve_cw_written(d, row, h, pair[2 * m + 1], pair[2 * m + 1]))
-                kve_cw_move_entry(k, h, page, in, dp, di, lane, a->group);
+                kve_cw_move_entry(kve_cw_cache_of(a, c), h, page, in, dp, di, lane, a->group);
             return;
         }
     }
@@ -293,11 +294,11 @@ KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_
     size_t page, in;
     if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
         return;
+    int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+    kve_cw_pre_move(a, c, d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t], h, slot, page,
+                    in, lane);
     kve_cw_cache k = kve_cw_cache_of(a, c);
     const kve_cache_part *p = k.p;
-    int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
-    kve_cw_pre_move(a, &k, d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t], h, slot, page,
-                    in, lane);
     unsigned char *dst = (unsigned char *)k.dst + page * p->dst_stride_page +
                          in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
     const unsigned char *src = (const unsigned char *)k.src + (size_t)t * p->src_stride_token +
@@ -357,8 +358,7 @@ KVE_FN void kve_cw_move_item(const kve_cache_write_args *a, uint64_t w, uint32_t
     if (kve_cw_written(d, row, h, pair[0], pair[1]))
         return;
     for (uint32_t c = 0; c < d->n_caches; c++) {
-        kve_cw_cache kc = kve_cw_cache_of(a, c);
-        kve_cw_move_entry(&kc, h, sp, si, dp, di, lane, a->group);
+        kve_cw_move_entry(kve_cw_cache_of(a, c), h, sp, si, dp, di, lane, a->group);
     }
 }
 
