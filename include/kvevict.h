@@ -842,6 +842,12 @@ typedef struct kve_cache_write_desc {
  * checked even when nothing is written (no tokens or only padding, no
  * moves).
  * @pre no two (token, head) pairs target the same destination entry.
+ * @pre with moves, no page is shared by two page-table rows of the call
+ * where one row's move reads or writes a slot the other row's token writes
+ * (a GPU orders a move and a write of the same row and slot within its one
+ * launch; across rows that share a page it could not). The cache state's
+ * moves only touch slots of their own row's generated tokens, never a
+ * shared prefix page.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
  */
 KVE_API kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc);
