@@ -254,16 +254,17 @@ void bench_moves(int isa, int threads, double min_time)
 
 typedef struct {
     kve_step_bench b;
-    int refill, writes; /* rows need their r - 1 tokens back; time the writes too */
+    kve_step_mode mode;
+    int writes; /* time the writes too */
 } step_run;
 
 static void step_setup(void *arg)
 {
     step_run *s = (step_run *)arg;
-    kve_status st = s->refill ? kve_step_bench_fill(&s->b, 0) : KVE_OK;
+    /* staggered rows stay staggered step after step: prepared once */
+    kve_status st = s->mode == KVE_STEP_STAGGERED ? KVE_OK : kve_step_bench_prepare(&s->b, s->mode);
     if (st != KVE_OK)
-        die("kve_state_append (refill)", st);
-    s->refill = 0;
+        die("kve_state_append (prepare)", st);
 }
 
 static void step_once(void *arg)
@@ -274,29 +275,38 @@ static void step_once(void *arg)
                                                  &s->b.out);
     if (st != KVE_OK)
         die("decode step", st);
-    s->refill = 1;
 }
 
-/* One decode step of G2 at 128 sequences, every row in a round
- * (bench_step.h): the append alone, then with every layer's moves and
- * writes; bench/gpu_check.sh times the same step on a GPU. */
+/* G2 decode steps (bench_step.h) at 1, 8, 32 and 128 rows, each with a
+ * round in every row and with none, and at 128 rows staggered (rows / r of
+ * them round a step): the append alone, then with every layer's moves and
+ * writes. bench/gpu_check.sh times the same steps on a GPU. */
 void bench_step(int isa, int threads, double min_time)
 {
-    static step_run s;
-    kve_status st = kve_step_bench_init(&s.b, cpu_context(isa, threads), 128);
-    if (st != KVE_OK)
-        die("decode step setup", st);
-    s.refill = 0;
-    s.writes = 0;
-    double ta = time_median(min_time, step_setup, step_once, &s);
-    s.writes = 1;
-    double tw = time_median(min_time, step_setup, step_once, &s);
-    heading("decode step, G2 (64 x 8 heads) x 128 rows, every row in a round (one token a row)",
+    static const uint32_t rows[] = {1, 8, 32, 128};
+    heading("decode step, G2 (64 x 8 heads), one token a row: kve_state_append, then + 64 layers "
+            "of kve_cache_write (moves and K/V)",
             threads);
-    printf("  kve_state_append %.3f ms; + 64 layers of kve_cache_write (moves, then 128 x 8 "
-           "tokens' K and V) = %.3f ms a step\n",
-           ta * 1e3, tw * 1e3);
-    kve_context *ctx = s.b.ctx;
-    kve_step_bench_free(&s.b);
-    kve_context_destroy(ctx);
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        static step_run s;
+        kve_status st = kve_step_bench_init(&s.b, cpu_context(isa, threads), rows[k]);
+        if (st != KVE_OK)
+            die("decode step setup", st);
+        for (int m = KVE_STEP_ROUND_ALL; m <= KVE_STEP_STAGGERED; m++) {
+            if (m == KVE_STEP_STAGGERED && rows[k] < KVE_ST_WR)
+                continue; /* under r rows, a staggered step rounds in no row most steps */
+            s.mode = (kve_step_mode)m;
+            if (m == KVE_STEP_STAGGERED && (st = kve_step_bench_prepare(&s.b, s.mode)) != KVE_OK)
+                die("kve_state_append (prepare)", st);
+            s.writes = 0;
+            double ta = time_median(min_time, step_setup, step_once, &s);
+            s.writes = 1;
+            double tw = time_median(min_time, step_setup, step_once, &s);
+            printf("  %3u rows, %-9s: append %9.3f ms, + 64 layers of writes %9.3f ms a step\n",
+                   rows[k], kve_step_mode_names[m], ta * 1e3, tw * 1e3);
+        }
+        kve_context *ctx = s.b.ctx;
+        kve_step_bench_free(&s.b);
+        kve_context_destroy(ctx);
+    }
 }

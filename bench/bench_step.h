@@ -172,6 +172,46 @@ static inline kve_status kve_step_bench_run(kve_step_bench *b)
     return st;
 }
 
+/* What the next one-token step does in each row (issue 38's step rows). */
+typedef enum kve_step_mode {
+    KVE_STEP_ROUND_ALL = 0, /* every row full: every row runs a round */
+    KVE_STEP_ROUND_NONE,    /* every row has room: no round */
+    KVE_STEP_STAGGERED      /* row i is i mod r tokens short of full: rows / r rows round a step */
+} kve_step_mode;
+
+static const char *const kve_step_mode_names[] = {"round", "none", "staggered"};
+
+/* Tokens that take a row holding @p v of @p cap valid slots to holding
+ * @p t (cap - r < t <= cap): up to full, then past a round (r freed). */
+static inline uint32_t kve_step_tokens_to(uint32_t v, uint32_t cap, uint32_t t)
+{
+    return v <= t ? t - v : (cap - v) + (t - (cap - KVE_ST_WR));
+}
+
+/* The rows brought, untimed, to where the next step runs @p mode (one
+ * append of a few tokens a row; none when they are there already). */
+static inline kve_status kve_step_bench_prepare(kve_step_bench *b, kve_step_mode mode)
+{
+    uint32_t *n = b->refill; /* scratch: rows entries */
+    int any = 0;
+    for (uint32_t i = 0; i < b->rows; i++) {
+        kve_state_seq_info info;
+        kve_status st = kve_state_get_seq(b->st, b->row_ids[i], &info);
+        if (st != KVE_OK)
+            return st;
+        uint32_t cap = info.capacity, v = info.n_valid;
+        uint32_t t = mode == KVE_STEP_ROUND_ALL ? cap
+                     : mode == KVE_STEP_ROUND_NONE ? (v < cap ? v : cap - KVE_ST_WR + 1)
+                                                   : cap - i % KVE_ST_WR;
+        n[i] = kve_step_tokens_to(v, cap, t);
+        any |= n[i] != 0;
+    }
+    kve_status st = any ? kve_state_append(b->st, b->rows, b->row_ids, n, NULL) : KVE_OK;
+    for (uint32_t i = 0; i < b->rows; i++)
+        b->refill[i] = KVE_ST_WR - 1; /* kve_step_bench_fill's counts again */
+    return st;
+}
+
 static inline void kve_step_bench_free(kve_step_bench *b)
 {
     kve_free(b->ctx, b->kv);

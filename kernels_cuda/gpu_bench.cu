@@ -314,13 +314,17 @@ static int kve_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median device time of @p n decode steps of @p s (refilled, untimed,
- * between them): the append alone, or with the writes. */
-static double kve_step_us(kve_bench *b, kve_step_bench *s, int n, int writes)
+/* Median device time of @p n decode steps of @p s in @p mode (its rows
+ * prepared, untimed, before each; staggered rows once, then they stay
+ * staggered): the append alone, or with the 64 layers' writes. */
+static double kve_step_us(kve_bench *b, kve_step_bench *s, kve_step_mode mode, int n, int writes)
 {
     double us[32];
+    if (mode == KVE_STEP_STAGGERED)
+        KVE_B_CHECK(kve_step_bench_prepare(s, mode));
     for (int k = 0; k < n; k++) {
-        KVE_B_CHECK(kve_step_bench_fill(s, 0));
+        if (mode != KVE_STEP_STAGGERED)
+            KVE_B_CHECK(kve_step_bench_prepare(s, mode));
         us[k] = kve_time_us(b, [&] {
             KVE_B_CHECK(writes ? kve_step_bench_run(s)
                                : kve_state_append(s->st, s->rows, s->row_ids, s->ones, &s->out));
@@ -330,19 +334,34 @@ static double kve_step_us(kve_bench *b, kve_step_bench *s, int n, int writes)
     return us[n / 2];
 }
 
-/* One G2 decode step at 128 sequences, every row in a round. */
+/* G2 decode steps at 1, 8, 32 and 128 rows, a round in every row and in
+ * none, and staggered at 128 rows (rows / r round a step): RESULT
+ * step_<rows>_<mode>_append_us and step_<rows>_<mode>_us (with 64 layers of
+ * writes); step_g2_append_us and step_g2_us stay the 128-row round's. */
 static void kve_bench_step(kve_bench *b)
 {
-    kve_step_bench s;
-    KVE_B_CHECK(kve_step_bench_init(&s, b->gpu, 128));
-    KVE_B_CHECK(kve_step_bench_run(&s)); /* warm-up: the rows are full once more after a fill */
-    int n = b->quick ? 3 : 21;
-    double append = kve_step_us(b, &s, n, 0), step = kve_step_us(b, &s, n, 1);
-    printf("G2 decode step, 128 sequences, every row in a round: append %.1f us, with 64 layers "
-           "of moves and writes %.1f us (median of %d)\n",
-           append, step, n);
-    printf("RESULT step_g2_append_us %.2f\nRESULT step_g2_us %.2f\n", append, step);
-    kve_step_bench_free(&s);
+    static const uint32_t rows[] = {1, 8, 32, 128};
+    int n = b->quick ? 3 : 11;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        kve_step_bench s;
+        KVE_B_CHECK(kve_step_bench_init(&s, b->gpu, rows[k]));
+        KVE_B_CHECK(kve_step_bench_run(&s)); /* warm-up */
+        for (int m = KVE_STEP_ROUND_ALL; m <= KVE_STEP_STAGGERED; m++) {
+            if (m == KVE_STEP_STAGGERED && rows[k] < KVE_ST_WR)
+                continue;
+            kve_step_mode mode = (kve_step_mode)m;
+            double append = kve_step_us(b, &s, mode, n, 0), step = kve_step_us(b, &s, mode, n, 1);
+            const char *name = kve_step_mode_names[m];
+            printf("G2 decode step, %u rows, %s: append %.1f us, with 64 layers of moves and "
+                   "writes %.1f us (median of %d)\n",
+                   rows[k], name, append, step, n);
+            printf("RESULT step_%u_%s_append_us %.2f\nRESULT step_%u_%s_us %.2f\n", rows[k], name,
+                   append, rows[k], name, step);
+            if (rows[k] == 128 && mode == KVE_STEP_ROUND_ALL)
+                printf("RESULT step_g2_append_us %.2f\nRESULT step_g2_us %.2f\n", append, step);
+        }
+        kve_step_bench_free(&s);
+    }
 }
 
 int main(int argc, char **argv)

@@ -67,7 +67,7 @@ expect table 1 "n/a (bench: failed: exit" "$fake" KVE_NVCC=$nvcc KVE_GPU_CHECK_A
 for text in "| cuda | kvevict digest --backend all --require cuda | NO (failed: exit 3 (see gpu_check.log); cuda skipped: backend = cuda: not available here" \
     "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " "python_decode_loop_cuda: Skipped" \
     "gpu_score_cuda: Skipped" "| cuda | compute-sanitizer memcheck over the GPU tests | " \
-    "| cuda | G2 decode step, 128 seqs: append + 64 layers of moves and writes (us) | n/a (bench: failed: exit" \
+    "| cuda | G2 decode step, 128 rows, round: append (us) / + 64 layers of writes (us) | n/a (bench: failed: exit" \
     "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3"; do
     grep -qF "$text" "$tmp/table/gpu_check.md" || {
         echo "FAIL table: no \"$text\" in the table"; failures=$((failures + 1)); }
