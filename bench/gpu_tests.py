@@ -93,8 +93,9 @@ def memcheck(build, sanitizer, outdir, seconds):
                                timeout=left)
             output, rc = p.stdout + p.stderr, p.returncode
         except subprocess.TimeoutExpired as e:
-            output = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
-                else (e.stdout or "")
+            # what it printed so far (bytes on some Pythons even with text=True)
+            got = e.stdout or ""
+            output = got.decode(errors="replace") if isinstance(got, bytes) else got
             rc = "timeout"
         with open(log, "w", encoding="utf-8") as f:
             f.write(output)

@@ -28,6 +28,8 @@ static kve_launch_limits kve_emu_lim_saved;   /* kve_emu_context_use's, while pl
 #define KVE_EMU_DEV_SMS 132u
 #define KVE_EMU_DEV_SMEM ((size_t)227 << 10)
 
+/* The limits kve_emu_context_use and _evict_limits set: while planning as
+ * a device, the device's stay in force and these wait. */
 static kve_launch_limits *kve_emu_lim_of_pools(void)
 {
     return kve_emu_dev_warp ? &kve_emu_lim_saved : &kve_emu_lim;
@@ -71,9 +73,6 @@ static kve_emu_pool *kve_emu_pool_for(uint32_t threads, kve_emu_pool *dflt)
     }
     return kve_emu_dev_pools[i];
 }
-
-/* While planning as a device, the device's limits stay; these wait. */
-static kve_launch_limits *kve_emu_lim_of_pools(void);
 
 void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *evict_pool)
 {
