@@ -354,6 +354,7 @@ static const kve_backend_ops kve_cpu_ops = {
     .cache_write = kve_cpu_cache_write,
     .state_evict = kve_cpu_state_evict,
     .upload = cpu_upload,
+    .state_plan = kve_cpu_state_plan,
     .score = kve_cpu_score,
 };
 

@@ -443,6 +443,15 @@ static kve_status gpu_compact(kve_context *ctx, const kve_compact_desc *d)
     return KVE_OK;
 }
 
+/* One wave's plan: one block, whatever the call's data. */
+static kve_status gpu_state_plan(kve_context *ctx, const kve_state_plan *p)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_state_plan_args a = {*p, kve_gpu_of(ctx)->errors};
+    KVE_LAUNCH(ctx, kve_state_plan_kernel, kve_state_plan_args, 1, KVE_STATE_PLAN_THREADS, 0, a);
+    return KVE_OK;
+}
+
 /* One launch over the uploaded jobs, sized by the state's shape bound. */
 static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
 {
@@ -519,6 +528,7 @@ static const kve_backend_ops kve_gpu_ops = {
     .state_evict = gpu_state_evict,
     .upload = gpu_upload,
     .score = gpu_score,
+    .state_plan = gpu_state_plan,
 };
 
 KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)

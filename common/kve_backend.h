@@ -26,7 +26,7 @@
 
 #include "kvevict.h"
 
-#define KVE_BACKEND_ABI_VERSION 2u /* 2: state_evict, upload */
+#define KVE_BACKEND_ABI_VERSION 3u /* 2: state_evict, upload; 3: state_plan */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 /* ---- 1. The job protocol ---------------------------------------------- */
@@ -76,6 +76,28 @@ typedef struct kve_state_job {
     uint32_t pad;
     kve_seq seq; /* SEQ */
 } kve_state_job;
+
+/* The bookkeeping of one row: in backend memory, where the planner
+ * (kve_state_plan) advances it, and mirrored on the host. */
+typedef struct kve_state_row {
+    uint32_t active, prompt, capacity;
+    uint32_t n_tokens;  /* positions 0 .. n_tokens-1 appended */
+    uint32_t round;     /* evictions so far */
+    uint32_t n_valid;   /* valid slots of every head: slots 0 .. n_valid-1 */
+    uint64_t seq_id;
+    uint64_t off;       /* its capacity's place in the pool (slots), while it holds one */
+    uint32_t held;      /* 1 while it holds pool slots */
+    uint32_t pad;
+} kve_state_row;
+
+/* Per-row scratch of one append (the planner's, by state row). */
+typedef struct kve_state_work {
+    uint32_t left, done; /* tokens still to place, placed */
+    uint32_t base;       /* mapping index of the row's first token */
+    uint32_t pos0;       /* position of the row's first token */
+    uint32_t index;      /* the row's index in the call (its move lists) */
+    uint8_t evict, rounds, mark; /* evicts in this wave; ran a round in this call */
+} kve_state_work;
 
 /* One call, all in backend memory. The jobs of one call are independent (no
  * job reads or writes what another writes), so a backend may run them in
@@ -127,6 +149,57 @@ typedef struct kve_state_evict {
     size_t scores_stride_row, scores_stride_table;
 } kve_state_evict;
 
+
+/* Sets of jobs a wave plans, n_rows jobs each, in this order: set k of
+ * call row i is jobs[k * n_rows + i]. */
+enum kve_state_job_set {
+    KVE_SET_EVICT,       /* its row list entry (KVE_JOB_EVICT) */
+    KVE_SET_ROUND,       /* its round's placement */
+    KVE_SET_RUN,         /* its next run of tokens */
+    KVE_SET_FINAL,       /* its final mapping (the call's last wave) */
+    KVE_SET_MOVES_CLEAR, /* its move lists cleared (the call's first wave) */
+    KVE_STATE_JOB_SETS
+};
+
+/* Why the planner refused a call (KVE_DEV_ERR_STATE_CALL's detail; head =
+ * the call row). */
+typedef enum kve_plan_refusal {
+    KVE_PLAN_OK = 0,
+    KVE_PLAN_ROW_RANGE,   /* rows[i] >= max_seqs */
+    KVE_PLAN_INACTIVE,    /* rows[i] holds no sequence */
+    KVE_PLAN_TWICE,       /* rows[i] appears twice among the rows with tokens */
+    KVE_PLAN_TOO_MANY,    /* n_new[i] > max_new */
+    KVE_PLAN_POSITION,    /* the row would pass position 2^31-1 */
+    KVE_PLAN_TOKENS       /* the call's tokens exceed out->max_tokens */
+} kve_plan_refusal;
+
+/*
+ * One wave's plan of an append (docs/GPU.md "CUDA graphs"), all in backend
+ * memory: call row i appends n_new[i] tokens to state row rows[i] (a row
+ * with n_new[i] = 0 is padding: nothing is read of it, its jobs are
+ * no-ops). Wave 0 checks the call (a refusal turns every job of every wave
+ * into a no-op and raises KVE_DEV_ERR_STATE_CALL) and fills each row's
+ * work; every wave writes set k of call row i at jobs[k * n_rows + i]
+ * (kve_state_job_set in kve_state_impl.h) and advances rows[]. waves = 0
+ * plans only the move lists' clearing. The plan's launch and every launch
+ * after it depend on n_rows, max_new and the tables alone, so a captured
+ * step replays as an eager one runs.
+ */
+typedef struct kve_state_plan {
+    kve_state_row *rows;   /* [max_seqs] */
+    kve_state_work *work;  /* [max_seqs] */
+    kve_state_job *jobs;   /* [KVE_STATE_JOB_SETS * n_rows] */
+    const uint32_t *call_rows, *call_new; /* [n_rows] */
+    uint32_t *call_base;   /* [n_rows]: mapping index of call row i's first token (wave 0 writes it) */
+    uint32_t *marks;       /* [max_seqs], zero between calls; NULL: no check for rows twice */
+    uint32_t *refused;     /* [1]: the call's kve_plan_refusal (wave 0 writes it) */
+    uint64_t tables;       /* per row */
+    uint32_t n_rows, max_new, max_seqs, interval;
+    uint32_t wave, waves;
+    uint32_t max_tokens;   /* mapping entries the call may use (UINT32_MAX: no mapping) */
+    uint32_t clear;        /* 1: the move lists are cleared (MOVES_CLEAR jobs) */
+    uint32_t final;        /* 1: the mapping is written (FINAL jobs) */
+} kve_state_plan;
 
 /* ---- 2. The context ---------------------------------------------------- */
 struct kve_context {
@@ -185,6 +258,10 @@ typedef struct kve_backend_ops {
     /* kve_score (common/device/score_body.h): desc validated, key strides
      * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
     kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
+    /* One wave's plan of an append (kve_state_plan above), one launch of
+     * one block; a refusal is raised on the device (host memory: returned,
+     * with its message). */
+    kve_status (*state_plan)(kve_context *ctx, const kve_state_plan *plan);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

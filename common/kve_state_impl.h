@@ -6,31 +6,10 @@
 
 #include "kve_backend.h"
 
-/* Host bookkeeping of one row. */
-typedef struct kve_state_row {
-    uint32_t active, prompt, capacity;
-    uint32_t n_tokens;  /* positions 0 .. n_tokens-1 appended */
-    uint32_t round;     /* evictions so far */
-    uint32_t n_valid;   /* valid slots of every head: slots 0 .. n_valid-1 */
-    uint64_t seq_id;
-    uint64_t off;       /* its capacity's place in the pool (slots), while it holds one */
-    uint32_t held;      /* 1 while it holds pool slots */
-    uint32_t pad;
-} kve_state_row;
-
 /* A run of free pool slots. */
 typedef struct kve_pool_run {
     uint64_t start, len;
 } kve_pool_run;
-
-/* Per-row scratch of one append. */
-typedef struct kve_state_work {
-    uint32_t left, done; /* tokens still to place, placed */
-    uint32_t base;       /* mapping index of the row's first token */
-    uint32_t pos0;       /* position of the row's first token */
-    uint32_t index;      /* the row's index in the call (its move lists) */
-    uint8_t evict, rounds, mark; /* evicts in this wave; ran a round in this call */
-} kve_state_work;
 
 /* Parts of the state's backend memory, in order (kve_state.offsets). */
 enum kve_state_part {
@@ -40,18 +19,8 @@ enum kve_state_part {
     KVE_PART_COUNTS,    /* n_evicted then n_kept, by call row */
     KVE_PART_WORKSPACE, /* the eviction's workspace */
     KVE_PART_DIGESTS,   /* running digests, one a row */
+    KVE_PART_ROWS,      /* the planner's: rows, work, call rows, n_new, bases, marks, refusal */
     KVE_STATE_PARTS
-};
-
-/* Sets of jobs a wave uploads, n_rows jobs each, in this order in
- * s->jobs: set k of call row i is s->jobs[k * n_rows + i]. */
-enum kve_state_job_set {
-    KVE_SET_EVICT,       /* its row list entry (KVE_JOB_EVICT) */
-    KVE_SET_ROUND,       /* its round's placement */
-    KVE_SET_RUN,         /* its next run of tokens */
-    KVE_SET_FINAL,       /* its final mapping (the call's last wave) */
-    KVE_SET_MOVES_CLEAR, /* its move lists cleared (the call's first wave) */
-    KVE_STATE_JOB_SETS
 };
 
 struct kve_state {
@@ -69,16 +38,31 @@ struct kve_state {
     uint32_t *n_evicted, *n_kept; /* [max_seqs][tables] each, by call row */
     uint64_t *run_digest; /* [max_seqs], SPEC §11, added to by the eviction kernels */
     void *workspace;
+    kve_state_row *dev_rows;   /* [max_seqs]: the rows' bookkeeping the planner advances */
+    kve_state_work *dev_work;  /* [max_seqs] */
+    uint32_t *call_rows, *call_new, *call_base, *marks; /* [max_seqs] each */
+    uint32_t *refused;         /* [1] */
+    /* The host's mirror of dev_rows (rows, below): stale after
+     * kve_state_append_device until kve_state_mirror reads it back. */
+    int mirror_stale;
     /* host memory, max_seqs each (one allocation at rows), jobs
      * KVE_STATE_JOB_SETS * max_seqs */
     kve_state_row *rows;
     kve_state_work *work;
     kve_state_job *jobs;
+    uint32_t *host_call; /* [3 * max_seqs]: a call's rows, n_new (uploaded), the mirror's bases */
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
 };
 
+/* The host mirror of the rows, read back from backend memory when an
+ * append on the device advanced them (waits for the stream); every host
+ * path that reads s->rows calls it first. */
+kve_status kve_state_mirror(const kve_state *s);
+/* The host mirror's rows sent to backend memory (stream-ordered), after a
+ * host path changed them (admit, retire, rebuild, the pool's compaction). */
+kve_status kve_state_push_rows(kve_state *s);
 /* A job of @p kind on row @p row (its place in the pool filled in). */
 kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
                                  uint32_t count, uint32_t pos, uint32_t token);

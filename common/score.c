@@ -297,6 +297,7 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     kve_state *s = state;
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
+    KVE_TRY(kve_state_mirror(s));
     if (n_rows == 0)
         return KVE_OK;
     KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);

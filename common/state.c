@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/state_body.h"
 #include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
@@ -42,7 +43,7 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
 }
 
 /* Checks @p d and lays out the state's backend memory. */
-static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_state *s)
+static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *d, kve_state *s)
 {
     KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
     KVE_RETURN_ERROR_IF(!d, KVE_ERR_NULL, "desc is NULL");
@@ -91,6 +92,9 @@ static kve_status kve_state_plan(kve_context *ctx, const kve_state_desc *d, kve_
     kve_batch b = kve_state_batch(s, d->max_seqs); /* the largest eviction of a wave */
     KVE_TRY(ctx->ops->evict_workspace_size(ctx, &b, &sizes[KVE_PART_WORKSPACE]));
     sizes[KVE_PART_DIGESTS] = (size_t)d->max_seqs * 8; /* running digests */
+    sizes[KVE_PART_ROWS] = (size_t)d->max_seqs * (sizeof(kve_state_row) + sizeof(kve_state_work) +
+                                                  4 * sizeof(uint32_t)) +
+                           8; /* the refusal, 8 to keep the sizes even */
     s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
                        ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
@@ -130,7 +134,7 @@ kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc, s
 {
     KVE_RETURN_ERROR_IF(!out_bytes, KVE_ERR_NULL, "out_bytes is NULL");
     kve_state s;
-    KVE_TRY(kve_state_plan(ctx, desc, &s));
+    KVE_TRY(kve_state_layout_plan(ctx, desc, &s));
     *out_bytes = s.memory_bytes;
     return KVE_OK;
 }
@@ -145,7 +149,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     *out = NULL;
     kve_state plan;
-    KVE_TRY(kve_state_plan(ctx, desc, &plan));
+    KVE_TRY(kve_state_layout_plan(ctx, desc, &plan));
     KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict || !ctx->ops->upload,
                         KVE_ERR_UNAVAILABLE,
                         "kve_state_create: the %s backend does not implement cache states yet",
@@ -162,7 +166,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
     void *host = calloc(n, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
-                               sizeof(kve_state_work));
+                               sizeof(kve_state_work) + 3 * sizeof(uint32_t));
     if (!s || !host) {
         free(s);
         free(host);
@@ -176,6 +180,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
     s->jobs = (kve_state_job *)(s->rows + n);
     s->work = (kve_state_work *)(s->jobs + KVE_STATE_JOB_SETS * n);
+    s->host_call = (uint32_t *)(s->work + n);
     s->free_runs = (kve_pool_run *)malloc((n + 1) * sizeof(kve_pool_run));
     if (!s->free_runs) {
         free(host);
@@ -203,6 +208,28 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->n_kept = s->n_evicted + (size_t)desc->max_seqs * s->tables;
     s->workspace = s->workspace_bytes ? base + s->offsets[KVE_PART_WORKSPACE] : NULL;
     s->run_digest = (uint64_t *)(base + s->offsets[KVE_PART_DIGESTS]);
+    s->dev_rows = (kve_state_row *)(base + s->offsets[KVE_PART_ROWS]);
+    s->dev_work = (kve_state_work *)(s->dev_rows + n);
+    s->call_rows = (uint32_t *)(s->dev_work + n);
+    s->call_new = s->call_rows + n;
+    s->call_base = s->call_new + n;
+    s->marks = s->call_base + n;
+    s->refused = s->marks + n;
+    /* The planner's rows start free, its marks zero: backend memory holds
+     * garbage until written. */
+    uint32_t *zero = (uint32_t *)calloc(n, sizeof(kve_state_row) > 4 ? sizeof(kve_state_row) : 4);
+    kve_status st = zero ? KVE_OK
+                         : kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows",
+                                         desc->max_seqs);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, s->dev_rows, zero, n * sizeof(kve_state_row), KVE_COPY_HOST_TO_BACKEND);
+    if (st == KVE_OK)
+        st = kve_copy(ctx, s->marks, zero, n * 4, KVE_COPY_HOST_TO_BACKEND);
+    free(zero);
+    if (st != KVE_OK) {
+        kve_state_destroy(s); /* frees what was taken */
+        return st;
+    }
     kve_error_clear();
     *out = s;
     return KVE_OK;
@@ -220,6 +247,23 @@ kve_status kve_state_destroy(kve_state *s)
         free(s);
     }
     return KVE_OK;
+}
+
+kve_status kve_state_mirror(const kve_state *cs)
+{
+    kve_state *s = (kve_state *)cs; /* the mirror is a cache of backend memory */
+    if (!s->mirror_stale)
+        return KVE_OK;
+    KVE_TRY(kve_copy(s->ctx, s->rows, s->dev_rows, (size_t)s->d.max_seqs * sizeof(kve_state_row),
+                     KVE_COPY_BACKEND_TO_HOST));
+    s->mirror_stale = 0;
+    return KVE_OK;
+}
+
+kve_status kve_state_push_rows(kve_state *s)
+{
+    return s->ctx->ops->upload(s->ctx, s->dev_rows, s->rows,
+                               (size_t)s->d.max_seqs * sizeof(kve_state_row));
 }
 
 kve_status kve_state_upload(kve_state *s, uint32_t n_jobs)
@@ -262,6 +306,7 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve
 static kve_status kve_check_row(const kve_state *s, uint32_t row, int want_active)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_TRY(kve_state_mirror(s));
     KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
                         s->d.max_seqs - 1);
     const kve_state_row *r = &s->rows[row];
@@ -286,10 +331,7 @@ kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint3
 kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
                                  uint32_t count, uint32_t pos, uint32_t token)
 {
-    const kve_state_row *r = &s->rows[row];
-    kve_state_job j = {r->off * s->tables, r->capacity, kind, row, first, count, pos, token, 0,
-                       {0, 0, 0}};
-    return j;
+    return kve_job_of(&s->rows[row], s->tables, kind, row, first, count, pos, token);
 }
 
 kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len)
@@ -304,7 +346,7 @@ kve_status kve_state_retire(kve_state *s, uint32_t row)
 {
     KVE_TRY(kve_check_row(s, row, 1));
     kve_state_close_row(s, row);
-    return KVE_OK;
+    return kve_state_push_rows(s);
 }
 
 

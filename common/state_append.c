@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "device/state_body.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
@@ -86,61 +87,52 @@ static uint32_t kve_state_waves(const kve_state *s, uint32_t max_new)
     return max_new ? 1 + (uint32_t)((max_new - 1 + r - 1) / r) : 0;
 }
 
-/* Plan call row @p i's part of a wave: its row list entry (due when it
- * still has tokens and is full), its round (a no-op when not due) and its
- * next run of tokens at its first free slot, in s->jobs (sets of n_rows). */
-static void kve_state_plan_row(kve_state *s, uint32_t n_rows, uint32_t i, uint32_t row)
+/* The plan of wave @p k of @p waves of a call over the planner's buffers
+ * (@p rows etc.: backend memory, or the host mirror's). */
+static kve_state_plan kve_state_plan_of(const kve_state *s, uint32_t n_rows, uint32_t max_new,
+                                        uint32_t k, uint32_t waves, const kve_step_buffers *out)
 {
-    kve_state_row *r = &s->rows[row];
-    kve_state_work *w = &s->work[row];
-    uint32_t r_slots = s->d.schedule.interval;
-    w->evict = w->left && r->n_valid == r->capacity;
-    kve_state_job *j = s->jobs + i; /* set k at j[k * n_rows] */
-    j[KVE_SET_EVICT * n_rows] = kve_state_job_make(s, KVE_JOB_EVICT, row, 0, w->evict, 0, i);
-    j[KVE_SET_EVICT * n_rows].seq = (kve_seq){r->seq_id, r->prompt, r->round};
-    j[KVE_SET_ROUND * n_rows] = kve_state_job_make(s, KVE_JOB_ROUND, row, r->capacity, w->evict ? r_slots : 0,
-                                   w->pos0, i);
-    if (w->evict) {
-        r->n_valid = r->capacity - r_slots;
-        r->round++;
-        w->rounds = 1;
+    kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, s->call_rows, s->call_new,
+                        s->call_base, s->marks,    s->refused,  s->tables,    n_rows,
+                        max_new,      s->d.max_seqs, s->d.schedule.interval, k, waves,
+                        UINT32_MAX,   0,           0};
+    if (out && out->slot_mapping) {
+        p.max_tokens = out->max_tokens;
+        p.final = 1;
     }
-    uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
-    j[KVE_SET_RUN * n_rows] = kve_state_job_make(s, KVE_JOB_LINEAR, row, r->n_valid, count, r->n_tokens,
-                                       w->base + w->done);
-    r->n_valid += count;
-    r->n_tokens += count;
-    w->done += count;
-    w->left -= count;
+    p.clear = out && out->moves;
+    return p;
 }
 
 /* Host memory: every table of a row that evicted lost exactly r slots. */
-static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows,
-                                          const uint32_t *rows)
+static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows)
 {
-    for (uint32_t i = 0; s->ctx->ops->host_memory && i < n_rows; i++)
-        for (size_t t = 0; s->work[rows[i]].evict && t < s->tables; t++)
+    for (uint32_t i = 0; s->ctx->ops->host_memory && i < n_rows; i++) {
+        const kve_state_job *j = &s->dev_jobs[KVE_SET_EVICT * n_rows + i];
+        for (size_t t = 0; j->count && t < s->tables; t++)
             KVE_RETURN_ERROR_IF(s->n_evicted[i * s->tables + t] != s->d.schedule.interval,
                                 KVE_ERR_INTERNAL,
                                 "row %u, table %zu: a full head evicted %u slots, not r = %u",
-                                rows[i], t, s->n_evicted[i * s->tables + t],
+                                j->row, t, s->n_evicted[i * s->tables + t],
                                 s->d.schedule.interval);
+    }
     return KVE_OK;
 }
 
-/* One wave on the device: its jobs uploaded in one copy, then the move
- * lists cleared (the call's first wave), the due rows evicted, the rounds
- * placed, the runs written, the final mappings (its last wave). Every
- * launch and its size follow from the call's shape. */
-static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                 uint64_t tokens, int first, int last, const kve_step_buffers *out)
+/* One wave on the device: planned there (one launch), then the move lists
+ * cleared (the call's first wave), the due rows evicted, the rounds placed,
+ * the runs written, the final mappings (its last wave). Every launch and
+ * its size follow from the call's shape (n_rows, max_new). */
+static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new, uint32_t k,
+                                 uint32_t waves, const kve_step_buffers *out)
 {
-    int clear = first && out && out->moves, final = last && out && out->slot_mapping;
+    kve_state_plan p = kve_state_plan_of(s, n_rows, max_new, k, waves, out);
+    KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
     uint64_t n = n_rows, per_row = n * s->tables;
-    uint32_t sets = clear ? KVE_SET_MOVES_CLEAR + 1 : final ? KVE_SET_FINAL + 1 : KVE_SET_RUN + 1;
-    KVE_TRY(kve_state_upload(s, (uint32_t)(sets * n)));
-    if (clear)
+    if (k == 0 && p.clear)
         KVE_TRY(kve_state_launch(s, KVE_SET_MOVES_CLEAR * n_rows, n_rows, per_row, out));
+    if (!waves)
+        return KVE_OK;
     kve_state_evict e = {kve_state_batch(s, n_rows),
                          s->freed,
                          s->n_evicted,
@@ -159,62 +151,109 @@ static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, const uint32_t *
         e.scores_stride_table = out->scores_stride_table;
     }
     KVE_TRY(s->ctx->ops->state_evict(s->ctx, &e));
-    KVE_TRY(kve_state_check_evicted(s, n_rows, rows));
+    KVE_TRY(kve_state_check_evicted(s, n_rows));
     KVE_TRY(kve_state_launch(s, KVE_SET_ROUND * n_rows, n_rows, per_row, out));
-    KVE_TRY(kve_state_launch(s, KVE_SET_RUN * n_rows, n_rows, tokens * s->tables, out));
-    if (final)
+    KVE_TRY(kve_state_launch(s, KVE_SET_RUN * n_rows, n_rows, per_row * max_new, out));
+    if (k + 1 == waves && p.final)
         KVE_TRY(kve_state_launch(s, KVE_SET_FINAL * n_rows, n_rows, per_row, out));
     return KVE_OK;
 }
 
-/* The waves of an append (a fixed number for the call's shape): each wave
- * evicts the rows that are full and places their round (moving kept
- * entries down), then writes every row's next run of tokens at its first
- * free slot. Rows that went through a round get their final mapping in the
- * last wave: a later round may have moved the call's tokens down. */
+/* The waves of an append (a fixed number for the call's shape), rows and
+ * n_new already in s->call_rows, s->call_new: each wave evicts the rows
+ * that are full and places their round (moving kept entries down), then
+ * writes every row's next run of tokens at its first free slot. Rows that
+ * went through a round get their final mapping in the last wave: a later
+ * round may have moved the call's tokens down. */
+static kve_status kve_state_append_waves(kve_state *s, uint32_t n_rows, uint32_t max_new,
+                                         const kve_step_buffers *out)
+{
+    uint32_t waves = kve_state_waves(s, max_new);
+    for (uint32_t k = 0; k < (waves ? waves : 1); k++)
+        KVE_TRY(kve_state_wave(s, n_rows, max_new, k, waves, out));
+    return KVE_OK;
+}
+
+/* The host mirror advanced as the planner advances the rows in backend
+ * memory: the same planner over the mirror (the call checked already). */
+static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                     const uint32_t *n_new, uint32_t max_new)
+{
+    uint32_t waves = kve_state_waves(s, max_new), at = 0;
+    kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
+                        NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
+                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0};
+    for (uint32_t k = 0; k < waves; k++) {
+        p.wave = k;
+        (void)kve_state_plan_serial(&p, &at);
+    }
+}
+
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                  const uint32_t *n_new, const kve_step_buffers *out)
 {
-    uint32_t base = 0, max_new = 0;
-    for (uint32_t i = 0; i < n_rows; i++) {
-        kve_state_work *w = &s->work[rows[i]];
-        *w = (kve_state_work){n_new[i], 0, base, s->rows[rows[i]].n_tokens, i, 0, 0, 0};
-        base += n_new[i];
+    uint32_t max_new = 0;
+    for (uint32_t i = 0; i < n_rows; i++)
         max_new = n_new[i] > max_new ? n_new[i] : max_new;
+    if (n_rows) { /* rows and n_new to the planner's buffers in one upload (no wait) */
+        uint32_t m = s->d.max_seqs; /* call_new = call_rows + max_seqs in backend memory too */
+        memcpy(s->host_call, rows, (size_t)n_rows * 4);
+        memcpy(s->host_call + m, n_new, (size_t)n_rows * 4);
+        KVE_TRY(s->ctx->ops->upload(s->ctx, s->call_rows, s->host_call,
+                                    ((size_t)m + n_rows) * 4));
     }
-    uint32_t waves = kve_state_waves(s, max_new);
-    if (!waves && out && out->moves) { /* every list of the call starts empty */
-        for (uint32_t i = 0; i < n_rows; i++)
-            s->jobs[i] = kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
-        return kve_state_run(s, n_rows, (uint64_t)n_rows * s->tables, out);
-    }
-    for (uint32_t k = 0; k < waves; k++) {
-        for (uint32_t i = 0; i < n_rows; i++)
-            kve_state_plan_row(s, n_rows, i, rows[i]);
-        for (uint32_t i = 0; k + 1 == waves && i < n_rows; i++) {
-            const kve_state_work *w = &s->work[rows[i]];
-            KVE_RETURN_ERROR_IF(w->left, KVE_ERR_INTERNAL,
-                                "row %u: %u tokens left after the %u waves of the call", rows[i],
-                                w->left, waves);
-            s->jobs[KVE_SET_FINAL * n_rows + i] =
-                kve_state_job_make(s, KVE_JOB_FINAL, rows[i], s->rows[rows[i]].n_valid,
-                                   w->rounds ? w->done : 0, w->pos0, w->base);
-        }
-        for (uint32_t i = 0; k == 0 && i < n_rows; i++)
-            s->jobs[KVE_SET_MOVES_CLEAR * n_rows + i] =
-                kve_state_job_make(s, KVE_JOB_MOVES_CLEAR, rows[i], 0, 0, 0, i);
-        KVE_TRY(kve_state_wave(s, n_rows, rows, base, k == 0, k + 1 == waves, out));
-    }
-    return KVE_OK;
+    kve_state_advance_mirror(s, n_rows, rows, n_new, max_new);
+    return kve_state_append_waves(s, n_rows, max_new, out);
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                             const uint32_t *n_new, const kve_step_buffers *out)
 {
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_TRY(kve_state_mirror(s));
     kve_status st = kve_append_check(s, n_rows, rows, n_new, out);
     for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
         s->work[rows[i]].mark = 0;
     KVE_TRY(st);
     KVE_TRY(kve_state_check_scored(s, n_rows, rows, n_new, out));
     return kve_state_append_rows(s, n_rows, rows, n_new, out);
+}
+
+kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                   const uint32_t *n_new, uint32_t max_new,
+                                   const kve_step_buffers *out)
+{
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(s->d.schedule.flags & KVE_SCORED, KVE_ERR_UNAVAILABLE,
+                        "kve_state_append_device: a KVE_SCORED state's rounds read scores "
+                        "the host checks; use kve_state_append (the scored arm runs eagerly)");
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(max_new > KVE_I32_MAX, KVE_ERR_RANGE,
+                        "max_new = %u: must be <= 2^31-1", max_new);
+    int with_moves = out && (out->moves || out->n_moves);
+    if (with_moves) {
+        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
+                            "out->%s is NULL: moves and n_moves go together",
+                            out->moves ? "n_moves" : "moves");
+        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
+                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+        uint32_t need;
+        KVE_TRY(kve_state_max_moves(s, max_new, &need));
+        KVE_RETURN_ERROR_IF(out->max_moves < need, KVE_ERR_RANGE,
+                            "out->max_moves = %u: a call of up to max_new = %u tokens a row "
+                            "needs kve_state_max_moves = %u",
+                            out->max_moves, max_new, need);
+    }
+    s->mirror_stale = 1; /* from here the rows advance in backend memory */
+    /* the planner reads rows and n_new from the caller's buffers */
+    const uint32_t *own_rows = s->call_rows, *own_new = s->call_new;
+    s->call_rows = (uint32_t *)(uintptr_t)rows;
+    s->call_new = (uint32_t *)(uintptr_t)n_new;
+    kve_status st = kve_state_append_waves(s, n_rows, max_new, out);
+    s->call_rows = (uint32_t *)(uintptr_t)own_rows;
+    s->call_new = (uint32_t *)(uintptr_t)own_new;
+    return st;
 }

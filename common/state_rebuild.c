@@ -258,6 +258,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
     KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
                         s->d.max_seqs - 1);
+    KVE_TRY(kve_state_mirror(s));
     uint32_t capacity;
     KVE_TRY(kve_state_check_prompt(s, prompt_len, &capacity));
     KVE_RETURN_ERROR_IF(n_tokens > KVE_I32_MAX, KVE_ERR_RANGE,
@@ -301,5 +302,6 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
     free(calls);
     if (st != KVE_OK)
         kve_state_close_row(s, row);
-    return st;
+    kve_status pushed = kve_state_push_rows(s);
+    return st != KVE_OK ? st : pushed;
 }

@@ -573,6 +573,39 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
                                     const uint32_t *n_new, const kve_step_buffers *out);
 
 /**
+ * kve_state_append with its rows planned on the backend, for a step an
+ * engine captures in a CUDA or HIP graph and replays: @p rows and @p n_new
+ * are backend memory the engine rewrites before each replay, and every
+ * launch (its kernels and grids) depends on n_rows, max_new and the state's
+ * shape alone, never on which rows round, how many tokens are padding or
+ * how many entries move. The call reads nothing back, allocates nothing and
+ * does not synchronize; the rows' bookkeeping (lengths, rounds, positions,
+ * digests) advances in backend memory, so a replay advances it exactly as
+ * an eager call does. Host-side calls that need it (kve_state_get_seq,
+ * kve_state_admit, kve_state_append, ...) read it back first (waiting for
+ * the stream): make them outside the captured region. docs/INTEGRATION.md
+ * "CUDA graphs" shows a captured step.
+ * @param rows, n_new [n_rows], backend memory: call row i appends n_new[i]
+ *        <= max_new tokens to state row rows[i]; a call row with n_new[i] =
+ *        0 is padding (rows[i] is not read). Rows with tokens must be
+ *        active and distinct. Tokens are numbered row by row as in
+ *        kve_state_append.
+ * @param max_new the most tokens a row may bring (the captured shape):
+ *        out->max_moves >= kve_state_max_moves(max_new).
+ * Checks that need the data (rows, activity, repeats, n_new, positions,
+ * out->max_tokens) run on the device: a refused call changes nothing, maps
+ * its tokens to -1, empties its move lists, and kve_context_synchronize
+ * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
+ * CPU backend the call returns that error itself.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_new, out's
+ *         sizes); KVE_ERR_UNAVAILABLE for a KVE_SCORED state (the scored
+ *         arm runs eagerly, through kve_state_append).
+ */
+KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
+                                           const uint32_t *rows, const uint32_t *n_new,
+                                           uint32_t max_new, const kve_step_buffers *out);
+
+/**
  * Rounds each row would run in a kve_state_append of @p n_new tokens:
  * out_due[i] for row rows[i] (host memory, [n_rows]; rows active). Lets an
  * engine compute scores only for the rows whose round is due. Host

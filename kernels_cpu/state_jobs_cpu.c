@@ -98,3 +98,31 @@ kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
     }
     return KVE_OK;
 }
+
+const char *kve_plan_refusal_text(uint32_t why)
+{
+    static const char *const text[] = {"accepted",
+                                       "must be 0..max_seqs-1",
+                                       "holds no sequence",
+                                       "is listed twice among the call's rows with tokens",
+                                       "has n_new[i] > max_new",
+                                       "would pass position 2^31-1",
+                                       "brings the call past out->max_tokens tokens"};
+    return why < sizeof text / sizeof *text ? text[why] : "refused";
+}
+
+/* The planner on one thread, over host memory: a refusal is returned at
+ * once (wave 0, before anything changed). */
+kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
+{
+    (void)ctx;
+    uint32_t at = 0, why = kve_state_plan_serial(p, &at);
+    if (p->wave == 0 && why != KVE_PLAN_OK)
+        return kve_error_set(why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS ||
+                                     why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
+                                 ? KVE_ERR_RANGE
+                                 : KVE_ERR_INVALID,
+                             "kve_state_append_device: rows[%u] = %u (n_new[%u] = %u) %s", at,
+                             p->call_rows[at], at, p->call_new[at], kve_plan_refusal_text(why));
+    return KVE_OK;
+}

@@ -75,6 +75,16 @@ KVE_EVICT_KERNEL(kve_state_evict_kernel, kve_state_evict_args, kve_state_evict_g
 /* The jobs are in device memory (the state uploaded them, stream-ordered). */
 KVE_PLAIN_KERNEL(kve_state_kernel, KVE_STATE_THREADS, kve_state_args, kve_state_grid)
 
+/* An append's wave planned on the device: one block, its scan's warp sums
+ * in shared memory. */
+__global__ void __launch_bounds__(KVE_STATE_PLAN_THREADS) kve_state_plan_kernel(kve_state_plan_args a)
+{
+    __shared__ kve_plan_smem sm;
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_state_plan_run(&tc, &sm, &a);
+}
+
 /* kve_cache_write's one launch: the state's moves and the writes
  * (cache_write_body.h). */
 KVE_PLAIN_KERNEL(kve_cache_write_kernel, KVE_CACHE_WRITE_THREADS, kve_cache_write_args,

@@ -210,6 +210,7 @@ typedef enum kve_dev_err_kind {
     KVE_DEV_ERR_SCORE_NAN,      /* kve_evict, KVE_SCORED: a candidate's score is NaN; detail = slot */
     KVE_DEV_ERR_SC_KEY,         /* kve_score: a candidate's key outside the cache; head = row, detail = slot */
     KVE_DEV_ERR_CW_MOVE,        /* kve_cache_write: a move list the desc does not allow; head = move row, detail = head */
+    KVE_DEV_ERR_STATE_CALL,     /* a cache state's append refused: head = call row, detail = kve_plan_refusal */
     KVE_DEV_ERR_KINDS
 } kve_dev_err_kind;
 #define KVE_DEV_ERR_NONE 0xffffffffffffffffull

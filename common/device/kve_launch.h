@@ -36,6 +36,8 @@ KVE_HOST_FN uint32_t kve_launch_grid(uint64_t work, uint32_t per_block, uint32_t
 
 #define KVE_KEYS_THREADS 256u
 #define KVE_STATE_THREADS 256u
+/* The planner of an append's wave: one block (state_body.h). */
+#define KVE_STATE_PLAN_THREADS 256u
 #define KVE_EVICT_MAX_THREADS 512u /* kve_evict_threads' largest block */
 #define KVE_BLOCKS_PER_SM 32u      /* grid cap of grid-stride kernels, per SM */
 /* Eviction's grid cap per SM when its scratch lives in the workspace: the
@@ -380,6 +382,11 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "position (checked on the device)"},
         {KVE_DEV_ERR_CSLOT_RANGE, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
          "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the device)"},
+        {KVE_DEV_ERR_STATE_CALL, KVE_DEV_CALL_STATE, 0, KVE_ERR_INVALID,
+         "cache state append refused at call row %llu, reason %u (1: rows[i] >= max_seqs; 2: "
+         "the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > max_new; 5: the "
+         "row would pass position 2^31-1; 6: more tokens than out->max_tokens) (checked on the "
+         "device); the state is unchanged and the call's outputs hold no tokens"},
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
          "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "
          "table, skipped (checked on the device); rebuild the row with kve_state_rebuild"},

@@ -299,4 +299,205 @@ KVE_FN void kve_state_evict_grid(kve_tc *tc, kve_evict_smem *sm, const kve_state
     }
 }
 
+/* ---- the planner (kve_state_plan, kve_backend.h) --------------------------- */
+
+/* A job of @p kind on state row @p row whose bookkeeping is @p r (NULL: a
+ * no-op's, nowhere in the pool); the host's kve_state_job_make too. */
+KVE_HD_FN kve_state_job kve_job_of(const kve_state_row *r, uint64_t tables, uint32_t kind,
+                                   uint32_t row, uint32_t first, uint32_t count, uint32_t pos,
+                                   uint32_t token)
+{
+    kve_state_job j = {r ? r->off * tables : 0, r ? r->capacity : 0, kind, row, first, count, pos,
+                       token, 0, {0, 0, 0}};
+    return j;
+}
+
+/* Call row @p i's refusal, without the rows-twice and token-count checks
+ * (kve_plan_refusal; KVE_PLAN_OK for padding). */
+KVE_HD_FN uint32_t kve_plan_check(const kve_state_plan *p, uint32_t i)
+{
+    uint32_t n = p->call_new[i], row = p->call_rows[i];
+    if (!n)
+        return KVE_PLAN_OK;
+    if (row >= p->max_seqs)
+        return KVE_PLAN_ROW_RANGE;
+    const kve_state_row *r = &p->rows[row];
+    if (!r->active)
+        return KVE_PLAN_INACTIVE;
+    if (n > p->max_new)
+        return KVE_PLAN_TOO_MANY;
+    if ((uint64_t)r->n_tokens + n > 0x7fffffffu)
+        return KVE_PLAN_POSITION;
+    return KVE_PLAN_OK;
+}
+
+/* Wave 0's start of call row @p i, which passed its checks: its work. */
+KVE_HD_FN void kve_plan_start(const kve_state_plan *p, uint32_t i)
+{
+    uint32_t row = p->call_rows[i];
+    kve_state_work w = {p->call_new[i], 0, p->call_base[i], p->rows[row].n_tokens, i, 0, 0, 0};
+    p->work[row] = w;
+}
+
+/* Call row @p i's jobs of wave p->wave (kve_state_plan): its row list entry
+ * (due when it still has tokens and is full), its round (a no-op when not
+ * due), its next run of tokens at its first free slot; the move lists'
+ * clearing in wave 0, the final mapping in the last wave. A refused call
+ * (@p refused) or a padding row plans no-ops, and a refused call's tokens
+ * map to -1 (as far as max_tokens holds them). */
+KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
+{
+    uint32_t nr = p->n_rows, n = p->call_new[i], row = p->call_rows[i];
+    kve_state_job *j = p->jobs + i; /* set k at j[k * nr] */
+    if (p->wave == 0 && p->clear)
+        j[KVE_SET_MOVES_CLEAR * nr] = kve_job_of(NULL, 0, KVE_JOB_MOVES_CLEAR, 0, 0, 0, 0, i);
+    if (!p->waves)
+        return;
+    int last = p->wave + 1 == p->waves;
+    if (!n || refused) {
+        j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);
+        j[KVE_SET_ROUND * nr] = kve_job_of(NULL, 0, KVE_JOB_ROUND, 0, 0, 0, 0, i);
+        j[KVE_SET_RUN * nr] = kve_job_of(NULL, 0, KVE_JOB_LINEAR, 0, 0, 0, 0, 0);
+        if (last && p->final) {
+            uint32_t base = p->call_base[i], room = base < p->max_tokens ? p->max_tokens - base : 0;
+            uint32_t count = refused ? (n < room ? n : room) : 0;
+            j[KVE_SET_FINAL * nr] = kve_job_of(NULL, 0, KVE_JOB_FINAL, 0, 0, count, 0, base);
+        }
+        return;
+    }
+    kve_state_row *r = &p->rows[row];
+    kve_state_work *w = &p->work[row];
+    uint32_t r_slots = p->interval;
+    w->evict = w->left && r->n_valid == r->capacity;
+    j[KVE_SET_EVICT * nr] = kve_job_of(r, p->tables, KVE_JOB_EVICT, row, 0, w->evict, 0, i);
+    kve_seq seq = {r->seq_id, r->prompt, r->round};
+    j[KVE_SET_EVICT * nr].seq = seq;
+    j[KVE_SET_ROUND * nr] = kve_job_of(r, p->tables, KVE_JOB_ROUND, row, r->capacity,
+                                       w->evict ? r_slots : 0, w->pos0, i);
+    if (w->evict) {
+        r->n_valid = r->capacity - r_slots;
+        r->round++;
+        w->rounds = 1;
+    }
+    uint32_t room = r->capacity - r->n_valid, count = w->left < room ? w->left : room;
+    j[KVE_SET_RUN * nr] = kve_job_of(r, p->tables, KVE_JOB_LINEAR, row, r->n_valid, count,
+                                     r->n_tokens, w->base + w->done);
+    r->n_valid += count;
+    r->n_tokens += count;
+    w->done += count;
+    w->left -= count;
+    if (last && p->final) /* a row left with tokens cannot happen: waves cover max_new */
+        j[KVE_SET_FINAL * nr] = kve_job_of(r, p->tables, KVE_JOB_FINAL, row, r->n_valid,
+                                           w->rounds ? w->done : 0, w->pos0, w->base);
+}
+
+/* The planner on one thread (the CPU backend; the host's mirror of the
+ * rows): returns the call's refusal, the lowest call row's, in *@p at. */
+KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
+{
+    uint32_t refusal = KVE_PLAN_OK;
+    if (p->wave == 0) {
+        uint64_t base = 0;
+        for (uint32_t i = 0; i < p->n_rows; i++) { /* the block's first pass, in order */
+            uint32_t n = p->call_new[i], why = kve_plan_check(p, i);
+            p->call_base[i] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
+            if (!why && base + n > p->max_tokens)
+                why = KVE_PLAN_TOKENS;
+            if (!why && n && p->marks)
+                p->marks[p->call_rows[i]]++;
+            if (why && !refusal) {
+                refusal = why;
+                *at = i;
+            }
+            base += n;
+        }
+        for (uint32_t i = 0; p->marks && i < p->n_rows && (!refusal || i < *at); i++)
+            if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
+                refusal = KVE_PLAN_TWICE; /* the lowest call row of a row listed twice */
+                *at = i;
+                break;
+            }
+        for (uint32_t i = 0; p->marks && i < p->n_rows; i++)
+            if (p->call_new[i] && p->call_rows[i] < p->max_seqs)
+                p->marks[p->call_rows[i]] = 0;
+        for (uint32_t i = 0; !refusal && i < p->n_rows; i++)
+            if (p->call_new[i])
+                kve_plan_start(p, i);
+        if (p->refused)
+            *p->refused = refusal;
+    } else if (p->refused) {
+        refusal = *p->refused;
+    }
+    for (uint32_t i = 0; i < p->n_rows; i++)
+        kve_plan_row(p, i, refusal != KVE_PLAN_OK);
+    return refusal;
+}
+
+/* The planner's shared memory: the scan's warp sums. */
+typedef struct kve_plan_smem {
+    uint64_t wsum[KVE_MAX_WARPS];
+} kve_plan_smem;
+
+/* The planner on one block (the devices): the serial planner's result,
+ * rows in turn over the block's threads; the refusal is raised in
+ * @p errors as KVE_DEV_ERR_STATE_CALL (the lowest call row's). */
+KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_plan *p,
+                                 uint64_t *errors)
+{
+    if (p->wave == 0) {
+        if (tc->tid == 0)
+            *p->refused = KVE_PLAN_OK;
+        kve_sync(tc);
+        uint64_t carry = 0;
+        for (uint32_t c = 0; c < p->n_rows; c += tc->nt) {
+            uint32_t i = c + tc->tid, n = i < p->n_rows ? p->call_new[i] : 0;
+            uint64_t total, base = carry + kve_block_exscan(tc, sm->wsum, n, &total);
+            carry += total;
+            if (i >= p->n_rows)
+                continue;
+            uint32_t why = kve_plan_check(p, i);
+            p->call_base[i] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
+            if (!why && base + n > p->max_tokens)
+                why = KVE_PLAN_TOKENS;
+            if (!why && n)
+                kve_atomic_add_u32(&p->marks[p->call_rows[i]], 1);
+            if (why) {
+                kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, why);
+                kve_atomic_max_u32(p->refused, why);
+            }
+        }
+        kve_sync(tc); /* every mark counted */
+        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
+            if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
+                kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);
+                kve_atomic_max_u32(p->refused, KVE_PLAN_TWICE);
+            }
+        kve_sync(tc); /* every mark read, the refusal known */
+        int refused = *p->refused != KVE_PLAN_OK;
+        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt) {
+            if (!p->call_new[i] || p->call_rows[i] >= p->max_seqs)
+                continue;
+            p->marks[p->call_rows[i]] = 0; /* a row twice: both write 0 */
+            if (!refused && !kve_plan_check(p, i))
+                kve_plan_start(p, i);
+        }
+        kve_sync(tc); /* work written before the rows plan */
+    }
+    int refused = *p->refused != KVE_PLAN_OK;
+    for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
+        kve_plan_row(p, i, refused);
+}
+
+/* The planner kernel's arguments: one block (KVE_STATE_PLAN_THREADS). */
+typedef struct kve_state_plan_args {
+    kve_state_plan p;
+    uint64_t *errors; /* [KVE_DEV_ERR_KINDS] */
+} kve_state_plan_args;
+
+KVE_FN void kve_state_plan_run(kve_tc *tc, kve_plan_smem *sm, const kve_state_plan_args *a)
+{
+    if (tc->bid == 0)
+        kve_state_plan_block(tc, sm, &a->p, a->errors);
+}
+
 #endif /* KVE_STATE_BODY_H */

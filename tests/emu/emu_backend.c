@@ -213,6 +213,20 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
+/* The planner synchronizes its block: on the eviction pool (threaded)
+ * when the current pool is serial, on the CPU when there is none. */
+static kve_status emu_state_plan(kve_context *ctx, const kve_state_plan *p)
+{
+    kve_emu_log_add("kve_state_plan_kernel", 1, 0);
+    kve_emu_pool *pool = kve_emu_pool_for(KVE_STATE_PLAN_THREADS, kve_emu_evict_pool);
+    if (!pool)
+        return kve_emu_cpu->state_plan(ctx, p);
+    if (kve_emu_launch_fails("kve_state_plan_kernel"))
+        return KVE_OK;
+    int rc = kve_emu_state_plan(pool, p, &kve_emu_records);
+    return rc ? KVE_ERR_INTERNAL : KVE_OK;
+}
+
 /* The larger of the plan's workspace and the CPU's: kve_evict runs on
  * either (kve_emu_context_use), and a cache state sizes its workspace once. */
 static kve_status emu_evict_workspace_size(kve_context *ctx, const kve_batch *b, size_t *out)
@@ -398,6 +412,7 @@ static const kve_backend_ops kve_emu_ops = {
     .cache_write = emu_cache_write,
     .state_evict = emu_state_evict,
     .upload = emu_upload,
+    .state_plan = emu_state_plan,
     .score = emu_score,
 };
 

@@ -314,6 +314,18 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
                        0);
 }
 
+static void kve_emu_state_plan_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_state_plan_run(tc, (kve_plan_smem *)smem, (const kve_state_plan_args *)arg);
+}
+
+int kve_emu_state_plan(kve_emu_pool *pool, const kve_state_plan *p, kve_emu_errors *e)
+{
+    kve_state_plan_args a = {*p, e->rec};
+    return kve_emu_run(pool, "kve_state_plan_kernel", 1, sizeof(kve_plan_smem),
+                       kve_emu_state_plan_body, &a, NULL, 0);
+}
+
 static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
 {
     kve_state_evict_grid(tc, (kve_evict_smem *)smem, (const kve_state_evict_args *)arg,

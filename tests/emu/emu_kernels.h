@@ -73,6 +73,9 @@ int kve_emu_compact(kve_emu_pool *pool, uint32_t grid, const kve_compact_desc *d
 int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_update *u,
                          kve_emu_errors *e, uint32_t *grid_used);
 
+/* The backend op state_plan: one block. */
+int kve_emu_state_plan(kve_emu_pool *pool, const kve_state_plan *p, kve_emu_errors *e);
+
 /* The backend op state_evict as plan @p p says (kve_evict_plan_make of
  * se->b): scratch in shared memory or in se->workspace. */
 int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
