@@ -158,6 +158,7 @@ enum kve_state_job_set {
     KVE_SET_RUN,         /* its next run of tokens */
     KVE_SET_FINAL,       /* its final mapping (the call's last wave) */
     KVE_SET_MOVES_CLEAR, /* its move lists cleared (the call's first wave) */
+    KVE_SET_PAD,         /* planned calls: its share of the mapping no token takes, -1 (first wave) */
     KVE_STATE_JOB_SETS
 };
 
@@ -177,7 +178,10 @@ typedef enum kve_plan_refusal {
  * One wave's plan of an append (docs/GPU.md "CUDA graphs"), all in backend
  * memory: call row i appends n_new[i] tokens to state row rows[i] (a row
  * with n_new[i] = 0 is padding: nothing is read of it, its jobs are
- * no-ops). Wave 0 checks the call (a refusal turns every job of every wave
+ * no-ops). With pad, the mapping entries the shape covers (n_rows x max_new,
+ * up to max_tokens) that no token takes are set to -1 in wave 0 (KVE_SET_PAD:
+ * call row i takes max_new of them), so a captured cache write of the
+ * whole shape skips the padding. Wave 0 checks the call (a refusal turns every job of every wave
  * into a no-op and raises KVE_DEV_ERR_STATE_CALL) and fills each row's
  * work; every wave writes set k of call row i at jobs[k * n_rows + i]
  * (kve_state_job_set in kve_state_impl.h) and advances rows[]. waves = 0
@@ -190,7 +194,8 @@ typedef struct kve_state_plan {
     kve_state_work *work;  /* [max_seqs] */
     kve_state_job *jobs;   /* [KVE_STATE_JOB_SETS * n_rows] */
     const uint32_t *call_rows, *call_new; /* [n_rows] */
-    uint32_t *call_base;   /* [n_rows]: mapping index of call row i's first token (wave 0 writes it) */
+    uint32_t *call_base;   /* [n_rows + 1]: mapping index of call row i's first token, then the
+                              call's tokens (wave 0 writes them) */
     uint32_t *marks;       /* [max_seqs], zero between calls; NULL: no check for rows twice */
     uint32_t *refused;     /* [1]: the call's kve_plan_refusal (wave 0 writes it) */
     uint64_t tables;       /* per row */
@@ -199,6 +204,7 @@ typedef struct kve_state_plan {
     uint32_t max_tokens;   /* mapping entries the call may use (UINT32_MAX: no mapping) */
     uint32_t clear;        /* 1: the move lists are cleared (MOVES_CLEAR jobs) */
     uint32_t final;        /* 1: the mapping is written (FINAL jobs) */
+    uint32_t pad;          /* 1 (kve_state_append_device): the shape's untaken entries -1 (PAD) */
 } kve_state_plan;
 
 /* ---- 2. The context ---------------------------------------------------- */

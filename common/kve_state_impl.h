@@ -42,9 +42,10 @@ struct kve_state {
     kve_state_work *dev_work;  /* [max_seqs] */
     uint32_t *call_rows, *call_new, *call_base, *marks; /* [max_seqs] each */
     uint32_t *refused;         /* [1] */
-    /* The host's mirror of dev_rows (rows, below): stale after
-     * kve_state_append_device until kve_state_mirror reads it back. */
-    int mirror_stale;
+    /* The host's mirror of dev_rows (rows, below). Once a call was planned
+     * with kve_state_append_device, a graph may replay it without the
+     * library seeing it: from then on every host path reads it back. */
+    int device_planned;
     /* host memory, max_seqs each (one allocation at rows), jobs
      * KVE_STATE_JOB_SETS * max_seqs */
     kve_state_row *rows;
@@ -56,9 +57,9 @@ struct kve_state {
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
 };
 
-/* The host mirror of the rows, read back from backend memory when an
- * append on the device advanced them (waits for the stream); every host
- * path that reads s->rows calls it first. */
+/* The host mirror of the rows, read back from backend memory once appends
+ * are planned on the device (waits for the stream); every host path that
+ * reads s->rows calls it first. */
 kve_status kve_state_mirror(const kve_state *s);
 /* The host mirror's rows sent to backend memory (stream-ordered), after a
  * host path changed them (admit, retire, rebuild, the pool's compaction). */

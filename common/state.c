@@ -94,7 +94,7 @@ static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *
     sizes[KVE_PART_DIGESTS] = (size_t)d->max_seqs * 8; /* running digests */
     sizes[KVE_PART_ROWS] = (size_t)d->max_seqs * (sizeof(kve_state_row) + sizeof(kve_state_work) +
                                                   4 * sizeof(uint32_t)) +
-                           8; /* the refusal, 8 to keep the sizes even */
+                           16; /* the call's tokens, the refusal; 16 keeps the sizes even */
     s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
                        ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
@@ -165,8 +165,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                         memory, KVE_ALLOC_ALIGN);
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
-    void *host = calloc(n, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
-                               sizeof(kve_state_work) + 3 * sizeof(uint32_t));
+    void *host = calloc(n + 1, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
+                                   sizeof(kve_state_work) + 3 * sizeof(uint32_t));
     if (!s || !host) {
         free(s);
         free(host);
@@ -212,12 +212,12 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->dev_work = (kve_state_work *)(s->dev_rows + n);
     s->call_rows = (uint32_t *)(s->dev_work + n);
     s->call_new = s->call_rows + n;
-    s->call_base = s->call_new + n;
-    s->marks = s->call_base + n;
+    s->call_base = s->call_new + n; /* n + 1 entries */
+    s->marks = s->call_base + n + 1;
     s->refused = s->marks + n;
     /* The planner's rows start free, its marks zero: backend memory holds
      * garbage until written. */
-    uint32_t *zero = (uint32_t *)calloc(n, sizeof(kve_state_row) > 4 ? sizeof(kve_state_row) : 4);
+    uint32_t *zero = (uint32_t *)calloc(n, sizeof(kve_state_row)); /* >= 4 bytes a row */
     kve_status st = zero ? KVE_OK
                          : kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows",
                                          desc->max_seqs);
@@ -252,12 +252,10 @@ kve_status kve_state_destroy(kve_state *s)
 kve_status kve_state_mirror(const kve_state *cs)
 {
     kve_state *s = (kve_state *)cs; /* the mirror is a cache of backend memory */
-    if (!s->mirror_stale)
+    if (!s->device_planned)
         return KVE_OK;
-    KVE_TRY(kve_copy(s->ctx, s->rows, s->dev_rows, (size_t)s->d.max_seqs * sizeof(kve_state_row),
-                     KVE_COPY_BACKEND_TO_HOST));
-    s->mirror_stale = 0;
-    return KVE_OK;
+    return kve_copy(s->ctx, s->rows, s->dev_rows, (size_t)s->d.max_seqs * sizeof(kve_state_row),
+                    KVE_COPY_BACKEND_TO_HOST);
 }
 
 kve_status kve_state_push_rows(kve_state *s)

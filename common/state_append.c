@@ -90,15 +90,17 @@ static uint32_t kve_state_waves(const kve_state *s, uint32_t max_new)
 /* The plan of wave @p k of @p waves of a call over the planner's buffers
  * (@p rows etc.: backend memory, or the host mirror's). */
 static kve_state_plan kve_state_plan_of(const kve_state *s, uint32_t n_rows, uint32_t max_new,
-                                        uint32_t k, uint32_t waves, const kve_step_buffers *out)
+                                        uint32_t k, uint32_t waves, int pad,
+                                        const kve_step_buffers *out)
 {
     kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, s->call_rows, s->call_new,
                         s->call_base, s->marks,    s->refused,  s->tables,    n_rows,
                         max_new,      s->d.max_seqs, s->d.schedule.interval, k, waves,
-                        UINT32_MAX,   0,           0};
+                        UINT32_MAX,   0,           0,           0};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
+        p.pad = (uint32_t)pad;
     }
     p.clear = out && out->moves;
     return p;
@@ -124,13 +126,15 @@ static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows)
  * the runs written, the final mappings (its last wave). Every launch and
  * its size follow from the call's shape (n_rows, max_new). */
 static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new, uint32_t k,
-                                 uint32_t waves, const kve_step_buffers *out)
+                                 uint32_t waves, int pad, const kve_step_buffers *out)
 {
-    kve_state_plan p = kve_state_plan_of(s, n_rows, max_new, k, waves, out);
+    kve_state_plan p = kve_state_plan_of(s, n_rows, max_new, k, waves, pad, out);
     KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
     uint64_t n = n_rows, per_row = n * s->tables;
     if (k == 0 && p.clear)
         KVE_TRY(kve_state_launch(s, KVE_SET_MOVES_CLEAR * n_rows, n_rows, per_row, out));
+    if (k == 0 && p.pad)
+        KVE_TRY(kve_state_launch(s, KVE_SET_PAD * n_rows, n_rows, per_row, out));
     if (!waves)
         return KVE_OK;
     kve_state_evict e = {kve_state_batch(s, n_rows),
@@ -166,11 +170,11 @@ static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new
  * went through a round get their final mapping in the last wave: a later
  * round may have moved the call's tokens down. */
 static kve_status kve_state_append_waves(kve_state *s, uint32_t n_rows, uint32_t max_new,
-                                         const kve_step_buffers *out)
+                                         int pad, const kve_step_buffers *out)
 {
     uint32_t waves = kve_state_waves(s, max_new);
     for (uint32_t k = 0; k < (waves ? waves : 1); k++)
-        KVE_TRY(kve_state_wave(s, n_rows, max_new, k, waves, out));
+        KVE_TRY(kve_state_wave(s, n_rows, max_new, k, waves, pad, out));
     return KVE_OK;
 }
 
@@ -182,7 +186,7 @@ static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32
     uint32_t waves = kve_state_waves(s, max_new), at = 0;
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
-                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0};
+                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0};
     for (uint32_t k = 0; k < waves; k++) {
         p.wave = k;
         (void)kve_state_plan_serial(&p, &at);
@@ -203,7 +207,7 @@ kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *
                                     ((size_t)m + n_rows) * 4));
     }
     kve_state_advance_mirror(s, n_rows, rows, n_new, max_new);
-    return kve_state_append_waves(s, n_rows, max_new, out);
+    return kve_state_append_waves(s, n_rows, max_new, 0, out);
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
@@ -247,12 +251,12 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             "needs kve_state_max_moves = %u",
                             out->max_moves, max_new, need);
     }
-    s->mirror_stale = 1; /* from here the rows advance in backend memory */
+    s->device_planned = 1; /* from here the rows may advance where the host cannot see */
     /* the planner reads rows and n_new from the caller's buffers */
     const uint32_t *own_rows = s->call_rows, *own_new = s->call_new;
     s->call_rows = (uint32_t *)(uintptr_t)rows;
     s->call_new = (uint32_t *)(uintptr_t)n_new;
-    kve_status st = kve_state_append_waves(s, n_rows, max_new, out);
+    kve_status st = kve_state_append_waves(s, n_rows, max_new, 1, out);
     s->call_rows = (uint32_t *)(uintptr_t)own_rows;
     s->call_new = (uint32_t *)(uintptr_t)own_new;
     return st;

@@ -351,6 +351,14 @@ KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
     kve_state_job *j = p->jobs + i; /* set k at j[k * nr] */
     if (p->wave == 0 && p->clear)
         j[KVE_SET_MOVES_CLEAR * nr] = kve_job_of(NULL, 0, KVE_JOB_MOVES_CLEAR, 0, 0, 0, 0, i);
+    if (p->wave == 0 && p->final && p->pad) { /* call row i's share of the mapping no token takes */
+        uint64_t shape = (uint64_t)nr * p->max_new, end = shape < p->max_tokens ? shape : p->max_tokens;
+        uint64_t first = (uint64_t)p->call_base[nr] + (uint64_t)i * p->max_new;
+        uint64_t last = first + p->max_new < end ? first + p->max_new : end;
+        j[KVE_SET_PAD * nr] = kve_job_of(NULL, 0, KVE_JOB_FINAL, 0, 0,
+                                         last > first ? (uint32_t)(last - first) : 0, 0,
+                                         first < 0xffffffffu ? (uint32_t)first : 0);
+    }
     if (!p->waves)
         return;
     int last = p->wave + 1 == p->waves;
@@ -411,6 +419,7 @@ KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
             }
             base += n;
         }
+        p->call_base[p->n_rows] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
         for (uint32_t i = 0; p->marks && i < p->n_rows && (!refusal || i < *at); i++)
             if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
                 refusal = KVE_PLAN_TWICE; /* the lowest call row of a row listed twice */
@@ -466,7 +475,9 @@ KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_
                 kve_atomic_max_u32(p->refused, why);
             }
         }
-        kve_sync(tc); /* every mark counted */
+        if (tc->tid == 0)
+            p->call_base[p->n_rows] = carry < 0xffffffffu ? (uint32_t)carry : 0xffffffffu;
+        kve_sync(tc); /* every mark counted, the call's tokens known */
         for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
             if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
                 kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);

@@ -180,6 +180,84 @@ static void kve_emu_log_evict(const char *what, const kve_evict_plan *p)
     }
 }
 
+/* ---- graph capture ---------------------------------------------------------- */
+
+/* A CUDA graph's semantics on the emulator: while capturing, a launch is
+ * recorded (its arguments copied, as a kernel node keeps its parameters)
+ * and does not run; a copy, upload, synchronize or allocation breaks the
+ * capture (CUDA refuses them in a capturing stream, and a captured step
+ * must do none). A replay runs the recorded launches in order. */
+typedef enum { KVE_NODE_PLAN, KVE_NODE_UPDATE, KVE_NODE_EVICT, KVE_NODE_WRITE } kve_emu_node_kind;
+
+typedef struct kve_emu_node {
+    kve_emu_node_kind kind;
+    union {
+        kve_state_plan plan;
+        kve_state_update update;
+        kve_state_evict evict;
+        kve_cache_write_desc write;
+    } a;
+} kve_emu_node;
+
+struct kve_emu_graph {
+    kve_emu_node *nodes;
+    uint32_t n, cap;
+    const char *broken; /* the first operation a capture cannot hold */
+};
+
+static kve_emu_graph *kve_emu_capturing;
+
+kve_emu_graph *kve_emu_capture_begin(void)
+{
+    kve_emu_graph *g = (kve_emu_graph *)calloc(1, sizeof *g);
+    kve_emu_capturing = g;
+    return g;
+}
+
+const char *kve_emu_capture_end(kve_emu_graph *g, uint32_t *n_nodes)
+{
+    kve_emu_capturing = NULL;
+    *n_nodes = g->n;
+    return g->broken;
+}
+
+void kve_emu_graph_destroy(kve_emu_graph *g)
+{
+    if (g)
+        free(g->nodes);
+    free(g);
+}
+
+/* While capturing: record @p node (returns 1: do not run it). */
+static int kve_emu_record(const kve_emu_node *node)
+{
+    kve_emu_graph *g = kve_emu_capturing;
+    if (!g)
+        return 0;
+    if (g->n == g->cap) {
+        uint32_t cap = g->cap ? 2 * g->cap : 64;
+        kve_emu_node *more = (kve_emu_node *)realloc(g->nodes, cap * sizeof *more);
+        if (!more) {
+            g->broken = "out of host memory recording a node";
+            return 1;
+        }
+        g->nodes = more;
+        g->cap = cap;
+    }
+    g->nodes[g->n++] = *node;
+    return 1;
+}
+
+/* While capturing: @p what breaks the capture (returns 1: refuse it). */
+static int kve_emu_refused_in_capture(const char *what)
+{
+    if (!kve_emu_capturing)
+        return 0;
+    if (!kve_emu_capturing->broken)
+        kve_emu_capturing->broken = what;
+    return 1;
+}
+
 /* ---- operations ------------------------------------------------------------ */
 
 static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
@@ -190,12 +268,17 @@ static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t 
         [KVE_COPY_BACKEND_TO_HOST] = "copy backend to host",
         [KVE_COPY_BACKEND_TO_BACKEND] = "copy backend to backend"};
     kve_emu_log_add((unsigned)kind < KVE_COUNT_OF(names) ? names[kind] : "copy", 0, bytes);
+    if (kve_emu_refused_in_capture(kind == KVE_COPY_BACKEND_TO_HOST ? "a copy to the host"
+                                                                    : "a copy"))
+        return KVE_ERR_DEVICE;
     return kve_emu_cpu->copy(ctx, dst, src, bytes, kind);
 }
 
 static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
 {
     kve_emu_log_add("upload", 0, bytes);
+    if (kve_emu_refused_in_capture("an upload from host memory"))
+        return KVE_ERR_DEVICE;
     return kve_emu_cpu->copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
 }
 
@@ -203,6 +286,9 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     (void)ctx;
     if (!u->n_jobs)
+        return KVE_OK;
+    kve_emu_node node = {KVE_NODE_UPDATE, {.update = *u}};
+    if (kve_emu_record(&node))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_state_kernel"))
         return KVE_OK;
@@ -218,6 +304,9 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 static kve_status emu_state_plan(kve_context *ctx, const kve_state_plan *p)
 {
     kve_emu_log_add("kve_state_plan_kernel", 1, 0);
+    kve_emu_node node = {KVE_NODE_PLAN, {.plan = *p}};
+    if (kve_emu_record(&node))
+        return KVE_OK;
     kve_emu_pool *pool = kve_emu_pool_for(KVE_STATE_PLAN_THREADS, kve_emu_evict_pool);
     if (!pool)
         return kve_emu_cpu->state_plan(ctx, p);
@@ -243,6 +332,9 @@ static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, &e->b);
     kve_emu_log_evict("kve_state_evict_kernel", &p);
+    kve_emu_node node = {KVE_NODE_EVICT, {.evict = *e}};
+    if (kve_emu_record(&node))
+        return KVE_OK;
     kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
     if (!pool)
         return kve_emu_cpu->state_evict(ctx, e);
@@ -262,6 +354,9 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
         if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
             kve_emu_log[kve_emu_log_n - 1].threads = KVE_CACHE_WRITE_THREADS;
     }
+    kve_emu_node node = {KVE_NODE_WRITE, {.write = *d}};
+    if (kve_emu_record(&node))
+        return KVE_OK;
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
     kve_emu_fault f;
@@ -325,6 +420,8 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 static kve_status emu_synchronize(kve_context *ctx)
 {
     (void)ctx;
+    if (kve_emu_refused_in_capture("a synchronize"))
+        return KVE_ERR_DEVICE;
     kve_status st;
     if (kve_emu_failed_launch) {
         snprintf(kve_emu_message_now, sizeof kve_emu_message_now,
@@ -363,6 +460,8 @@ static kve_status emu_alloc(kve_context *ctx, size_t bytes, void **out)
 {
     (void)ctx;
     void *p = NULL;
+    if (kve_emu_refused_in_capture("an allocation"))
+        return KVE_ERR_DEVICE;
     if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0)
         return KVE_ERR_NOMEM;
     memset(p, 0x5a, bytes);
@@ -442,4 +541,20 @@ kve_context *kve_emu_context_create(void)
     if (check && *check)
         kve_emu_order_check(atoi(check));
     return ctx;
+}
+
+kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g)
+{
+    if (kve_emu_capturing || g->broken)
+        return KVE_ERR_INVALID;
+    for (uint32_t i = 0; i < g->n; i++) {
+        const kve_emu_node *n = &g->nodes[i];
+        kve_status st = n->kind == KVE_NODE_PLAN     ? emu_state_plan(ctx, &n->a.plan)
+                        : n->kind == KVE_NODE_UPDATE ? emu_state_update(ctx, &n->a.update)
+                        : n->kind == KVE_NODE_EVICT  ? emu_state_evict(ctx, &n->a.evict)
+                                                     : emu_cache_write(ctx, &n->a.write);
+        if (st != KVE_OK)
+            return st;
+    }
+    return KVE_OK;
 }

@@ -93,6 +93,20 @@ typedef struct kve_emu_launch_rec {
 void kve_emu_log_start(kve_emu_launch_rec *buf, uint32_t cap);
 /* Stop recording; returns how many there were (more than cap: some lost). */
 uint32_t kve_emu_log_stop(void);
+/* Graph capture with CUDA graphs' semantics: between kve_emu_capture_begin
+ * and kve_emu_capture_end the emulated device records every launch (its
+ * arguments copied) instead of running it, and refuses (KVE_ERR_DEVICE) a
+ * copy, upload, synchronize or allocation, which a captured region cannot
+ * hold; kve_emu_graph_replay runs the recorded launches again, in order,
+ * as a replayed graph does. */
+typedef struct kve_emu_graph kve_emu_graph;
+kve_emu_graph *kve_emu_capture_begin(void);
+/* Ends the capture: the launches recorded in *@p n_nodes; returns NULL, or
+ * the first operation the capture refused (the graph cannot replay). */
+const char *kve_emu_capture_end(kve_emu_graph *g, uint32_t *n_nodes);
+kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g);
+void kve_emu_graph_destroy(kve_emu_graph *g);
+
 /* Whether an injected fault is still waiting for its operation. */
 int kve_emu_fault_pending(void);
 
