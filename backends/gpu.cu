@@ -46,8 +46,10 @@ static_assert(sizeof(kve_state_evict_args) <= 4096, "state eviction arguments fi
 static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit the parameters");
 static_assert(sizeof(kve_score_args) <= 4096, "score arguments fit the parameters");
 /* The scorer's shared memory stays under the 48 KiB every device gives
- * without opting in. */
-static_assert(KVE_SCORE_MAX_COEFS * 12 + 256 * 16 + 12 * 8 + 1024 + KVE_SCORE_THREADS * 24 + 64 <=
+ * without opting in: kve_score_smem_bytes at its worst (a KV head's group
+ * x frequencies at KVE_SCORE_MAX_COEFS, the per-thread sums larger than
+ * the phases, 256 query heads' moments). */
+static_assert(KVE_SCORE_MAX_COEFS * 12 + KVE_SCORE_THREADS * 24 + 256 * 4 + 256 * 8 + 16 <=
                   48 * 1024,
               "score shared memory (kve_score_smem_bytes at its worst)");
 
@@ -70,6 +72,14 @@ typedef struct kve_gpu {
      * own that orders after nothing of the application's (setting up the
      * error records): waiting for it never waits for other streams. */
     cudaStream_t own;
+    /* kve_score's device memory (kve_score_plan): the scratch (the call's
+     * rows, raw scores) and the counters (zeros between calls), grown as
+     * calls need; score_done marks the last scorer launch, which the next
+     * call's upload waits for, on whichever stream it comes. */
+    unsigned char *score_scratch;
+    uint32_t *score_arrived;
+    size_t score_scratch_bytes, score_arrived_bytes;
+    cudaEvent_t score_done;
 } kve_gpu;
 
 /*
@@ -233,6 +243,10 @@ static kve_status kve_gpu_open(kve_gpu *g, int device)
     }
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(g->own);
+    if (e == cudaSuccess) {
+        what = "event create (scorer)";
+        e = cudaEventCreateWithFlags(&g->score_done, cudaEventDisableTiming);
+    }
     if (e != cudaSuccess) {
         if (g->errors)
             (void)cudaFree(g->errors);
@@ -250,6 +264,12 @@ static void kve_gpu_close(kve_gpu *g)
         return;
     if (g->errors)
         (void)cudaFree(g->errors);
+    if (g->score_scratch)
+        (void)cudaFree(g->score_scratch);
+    if (g->score_arrived)
+        (void)cudaFree(g->score_arrived);
+    if (g->score_done)
+        (void)cudaEventDestroy(g->score_done);
     if (g->own)
         (void)cudaStreamDestroy(g->own);
 }
@@ -349,15 +369,21 @@ static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
     return KVE_OK;
 }
 
-/* The state's jobs: stream-ordered, no wait. From pageable memory the
- * driver stages the bytes before returning, so the host's job array is free
+/* Host to device, stream-ordered, no wait. From pageable memory the
+ * driver stages the bytes before returning, so the host's array is free
  * again at once. */
+static kve_status kve_gpu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes,
+                                 const char *what)
+{
+    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kve_stream(ctx)), what);
+    return KVE_OK;
+}
+
+/* The state's jobs. */
 static kve_status gpu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
 {
     KVE_TRY(kve_gpu_enter(ctx));
-    KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kve_stream(ctx)),
-                "memcpy (state jobs)");
-    return KVE_OK;
+    return kve_gpu_upload(ctx, dst, src, bytes, "memcpy (state jobs)");
 }
 
 /* Wait for the stream, then report (and clear) what the kernels raised. */
@@ -477,16 +503,48 @@ static kve_status gpu_state_evict(kve_context *ctx, const kve_state_evict *e)
     return KVE_OK;
 }
 
+/* *buf of at least @p need bytes (*have now), zeroed on the context's
+ * stream when @p zero. cudaFree waits for the device, so no launch still
+ * reads the old one. */
+static kve_status kve_gpu_grow(kve_context *ctx, void **buf, size_t *have, size_t need, int zero,
+                               const char *what)
+{
+    if (need <= *have && *buf)
+        return KVE_OK;
+    if (*buf)
+        KVE_GPU_TRY(cudaFree(*buf), what);
+    *buf = NULL;
+    *have = 0;
+    size_t want = need + need / 4; /* room for the next calls' growth */
+    KVE_GPU_TRY(cudaMalloc(buf, want ? want : 1), what);
+    *have = want;
+    if (zero)
+        KVE_GPU_TRY(cudaMemsetAsync(*buf, 0, want, kve_stream(ctx)), what);
+    return KVE_OK;
+}
+
+/* One upload of the call's rows, then one launch whatever n_rows
+ * (kve_score_plan). The scratch is the context's: the upload waits for the
+ * previous call's launch, which may have gone to another stream. */
 static kve_status gpu_score(kve_context *ctx, const kve_score_desc *d)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    for (uint32_t k = 0; k < kve_score_launches(d); k++) {
-        kve_score_args a;
-        uint32_t items = kve_score_args_make(d, k, g->errors, &a);
-        kve_score_plan p = kve_score_plan_make(&g->limits, &a, items, KVE_SCORE_THREADS);
-        KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
-    }
+    kve_score_plan p = kve_score_plan_make(&g->limits, d, KVE_SCORE_THREADS);
+    KVE_GPU_CHECK(p.scratch_bytes == SIZE_MAX, KVE_ERR_NOMEM,
+                  "kve_score: the raw scores of %u rows of up to %u slots exceed the address space",
+                  d->n_rows, p.max_slots);
+    KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_scratch, &g->score_scratch_bytes,
+                         p.scratch_bytes, 0, "malloc (scorer scratch)"));
+    KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_arrived, &g->score_arrived_bytes,
+                         p.arrived_bytes, 1, "malloc (scorer counters)"));
+    KVE_GPU_TRY(cudaStreamWaitEvent(kve_stream(ctx), g->score_done, 0),
+                "stream wait (the previous scorer launch)");
+    KVE_TRY(kve_gpu_upload(ctx, g->score_scratch, d->rows, p.rows_bytes, "memcpy (scorer rows)"));
+    kve_score_args a;
+    kve_score_args_make(d, &p, g->score_scratch, g->score_arrived, g->errors, &a);
+    KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
+    KVE_GPU_TRY(cudaEventRecord(g->score_done, kve_stream(ctx)), "event record (scorer)");
     return KVE_OK;
 }
 

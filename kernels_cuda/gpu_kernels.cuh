@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(KVE_STATE_PLAN_THREADS) kve_state_plan_kernel(
 KVE_PLAIN_KERNEL(kve_cache_write_kernel, KVE_CACHE_WRITE_THREADS, kve_cache_write_args,
                  kve_cache_write_grid)
 
-/* Built-in scorers: one block per (row, table), the rows in the parameters;
- * the block's shared memory is all dynamic (kve_score_plan_make sizes it). */
+/* Built-in scorers: one launch a call, one block per (row, KV head, slot
+ * tile), the call's rows uploaded to device memory (gpu_score); the
+ * block's shared memory is all dynamic (kve_score_plan_make sizes it). */
 __global__ void __launch_bounds__(KVE_SCORE_THREADS) kve_score_kernel(kve_score_args a)
 {
     extern __shared__ __align__(16) unsigned char kve_dyn_smem[];

@@ -58,6 +58,9 @@
 #define cudaEventDestroy hipEventDestroy
 #define cudaEventRecord hipEventRecord
 #define cudaEventSynchronize hipEventSynchronize
+#define cudaEventCreateWithFlags hipEventCreateWithFlags
+#define cudaEventDisableTiming hipEventDisableTiming
+#define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaEventElapsedTime hipEventElapsedTime
 
 #endif

@@ -93,6 +93,15 @@ KVE_FN uint32_t kve_atomic_cas_u32(uint32_t *p, uint32_t expect, uint32_t desire
 /* 16 bytes moved by one load and one store (ld/st.global.v4). */
 typedef uint4 kve_vec16;
 KVE_FN kve_vec16 kve_vec16_zero(void) { return make_uint4(0, 0, 0, 0); }
+/* Word @p i (0..3, in memory order) of a 16-byte vector. */
+KVE_FN uint32_t kve_vec16_word(kve_vec16 v, uint32_t i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* Orders this thread's earlier writes before its later ones for every
+ * block of the grid (a block publishing results to the last block). */
+KVE_FN void kve_fence(void) { __threadfence(); }
 
 #define KVE_RESTRICT __restrict__
 
@@ -154,6 +163,9 @@ typedef struct kve_vec16 {
     _Alignas(16) uint32_t w[4];
 } kve_vec16;
 KVE_FN kve_vec16 kve_vec16_zero(void) { return (kve_vec16){{0, 0, 0, 0}}; }
+KVE_FN uint32_t kve_vec16_word(kve_vec16 v, uint32_t i) { return v.w[i]; }
+
+KVE_FN void kve_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 #define KVE_RESTRICT restrict
 

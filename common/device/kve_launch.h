@@ -297,44 +297,60 @@ KVE_HOST_FN kve_cache_write_plan kve_cache_write_plan_make(const kve_launch_limi
 }
 
 #define KVE_SCORE_THREADS 256u
+#define KVE_SCORE_SCRATCH_ALIGN 256u
 
-/* Launches kve_score needs for @p d's rows. */
-KVE_HOST_FN uint32_t kve_score_launches(const kve_score_desc *d)
-{
-    return (d->n_rows + KVE_SCORE_ROWS_PER_LAUNCH - 1) / KVE_SCORE_ROWS_PER_LAUNCH;
-}
-
-/* Arguments of launch @p k of kve_score for a validated desc with resolved
- * strides: its rows travel in the parameters. Returns its work items
- * (rows x tables, one block each; kve_score_plan_make sizes the launch). */
-KVE_HOST_FN uint32_t kve_score_args_make(const kve_score_desc *d, uint32_t k, uint64_t *errors,
-                                         kve_score_args *a)
-{
-    kve_score_args_init(a, d, errors);
-    uint32_t first = k * KVE_SCORE_ROWS_PER_LAUNCH, n = d->n_rows - first;
-    n = n < KVE_SCORE_ROWS_PER_LAUNCH ? n : KVE_SCORE_ROWS_PER_LAUNCH;
-    for (uint32_t i = 0; i < KVE_SCORE_ROWS_PER_LAUNCH; i++)
-        a->row[i] = i < n ? d->rows[first + i] : d->rows[first];
-    a->d.rows = NULL;
-    a->n_rows = n;
-    a->first_row = first;
-    return n * a->n_tables;
-}
-
-/* A scorer launch: one block per work item, capped, and the shared memory
- * its block of @p threads takes. */
+/*
+ * kve_score's one launch (score_body.h's grid): one block of @p threads per
+ * (row, KV head, tile of @p threads slots), the tiles of the longest row
+ * for every row; the shared memory a block takes; and the device memory
+ * the call needs: its rows (uploaded, one copy per call) and the raw
+ * scores in one scratch, the counters per (row, table) in another, which
+ * holds zeros between calls (the tails put them back).
+ */
 typedef struct kve_score_plan {
     uint32_t grid;
     size_t smem;
+    uint32_t tiles, max_slots;
+    size_t rows_bytes;     /* the rows, at the scratch's start */
+    size_t raw_at;         /* the raw scores' offset in the scratch */
+    size_t scratch_bytes;  /* SIZE_MAX: more than the address space */
+    size_t arrived_bytes;  /* the counters */
 } kve_score_plan;
 
 KVE_HOST_FN kve_score_plan kve_score_plan_make(const kve_launch_limits *lim,
-                                               const kve_score_args *a, uint32_t items,
-                                               uint32_t threads)
+                                               const kve_score_desc *d, uint32_t threads)
 {
-    kve_score_plan p = {kve_launch_grid(items, 1, lim->max_grid),
-                        kve_score_smem_bytes(a->nq, a->nf, threads)};
+    kve_score_args a;
+    kve_score_args_init(&a, d, NULL);
+    kve_score_plan p;
+    p.max_slots = 0;
+    for (uint32_t i = 0; i < d->n_rows; i++)
+        p.max_slots = d->rows[i].n_slots > p.max_slots ? d->rows[i].n_slots : p.max_slots;
+    p.tiles = p.max_slots ? (p.max_slots + threads - 1) / threads : 1;
+    p.grid = kve_launch_grid((uint64_t)d->n_rows * d->keys.n_heads * p.tiles, 1, lim->max_grid);
+    p.smem = kve_score_smem_bytes(a.group, a.nq, a.nf, threads);
+    size_t tables = (size_t)d->n_rows * a.n_tables, raw;
+    p.rows_bytes = (size_t)d->n_rows * sizeof(kve_score_row);
+    p.raw_at = KVE_ALIGN_UP(p.rows_bytes, KVE_SCORE_SCRATCH_ALIGN);
+    p.arrived_bytes = tables * sizeof(uint32_t);
+    if (__builtin_mul_overflow(tables * a.nq, (size_t)p.max_slots * sizeof(float), &raw) ||
+        __builtin_add_overflow(raw, p.raw_at, &p.scratch_bytes))
+        p.scratch_bytes = SIZE_MAX;
     return p;
+}
+
+/* Arguments of the launch of plan @p p: the rows uploaded at @p scratch's
+ * start, the raw scores after them, the counters at @p arrived. */
+KVE_HOST_FN void kve_score_args_make(const kve_score_desc *d, const kve_score_plan *p,
+                                     unsigned char *scratch, uint32_t *arrived, uint64_t *errors,
+                                     kve_score_args *a)
+{
+    kve_score_args_init(a, d, errors);
+    a->d.rows = (const kve_score_row *)scratch;
+    a->tiles = p->tiles;
+    a->max_slots = p->max_slots;
+    a->raw = (float *)(scratch + p->raw_at);
+    a->arrived = arrived;
 }
 
 /* The call that raises an error record: records of an earlier call here

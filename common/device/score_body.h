@@ -13,10 +13,11 @@
  * the post-RoPE key plus sum b_f |k_f|. Coefficients are computed in
  * double, everything per slot in float with a fixed order over f.
  *
- * A work item is one (row, table): its candidates are SPEC §3's (the
- * window's bound found by a radix select over the generated positions),
- * every query head is z-normalized over them (sums in double), the max over
- * the table's query heads is written, times the weight.
+ * On the device a call is one launch (kve_launch.h plans it): one block per
+ * (row, KV head, tile of slots), each lane one slot whose key it reads once
+ * through the page table, as 16-byte vectors when it can, scoring all query
+ * heads of the KV head's group from that read; the last block of a (row,
+ * table) z-normalizes and takes the max (the grid, below).
  */
 #ifndef KVE_SCORE_BODY_H
 #define KVE_SCORE_BODY_H
@@ -32,26 +33,29 @@
 #include <math.h>
 #endif
 
-/* Rows one device launch carries in its parameters. */
-#define KVE_SCORE_ROWS_PER_LAUNCH 32u
-/* Most (query heads of a table) x frequencies: the coefficients live in
- * shared memory (12 bytes each), all of it under 48 KiB a block. */
+/* Most (query heads of a table) x frequencies: a device block keeps those
+ * of one KV head's group in shared memory (12 bytes each), all of it under
+ * 48 KiB a block. */
 #define KVE_SCORE_MAX_COEFS 3072u
 #define KVE_SCORE_MAX_QHEADS 256u /* query heads (K-norm: KV heads) of one table */
 #define KVE_SCORE_STD_MIN 1e-6f
 #define KVE_SCORE_TWO_PI 6.283185307179586
 
 typedef struct kve_score_args {
-    kve_score_desc d;        /* validated; d.rows unused on the device */
+    kve_score_desc d;        /* validated; on the device d.rows is the uploaded copy */
     kve_cache_write_desc pg; /* the key cache's page table, for kve_cw_locate */
     size_t stride_page, stride_slot, stride_head; /* resolved byte strides */
     uint32_t nf;             /* frequencies, head_dim / 2 */
     uint32_t hpt;            /* KV heads per table */
     uint32_t n_tables;       /* tables per row */
     uint32_t nq;             /* query heads of a table (TriAttention: hpt * group; K-norm: hpt) */
-    uint32_t n_rows;         /* rows in this launch */
-    uint32_t first_row;      /* index in the call of row[0] (error records) */
-    kve_score_row row[KVE_SCORE_ROWS_PER_LAUNCH];
+    uint32_t group;          /* query heads of a KV head (K-norm: 1) */
+    uint32_t vec;            /* 1: base, strides and half a key are multiples of 16 bytes */
+    /* the device grid's (kve_score_args_make): */
+    uint32_t tiles;          /* slot tiles (of a block's threads) per (row, KV head) */
+    uint32_t max_slots;      /* the longest row's slots: raw's stride */
+    float *raw;              /* raw scores [row][table][query head][max_slots] */
+    uint32_t *arrived;       /* blocks done per (row, table); 0 between calls */
     uint64_t *errors;
 } kve_score_args;
 
@@ -65,15 +69,20 @@ KVE_HD_FN float kve_score_f32(uint32_t bits)
     return c.f;
 }
 
+/* A 16-bit element @p v of type @p t (bf16 or f16) as a float. */
+KVE_FN float kve_score_half(uint32_t v, uint32_t t)
+{
+    if (t == KVE_DTYPE_BF16)
+        return kve_score_f32(v << 16);
+    return kve_score_f32(kve_small_to_f32(v, kve_fmt_of(KVE_DTYPE_F16)));
+}
+
 /* Element @p e of a key of type @p t as a float. */
 KVE_FN float kve_score_elem(const unsigned char *key, uint32_t t, uint32_t e)
 {
     if (t == KVE_DTYPE_F32)
         return ((const float *)key)[e];
-    uint32_t v = ((const uint16_t *)key)[e];
-    if (t == KVE_DTYPE_BF16)
-        return kve_score_f32(v << 16);
-    return kve_score_f32(kve_small_to_f32(v, kve_fmt_of(KVE_DTYPE_F16)));
+    return kve_score_half(((const uint16_t *)key)[e], t);
 }
 
 /* The key of slot @p slot of row @p r in KV head @p h, or NULL (*why set)
@@ -132,31 +141,6 @@ KVE_FN void kve_score_coef(const kve_score_args *a, uint32_t table, uint32_t j, 
     out[0] = (float)(s2 * (qr * ph[0] - qi * ph[1]));
     out[1] = (float)(s2 * (qr * ph[1] + qi * ph[0]));
     out[2] = (float)(s2 * ((double)t->q_abs_mean[q * nf + f] - sqrt(qr * qr + qi * qi)));
-}
-
-/* Raw TriAttention score of one key for one query head: coef[3f..3f+2]
- * against the pairs (key[f], key[f + nf]), f ascending. */
-KVE_FN float kve_score_tri_raw(const float *coef, const unsigned char *key, uint32_t t,
-                               uint32_t nf)
-{
-    float acc = 0.0f;
-    for (uint32_t f = 0; f < nf; f++) {
-        float kr = kve_score_elem(key, t, f), ki = kve_score_elem(key, t, f + nf);
-        float m = sqrtf(kr * kr + ki * ki);
-        acc += coef[3 * f] * kr + coef[3 * f + 1] * ki + coef[3 * f + 2] * m;
-    }
-    return acc;
-}
-
-/* K-norm's raw score: -||key||, elements ascending. */
-KVE_FN float kve_score_knorm_raw(const unsigned char *key, uint32_t t, uint32_t dim)
-{
-    float acc = 0.0f;
-    for (uint32_t e = 0; e < dim; e++) {
-        float x = kve_score_elem(key, t, e);
-        acc += x * x;
-    }
-    return -sqrtf(acc);
 }
 
 /* Elements between row @p r's tables. */
@@ -231,28 +215,9 @@ KVE_FN void kve_score_put(const kve_score_args *a, float *out, float v)
         *out = w * v;
 }
 
-/* Raw score of query head @p j (TriAttention) or KV head @p j (K-norm) of
- * table @p table at slot @p slot; *bad = 1 when its key is outside. */
-KVE_FN float kve_score_raw_one(const kve_score_args *a, const kve_score_row *r, uint32_t table,
-                               uint32_t j, const float *coef, uint32_t slot, int *bad)
-{
-    const kve_score_desc *d = &a->d;
-    uint32_t group = d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1;
-    uint32_t h = table * a->hpt + j / group;
-    int why = 0;
-    const unsigned char *key = kve_score_locate_key(a, r, slot, h, &why);
-    if (!key) {
-        *bad = 1;
-        return 0.0f;
-    }
-    if (d->scorer == KVE_SCORER_KNORM)
-        return kve_score_knorm_raw(key, d->keys.dtype, d->keys.head_dim);
-    return kve_score_tri_raw(coef + (size_t)j * 3 * a->nf, key, d->keys.dtype, a->nf);
-}
-
 /* The launch-independent part of the arguments for a validated desc with
- * resolved strides (host code); rows are the caller's to fill (the device's) or read
- * from d->rows (the CPU's). */
+ * resolved strides (host code): the CPU's all; kve_score_args_make adds
+ * the device grid's. */
 static inline void kve_score_args_init(kve_score_args *a, const kve_score_desc *d,
                                        uint64_t *errors)
 {
@@ -276,43 +241,74 @@ static inline void kve_score_args_init(kve_score_args *a, const kve_score_desc *
     a->nf = k->head_dim / 2;
     a->hpt = d->heads_per_table ? d->heads_per_table : 1;
     a->n_tables = k->n_heads / a->hpt;
-    a->nq = a->hpt * (d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1);
-    a->n_rows = 0;
-    a->first_row = 0;
+    a->group = d->scorer == KVE_SCORER_TRIATTENTION ? d->tri.group : 1;
+    a->nq = a->hpt * a->group;
+    size_t half = (size_t)a->nf * kve_dtype_size(k->dtype);
+    a->vec = (((uintptr_t)k->base | k->stride_page | k->stride_slot | k->stride_head | half) %
+              16) == 0;
+    a->tiles = a->max_slots = 0;
+    a->raw = NULL;
+    a->arrived = NULL;
     a->errors = errors;
 }
 
-/* ---- the device grid --------------------------------------------------------- */
+/* ---- the device grid --------------------------------------------------------- *
+ *
+ * One launch per call. A work item is (row, KV head h, tile of nt slots),
+ * one block each, grid-stride. The block computes its row's coefficients
+ * for the query heads of h (shared memory) and its table's window bound;
+ * then warp w takes slots w * ws .. of the tile, a lane one slot: a
+ * candidate's key is found through the page table and its bytes read once,
+ * as 16-byte vectors when the cache allows it (kve_score_args.vec), every
+ * query head of h scored from that read, up to KVE_SCORE_HEADS_PER_PASS at
+ * a time. The per-slot math is the CPU's (same float operations in the same
+ * order), so raw scores equal the scalar ISA's bit for bit. They go to the
+ * scratch raw[row][table][query head][slot]. The block that finishes a
+ * (row, table) last (a counter per (row, table), behind a fence) runs the
+ * tail: per query head the mean and deviation over the candidates (double,
+ * a tree in shared memory: the same order whichever block it is), then per
+ * slot the max over the table's query heads, times the weight, and the
+ * counter back to 0 for the next call.
+ */
 
+/* Query heads one read of a key scores (accumulators a thread keeps); a
+ * larger group reads the key again (from the caches) per pass. */
+#define KVE_SCORE_HEADS_PER_PASS 8u
 
-/* Dynamic shared memory of a block of @p nt threads: coefficients, phase
- * factors, histogram, per-thread sums, per-head mean and scale. */
-KVE_HD_FN size_t kve_score_smem_bytes(uint32_t nq, uint32_t nf, uint32_t nt)
+/* Dynamic shared memory of a block of @p nt threads: coefficients of a KV
+ * head's @p group query heads, phase factors (the coefficients' input) or
+ * the tail's per-thread sums, histogram, per-head mean and scale, flag. */
+KVE_HD_FN size_t kve_score_smem_bytes(uint32_t group, uint32_t nq, uint32_t nf, uint32_t nt)
 {
-    return KVE_ALIGN_UP((size_t)nq * nf * 3 * 4, 16) + KVE_ALIGN_UP((size_t)nf * 16, 16) +
-           256 * 4 + (size_t)nt * 24 + KVE_ALIGN_UP((size_t)nq * 8, 16);
+    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 24;
+    return KVE_ALIGN_UP((size_t)group * nf * 12, 16) + KVE_ALIGN_UP(phase > sums ? phase : sums, 16) +
+           256 * 4 + KVE_ALIGN_UP((size_t)nq * 8, 16) + 16;
 }
 
 typedef struct kve_score_smem {
-    float *coef;
-    double *phase;
+    float *coef;   /* [group][nf][3] */
+    double *phase; /* [nf][2], before the coefficients */
+    double *sums;  /* [nt][3], in the tail (the phase's place) */
     uint32_t *hist;
-    double *sums;
-    float *stats;
+    float *stats;  /* [nq][2] */
+    uint32_t *last; /* this block runs the tail */
 } kve_score_smem;
 
-KVE_FN kve_score_smem kve_score_smem_at(unsigned char *p, uint32_t nq, uint32_t nf, uint32_t nt)
+KVE_FN kve_score_smem kve_score_smem_at(unsigned char *p, uint32_t group, uint32_t nq, uint32_t nf,
+                                        uint32_t nt)
 {
     kve_score_smem s;
+    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 24;
     s.coef = (float *)p;
-    p += KVE_ALIGN_UP((size_t)nq * nf * 3 * 4, 16);
+    p += KVE_ALIGN_UP((size_t)group * nf * 12, 16);
     s.phase = (double *)p;
-    p += KVE_ALIGN_UP((size_t)nf * 16, 16);
     s.sums = (double *)p;
-    p += (size_t)nt * 24;
+    p += KVE_ALIGN_UP(phase > sums ? phase : sums, 16);
     s.hist = (uint32_t *)p;
     p += 256 * 4;
     s.stats = (float *)p;
+    p += KVE_ALIGN_UP((size_t)nq * 8, 16);
+    s.last = (uint32_t *)p;
     return s;
 }
 
@@ -363,59 +359,154 @@ KVE_HD_FN void kve_score_moments(double s1, double s2, double n, float *mean_out
     *inv_out = 1.0f / (sd > KVE_SCORE_STD_MIN ? sd : KVE_SCORE_STD_MIN);
 }
 
-/* Mean and 1/std of query head @p j over the candidates, into sm->stats;
- * per-thread sums added by thread 0 in thread order. */
-KVE_FN void kve_score_stats_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
-                                  const kve_score_row *r, uint32_t table, uint32_t j,
-                                  const int32_t *tab, uint32_t x, int *bad)
+/* Elements of a key at @p p as floats into out[0..n), n returned: one
+ * 16-byte vector (8 halves or 4 floats) when @p vec, else one element. */
+KVE_FN uint32_t kve_score_load(const unsigned char *p, uint32_t t, uint32_t vec, float out[8])
+{
+    if (!vec) {
+        out[0] = kve_score_elem(p, t, 0);
+        return 1;
+    }
+    kve_vec16 v = *(const kve_vec16 *)p;
+    KVE_UNROLL
+    for (uint32_t i = 0; i < 4; i++) {
+        uint32_t w = kve_vec16_word(v, i);
+        if (t == KVE_DTYPE_F32) {
+            out[i] = kve_score_f32(w);
+        } else {
+            out[2 * i] = kve_score_half(w & 0xffffu, t);
+            out[2 * i + 1] = kve_score_half(w >> 16, t);
+        }
+    }
+    return t == KVE_DTYPE_F32 ? 4 : 8;
+}
+
+/* Raw TriAttention scores of one key for @p n (<= KVE_SCORE_HEADS_PER_PASS)
+ * query heads whose coefficients start at @p coef (3 * nf each, per f
+ * (a_re, a_im, b)): acc[j] = sum over f ascending of a_re kr + a_im ki +
+ * b |k_f|, the pairs (key[f], key[f + nf]) read once for all n heads. */
+KVE_FN void kve_score_tri_pass(const float *coef, const unsigned char *key, uint32_t t,
+                               uint32_t nf, uint32_t vec, uint32_t n,
+                               float acc[KVE_SCORE_HEADS_PER_PASS])
+{
+    size_t es = t == KVE_DTYPE_F32 ? 4 : 2;
+    KVE_UNROLL
+    for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
+        acc[j] = 0.0f;
+    for (uint32_t f0 = 0; f0 < nf;) {
+        float kr[8], ki[8];
+        uint32_t m = kve_score_load(key + f0 * es, t, vec, kr);
+        kve_score_load(key + (f0 + nf) * es, t, vec, ki);
+        KVE_UNROLL
+        for (uint32_t e = 0; e < 8; e++) {
+            if (e < m) {
+                const float *c = coef + 3 * (size_t)(f0 + e);
+                float mag = sqrtf(kr[e] * kr[e] + ki[e] * ki[e]);
+                KVE_UNROLL
+                for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
+                    if (j < n) {
+                        const float *cj = c + (size_t)j * 3 * nf;
+                        acc[j] += cj[0] * kr[e] + cj[1] * ki[e] + cj[2] * mag;
+                    }
+            }
+        }
+        f0 += m;
+    }
+}
+
+/* K-norm's raw score of one key: -||key||, elements ascending. */
+KVE_FN float kve_score_knorm_key(const unsigned char *key, uint32_t t, uint32_t dim, uint32_t vec)
+{
+    size_t es = t == KVE_DTYPE_F32 ? 4 : 2;
+    float acc = 0.0f;
+    for (uint32_t e0 = 0; e0 < dim;) {
+        float x[8];
+        uint32_t m = kve_score_load(key + e0 * es, t, vec, x);
+        KVE_UNROLL
+        for (uint32_t e = 0; e < 8; e++)
+            if (e < m)
+                acc += x[e] * x[e];
+        e0 += m;
+    }
+    return -sqrtf(acc);
+}
+
+/* Raw scores of slot @p s of row @p ri (row @p r), KV head @p h, for its
+ * group's query heads, into the scratch; a key outside the cache scores 0
+ * and raises KVE_DEV_ERR_SC_KEY. */
+KVE_FN void kve_score_slot_dev(const kve_score_smem *sm, const kve_score_args *a, uint32_t ri,
+                           const kve_score_row *r, uint32_t h, uint32_t s)
+{
+    const kve_score_desc *d = &a->d;
+    uint32_t g = a->group, table = h / a->hpt, t = d->keys.dtype;
+    int why = 0;
+    const unsigned char *key = kve_score_locate_key(a, r, s, h, &why);
+    if (!key)
+        kve_raise(a->errors, KVE_DEV_ERR_SC_KEY, ri, s);
+    float *raw = a->raw + (((size_t)ri * a->n_tables + table) * a->nq + (size_t)(h % a->hpt) * g) *
+                              a->max_slots + s;
+    for (uint32_t j0 = 0; j0 < g; j0 += KVE_SCORE_HEADS_PER_PASS) {
+        float acc[KVE_SCORE_HEADS_PER_PASS];
+        uint32_t n = g - j0 < KVE_SCORE_HEADS_PER_PASS ? g - j0 : KVE_SCORE_HEADS_PER_PASS;
+        if (!key)
+            for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
+                acc[j] = 0.0f;
+        else if (d->scorer == KVE_SCORER_KNORM)
+            acc[0] = kve_score_knorm_key(key, t, d->keys.head_dim, a->vec);
+        else
+            kve_score_tri_pass(sm->coef + (size_t)j0 * 3 * a->nf, key, t, a->nf, a->vec, n, acc);
+        for (uint32_t j = 0; j < n; j++)
+            raw[(size_t)(j0 + j) * a->max_slots] = acc[j];
+    }
+}
+
+/* Mean and 1/std of query head @p j over the candidates, into sm->stats:
+ * per-thread sums, then a tree over the threads (a fixed order). */
+KVE_FN void kve_score_stats_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_row *r,
+                                  const volatile float *raw, const int32_t *tab, uint32_t x,
+                                  uint32_t j)
 {
     double s1 = 0, s2 = 0, n = 0;
     for (uint32_t s = tc->tid; s < r->n_slots; s += tc->nt) {
         if (!kve_score_candidate(tab[s], r->prompt_len, x))
             continue;
-        double v = kve_score_raw_one(a, r, table, j, sm->coef, s, bad);
+        double v = raw[s];
         s1 += v;
         s2 += v * v;
         n += 1;
     }
-    sm->sums[3 * tc->tid] = s1;
-    sm->sums[3 * tc->tid + 1] = s2;
-    sm->sums[3 * tc->tid + 2] = n;
-    kve_sync(tc);
-    if (tc->tid == 0) {
-        double t1 = 0, t2 = 0, cnt = 0;
-        for (uint32_t i = 0; i < tc->nt; i++) {
-            t1 += sm->sums[3 * i];
-            t2 += sm->sums[3 * i + 1];
-            cnt += sm->sums[3 * i + 2];
-        }
-        kve_score_moments(t1, t2, cnt, &sm->stats[2 * j], &sm->stats[2 * j + 1]);
+    double *me = sm->sums + 3 * (size_t)tc->tid;
+    kve_sync(tc); /* the previous head's thread 0 has read its moments */
+    me[0] = s1;
+    me[1] = s2;
+    me[2] = n;
+    uint32_t k = 1;
+    while (k < tc->nt)
+        k <<= 1;
+    for (k >>= 1; k > 0; k >>= 1) {
+        kve_sync(tc);
+        if (tc->tid < k && tc->tid + k < tc->nt)
+            for (uint32_t i = 0; i < 3; i++)
+                me[i] += me[3 * (size_t)k + i];
     }
-    kve_sync(tc);
+    if (tc->tid == 0)
+        kve_score_moments(me[0], me[1], me[2], &sm->stats[2 * j], &sm->stats[2 * j + 1]);
 }
 
-/* One (row, table) item on one block. */
-KVE_FN void kve_score_item_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
-                                 uint32_t ri, uint32_t table)
+/* The tail of (row @p ri, table @p table), on the block that finished it
+ * last: z-normalization, the max over the table's query heads, the output. */
+KVE_FN void kve_score_tail_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
+                                 uint32_t ri, uint32_t table, const int32_t *tab, uint32_t x)
 {
     const kve_score_desc *d = &a->d;
-    const kve_score_row *r = &a->row[ri];
-    const int32_t *tab = d->slot_pos + r->table_offset + (size_t)table * kve_score_table_stride(d, r);
+    const kve_score_row *r = &d->rows[ri];
     float *out = d->scores + r->scores_offset + (size_t)table * d->scores_stride_table;
-    int tri = d->scorer == KVE_SCORER_TRIATTENTION, zn = (d->flags & KVE_SCORE_ZNORM) != 0;
-    int bad = 0;
-    kve_sync(tc); /* the previous item is done with the shared memory */
-    if (tri) {
-        for (uint32_t f = tc->tid; f < a->nf; f += tc->nt)
-            kve_score_phase(a, f, r->round_start, sm->phase + 2 * f);
-        kve_sync(tc);
-        for (uint32_t i = tc->tid; i < a->nq * a->nf; i += tc->nt)
-            kve_score_coef(a, table, i / a->nf, i % a->nf, sm->phase + 2 * (i % a->nf),
-                           sm->coef + 3 * (size_t)i);
-    }
-    uint32_t x = kve_score_bound_block(tc, sm, tab, r);
+    int zn = (d->flags & KVE_SCORE_ZNORM) != 0;
+    /* written by other blocks: volatile reads go past this block's cache */
+    const volatile float *raw = a->raw + ((size_t)ri * a->n_tables + table) * a->nq * a->max_slots;
     for (uint32_t j = 0; zn && j < a->nq; j++)
-        kve_score_stats_block(tc, sm, a, r, table, j, tab, x, &bad);
+        kve_score_stats_block(tc, sm, r, raw + (size_t)j * a->max_slots, tab, x, j);
+    kve_sync(tc);
     for (uint32_t s = tc->tid; s < r->n_slots; s += tc->nt) {
         if (!kve_score_candidate(tab[s], r->prompt_len, x)) {
             if (!(d->flags & KVE_SCORE_ACCUMULATE))
@@ -424,26 +515,59 @@ KVE_FN void kve_score_item_block(kve_tc *tc, const kve_score_smem *sm, const kve
         }
         float best = 0.0f;
         for (uint32_t j = 0; j < a->nq; j++) {
-            float v = kve_score_raw_one(a, r, table, j, sm->coef, s, &bad);
+            float v = raw[(size_t)j * a->max_slots + s];
             if (zn)
                 v = (v - sm->stats[2 * j]) * sm->stats[2 * j + 1];
             best = j == 0 || v > best ? v : best;
         }
         kve_score_put(a, &out[s], best);
-        if (bad) {
-            kve_raise(a->errors, KVE_DEV_ERR_SC_KEY, a->first_row + ri, s);
-            bad = 0;
-        }
     }
 }
 
-/* The kernel: items (row, table) of the launch, one block each, block-stride. */
+/* One (row, KV head, tile) item on one block. */
+KVE_FN void kve_score_item_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
+                                 uint32_t ri, uint32_t h, uint32_t tile)
+{
+    const kve_score_desc *d = &a->d;
+    const kve_score_row *r = &d->rows[ri];
+    uint32_t table = h / a->hpt, s = tile * tc->nt + tc->tid;
+    const int32_t *tab = d->slot_pos + r->table_offset + (size_t)table * kve_score_table_stride(d, r);
+    kve_sync(tc); /* the previous item is done with the shared memory */
+    if (d->scorer == KVE_SCORER_TRIATTENTION && tile * tc->nt < r->n_slots) {
+        for (uint32_t f = tc->tid; f < a->nf; f += tc->nt)
+            kve_score_phase(a, f, r->round_start, sm->phase + 2 * f);
+        kve_sync(tc);
+        uint32_t j0 = (h % a->hpt) * a->group;
+        for (uint32_t i = tc->tid; i < a->group * a->nf; i += tc->nt)
+            kve_score_coef(a, table, j0 + i / a->nf, i % a->nf, sm->phase + 2 * (i % a->nf),
+                           sm->coef + 3 * (size_t)i);
+    }
+    uint32_t x = kve_score_bound_block(tc, sm, tab, r); /* its barriers order the coefficients */
+    if (s < r->n_slots && kve_score_candidate(tab[s], r->prompt_len, x))
+        kve_score_slot_dev(sm, a, ri, r, h, s);
+    kve_fence(); /* this thread's raw scores, before the block counts itself done */
+    kve_sync(tc);
+    if (tc->tid == 0) {
+        uint32_t *c = &a->arrived[(size_t)ri * a->n_tables + table];
+        *sm->last = kve_atomic_add_u32(c, 1) + 1 == a->hpt * a->tiles;
+        if (*sm->last)
+            *c = 0; /* every block of the (row, table) has counted: ready for the next call */
+        kve_fence();
+    }
+    kve_sync(tc);
+    if (*sm->last)
+        kve_score_tail_block(tc, sm, a, ri, table, tab, x);
+}
+
+/* The kernel: items (row, KV head, tile) of the call, one block each,
+ * block-stride. */
 KVE_FN void kve_score_grid(kve_tc *tc, unsigned char *smem, const kve_score_args *a)
 {
-    kve_score_smem sm = kve_score_smem_at(smem, a->nq, a->nf, tc->nt);
-    uint32_t items = a->n_rows * a->n_tables;
-    for (uint32_t w = tc->bid; w < items; w += tc->nb)
-        kve_score_item_block(tc, &sm, a, w / a->n_tables, w % a->n_tables);
+    kve_score_smem sm = kve_score_smem_at(smem, a->group, a->nq, a->nf, tc->nt);
+    uint64_t per_row = (uint64_t)a->d.keys.n_heads * a->tiles, items = per_row * a->d.n_rows;
+    for (uint64_t w = tc->bid; w < items; w += tc->nb)
+        kve_score_item_block(tc, &sm, a, (uint32_t)(w / per_row),
+                             (uint32_t)(w % per_row / a->tiles), (uint32_t)(w % a->tiles));
 }
 
 #endif /* KVE_SCORE_BODY_H */

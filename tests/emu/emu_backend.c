@@ -377,13 +377,64 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     return kve_emu_cache_write(pool, kve_emu_lim.max_grid, d, &kve_emu_records, &kve_emu_unit);
 }
 
+/* The scorer's device memory (kve_score_plan): the scratch (rows, raw
+ * scores) and the counters, grown as calls need, the counters zeroed when
+ * new; freed with the context. */
+static unsigned char *kve_emu_score_scratch;
+static uint32_t *kve_emu_score_arrived;
+static size_t kve_emu_score_scratch_bytes, kve_emu_score_arrived_bytes;
+
+static kve_status emu_alloc(kve_context *ctx, size_t bytes, void **out);
+static kve_status emu_free(kve_context *ctx, void *ptr);
+
+/* *buf of at least @p need bytes (*have now), zeroed when @p zero. */
+static kve_status kve_emu_grow(kve_context *ctx, void **buf, size_t *have, size_t need, int zero)
+{
+    if (need <= *have && *buf)
+        return KVE_OK;
+    if (*buf)
+        emu_free(ctx, *buf);
+    *buf = NULL;
+    *have = 0;
+    KVE_TRY(emu_alloc(ctx, need, buf));
+    *have = need;
+    if (zero)
+        memset(*buf, 0, need);
+    return KVE_OK;
+}
+
+static void kve_emu_score_free(kve_context *ctx)
+{
+    if (kve_emu_score_scratch)
+        emu_free(ctx, kve_emu_score_scratch);
+    if (kve_emu_score_arrived)
+        emu_free(ctx, kve_emu_score_arrived);
+    kve_emu_score_scratch = NULL;
+    kve_emu_score_arrived = NULL;
+    kve_emu_score_scratch_bytes = kve_emu_score_arrived_bytes = 0;
+}
+
+/* As gpu_score: the rows uploaded once, then one launch, whatever n_rows. */
 static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
 {
-    (void)ctx;
+    uint32_t nt, ws;
+    kve_emu_pool *pool = kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now);
+    kve_emu_pool_shape(pool, &nt, &ws);
+    kve_score_plan p = kve_score_plan_make(&kve_emu_lim, d, nt);
+    if (p.scratch_bytes == SIZE_MAX)
+        return KVE_ERR_NOMEM;
+    KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_scratch, &kve_emu_score_scratch_bytes,
+                         p.scratch_bytes, 0));
+    KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_arrived, &kve_emu_score_arrived_bytes,
+                         p.arrived_bytes, 1));
+    KVE_TRY(emu_upload(ctx, kve_emu_score_scratch, d->rows, p.rows_bytes));
+    kve_emu_log_add("kve_score_kernel", p.grid, p.smem);
+    if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
+        kve_emu_log[kve_emu_log_n - 1].threads = nt;
     if (kve_emu_launch_fails("kve_score_kernel"))
         return KVE_OK;
-    return kve_emu_score(kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now),
-                         kve_emu_lim.max_grid, d, &kve_emu_records)
+    return kve_emu_score(pool, &p, d, kve_emu_score_scratch, kve_emu_score_arrived,
+                         &kve_emu_records)
                ? KVE_ERR_INTERNAL
                : KVE_OK;
 }
@@ -445,6 +496,7 @@ static kve_status emu_context_init(kve_context *ctx) { return kve_emu_cpu->conte
 static void emu_context_fini(kve_context *ctx)
 {
     kve_emu_untrack(&kve_emu_records);
+    kve_emu_score_free(ctx);
     kve_emu_context_device_plan(0);
     kve_emu_cpu->context_fini(ctx);
 }

@@ -381,21 +381,13 @@ static void kve_emu_score_body(kve_tc *tc, unsigned char *smem, void *arg)
     kve_score_grid(tc, smem, (const kve_score_args *)arg);
 }
 
-int kve_emu_score(kve_emu_pool *pool, uint32_t max_grid, const kve_score_desc *d,
-                  kve_emu_errors *e)
+int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_desc *d,
+                  unsigned char *scratch, uint32_t *arrived, kve_emu_errors *e)
 {
-    uint32_t nt, ws;
-    kve_emu_pool_shape(pool, &nt, &ws);
-    kve_launch_limits lim = kve_emu_limits(max_grid);
-    for (uint32_t k = 0; k < kve_score_launches(d); k++) {
-        static kve_score_args a; /* large: off the stack */
-        uint32_t items = kve_score_args_make(d, k, e->rec, &a);
-        kve_score_plan p = kve_score_plan_make(&lim, &a, items, nt);
-        if (kve_emu_run(pool, "kve_score_kernel", p.grid, p.smem, kve_emu_score_body, &a, NULL,
-                        0))
-            return -1;
-    }
-    return 0;
+    static kve_score_args a; /* as a kernel's parameters: off the stack */
+    kve_score_args_make(d, p, scratch, arrived, e->rec, &a);
+    return kve_emu_run(pool, "kve_score_kernel", p->grid, p->smem, kve_emu_score_body, &a, NULL,
+                       0);
 }
 
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,

@@ -12,7 +12,8 @@
  * and deviation are sums in double whose order differs), and within 1e-4 x
  * (1 + |score|) against the CPU's best ISA (vector sums). Then a page
  * outside the cache seen only by the device surfaces at
- * kve_context_synchronize() as KVE_ERR_RANGE naming the row and slot.
+ * kve_context_synchronize() as KVE_ERR_RANGE naming the row and slot, and
+ * a call of 100 rows is one upload of its rows and one scorer launch.
  */
 #include <math.h>
 #include <stdio.h>
@@ -115,6 +116,87 @@ static void kve_device_page_error(kve_emu_pool *pool)
     }
 }
 
+/* 100 rows in one call (K-norm, z-scores, bf16 keys in block tables):
+ * one upload of the rows and exactly one scorer launch, one block per (row,
+ * KV head, slot tile), with the CPU's scores. */
+static void kve_many_rows_one_launch(kve_emu_pool *pool)
+{
+    enum { ROWS = 100, HEADS = 2, SLOTS = 40, DIM = 16, PAGE = 16, BLOCKS = 3 };
+    static uint16_t keys[ROWS * BLOCKS * PAGE * HEADS * DIM];
+    static int32_t pages[ROWS * BLOCKS], tabs[ROWS * HEADS * SLOTS];
+    static float dev[ROWS * HEADS * SLOTS], cpu[ROWS * HEADS * SLOTS];
+    static kve_score_row rows[ROWS];
+    uint64_t x = 7;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        keys[i] = (uint16_t)(0x3c00u + kve_sc_below(&x, 0x400) - 0x200); /* bf16 near 0.01 */
+    for (int i = 0; i < ROWS * BLOCKS; i++)
+        pages[i] = (ROWS * BLOCKS - 1 - i);
+    for (int i = 0; i < ROWS * HEADS * SLOTS; i++)
+        tabs[i] = (int32_t)((i * 7) % SLOTS); /* every position once a table */
+    kve_score_desc d;
+    memset(&d, 0, sizeof d);
+    d.scorer = KVE_SCORER_KNORM;
+    d.flags = KVE_SCORE_ZNORM;
+    d.keys.base = keys;
+    d.keys.dtype = KVE_DTYPE_BF16;
+    d.keys.head_dim = DIM;
+    d.keys.n_heads = HEADS;
+    d.keys.layout = KVE_LAYOUT_NHD;
+    d.keys.page_size = PAGE;
+    d.keys.n_pages = ROWS * BLOCKS;
+    d.keys.page_table = KVE_PAGES_BLOCK_TABLE;
+    d.keys.block_table = pages;
+    d.keys.blocks_per_row = BLOCKS;
+    d.keys.n_rows = ROWS;
+    for (uint32_t r = 0; r < ROWS; r++) {
+        kve_score_row *row = &rows[r];
+        memset(row, 0, sizeof *row);
+        row->table_offset = row->scores_offset = (uint64_t)r * HEADS * SLOTS;
+        row->n_slots = SLOTS;
+        row->prompt_len = 8;
+        row->window = 4;
+        row->cache_row = (int32_t)r;
+    }
+    d.n_rows = ROWS;
+    d.rows = rows;
+    d.slot_pos = tabs;
+    d.slot_pos_stride_table = SLOTS;
+    d.scores = dev;
+    d.scores_stride_table = SLOTS;
+    kve_context *c = NULL;
+    KVE_EXPECT(kve_context_create(KVE_BACKEND_CPU, &c) == KVE_OK &&
+                   kve_context_set_cpu_isa(c, KVE_CPU_ISA_SCALAR) == KVE_OK,
+               "many rows: CPU context: %s", kve_last_error());
+    d.scores = cpu;
+    KVE_EXPECT(kve_score(c, &d) == KVE_OK, "many rows: CPU: %s", kve_last_error());
+    kve_context_destroy(c);
+    d.scores = dev;
+    kve_context *emu = kve_emu_context_create();
+    kve_emu_context_use(pool, 1000, NULL);
+    kve_emu_launch_rec log[8];
+    kve_emu_log_start(log, 8);
+    kve_status st = kve_score(emu, &d);
+    uint32_t n = kve_emu_log_stop();
+    KVE_EXPECT(st == KVE_OK && kve_context_synchronize(emu) == KVE_OK, "many rows: %s %s",
+               kve_last_error(), kve_emu_context_message());
+    KVE_EXPECT(n == 2, "many rows: %u records, want the rows' upload and one launch", n);
+    if (n == 2) {
+        KVE_EXPECT(strcmp(log[0].what, "upload") == 0 &&
+                       log[0].bytes == ROWS * sizeof(kve_score_row),
+                   "many rows: first record %s of %llu bytes, want the upload of %zu", log[0].what,
+                   (unsigned long long)log[0].bytes, ROWS * sizeof(kve_score_row));
+        KVE_EXPECT(strcmp(log[1].what, "kve_score_kernel") == 0 && log[1].grid == ROWS * HEADS,
+                   "many rows: second record %s on %llu blocks, want kve_score_kernel on %d",
+                   log[1].what, (unsigned long long)log[1].grid, ROWS * HEADS);
+    }
+    for (int i = 0; i < ROWS * HEADS * SLOTS; i++)
+        if (!kve_close(dev[i], cpu[i], 1e-5f)) {
+            KVE_EXPECT(0, "many rows: score[%d] = %.9g, CPU %.9g", i, dev[i], cpu[i]);
+            break;
+        }
+    kve_context_destroy(emu);
+}
+
 int main(void)
 {
     const char *env = getenv("KVE_EMU_CASES");
@@ -133,6 +215,7 @@ int main(void)
     for (uint64_t s = 1; s <= cases; s++)
         kve_one_case(s, s % 2 ? p64 : p128, s % 4 < 2 ? 1 : 7, best);
     kve_device_page_error(p64);
+    kve_many_rows_one_launch(p64);
     kve_emu_pool_destroy(p64);
     kve_emu_pool_destroy(p128);
     printf("test_emu_score: %llu cases, %d failures\n", (unsigned long long)cases, kve_failures);
