@@ -8,6 +8,9 @@
  *                 in place, against a device-to-device copy of the same bytes
  *   decode step   G2 at 128 sequences, every row in a round: the cache state's
  *                 append, then 64 layers of moves and writes (bench_step.h)
+ *   scoring       one G1 round of K-norm and of TriAttention (36 kve_score
+ *                 calls), its key bytes over its time against the device's
+ *                 bandwidth measured as a device-to-device copy
  *
  * plus the digest of each eviction against the CPU backend's. Lines starting
  * with "RESULT" are for the script: RESULT <name> <value>.
@@ -364,6 +367,139 @@ static void kve_bench_step(kve_bench *b)
     }
 }
 
+/* ---- scoring: one G1 round ------------------------------------------------- */
+
+/* bench/bench_score.c's round on the device: 36 layers (a K cache each, so
+ * the round reads its keys from memory, not from the L2) x 8 KV heads x 4
+ * query heads, head_dim 128, bf16 keys in a paged NHD cache (scattered
+ * pages of 16 slots), one sequence of 2112 slots, P = 1024, W = 64: 1024
+ * candidates a head, one kve_score call a layer, z-normalized. */
+enum { SC_LAYERS = 36, SC_HEADS = 8, SC_GROUP = 4, SC_DIM = 128, SC_PAGE = 16,
+       SC_PAGES = KVE_SLOTS / SC_PAGE };
+
+typedef struct kve_score_bufs {
+    uint16_t *keys;
+    int32_t *tables, *block_table;
+    float *q_mean, *q_abs, *scores;
+    size_t key_bytes; /* one layer's cache */
+} kve_score_bufs;
+
+static void kve_score_bufs_make(kve_bench *b, kve_score_bufs *u)
+{
+    size_t nq = (size_t)SC_HEADS * SC_GROUP * (SC_DIM / 2);
+    u->key_bytes = (size_t)SC_PAGES * SC_PAGE * SC_HEADS * SC_DIM * 2;
+    int32_t *tab = (int32_t *)malloc(SC_HEADS * KVE_SLOTS * 4), *bt = (int32_t *)malloc(SC_PAGES * 4);
+    float *qm = (float *)malloc(nq * 2 * SC_LAYERS * 4), *qa = (float *)malloc(nq * SC_LAYERS * 4);
+    if (!tab || !bt || !qm || !qa)
+        exit(1);
+    for (size_t i = 0; i < (size_t)SC_HEADS * KVE_SLOTS; i++) /* positions scattered over slots */
+        tab[i] = (int32_t)((i % KVE_SLOTS) * 1031 % KVE_SLOTS);
+    for (int p = 0; p < SC_PAGES; p++)
+        bt[p] = (p * 37) % SC_PAGES;
+    for (size_t i = 0; i < nq * SC_LAYERS; i++) {
+        qm[2 * i] = (float)(i * 7 % 1000) / 500.0f - 1.0f;
+        qm[2 * i + 1] = (float)(i * 13 % 1000) / 500.0f - 1.0f;
+        qa[i] = 1.5f + (float)(i * 11 % 1000) / 1000.0f;
+    }
+    u->keys = (uint16_t *)kve_dev(b, NULL, u->key_bytes * SC_LAYERS);
+    KVE_B_RT(cudaMemsetAsync(u->keys, 0x3c, u->key_bytes * SC_LAYERS, b->stream)); /* bf16 0.0115 */
+    u->tables = (int32_t *)kve_dev(b, tab, SC_HEADS * KVE_SLOTS * 4);
+    u->block_table = (int32_t *)kve_dev(b, bt, SC_PAGES * 4);
+    u->q_mean = (float *)kve_dev(b, qm, nq * 2 * SC_LAYERS * 4);
+    u->q_abs = (float *)kve_dev(b, qa, nq * SC_LAYERS * 4);
+    u->scores = (float *)kve_dev(b, NULL, SC_HEADS * KVE_SLOTS * 4);
+    free(tab);
+    free(bt);
+    free(qm);
+    free(qa);
+}
+
+static void kve_score_bufs_free(kve_bench *b, kve_score_bufs *u)
+{
+    kve_free(b->gpu, u->keys);
+    kve_free(b->gpu, u->tables);
+    kve_free(b->gpu, u->block_table);
+    kve_free(b->gpu, u->q_mean);
+    kve_free(b->gpu, u->q_abs);
+    kve_free(b->gpu, u->scores);
+}
+
+/* Median device time of one round of @p scorer over @p iters rounds. */
+static double kve_score_round_us(kve_bench *b, const kve_score_bufs *u, kve_scorer scorer,
+                                 int iters)
+{
+    size_t nq = (size_t)SC_HEADS * SC_GROUP * (SC_DIM / 2);
+    static kve_score_row row = {0, 0, KVE_SLOTS, KVE_P, KVE_W, KVE_SLOTS, 0, KVE_SLOTS};
+    kve_score_desc d[SC_LAYERS];
+    for (int l = 0; l < SC_LAYERS; l++) {
+        memset(&d[l], 0, sizeof d[l]);
+        d[l].scorer = scorer;
+        d[l].flags = KVE_SCORE_ZNORM;
+        d[l].keys = (kve_key_cache){(const unsigned char *)u->keys + u->key_bytes * l,
+                                    KVE_DTYPE_BF16, SC_DIM, SC_HEADS, KVE_LAYOUT_NHD, 0, 0, 0,
+                                    SC_PAGE, SC_PAGES, KVE_PAGES_BLOCK_TABLE, 1, u->block_table,
+                                    SC_PAGES, NULL, NULL, NULL};
+        d[l].tri.group = SC_GROUP;
+        d[l].tri.q_mean = u->q_mean + nq * 2 * l;
+        d[l].tri.q_abs_mean = u->q_abs + nq * l;
+        d[l].tri.rope_theta = 1e6;
+        d[l].n_rows = 1;
+        d[l].rows = &row;
+        d[l].slot_pos = u->tables;
+        d[l].scores = u->scores;
+        d[l].scores_stride_table = KVE_SLOTS;
+    }
+    auto round = [&] {
+        for (int l = 0; l < SC_LAYERS; l++)
+            KVE_B_CHECK(kve_score(b->gpu, &d[l]));
+    };
+    round(); /* warm-up: the scorer's scratch is allocated here */
+    double us[64];
+    for (int i = 0; i < iters; i++)
+        us[i] = kve_time_us(b, round);
+    KVE_B_CHECK(kve_context_synchronize(b->gpu));
+    qsort(us, iters, sizeof us[0], kve_cmp_double);
+    return us[iters / 2];
+}
+
+/* Both scorers' G1 round: time, the candidates' key bytes (each read once)
+ * over that time, and its fraction of the device's bandwidth measured in
+ * the same run as a device-to-device copy of as many bytes (read + written
+ * over its time). Unmeasured on an H200 when this was written. */
+static void kve_bench_score(kve_bench *b)
+{
+    kve_score_bufs u;
+    kve_score_bufs_make(b, &u);
+    int iters = b->quick ? 5 : 31;
+    double key_bytes = (double)SC_LAYERS * SC_HEADS * (KVE_SLOTS - KVE_P - KVE_W) * SC_DIM * 2;
+    size_t half = u.key_bytes * SC_LAYERS / 2;
+    auto copy = [&] {
+        KVE_B_RT(cudaMemcpyAsync((unsigned char *)u.keys + half, u.keys, half,
+                                 cudaMemcpyDeviceToDevice, b->stream));
+    };
+    copy();
+    double copy_us = kve_time_us(b, [&] {
+                         for (int i = 0; i < iters; i++)
+                             copy();
+                     }) /
+                     iters;
+    KVE_B_RT(cudaMemsetAsync(u.keys, 0x3c, u.key_bytes * SC_LAYERS, b->stream));
+    double dev_gbs = 2.0 * half / (copy_us * 1e3);
+    static const char *const names[] = {"knorm", "triattention"};
+    static const kve_scorer scorers[] = {KVE_SCORER_KNORM, KVE_SCORER_TRIATTENTION};
+    for (int k = 0; k < 2; k++) {
+        double us = kve_score_round_us(b, &u, scorers[k], iters), gbs = key_bytes / (us * 1e3);
+        printf("score %s: one G1 round (36 kve_score calls) %.3f ms; candidates' keys %.1f MB "
+               "read once = %.0f GB/s, %.0f%% of the device's %.0f GB/s (device-to-device copy, "
+               "bytes read + written)\n",
+               names[k], us / 1e3, key_bytes / 1e6, gbs, 100.0 * gbs / dev_gbs, dev_gbs);
+        printf("RESULT score_%s_ms %.4f\nRESULT score_%s_gbs %.1f\nRESULT score_%s_bw_fraction "
+               "%.3f\n",
+               names[k], us / 1e3, names[k], gbs, names[k], gbs / dev_gbs);
+    }
+    kve_score_bufs_free(b, &u);
+}
+
 int main(int argc, char **argv)
 {
     kve_bench b;
@@ -393,6 +529,7 @@ int main(int argc, char **argv)
     kve_bench_evict(&b, "g3", 128, 36);
     kve_bench_compact(&b);
     kve_bench_step(&b);
+    kve_bench_score(&b);
     KVE_B_RT(cudaEventDestroy(b.start));
     KVE_B_RT(cudaEventDestroy(b.stop));
     KVE_B_CHECK(kve_context_destroy(b.gpu));
