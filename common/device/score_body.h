@@ -448,15 +448,17 @@ KVE_FN void kve_score_slot_dev(const kve_score_smem *sm, const kve_score_args *a
     for (uint32_t j0 = 0; j0 < g; j0 += KVE_SCORE_HEADS_PER_PASS) {
         float acc[KVE_SCORE_HEADS_PER_PASS];
         uint32_t n = g - j0 < KVE_SCORE_HEADS_PER_PASS ? g - j0 : KVE_SCORE_HEADS_PER_PASS;
-        if (!key)
-            for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
-                acc[j] = 0.0f;
-        else if (d->scorer == KVE_SCORER_KNORM)
+        KVE_UNROLL
+        for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
+            acc[j] = 0.0f;
+        if (key && d->scorer == KVE_SCORER_KNORM)
             acc[0] = kve_score_knorm_key(key, t, d->keys.head_dim, a->vec);
-        else
+        else if (key)
             kve_score_tri_pass(sm->coef + (size_t)j0 * 3 * a->nf, key, t, a->nf, a->vec, n, acc);
-        for (uint32_t j = 0; j < n; j++)
-            raw[(size_t)(j0 + j) * a->max_slots] = acc[j];
+        KVE_UNROLL /* constant indices: acc stays in registers */
+        for (uint32_t j = 0; j < KVE_SCORE_HEADS_PER_PASS; j++)
+            if (j < n)
+                raw[(size_t)(j0 + j) * a->max_slots] = acc[j];
     }
 }
 
