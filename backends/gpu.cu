@@ -478,17 +478,34 @@ static kve_status gpu_state_plan(kve_context *ctx, const kve_state_plan *p)
     return KVE_OK;
 }
 
-/* One launch over the uploaded jobs, sized by the state's shape bound. */
-static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
+/* One launch over the uploaded jobs, sized by the state's shape bound:
+ * the job interpreter (a thread per item), or for a wave's rounds the
+ * round kernel (a block per table). */
+static kve_status gpu_state_jobs(kve_context *ctx, const kve_state_update *u, int round)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     if (!u->n_jobs)
         return KVE_OK;
     kve_gpu *g = kve_gpu_of(ctx);
     kve_state_args a = kve_state_args_make(u, g->errors);
-    KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
-               kve_state_plan_grid(&g->limits, u, KVE_STATE_THREADS), KVE_STATE_THREADS, 0, a);
+    if (round)
+        KVE_LAUNCH(ctx, kve_state_round_kernel, kve_state_args,
+                   kve_state_round_plan_grid(&g->limits, u), KVE_ROUND_THREADS, 0, a);
+    else
+        KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
+                   kve_state_plan_grid(&g->limits, u, KVE_STATE_THREADS), KVE_STATE_THREADS, 0,
+                   a);
     return KVE_OK;
+}
+
+static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
+{
+    return gpu_state_jobs(ctx, u, 0);
+}
+
+static kve_status gpu_state_round(kve_context *ctx, const kve_state_update *u)
+{
+    return gpu_state_jobs(ctx, u, 1);
 }
 
 /* One launch over every call row (rows not due return at once), planned
@@ -585,6 +602,7 @@ static const kve_backend_ops kve_gpu_ops = {
     .cache_write = gpu_cache_write,
     .state_evict = gpu_state_evict,
     .upload = gpu_upload,
+    .state_round = gpu_state_round,
     .score = gpu_score,
     .state_plan = gpu_state_plan,
 };

@@ -5,7 +5,8 @@
  *
  *   1. the job protocol: what the cache state (common/state*.c) asks of a
  *      backend — one operation running a list of small jobs on the state's
- *      tables (state_update), one evicting the rows of an append that are
+ *      tables (state_update), optionally one placing rounds a block per
+ *      table (state_round), one evicting the rows of an append that are
  *      due (state_evict), and the cache write (which also runs the moves the
  *      jobs list); the job interpreter is common/device/state_body.h;
  *   2. struct kve_context, which every public call receives;
@@ -26,7 +27,7 @@
 
 #include "kvevict.h"
 
-#define KVE_BACKEND_ABI_VERSION 3u /* 2: state_evict, upload; 3: state_plan */
+#define KVE_BACKEND_ABI_VERSION 3u /* 2: state_evict, upload; 3: state_plan, state_round */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 /* ---- 1. The job protocol ---------------------------------------------- */
@@ -261,6 +262,10 @@ typedef struct kve_backend_ops {
      * stream (copy waits): @p src may be reused once it returns (a GPU's
      * driver stages pageable memory before returning). The state's jobs. */
     kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
+    /* state_update for a list of ROUND jobs only (other kinds are not run):
+     * the same results, on a GPU a block per table (common/device/round_body.h).
+     * NULL: the front end runs the rounds through state_update. */
+    kve_status (*state_round)(kve_context *ctx, const kve_state_update *update);
     /* kve_score (common/device/score_body.h): desc validated, key strides
      * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
     kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);

@@ -76,6 +76,10 @@ kve_status kve_state_upload(kve_state *s, uint32_t n_jobs);
  * launch sized for @p work items, with the call's outputs (NULL: none). */
 kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
                             const kve_step_buffers *out);
+/* kve_state_launch of uploaded ROUND jobs: through the backend's
+ * state_round when it has one (a block per table on a GPU). */
+kve_status kve_state_launch_round(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
+                                  const kve_step_buffers *out);
 /* kve_state_upload, then kve_state_launch of them all. */
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */

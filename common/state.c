@@ -271,8 +271,10 @@ kve_status kve_state_upload(kve_state *s, uint32_t n_jobs)
                   : KVE_OK;
 }
 
-kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
-                            const kve_step_buffers *out)
+/* Uploaded jobs [first, first + n_jobs) through @p op (state_update's signature). */
+static kve_status kve_state_launch_op(kve_state *s, uint32_t first, uint32_t n_jobs,
+                                      uint64_t work, const kve_step_buffers *out,
+                                      kve_status (*op)(kve_context *, const kve_state_update *))
 {
     if (n_jobs == 0)
         return KVE_OK;
@@ -292,7 +294,21 @@ kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint6
         u.move_rows = out->max_rows;
         u.max_moves = out->max_moves;
     }
-    return s->ctx->ops->state_update(s->ctx, &u);
+    return op(s->ctx, &u);
+}
+
+kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
+                            const kve_step_buffers *out)
+{
+    return kve_state_launch_op(s, first, n_jobs, work, out, s->ctx->ops->state_update);
+}
+
+kve_status kve_state_launch_round(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
+                                  const kve_step_buffers *out)
+{
+    const kve_backend_ops *o = s->ctx->ops;
+    return kve_state_launch_op(s, first, n_jobs, work, out,
+                               o->state_round ? o->state_round : o->state_update);
 }
 
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out)

@@ -156,7 +156,7 @@ static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new
     }
     KVE_TRY(s->ctx->ops->state_evict(s->ctx, &e));
     KVE_TRY(kve_state_check_evicted(s, n_rows));
-    KVE_TRY(kve_state_launch(s, KVE_SET_ROUND * n_rows, n_rows, per_row, out));
+    KVE_TRY(kve_state_launch_round(s, KVE_SET_ROUND * n_rows, n_rows, per_row, out));
     KVE_TRY(kve_state_launch(s, KVE_SET_RUN * n_rows, n_rows, per_row * max_new, out));
     if (k + 1 == waves && p.final)
         KVE_TRY(kve_state_launch(s, KVE_SET_FINAL * n_rows, n_rows, per_row, out));

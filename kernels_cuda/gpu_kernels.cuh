@@ -85,6 +85,15 @@ __global__ void __launch_bounds__(KVE_STATE_PLAN_THREADS) kve_state_plan_kernel(
     kve_state_plan_run(&tc, &sm, &a);
 }
 
+/* A round's placement, one block per table (round_body.h). */
+__global__ void __launch_bounds__(KVE_ROUND_THREADS) kve_state_round_kernel(kve_state_args a)
+{
+    __shared__ kve_round_smem sm;
+    kve_tc tc;
+    KVE_TC_INIT(tc);
+    kve_state_round_grid(&tc, &sm, &a);
+}
+
 /* kve_cache_write's one launch: the state's moves and the writes
  * (cache_write_body.h). */
 KVE_PLAIN_KERNEL(kve_cache_write_kernel, KVE_CACHE_WRITE_THREADS, kve_cache_write_args,

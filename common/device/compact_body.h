@@ -40,10 +40,10 @@ typedef struct kve_compact_smem {
     uint32_t ne; /* n_evicted[h], read once: it decides who reaches the barriers */
 } kve_compact_smem;
 
-/* Whether slot t is in the ascending list ev[0..ne). */
-KVE_FN int kve_is_evicted(const int32_t *ev, uint32_t ne, uint32_t t)
+/* The first index of the ascending slots ev[lo .. hi) whose slot is >= @p t
+ * (@p hi when none); the round kernel (round_body.h) searches so too. */
+KVE_FN uint32_t kve_slots_lower(const int32_t *ev, uint32_t lo, uint32_t hi, uint32_t t)
 {
-    uint32_t lo = 0, hi = ne;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if ((uint32_t)ev[mid] < t)
@@ -51,6 +51,13 @@ KVE_FN int kve_is_evicted(const int32_t *ev, uint32_t ne, uint32_t t)
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Whether slot t is in the ascending list ev[0..ne). */
+KVE_FN int kve_is_evicted(const int32_t *ev, uint32_t ne, uint32_t t)
+{
+    uint32_t lo = kve_slots_lower(ev, 0, ne, t);
     return lo < ne && (uint32_t)ev[lo] == t;
 }
 

@@ -17,6 +17,7 @@
 #include "compact_body.h"
 #include "evict_body.h"
 #include "keys_body.h"
+#include "round_body.h"
 #include "score_body.h"
 #include "state_body.h"
 
@@ -38,6 +39,9 @@ KVE_HOST_FN uint32_t kve_launch_grid(uint64_t work, uint32_t per_block, uint32_t
 #define KVE_STATE_THREADS 256u
 /* The planner of an append's wave: one block (state_body.h). */
 #define KVE_STATE_PLAN_THREADS 256u
+/* A round's block (round_body.h): one table a block; a G2 round (r = 64)
+ * keeps half of it busy, a larger r or a call's block of tokens all. */
+#define KVE_ROUND_THREADS 128u
 #define KVE_EVICT_MAX_THREADS 512u /* kve_evict_threads' largest block */
 #define KVE_BLOCKS_PER_SM 32u      /* grid cap of grid-stride kernels, per SM */
 /* Eviction's grid cap per SM when its scratch lives in the workspace: the
@@ -225,6 +229,14 @@ KVE_HOST_FN uint32_t kve_state_plan_grid(const kve_launch_limits *lim, const kve
                                          uint32_t threads)
 {
     return kve_launch_grid(u->work, threads, lim->max_grid);
+}
+
+/* state_round's grid (kve_state_round_grid: one block per table of the
+ * call's rows): u->work blocks, the call's rows x tables, capped. */
+KVE_HOST_FN uint32_t kve_state_round_plan_grid(const kve_launch_limits *lim,
+                                               const kve_state_update *u)
+{
+    return kve_launch_grid(u->work, 1, lim->max_grid);
 }
 
 /* The keys kernel's grid for @p n coordinates on blocks of @p threads. */

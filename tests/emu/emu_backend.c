@@ -187,7 +187,13 @@ static void kve_emu_log_evict(const char *what, const kve_evict_plan *p)
  * and does not run; a copy, upload, synchronize or allocation breaks the
  * capture (CUDA refuses them in a capturing stream, and a captured step
  * must do none). A replay runs the recorded launches in order. */
-typedef enum { KVE_NODE_PLAN, KVE_NODE_UPDATE, KVE_NODE_EVICT, KVE_NODE_WRITE } kve_emu_node_kind;
+typedef enum {
+    KVE_NODE_PLAN,
+    KVE_NODE_UPDATE,
+    KVE_NODE_ROUND,
+    KVE_NODE_EVICT,
+    KVE_NODE_WRITE
+} kve_emu_node_kind;
 
 typedef struct kve_emu_node {
     kve_emu_node_kind kind;
@@ -299,21 +305,64 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
-/* The planner synchronizes its block: on the eviction pool (threaded)
- * when the current pool is serial, on the CPU when there is none. */
+/* A pool for a body with barriers (the planner, the round kernel) outside
+ * the device plan: threaded, of the current pool's shape (which may be
+ * serial). Aborts when it cannot make one. */
+static kve_emu_pool *kve_emu_round_pool;
+static uint32_t kve_emu_round_nt, kve_emu_round_ws;
+
+static kve_emu_pool *kve_emu_barrier_pool(void)
+{
+    uint32_t nt = 32, ws = 32;
+    if (kve_emu_pool_now)
+        kve_emu_pool_shape(kve_emu_pool_now, &nt, &ws);
+    if (!kve_emu_round_pool || nt != kve_emu_round_nt || ws != kve_emu_round_ws) {
+        kve_emu_pool_destroy(kve_emu_round_pool);
+        kve_emu_round_pool = kve_emu_pool_create(nt, ws);
+        kve_emu_round_nt = nt;
+        kve_emu_round_ws = ws;
+    }
+    if (!kve_emu_round_pool) {
+        fprintf(stderr, "emu: no pool of %u threads in warps of %u\n", nt, ws);
+        abort();
+    }
+    return kve_emu_round_pool;
+}
+
+/* The planner synchronizes its block: the device's pool, or a threaded
+ * one of the current pool's shape. */
 static kve_status emu_state_plan(kve_context *ctx, const kve_state_plan *p)
 {
     kve_emu_log_add("kve_state_plan_kernel", 1, 0);
     kve_emu_node node = {KVE_NODE_PLAN, {.plan = *p}};
     if (kve_emu_record(&node))
         return KVE_OK;
-    kve_emu_pool *pool = kve_emu_pool_for(KVE_STATE_PLAN_THREADS, kve_emu_evict_pool);
-    if (!pool)
-        return kve_emu_cpu->state_plan(ctx, p);
+    (void)ctx;
+    kve_emu_pool *pool = kve_emu_dev_warp ? kve_emu_pool_for(KVE_STATE_PLAN_THREADS, NULL)
+                                          : kve_emu_barrier_pool();
     if (kve_emu_launch_fails("kve_state_plan_kernel"))
         return KVE_OK;
     int rc = kve_emu_state_plan(pool, p, &kve_emu_records);
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
+}
+
+/* state_round: logged as the GPU driver plans it (gpu_state_round). */
+static kve_status emu_state_round(kve_context *ctx, const kve_state_update *u)
+{
+    (void)ctx;
+    if (!u->n_jobs)
+        return KVE_OK;
+    kve_emu_log_add("kve_state_round_kernel", kve_state_round_plan_grid(&kve_emu_lim, u), 0);
+    kve_emu_node node = {KVE_NODE_ROUND, {.update = *u}};
+    if (kve_emu_record(&node))
+        return KVE_OK;
+    if (kve_emu_launch_fails("kve_state_round_kernel"))
+        return KVE_OK;
+    kve_emu_pool *pool =
+        kve_emu_dev_warp ? kve_emu_pool_for(KVE_ROUND_THREADS, NULL) : kve_emu_barrier_pool();
+    return kve_emu_state_round(pool, &kve_emu_lim, u, &kve_emu_records)
+               ? KVE_ERR_INTERNAL
+               : KVE_OK;
 }
 
 /* The larger of the plan's workspace and the CPU's: kve_evict runs on
@@ -498,6 +547,8 @@ static void emu_context_fini(kve_context *ctx)
     kve_emu_untrack(&kve_emu_records);
     kve_emu_score_free(ctx);
     kve_emu_context_device_plan(0);
+    kve_emu_pool_destroy(kve_emu_round_pool);
+    kve_emu_round_pool = NULL;
     kve_emu_cpu->context_fini(ctx);
 }
 
@@ -564,6 +615,7 @@ static const kve_backend_ops kve_emu_ops = {
     .state_evict = emu_state_evict,
     .upload = emu_upload,
     .state_plan = emu_state_plan,
+    .state_round = emu_state_round,
     .score = emu_score,
 };
 
@@ -603,6 +655,7 @@ kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g)
         const kve_emu_node *n = &g->nodes[i];
         kve_status st = n->kind == KVE_NODE_PLAN     ? emu_state_plan(ctx, &n->a.plan)
                         : n->kind == KVE_NODE_UPDATE ? emu_state_update(ctx, &n->a.update)
+                        : n->kind == KVE_NODE_ROUND  ? emu_state_round(ctx, &n->a.update)
                         : n->kind == KVE_NODE_EVICT  ? emu_state_evict(ctx, &n->a.evict)
                                                      : emu_cache_write(ctx, &n->a.write);
         if (st != KVE_OK)

@@ -326,6 +326,21 @@ int kve_emu_state_plan(kve_emu_pool *pool, const kve_state_plan *p, kve_emu_erro
                        kve_emu_state_plan_body, &a, NULL, 0);
 }
 
+static void kve_emu_state_round_body(kve_tc *tc, unsigned char *smem, void *arg)
+{
+    kve_state_round_grid(tc, (kve_round_smem *)smem, (const kve_state_args *)arg);
+}
+
+int kve_emu_state_round(kve_emu_pool *pool, const kve_launch_limits *lim,
+                        const kve_state_update *u, kve_emu_errors *e)
+{
+    if (!u->n_jobs)
+        return 0;
+    kve_state_args a = kve_state_args_make(u, e->rec);
+    return kve_emu_run(pool, "kve_state_round_kernel", kve_state_round_plan_grid(lim, u),
+                       sizeof(kve_round_smem), kve_emu_state_round_body, &a, NULL, 0);
+}
+
 static void kve_emu_state_evict_body(kve_tc *tc, unsigned char *smem, void *arg)
 {
     kve_state_evict_grid(tc, (kve_evict_smem *)smem, (const kve_state_evict_args *)arg,

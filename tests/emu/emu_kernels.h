@@ -76,6 +76,12 @@ int kve_emu_state_update(kve_emu_pool *pool, uint32_t max_grid, const kve_state_
 /* The backend op state_plan: one block. */
 int kve_emu_state_plan(kve_emu_pool *pool, const kve_state_plan *p, kve_emu_errors *e);
 
+/* The backend op state_round (ROUND jobs, a block per table) as the GPU
+ * driver launches it under @p lim, on @p pool (threaded: the body has
+ * barriers). */
+int kve_emu_state_round(kve_emu_pool *pool, const kve_launch_limits *lim,
+                        const kve_state_update *u, kve_emu_errors *e);
+
 /* The backend op state_evict as plan @p p says (kve_evict_plan_make of
  * se->b): scratch in shared memory or in se->workspace. */
 int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,

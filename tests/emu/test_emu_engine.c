@@ -602,7 +602,7 @@ START_TEST(test_state_launches)
     static const uint32_t phases[2][KVE_LS_ROWS] = {{11, 8, 8, 8}, {10, 10, 10, 10}};
     static const char *const want[] = {"upload",           "kve_state_plan_kernel",
                                        "kve_state_kernel", "kve_state_evict_kernel",
-                                       "kve_state_kernel", "kve_state_kernel",
+                                       "kve_state_round_kernel", "kve_state_kernel",
                                        "kve_state_kernel"};
     kve_emu_launch_rec first[KVE_LS_LOG], log[KVE_LS_LOG];
     uint32_t n_first = 0, seen[KVE_LS_ROWS + 1] = {0};
