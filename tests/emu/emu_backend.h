@@ -1,8 +1,9 @@
 /*
  * emu_backend.h — a context that behaves like a GPU context with the
  * emulator as its device: a CPU context whose table of operations runs
- * state_update, cache_write and kve_score (and, when asked, kve_evict and
- * a state's eviction) through common/device/'s bodies on an emulator pool,
+ * state_update, state_round (on a threaded pool), cache_write and kve_score
+ * (and, when asked, kve_evict and a state's eviction) through
+ * common/device/'s bodies on an emulator pool,
  * planned by the GPU driver's launch plan (kve_launch.h: grids, and
  * eviction's scratch in shared memory or the workspace); the block size is
  * the pool's (the bodies run on any). It says its memory is not host memory, so the core
@@ -32,10 +33,10 @@ void kve_emu_context_use(kve_emu_pool *pool, uint32_t max_grid, kve_emu_pool *ev
 
 /* The device's own launch plan: every kernel on blocks of the thread count
  * the GPU driver launches it with (kve_launch.h: state, cache write and
- * scorer 256 threads, eviction its plan's 64 to 512), warps of @p warp (32
- * or 64), grids and shared memory planned with an H200's limits (132
- * multiprocessors, 227 KiB of shared memory a block); kve_evict and a
- * state's eviction run on the emulator too. 0 goes back to the pools of
+ * scorer 256 threads, the round kernel 128, eviction its plan's 64 to 512),
+ * warps of @p warp (32 or 64), grids and shared memory planned with an
+ * H200's limits (132 multiprocessors, 227 KiB of shared memory a block);
+ * kve_evict and a state's eviction run on the emulator too. 0 goes back to the pools of
  * kve_emu_context_use. The pools live until the context is destroyed. */
 void kve_emu_context_device_plan(uint32_t warp);
 
