@@ -37,6 +37,7 @@ typedef struct kve_step_bench {
     kve_state *st;
     uint32_t rows;
     uint32_t *row_ids, *ones, *refill; /* host: 0..rows-1, 1 each, r - 1 each */
+    uint32_t *dev_rows, *dev_ones;     /* backend: row_ids and ones, for the planned step */
     void *kv, *src;                    /* backend: K then V pages; the step's new K, V */
     int32_t *block_table, *token_row;  /* backend */
     kve_step_buffers out;              /* backend */
@@ -112,6 +113,10 @@ static inline kve_status kve_step_bench_init(kve_step_bench *b, kve_context *ctx
         st = kve_step_upload(b, bt, n_pages * 4, (void **)&b->block_table);
     if (st == KVE_OK)
         st = kve_step_upload(b, b->row_ids, rows * 4, (void **)&b->token_row);
+    if (st == KVE_OK)
+        st = kve_step_upload(b, b->row_ids, rows * 4, (void **)&b->dev_rows);
+    if (st == KVE_OK)
+        st = kve_step_upload(b, b->ones, rows * 4, (void **)&b->dev_ones);
     free(bt);
     if (st == KVE_OK)
         st = kve_step_alloc(b, 2 * b->cache_bytes, &b->kv);
@@ -172,6 +177,17 @@ static inline kve_status kve_step_bench_run(kve_step_bench *b)
     return st;
 }
 
+/* The step as an engine captures it in a graph: the append planned on the
+ * device (kve_state_append_device: rows and counts in backend memory,
+ * launches that depend on the shape alone), then every layer's write. */
+static inline kve_status kve_step_bench_run_device(kve_step_bench *b)
+{
+    kve_status st = kve_state_append_device(b->st, b->rows, b->dev_rows, b->dev_ones, 1, &b->out);
+    for (uint32_t l = 0; st == KVE_OK && l < KVE_ST_LAYERS; l++)
+        st = kve_step_write(b, l);
+    return st;
+}
+
 /* What the next one-token step does in each row (issue 38's step rows). */
 typedef enum kve_step_mode {
     KVE_STEP_ROUND_ALL = 0, /* every row full: every row runs a round */
@@ -218,6 +234,8 @@ static inline void kve_step_bench_free(kve_step_bench *b)
     kve_free(b->ctx, b->src);
     kve_free(b->ctx, b->block_table);
     kve_free(b->ctx, b->token_row);
+    kve_free(b->ctx, b->dev_rows);
+    kve_free(b->ctx, b->dev_ones);
     kve_free(b->ctx, b->out.slot_mapping);
     kve_free(b->ctx, b->out.moves);
     kve_free(b->ctx, b->out.n_moves);

@@ -437,6 +437,27 @@ failed=0
             row "$v" "G2 decode step, $1 rows, $2: append (us) / + 64 layers of writes (us)" \
                 "$(value "$v" "step_$1_$2_append_us" bench) / $st" "$goal" "-" "$met"
         done
+        # the same steps planned on the device: captured once in a CUDA graph and replayed,
+        # against the planned step launched eagerly (stream time, not ncu's kernel time)
+        for sr in "1 round" "128 round" "1 none" "128 none" "128 staggered"; do
+            set -- $sr
+            row "$v" "G2 decode step, $1 rows, $2, planned: graph replay (us) / eager (us)" \
+                "$(value "$v" "step_$1_$2_graph_us" bench) / $(value "$v" "step_$1_$2_planned_us" bench)" \
+                "replay within 10% of the kernels' time" "-" "-"
+        done
+        # issue 38: a round's fixed cost and per-row cost, from the append rows above
+        fixed=$("$py_any" -c "import sys; a,b=map(float,sys.argv[1:]); print('%.1f' % (a-b))" \
+            "$(value "$v" step_1_round_append_us bench)" "$(value "$v" step_1_none_append_us bench)" 2>/dev/null || echo n/a)
+        per=$("$py_any" -c "import sys; a,b=map(float,sys.argv[1:]); print('%.1f' % ((a-b)/127))" \
+            "$(value "$v" step_128_round_append_us bench)" "$(value "$v" step_1_round_append_us bench)" 2>/dev/null || echo n/a)
+        row "$v" "round's fixed cost (us): 1-row append with a round - without" "$fixed" "<= 20" "-" "$(verdict "$fixed" '<=' 20)"
+        row "$v" "round's cost per further row (us), 1 to 128 rows" "$per" "<= G2 round $g2" "-" "$(verdict "$per" '<=' "$g2")"
+        for tk in 1 8 32 128; do
+            cw=$(value "$v" "cw_${tk}_us" bench)
+            row "$v" "G2 cache write, $tk tokens: us a layer call / ratio to a plain write kernel" \
+                "$cw / $(value "$v" "cw_${tk}_ratio" bench)" "<= 3 / <= 1.2" "plain $(value "$v" "cw_${tk}_plain_us" bench) us" \
+                "$(verdict "$cw" '<=' 3) / $(verdict "$(value "$v" "cw_${tk}_ratio" bench)" '<=' 1.2)"
+        done
         row "$v" "keep-sets identical to the CPU (bench)" "$cpu_same" "yes" "-" "$cpu_same"
         row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
         [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"
