@@ -3,8 +3,9 @@
  * sequences. Its plan, creation and memory, the job upload and launch
  * every other part uses, admit and retire, and the read-back calls. Slot
  * tables and freed-slot lists live in backend memory and change only
- * through the backend's state_update jobs and state_evict; counts and
- * rounds are host bookkeeping. The rest of the state is in
+ * through the backend's state_update jobs and state_evict; the rows'
+ * counts and rounds live there too (advanced by the planner), mirrored on
+ * the host (kve_state_mirror, kve_state_push_rows). The rest of the state is in
  * state_pool.c (slot capacity), state_append.c (the waves of an append),
  * state_scored.c (KVE_SCORED checks) and state_rebuild.c (rebuild).
  */

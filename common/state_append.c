@@ -1,8 +1,12 @@
 /*
- * state_append.c — kve_state_append: the host plans every wave of an
- * append (which rows evict, what each writes) from its bookkeeping, then
- * each wave runs on the backend as one upload of its jobs and launches
- * sized by the call's shape alone (docs/GPU.md "CUDA graphs").
+ * state_append.c — kve_state_append and kve_state_append_device: every
+ * wave of an append is planned on the backend (the planner of
+ * common/device/state_body.h advancing the rows' bookkeeping in backend
+ * memory), then runs as launches sized by the call's shape alone (docs/
+ * GPU.md "CUDA graphs"). kve_state_append uploads the call's rows and
+ * counts first and advances the host's mirror of the rows with the same
+ * planner; kve_state_append_device reads them from the caller's backend
+ * memory and uploads nothing, so a step can be captured and replayed.
  */
 #include <string.h>
 

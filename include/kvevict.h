@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVE_VERSION_MAJOR 1
-#define KVE_VERSION_MINOR 4
+#define KVE_VERSION_MINOR 5
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 2
@@ -609,7 +609,8 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
  * Rounds each row would run in a kve_state_append of @p n_new tokens:
  * out_due[i] for row rows[i] (host memory, [n_rows]; rows active). Lets an
  * engine compute scores only for the rows whose round is due. Host
- * bookkeeping only: no backend access.
+ * bookkeeping only: no backend access (but a read-back of the rows first
+ * once a call was planned with kve_state_append_device).
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (a row index);
  *         KVE_ERR_INVALID (a row holds no sequence).
  */
@@ -670,7 +671,9 @@ typedef struct kve_state_layout {
 
 KVE_API kve_status kve_state_get_layout(const kve_state *state, kve_state_layout *out);
 
-/** One row of a state (host bookkeeping; no device access). */
+/** One row of a state: the host's copy of its bookkeeping, no device access
+ *  until a call was planned with kve_state_append_device (then read back
+ *  first, waiting for the stream: not inside a captured region). */
 typedef struct kve_state_seq_info {
     uint32_t active;     /**< 1 when the row holds a sequence */
     uint32_t prompt_len; /**< P */
