@@ -223,7 +223,17 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
                      KVE_OK,
                  "read row %u", rows[i]);
     check_rounds_due(m, st, n_rows, rows, n_new, *bad);
-    kve_status s = kve_state_append(st, n_rows, rows, n_new, map || sh.moves || !sh.null_out ? &sb : NULL);
+    /* A valid call, now and then planned on the backend (kve_state_append_device:
+     * host memory is the CPU's backend memory) with max_new >= its largest count,
+     * when its move lists hold kve_state_max_moves(max_new): the same append. */
+    uint32_t max_new = most + (fz_u8(in) & 1), shape_moves = 0;
+    int planned = !*bad && (fz_u8(in) & 3) == 0 &&
+                  kve_state_max_moves(st, max_new, &shape_moves) == KVE_OK &&
+                  (!sh.moves || sh.max_moves >= shape_moves);
+    const kve_step_buffers *out = map || sh.moves || !sh.null_out ? &sb : NULL;
+    kve_status s = planned ? kve_state_append_device(st, n_rows, rows, n_new, max_new, out)
+                           : kve_state_append(st, n_rows, rows, n_new, out);
+    FZ_CHECK(!planned || s == KVE_OK, "append_device refused a valid call: %s", kve_last_error());
     if (s == KVE_OK && !*bad) {
         apply_append(m, st, n_rows, rows, n_new, sh.max_tokens, map);
         if (map && sh.moves)
