@@ -244,7 +244,8 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
                             "desc: cache %u's entry (%zu elements) x n_heads %u x page_size %u "
                             "overflows",
                             c, dim, d->n_heads, d->page_size);
-        KVE_RETURN_ERROR_IF(!d->src[c], KVE_ERR_NULL, "desc.src[%u] is NULL", c);
+        KVE_RETURN_ERROR_IF(!d->src[c] && !d->src_slots, KVE_ERR_NULL,
+                            "desc.src[%u] is NULL (and desc.src_slots too)", c);
         KVE_RETURN_ERROR_IF(!d->dst[c], KVE_ERR_NULL, "desc.dst[%u] is NULL", c);
     }
     KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT && !d->token_row, KVE_ERR_NULL,
@@ -276,13 +277,17 @@ static kve_status kve_check_strides(const kve_cache_write_desc *d, const kve_cac
         const kve_cache_part *p = &r->part[c];
         size_t dst_st[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
                src_st[2] = {p->src_stride_token, p->src_stride_head};
-        KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
+        if (!r->src_slots) /* with src_slots the sources are the caches' own slots */
+            KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
         KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 3, p->dst_dtype));
         /* Source entries may overlap (they are only read): span to the last
-         * entry's end; without tokens (moves alone) nothing is read. */
+         * entry's end; without tokens (moves alone), or with src_slots,
+         * nothing of src is read. */
+        src_span[c] = 0;
         KVE_RETURN_ERROR_IF(
-            kve_rows_span(r->n_heads, p->src_stride_head, kve_src_entry(p), 1, &head_span) ||
-                kve_rows_span(r->n_tokens, p->src_stride_token, head_span, 1, &src_span[c]),
+            !r->src_slots &&
+                (kve_rows_span(r->n_heads, p->src_stride_head, kve_src_entry(p), 1, &head_span) ||
+                 kve_rows_span(r->n_tokens, p->src_stride_token, head_span, 1, &src_span[c])),
             KVE_ERR_OVERFLOW, "desc.src[%u] strides (%zu, %zu) overflow over %u tokens", c,
             p->src_stride_token, p->src_stride_head, r->n_tokens);
         KVE_TRY(kve_dst_span(d, r, c, &dst_span[c]));
@@ -353,6 +358,7 @@ static kve_status kve_check_indptr(const kve_cache_write_desc *d)
 typedef struct {
     uint32_t t, h, k;
     int move, dst;
+    int src; /* token t's head h in desc.src_slots */
 } kve_slot_ref;
 
 /* The name of @p r's field in the desc, for a message. */
@@ -362,7 +368,8 @@ static const char *kve_slot_name(const kve_slot_ref *r, char *buf, size_t size)
         snprintf(buf, size, "desc.moves[move row %u][head %u][pair %u].%s", r->t, r->h, r->k,
                  r->dst ? "dst" : "src");
     else
-        snprintf(buf, size, "desc.slots[token %u][head %u]", r->t, r->h);
+        snprintf(buf, size, "desc.%s[token %u][head %u]", r->src ? "src_slots" : "slots", r->t,
+                 r->h);
     return buf;
 }
 
@@ -429,11 +436,10 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
 {
     int flat = d->page_table == KVE_PAGES_FLAT;
     for (uint32_t t = 0; t < d->n_tokens; t++) {
-        const int64_t *slots = d->slots + (size_t)t * d->slots_stride_token;
         int32_t row = -1;
         int row_read = flat; /* the row is read once a slot needs it: padding needs none */
         for (uint32_t h = 0; h < d->n_heads; h++) {
-            int64_t slot = slots[(size_t)h * d->slots_stride_head];
+            int64_t slot = kve_cw_slot(d, t, h);
             if (slot == -1)
                 continue;
             if (!row_read) {
@@ -444,8 +450,14 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
                                     t, row, d->n_rows - 1, h, (long long)slot);
                 row_read = 1;
             }
-            const kve_slot_ref ref = {t, h, 0, 0, 0};
+            const kve_slot_ref ref = {t, h, 0, 0, 0, 0};
             KVE_TRY(kve_check_slot(d, &ref, row, slot));
+            if (d->src_slots) {
+                const kve_slot_ref from = {t, h, 0, 0, 0, 1};
+                KVE_TRY(kve_check_slot(d, &from, row,
+                                       d->src_slots[(size_t)t * d->slots_stride_token +
+                                                    (size_t)h * d->slots_stride_head]));
+            }
         }
     }
     return KVE_OK;
@@ -473,7 +485,7 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
                                 i, h, n, d->max_moves);
             const int32_t *pair = d->moves + 2 * list * d->max_moves;
             for (uint32_t k = 0; k < 2 * n; k++) {
-                const kve_slot_ref ref = {i, h, k / 2, 1, (int)(k & 1)};
+                const kve_slot_ref ref = {i, h, k / 2, 1, (int)(k & 1), 0};
                 KVE_TRY(kve_check_slot(d, &ref, row, pair[k]));
             }
         }

@@ -60,7 +60,11 @@ typedef enum kve_state_job_kind {
     /* Not run by state_update: call row token's entry of an eviction's row
      * list (kve_state_evict): count = 1 when the row evicts now (0: its heads
      * are skipped), seq its coordinates. */
-    KVE_JOB_EVICT = 6
+    KVE_JOB_EVICT = 6,
+    /* A speculative step's drafts (kve_state_draft): tokens i < count
+     * (mapping index token + i) map to slot first + i (first = the row's
+     * capacity, its first draft slot) of every table; no table is touched. */
+    KVE_JOB_DRAFT = 7
 } kve_state_job_kind;
 
 typedef struct kve_state_job {
@@ -206,6 +210,11 @@ typedef struct kve_state_plan {
     uint32_t clear;        /* 1: the move lists are cleared (MOVES_CLEAR jobs) */
     uint32_t final;        /* 1: the mapping is written (FINAL jobs) */
     uint32_t pad;          /* 1 (kve_state_append_device): the shape's untaken entries -1 (PAD) */
+    /* 1: a kve_state_draft call (waves = 1, max_new = its max_draft): wave
+     * 0's checks, then per call row the move lists' clearing and in set
+     * FINAL a DRAFT job (a refused or padding row: FINAL's -1s); no row
+     * starts work or advances, sets EVICT, ROUND and RUN are no-ops. */
+    uint32_t draft;
 } kve_state_plan;
 
 /* ---- 2. The context ---------------------------------------------------- */

@@ -65,6 +65,10 @@ static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *
                         "desc.max_slots = %u: below max(B, W) + r = %u, the capacity of an "
                         "empty prompt",
                         d->max_slots, min_slots);
+    KVE_RETURN_ERROR_IF(d->max_draft > KVE_I32_MAX - d->max_slots, KVE_ERR_RANGE,
+                        "desc.max_draft = %u: max_slots + max_draft (%u + %u) must be <= 2^31-1, "
+                        "a row's slots with its draft slots",
+                        d->max_draft, d->max_slots, d->max_draft);
     memset(s, 0, sizeof *s);
     s->ctx = ctx;
     s->d = *d;
@@ -390,6 +394,8 @@ kve_status kve_state_get_seq(const kve_state *s, uint32_t row, kve_state_seq_inf
     out->n_valid = r->n_valid;
     out->n_used = r->n_valid;
     out->table_offset = r->off * s->tables;
+    out->draft_first = r->capacity;
+    out->max_draft = s->d.max_draft;
     return KVE_OK;
 }
 

@@ -42,13 +42,7 @@ static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const ui
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     int with_moves = out && (out->moves || out->n_moves);
-    if (with_moves) {
-        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
-                            "out->%s is NULL: moves and n_moves go together",
-                            out->moves ? "n_moves" : "moves");
-        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
-                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
-    }
+    KVE_TRY(kve_state_check_move_lists(out, n_rows));
     uint64_t total = 0;
     uint32_t rounds = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
@@ -100,7 +94,7 @@ static kve_state_plan kve_state_plan_of(const kve_state *s, uint32_t n_rows, uin
     kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, s->call_rows, s->call_new,
                         s->call_base, s->marks,    s->refused,  s->tables,    n_rows,
                         max_new,      s->d.max_seqs, s->d.schedule.interval, k, waves,
-                        UINT32_MAX,   0,           0,           0};
+                        UINT32_MAX,   0,           0,           0,           0};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
@@ -190,7 +184,7 @@ static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32
     uint32_t waves = kve_state_waves(s, max_new), at = 0;
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
-                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0};
+                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0, 0};
     for (uint32_t k = 0; k < waves; k++) {
         p.wave = k;
         (void)kve_state_plan_serial(&p, &at);
@@ -241,13 +235,8 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(max_new > KVE_I32_MAX, KVE_ERR_RANGE,
                         "max_new = %u: must be <= 2^31-1", max_new);
-    int with_moves = out && (out->moves || out->n_moves);
-    if (with_moves) {
-        KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
-                            "out->%s is NULL: moves and n_moves go together",
-                            out->moves ? "n_moves" : "moves");
-        KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
-                            "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    KVE_TRY(kve_state_check_move_lists(out, n_rows));
+    if (out && out->moves) {
         uint32_t need;
         KVE_TRY(kve_state_max_moves(s, max_new, &need));
         KVE_RETURN_ERROR_IF(out->max_moves < need, KVE_ERR_RANGE,

@@ -459,6 +459,12 @@ typedef struct kve_state_desc {
      *  moved together when no single run of them is). 0: max_seqs x
      *  max_slots (every row fits at any time); else >= max_slots. */
     uint64_t pool_slots;
+    /** D: the most draft tokens a row may carry in a speculative step
+     *  (kve_state_draft; docs/SPEC.md "Speculative steps"); 0 = none. Each
+     *  row's cache then holds capacity + D slots: draft token i of a row
+     *  lives at slot capacity + i (in every head), outside the slot tables,
+     *  which never hold drafts. max_slots + D <= 2^31-1. */
+    uint32_t max_draft;
 } kve_state_desc;
 
 /** Opaque cache state: one per thread, like its context. */
@@ -606,6 +612,45 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            uint32_t max_new, const kve_step_buffers *out);
 
 /**
+ * Tentative tokens of a speculative step (docs/SPEC.md "Speculative
+ * steps"): call row i carries n_draft[i] draft tokens of state row rows[i],
+ * which go to the row's draft slots, outside its tables: draft token k of
+ * the row at slot capacity + k of every head (kve_state_seq_info.
+ * draft_first). The call writes out->slot_mapping for the draft tokens
+ * (numbered row by row as in kve_state_append) and empties the move lists;
+ * it changes nothing else: no round runs, the tables, lengths, rounds and
+ * digests stay as they are. The engine verifies the drafts (attention over
+ * the row's n_valid slots and its draft slots, causal among the drafts),
+ * then commits the accepted ones with an ordinary kve_state_append (or
+ * kve_state_append_device) of n_accept tokens, and copies their entries
+ * from the draft slots to the slots that append maps them to with one
+ * kve_cache_write (desc.src_slots), the append's moves in the same call.
+ * The state after the commit is a function of the accepted tokens alone, so
+ * kve_state_rebuild and replays of the accepted steps reproduce it.
+ * Planned on the backend like kve_state_append_device: every launch
+ * depends on n_rows, max_draft and the state's shape alone, nothing is read
+ * back, so a CUDA or HIP graph can capture it.
+ * @param rows, n_draft [n_rows], backend memory: a call row with n_draft[i]
+ *        = 0 is padding (rows[i] is not read); rows with drafts must be
+ *        active and distinct.
+ * @param max_draft the most drafts a row may bring (the captured shape), <=
+ *        desc.max_draft.
+ * @param out mapping (optional) and move lists (optional; emptied, no
+ *        moves); scores are not read.
+ * Checks that need the data (rows, activity, repeats, n_draft[i] <=
+ * max_draft, out->max_tokens) run on the device as in
+ * kve_state_append_device: a refused call maps its tokens to -1, empties
+ * its move lists and is reported by kve_context_synchronize; on the CPU
+ * backend the call returns that error itself.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft past
+ *         desc.max_draft, out->max_rows); KVE_ERR_INVALID when the state
+ *         was created with max_draft = 0.
+ */
+KVE_API kve_status kve_state_draft(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                                   const uint32_t *n_draft, uint32_t max_draft,
+                                   const kve_step_buffers *out);
+
+/**
  * Rounds each row would run in a kve_state_append of @p n_new tokens:
  * out_due[i] for row rows[i] (host memory, [n_rows]; rows active). Lets an
  * engine compute scores only for the rows whose round is due. Host
@@ -688,6 +733,10 @@ typedef struct kve_state_seq_info {
     /** elements from kve_state_layout.slot_pos to the row's first table (its
      *  place in the pool, while active) */
     uint64_t table_offset;
+    /** = capacity: the row's first draft slot (kve_state_draft); its draft
+     *  token i lives at slot draft_first + i < draft_first + max_draft */
+    uint32_t draft_first;
+    uint32_t max_draft; /**< D of the state's desc: draft slots a row has */
 } kve_state_seq_info;
 
 KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
@@ -859,6 +908,16 @@ typedef struct kve_cache_write_desc {
     size_t moves_stride_row, moves_stride_head; /**< in lists */
     const int32_t *move_row; /**< [n_move_rows] or NULL; not read with KVE_PAGES_FLAT */
     kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
+    /** Optional (NULL = none), int64, shaped and strided as slots: when set,
+     *  entry (token t, head h) is copied, in every cache, from slot
+     *  src_slots[t * slots_stride_token + h * slots_stride_head] of the same
+     *  row (token_row[t]), the stored bytes as they are, instead of from
+     *  src[c] (src, its strides and the parts' source types are then
+     *  unused; src may be NULL); -1 there skips the entry. A speculative
+     *  step's commit (kve_state_draft): draft slots to the slots the append
+     *  mapped them to. @pre a source slot is the destination of no write
+     *  and no move of the call (draft slots, >= capacity, never are). */
+    const int64_t *src_slots;
 } kve_cache_write_desc;
 
 /**

@@ -117,16 +117,30 @@ static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
     for (size_t t = lo; t < hi; t++) {
         /* padding (every slot -1) never reads its row */
         for (uint32_t h = 0; h < d->n_heads; h++) {
-            int64_t slot = d->slots[t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+            int64_t slot = kve_cw_slot(d, (uint32_t)t, h);
             if (slot < 0)
                 continue;
-            kve_cw_place at;
-            kve_cw_lookup(d, flat ? 0 : d->token_row[t], slot, &at); /* validated: found */
+            int32_t row = flat ? 0 : d->token_row[t];
+            kve_cw_place at, from = {0, 0, 0};
+            kve_cw_lookup(d, row, slot, &at); /* validated: found */
+            if (d->src_slots) /* validated: found, and written by nothing in the call */
+                kve_cw_lookup(d, row,
+                              d->src_slots[t * d->slots_stride_token +
+                                           (size_t)h * d->slots_stride_head],
+                              &from);
             for (uint32_t c = 0; c < d->n_caches; c++) {
                 const kve_cache_part *p = &d->part[c];
                 unsigned char *dst = (unsigned char *)d->dst[c] +
                                      (size_t)at.page * p->dst_stride_page +
                                      at.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
+                if (d->src_slots) { /* the stored bytes of another slot of the row */
+                    memcpy(dst,
+                           (const unsigned char *)d->dst[c] +
+                               (size_t)from.page * p->dst_stride_page +
+                               from.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head,
+                           (size_t)p->dim * kve_dtype_size(p->dst_dtype));
+                    continue;
+                }
                 const unsigned char *src = (const unsigned char *)d->src[c] +
                                            t * p->src_stride_token + (size_t)h * p->src_stride_head;
                 if (!p->convert)

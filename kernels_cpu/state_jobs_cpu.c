@@ -122,7 +122,11 @@ kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
                                      why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
                                  ? KVE_ERR_RANGE
                                  : KVE_ERR_INVALID,
-                             "kve_state_append_device: rows[%u] = %u (n_new[%u] = %u) %s", at,
-                             p->call_rows[at], at, p->call_new[at], kve_plan_refusal_text(why));
+                             "%s: rows[%u] = %u (%s[%u] = %u) %s",
+                             p->draft ? "kve_state_draft" : "kve_state_append_device", at,
+                             p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
+                             p->call_new[at],
+                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
+                                                                  : kve_plan_refusal_text(why));
     return KVE_OK;
 }

@@ -18,6 +18,11 @@
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
  *
+ * With desc.src_slots an entry's bytes come from another slot of its row
+ * in the same cache (a speculative step's commit), copied as a move copies
+ * them; the source is written by nothing in the call (the API's
+ * precondition), so it reads the same whenever it is read.
+ *
  * The state's moves run in the same launch (kve_cache_write_grid): a move
  * out of a slot the call writes is made by that slot's write item just
  * before its write, every other move by a move item of its own; the grid
@@ -119,6 +124,14 @@ KVE_FN int kve_cw_locate(const kve_cache_write_desc *d, int32_t row, int64_t slo
     return 1;
 }
 
+/* The slot entry (t, h) is written to: desc.slots's, or -1 (skipped, as
+ * padding) where desc.src_slots is set and names no source there. */
+KVE_HD_FN int64_t kve_cw_slot(const kve_cache_write_desc *d, uint32_t t, uint32_t h)
+{
+    size_t at = (size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head;
+    return d->src_slots && d->src_slots[at] == -1 ? -1 : d->slots[at];
+}
+
 /* Page and in-page slot of entry (t, h), or 0 when it is skipped: slot -1
  * (padding: the token's row is then never read), or a row, slot or page the
  * desc does not allow (an error raised when @p raise). */
@@ -126,7 +139,7 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
                          size_t *page_out, size_t *in_out)
 {
     const kve_cache_write_desc *d = &a->d;
-    int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+    int64_t slot = kve_cw_slot(d, t, h);
     if (slot == -1)
         return 0;
     int32_t row = 0;
@@ -233,7 +246,7 @@ KVE_FN int kve_cw_written(const kve_cache_write_desc *d, int32_t row, uint32_t h
                           int64_t s1)
 {
     for (uint32_t t = 0; t < d->n_tokens; t++) {
-        int64_t s = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+        int64_t s = kve_cw_slot(d, t, h);
         if ((s == s0 || s == s1) && (d->page_table == KVE_PAGES_FLAT || d->token_row[t] == row))
             return 1;
     }
@@ -295,9 +308,20 @@ KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_
     if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
         return;
     int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
-    kve_cw_pre_move(a, c, d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t], h, slot, page,
-                    in, lane);
+    int32_t row = d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t];
+    kve_cw_pre_move(a, c, row, h, slot, page, in, lane);
     kve_cw_cache k = kve_cw_cache_of(a, c);
+    if (d->src_slots) { /* the entry's bytes from another slot of the row, as stored */
+        int64_t from =
+            d->src_slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
+        size_t sp, si;
+        int why = 0;
+        if (kve_cw_locate(d, row, from, &sp, &si, &why))
+            kve_cw_move_entry(k, h, sp, si, page, in, lane, g);
+        else if (c == 0 && lane == 0)
+            kve_raise(a->errors, why, t, h);
+        return;
+    }
     const kve_cache_part *p = k.p;
     unsigned char *dst = (unsigned char *)k.dst + page * p->dst_stride_page +
                          in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;

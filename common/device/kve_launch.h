@@ -411,8 +411,9 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
         {KVE_DEV_ERR_CSLOT_RANGE, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
          "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the device)"},
         {KVE_DEV_ERR_STATE_CALL, KVE_DEV_CALL_STATE, 0, KVE_ERR_INVALID,
-         "cache state append refused at call row %llu, reason %u (1: rows[i] >= max_seqs; 2: "
-         "the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > max_new; 5: the "
+         "cache state append (or draft) refused at call row %llu, reason %u (1: rows[i] >= "
+         "max_seqs; 2: the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > "
+         "max_new (n_draft[i] > max_draft); 5: the "
          "row would pass position 2^31-1; 6: more tokens than out->max_tokens) (checked on the "
          "device); the state is unchanged and the call's outputs hold no tokens"},
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
@@ -427,12 +428,14 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
         {KVE_DEV_ERR_CW_ROW, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
          "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)"},
         {KVE_DEV_ERR_CW_SLOT, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
-         "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's row (below "
+         "desc.slots[token %llu][head %u] (or desc.src_slots there): must be -1 or a slot of "
+         "the token's row (below "
          "page_size, blocks_per_row * page_size, the length given by indptr and last_page_len, "
          "which must be ascending and 1..page_size, or n_pages * page_size for flat slots) "
          "(checked on the device)"},
         {KVE_DEV_ERR_CW_PAGE, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
-         "desc.slots[token %llu][head %u]: its page (desc.block_table or desc.indices) must be "
+         "desc.slots[token %llu][head %u] (or desc.src_slots there): its page (desc.block_table "
+         "or desc.indices) must be "
          "0..n_pages-1 (checked on the device)"},
         {KVE_DEV_ERR_SC_KEY, KVE_DEV_CALL_SCORE, 1, KVE_ERR_RANGE,
          "kve_score: row %llu, slot %u: a candidate's slot or its page lies outside desc.keys "

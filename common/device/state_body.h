@@ -45,6 +45,7 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
     case KVE_JOB_RESET: return tables * j->stride;
     case KVE_JOB_LINEAR: return tables * j->count;
     case KVE_JOB_FINAL: return u->mapping && j->count ? tables : 0;
+    case KVE_JOB_DRAFT: return u->mapping ? tables * j->count : 0;
     case KVE_JOB_MOVES_CLEAR: return u->moves ? tables : 0;
     case KVE_JOB_ROUND: return j->count ? tables : 0;
     default: return 0; /* EVICT: data of kve_state_evict */
@@ -169,14 +170,15 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
         u->seqs[j->row] = j->seq;
         return 0;
     }
-    uint64_t per = j->kind == KVE_JOB_RESET    ? j->stride
-                   : j->kind == KVE_JOB_LINEAR ? j->count
-                                               : 1;
+    uint64_t per = j->kind == KVE_JOB_RESET                               ? j->stride
+                   : j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_DRAFT ? j->count
+                                                                            : 1;
     uint64_t t = e / per;
     uint32_t i = (uint32_t)(e % per);
     int32_t *sp = u->slot_pos + j->base + (size_t)t * j->stride;
     int64_t *map = 0;
-    if (u->mapping && (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FINAL))
+    if (u->mapping &&
+        (j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_FINAL || j->kind == KVE_JOB_DRAFT))
         map = u->mapping + (size_t)(t / u->table_heads) * u->map_layer_stride +
               (size_t)(j->token + i) * u->table_heads + t % u->table_heads;
     int32_t *mv = 0;
@@ -197,6 +199,7 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
             *map = (int64_t)j->first + i;
         return 0;
     case KVE_JOB_MOVES_CLEAR: *n_mv = 0; return 0;
+    case KVE_JOB_DRAFT: *map = (int64_t)j->first + i; return 0;
     case KVE_JOB_ROUND: {
         if (j->first > j->stride || j->count > j->first)
             return 1;
@@ -226,7 +229,7 @@ KVE_FN uint64_t kve_state_job_run(const kve_state_update *u, const kve_state_job
             continue;
         bad++;
         if (errors) {
-            uint64_t each = j->kind == KVE_JOB_LINEAR ? j->count : 1;
+            uint64_t each = j->kind == KVE_JOB_LINEAR || j->kind == KVE_JOB_DRAFT ? j->count : 1;
             kve_raise(errors, KVE_DEV_ERR_STATE_SLOT, j->row, (uint32_t)(e / each));
         }
     }
@@ -362,6 +365,15 @@ KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
     if (!p->waves)
         return;
     int last = p->wave + 1 == p->waves;
+    if (p->draft && n && !refused) { /* drafts: mapping entries only, nothing advances */
+        const kve_state_row *r = &p->rows[row];
+        j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);
+        j[KVE_SET_ROUND * nr] = kve_job_of(NULL, 0, KVE_JOB_ROUND, 0, 0, 0, 0, i);
+        j[KVE_SET_RUN * nr] = kve_job_of(NULL, 0, KVE_JOB_LINEAR, 0, 0, 0, 0, 0);
+        j[KVE_SET_FINAL * nr] = kve_job_of(r, p->tables, KVE_JOB_DRAFT, row, r->capacity,
+                                           p->final ? n : 0, r->n_tokens, p->call_base[i]);
+        return;
+    }
     if (!n || refused) {
         j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);
         j[KVE_SET_ROUND * nr] = kve_job_of(NULL, 0, KVE_JOB_ROUND, 0, 0, 0, 0, i);
@@ -429,7 +441,7 @@ KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
         for (uint32_t i = 0; p->marks && i < p->n_rows; i++)
             if (p->call_new[i] && p->call_rows[i] < p->max_seqs)
                 p->marks[p->call_rows[i]] = 0;
-        for (uint32_t i = 0; !refusal && i < p->n_rows; i++)
+        for (uint32_t i = 0; !refusal && !p->draft && i < p->n_rows; i++)
             if (p->call_new[i])
                 kve_plan_start(p, i);
         if (p->refused)
@@ -489,7 +501,7 @@ KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_
             if (!p->call_new[i] || p->call_rows[i] >= p->max_seqs)
                 continue;
             p->marks[p->call_rows[i]] = 0; /* a row twice: both write 0 */
-            if (!refused && !kve_plan_check(p, i))
+            if (!refused && !p->draft && !kve_plan_check(p, i))
                 kve_plan_start(p, i);
         }
         kve_sync(tc); /* work written before the rows plan */
