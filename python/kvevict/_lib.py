@@ -79,7 +79,7 @@ class Schedule(ctypes.Structure):
 class StateDesc(ctypes.Structure):
     _fields_ = [("schedule", Schedule), ("max_seqs", u32), ("n_layers", u32),
                 ("n_heads", u32), ("layer_offset", u32), ("head_offset", u32),
-                ("max_slots", u32), ("pool_slots", u64)]
+                ("max_slots", u32), ("pool_slots", u64), ("max_draft", u32)]
 
 
 class StateLayout(ctypes.Structure):
@@ -90,7 +90,7 @@ class StateLayout(ctypes.Structure):
 class SeqInfo(ctypes.Structure):
     _fields_ = [("active", u32), ("prompt_len", u32), ("seq_id", u64), ("capacity", u32),
                 ("n_tokens", u32), ("round", u32), ("n_valid", u32), ("n_used", u32),
-                ("table_offset", u64)]
+                ("table_offset", u64), ("draft_first", u32), ("max_draft", u32)]
 
 
 class CachePart(ctypes.Structure):
@@ -111,7 +111,7 @@ class CacheWriteDesc(ctypes.Structure):
                 ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
                 ("last_page_len", vp), ("moves", vp), ("n_moves", vp), ("n_move_rows", u32),
                 ("max_moves", u32), ("moves_stride_row", sz), ("moves_stride_head", sz),
-                ("move_row", vp), ("part", CachePart * MAX_CACHES)]
+                ("move_row", vp), ("part", CachePart * MAX_CACHES), ("src_slots", vp)]
 
 
 class StepBuffers(ctypes.Structure):
@@ -204,6 +204,7 @@ _PROTOS = {
     "kve_state_admit": (ctypes.c_int, [vp, u32, u64, u32]),
     "kve_state_retire": (ctypes.c_int, [vp, u32]),
     "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(StepBuffers)]),
+    "kve_state_draft": (ctypes.c_int, [vp, u32, vp, vp, u32, P(StepBuffers)]),
     "kve_state_max_moves": (ctypes.c_int, [vp, u32, P(u32)]),
     "kve_state_rounds_due": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(u32)]),
     "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, P(u32), u32, vp, sz]),

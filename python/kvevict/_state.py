@@ -26,6 +26,8 @@ class SeqInfo:
     n_valid: int    #: valid slots, the same in every head: slots 0 .. n_valid-1
     n_used: int     #: = n_valid, the KV length to give attention
     table_offset: int = 0  #: the row's tables in the pool (elements)
+    draft_first: int = 0   #: = capacity: the row's draft token i lives at slot draft_first + i
+    max_draft: int = 0     #: draft slots a row has (the state's max_draft)
 
 
 @dataclass
@@ -61,7 +63,8 @@ class State(_Handle):
                  budget: int, max_slots: int, window: int = 64, interval: int = 64,
                  seed: int = 0, persistent: bool = False, shared_heads: bool = False,
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
-                 pool_slots: int = 0, tensors: str = "numpy", scored: bool = False):
+                 pool_slots: int = 0, tensors: str = "numpy", scored: bool = False,
+                 max_draft: int = 0):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % (tensors,))
         as_context(ctx, "State")
@@ -73,7 +76,8 @@ class State(_Handle):
         seed, pool_slots = _arrays.u64("seed", seed), _arrays.u64("pool_slots", pool_slots)
         layer_offset, head_offset = (u32("layer_offset", layer_offset),
                                      u32("head_offset", head_offset))
-        max_slots = u32("max_slots", max_slots)
+        max_slots, max_draft = u32("max_slots", max_slots), u32("max_draft", max_draft)
+        self.max_draft: int = max_draft  #: D: draft slots after each row's capacity
         self.ctx = ctx
         self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
                       | (SHARED_LAYERS if shared_layers else 0) | (SCORED if scored else 0))
@@ -83,7 +87,7 @@ class State(_Handle):
         self._torch = tensors == "torch"
         desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
                               max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots,
-                              pool_slots)
+                              pool_slots, max_draft)
         h = ctypes.c_void_p()
         check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
               "kve_state_create")
@@ -195,6 +199,58 @@ class State(_Handle):
         b.scores, b.scores_stride_row, b.scores_stride_table = v.ptr, st[0] // 4, st[2] // 4
         return v
 
+    def _step_views(self, out: Step) -> Tuple[list, Any]:
+        """out's arrays checked against the state's tables; the views and
+        their StepBuffers (scores unset)."""
+        views = [_arrays.View(out.mapping, "out.mapping", "int64", 3),
+                 _arrays.View(out.moves, "out.moves", "int32", 5),
+                 _arrays.View(out.n_moves, "out.n_moves", "int32", 3)]
+        for v in views:
+            v.contiguous()
+        tl, th = self.table_layers, self.table_heads
+        mt, mr, mm = views[0].shape[1], views[1].shape[1], views[1].shape[3]
+        if (views[0].shape != (tl, mt, th) or views[1].shape != (tl, mr, th, mm, 2)
+                or views[2].shape != (tl, mr, th)):
+            raise ValueError("out: shapes %s, %s, %s do not match the state's tables (%d, %d)"
+                             % (views[0].shape, views[1].shape, views[2].shape, tl, th))
+        self.ctx._prepare(views)
+        return views, _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+
+    def draft(self, rows: Sequence[int], n_draft: Sequence[int], max_draft: Optional[int] = None,
+              out: Optional[Step] = None) -> Step:
+        """A speculative step's drafts (kve_state_draft): row rows[i] carries
+        n_draft[i] tentative tokens, mapped to its draft slots capacity + k
+        (outside its tables; the state does not change). Returns the Step
+        with their mapping (tokens numbered row by row) and emptied move
+        lists. Commit the accepted ones with append(rows, n_accept) and copy
+        their entries with cache_write(..., src_slots=...) from the draft
+        slots. rows and n_draft go to backend memory (the call is planned
+        there, as in a captured step); max_draft defaults to the state's."""
+        if len(rows) != len(n_draft):
+            raise ValueError("rows and n_draft differ in length (%d, %d)"
+                             % (len(rows), len(n_draft)))
+        d = self.max_draft if max_draft is None else _arrays.u32("max_draft", max_draft)
+        n = len(rows)
+        call = np.array([_arrays.u32("rows[%d]" % i, r) for i, r in enumerate(rows)]
+                        + [_arrays.u32("n_draft[%d]" % i, k) for i, k in enumerate(n_draft)]
+                        + [0], dtype=np.int64)
+        if (call > 0x7fffffff).any():
+            raise ValueError("rows, n_draft: values past 2^31-1")
+        call = call.astype(np.int32)
+        if self.ctx.backend != "cpu":
+            import torch
+
+            call = torch.from_numpy(call).to("cuda:%d" % self.ctx.device)
+        if out is None:
+            out = self.step_buffers(max(int(sum(n_draft)), 1), max(n, 1), 1)
+        views, b = self._step_views(out)
+        cv = _arrays.View(call, "rows", "int32", 1, const=True)
+        self.ctx._prepare(views + [cv])
+        check(lib.kve_state_draft(self.handle, n, cv.ptr, cv.ptr + 4 * n if n else None, d,
+                                  ctypes.byref(b)), "kve_state_draft")
+        out.n_tokens, out.n_rows = int(sum(n_draft)), n
+        return out
+
     def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,
                outputs: bool = True, scores: Any = None) -> Optional[Step]:
         """Append n_new[i] tokens to row rows[i]; return the Step holding the
@@ -223,19 +279,7 @@ class State(_Handle):
         total = int(sum(n_new))
         if out is None:
             out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
-        views = [_arrays.View(out.mapping, "out.mapping", "int64", 3),
-                 _arrays.View(out.moves, "out.moves", "int32", 5),
-                 _arrays.View(out.n_moves, "out.n_moves", "int32", 3)]
-        for v in views:
-            v.contiguous()
-        tl, th = self.table_layers, self.table_heads
-        mt, mr, mm = views[0].shape[1], views[1].shape[1], views[1].shape[3]
-        if (views[0].shape != (tl, mt, th) or views[1].shape != (tl, mr, th, mm, 2)
-                or views[2].shape != (tl, mr, th)):
-            raise ValueError("out: shapes %s, %s, %s do not match the state's tables (%d, %d)"
-                             % (views[0].shape, views[1].shape, views[2].shape, tl, th))
-        self.ctx._prepare(views)
-        b = _lib.StepBuffers(views[0].ptr, mt, views[1].ptr, views[2].ptr, mr, mm)
+        views, b = self._step_views(out)
         if scores is not None:
             self._scores(b, scores, rows)
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
@@ -271,7 +315,7 @@ class State(_Handle):
         check(lib.kve_state_get_seq(h, _arrays.u32("row", row), ctypes.byref(i)),
               "kve_state_get_seq")
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
-                       i.n_valid, i.n_used, i.table_offset)
+                       i.n_valid, i.n_used, i.table_offset, i.draft_first, i.max_draft)
 
     def digest(self, row: int) -> int:
         """The row's running digest (docs/SPEC.md section 11), an int: log it at retire.

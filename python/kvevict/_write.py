@@ -235,7 +235,7 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                 indptr: Any = None, indices: Any = None, last_page_len: Any = None,
                 kv_cache_dtype: Any = "auto", scales: Optional[Sequence[Any]] = None,
                 convert: bool = False, moves: Any = None, n_moves: Any = None,
-                move_row: Any = None) -> None:
+                move_row: Any = None, src_slots: Any = None) -> None:
     """Write new K/V rows into caches (kve_cache_write), converting types.
 
     srcs: [tokens, heads, *entry] each (K, V, ...), entry dims contiguous.
@@ -269,6 +269,13 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     reserved for each row here, not attention's n_valid pages. indices must
     hold indptr[n_rows] pages (checked in host memory; on a GPU the library
     trusts indptr's values).
+
+    src_slots: int64, shaped and strided as slots (a copy of its layout):
+    each entry is then copied from that slot of the same row in the cache
+    itself, the stored bytes, instead of from srcs (which only give the
+    shapes and are not read); -1 skips the entry. A speculative step's
+    commit (State.draft): accepted drafts from their draft slots to the
+    slots append mapped them to, with the append's moves in the same call.
     """
     n = _check_args(ctx, srcs, dsts, layout, kv_cache_dtype, scales)
     d = _lib.CacheWriteDesc()
@@ -280,5 +287,17 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                          tokens, pages)
     if moves is not None:
         _describe_moves(d, views, moves, n_moves, move_row, heads)
+    if src_slots is not None:
+        sv = _arrays.View(src_slots, "src_slots", "int64", const=True)
+        sl = _arrays.View(slots, "slots", "int64", const=True)
+        if sv.shape != sl.shape:
+            raise ValueError("src_slots: shape %s, expected the shape of slots %s"
+                             % (sv.shape, sl.shape))
+        if (sv.shape[0] > 1 and sv.strides[0] // 8 != d.slots_stride_token) or (
+                d.slots_stride_head and sv.shape[0] and sv.strides[1] // 8 != d.slots_stride_head):
+            raise ValueError("src_slots: strides %s differ from slots' %s: give both one layout"
+                             % (sv.strides, sl.strides))
+        d.src_slots = sv.ptr
+        views.append(sv)
     ctx._prepare(views)
     check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")

@@ -20,6 +20,15 @@ over the full, never-evicted cache masked to the positions the state's
 tables keep (max abs error <= 1e-5), and no sentinel entry may ever be
 attended.
 
+Speculative steps (issue 38, deliverable 5): now and then a step carries,
+per sequence, a seeded random number of draft tokens (State.draft: the
+draft slots capacity + i, outside the tables), verified by attention over
+the row's n_valid slots plus its draft slots, causal among the drafts, and
+compared to the dense reference over the kept history plus the drafts (no
+sentinel attended); a random accepted prefix is committed by an ordinary
+append, its entries copied from the draft slots by one cache_write
+(src_slots) that also runs the append's moves; later steps read them back.
+
 The run covers one-token steps and steps of 2..8 tokens per sequence (some
 straddling a round), prefills inside decode steps, admissions, retirements
 and row reuse, a preemption by swap (blocks saved, the row rebuilt from its
@@ -45,6 +54,7 @@ B, W, R = 48, 8, 8
 BS, BPR, ROWS = 16, 4, 3  # block size, blocks per row, state rows
 MAX_SLOTS = BS * BPR
 MAX_NEW = 8
+MAX_DRAFT = 6  # draft slots after each row's capacity (<= 56): within its BPR blocks
 STEPS = int(os.environ.get("KVE_DECODE_STEPS", "1000"))
 TOL = 1e-5
 SENTINEL = 1.0e4
@@ -136,7 +146,10 @@ class Engine:
         cap = kvevict.capacity(max(p for *_, p in ADMIT), budget=B, window=W, interval=R)
         self.state = kvevict.State(ctx, max_seqs=ROWS, n_layers=L, n_heads=HKV, budget=B,
                                    window=W, interval=R, max_slots=MAX_SLOTS, seed=2609,
-                                   pool_slots=ROWS * cap, tensors="torch", **mode)
+                                   pool_slots=ROWS * cap, tensors="torch",
+                                   max_draft=MAX_DRAFT, **mode)
+        self.dstep = self.state.step_buffers(max_tokens=ROWS * MAX_DRAFT, max_rows=ROWS,
+                                             max_new=1)
         self.step = self.state.step_buffers(max_tokens=ROWS * 48, max_rows=ROWS,
                                             max_new=48)
         n_blocks = ROWS * BPR + 5
@@ -149,6 +162,7 @@ class Engine:
         self.history = {}                     # seq_id -> appends since admission
         self.max_err = 0.0
         self.attended = self.multi = self.straddled = self.moved = 0
+        self.drafts = self.rejected = self.draft_rounds = 0
 
     def wipe(self, row):
         """The row's blocks go back to the pool: another request's data lands there."""
@@ -279,6 +293,88 @@ class Engine:
         return torch.cat(outs)
 
 
+class Speculation:
+    """One speculative step of an Engine: drafts written to the draft
+    slots and verified, then the accepted prefix committed."""
+
+    def __init__(self, engine, seqs, n_draft, pos):
+        e = self.e = engine
+        self.rows = [e.row_of[s] for s in seqs]
+        self.info = [e.state.seq(r) for r in self.rows]
+        e.state.draft(self.rows, n_draft, out=e.dstep)
+        self.segments, a = [], 0
+        for s, r, n, info in zip(seqs, self.rows, n_draft, self.info):
+            assert info.draft_first == info.capacity and info.max_draft == MAX_DRAFT
+            self.segments.append((s, r, a, a + n, info))
+            e.draft_rounds += info.n_valid + n > info.capacity  # the drafts reached a round
+            a += n
+        self.token_row = torch.tensor([r for r, n in zip(self.rows, n_draft) for _ in range(n)],
+                                      dtype=torch.int32, device=e.dev)
+        self.pos = pos
+
+    def attend(self, l, q, k, v):
+        """Verification: each row's n_valid slots and its draft slots, causal
+        among the drafts, against the dense reference (kept history plus
+        the drafts)."""
+        e, st = self.e, self.e.state
+        kvevict.cache_write(e.ctx, [k, v], [e.k[l], e.v[l]], st.layer_slots(e.dstep, l),
+                            self.token_row, block_table=e.block_table)
+        tl = l if st.table_layers > 1 else 0
+        outs = []
+        for s, r, a, b, info in self.segments:
+            pos, t, n = self.pos[a:b], b - a, info.n_valid
+            e.full_k[s][l][:, pos] = k[a:b].transpose(0, 1)
+            e.full_v[s][l][:, pos] = v[a:b].transpose(0, 1)
+            slot = torch.cat([torch.arange(n, device=e.dev),
+                              info.capacity + torch.arange(t, device=e.dev)])
+            blocks = e.block_table[r, slot // BS].long()
+            kp = e.k[l][blocks, slot % BS].transpose(0, 1)
+            vp = e.v[l][blocks, slot % BS].transpose(0, 1)
+            mask = stock_mask(t, n + t, e.dev)  # the drafts are the last t slots
+            if bool(((kp == SENTINEL).all(-1) | (vp == SENTINEL).all(-1)).any()):
+                raise AssertionError("seq %d layer %d: verification attends a sentinel entry"
+                                     % (s, l))
+            e.attended += n + t
+            out = attention(q[a:b], kp, vp, mask[None].expand(HKV, -1, -1))
+            top = int(pos.max()) + 1
+            spos = st.row_table(r)[tl, :, :n].long().expand(HKV, -1)
+            keep = torch.zeros(HKV, top + 1, dtype=torch.bool, device=e.dev)
+            keep.scatter_(1, spos + 1, True)
+            keep = keep[:, 1:]
+            keep[:, pos] = True  # the drafts
+            causal = torch.arange(top, device=e.dev)[None, :] <= pos[:, None]
+            ref = attention(q[a:b], e.full_k[s][l][:, :top], e.full_v[s][l][:, :top],
+                            keep[:, None, :] & causal[None])
+            e.max_err = max(e.max_err, float((out - ref).abs().max()))
+            outs.append(out)
+        return torch.cat(outs)
+
+    def commit(self, seqs, n_accept):
+        """The accepted prefix: an append, then per layer one cache_write of
+        the append's moves and the entries copied from the draft slots."""
+        e, st = self.e, self.e.state
+        st.append(self.rows, n_accept, out=e.step)
+        for s, n, (_, _, a, b, _) in zip(seqs, n_accept, self.segments):
+            e.history[s].append(n)
+            e.drafts += b - a
+            e.rejected += b - a - n
+        e.moved += int(e.step.n_moves[:, :len(self.rows)].sum())
+        total = int(sum(n_accept))
+        token_row = torch.tensor([r for r, n in zip(self.rows, n_accept) for _ in range(n)],
+                                 dtype=torch.int32, device=e.dev)
+        first = [info.capacity + i for info, n in zip(self.info, n_accept) for i in range(n)]
+        dummy = torch.empty(total, HKV, D, device=e.dev)  # shapes only: not read
+        assert total or not int(e.step.n_moves[:, :len(self.rows)].sum())  # no token, no round
+        for l in range(L if total else 0):
+            slots = st.layer_slots(e.step, l)
+            src = torch.tensor(first, dtype=torch.int64, device=e.dev)[:, None].expand(
+                -1, slots.shape[1]).contiguous()
+            kvevict.cache_write(e.ctx, [dummy, dummy], [e.k[l], e.v[l]], slots, token_row,
+                                block_table=e.block_table, move_row=torch.tensor(
+                                    self.rows, dtype=torch.int32, device=e.dev),
+                                src_slots=src, **st.layer_moves(e.step, l))
+
+
 def run(engine, model, tokens, rng, log):
     """Teacher-forced decode; returns the failures."""
     n_tok, swapped = {}, None
@@ -306,8 +402,22 @@ def run(engine, model, tokens, rng, log):
                            device=engine.dev)
         ids = torch.tensor([tokens[s][n_tok[s] + i] for s, n in zip(seqs, n_new)
                             for i in range(n)], device=engine.dev)
-        engine.begin(seqs, n_new, pos)
-        model.forward(ids, pos, engine.attend)
+        if all(n_tok[s] for s in seqs) and rng.random() < 0.2:
+            # speculative: 1..MAX_DRAFT tokens a row (the last sampled one and
+            # its drafts), a random accepted prefix of them committed
+            n_draft = [int(rng.integers(1, MAX_DRAFT + 1)) for _ in seqs]
+            n_acc = [int(rng.integers(0, n + 1)) for n in n_draft]
+            pos = torch.tensor([n_tok[s] + i for s, n in zip(seqs, n_draft) for i in range(n)],
+                               device=engine.dev)
+            ids = torch.tensor([tokens[s][n_tok[s] + i] for s, n in zip(seqs, n_draft)
+                                for i in range(n)], device=engine.dev)
+            spec = Speculation(engine, seqs, n_draft, pos)
+            model.forward(ids, pos, spec.attend)
+            spec.commit(seqs, n_acc)
+            n_new = n_acc
+        else:
+            engine.begin(seqs, n_new, pos)
+            model.forward(ids, pos, engine.attend)
         for s, n in zip(seqs, n_new):
             n_tok[s] += n
         if step % 250 == 0:
@@ -317,9 +427,13 @@ def run(engine, model, tokens, rng, log):
         failures.append("stock-kernel attention differs from the masked full cache by %g"
                         % engine.max_err)
     # coverage at the default length (a short run, as under memcheck, checks the rest)
-    if STEPS >= 1000 and (engine.multi < 200 or engine.straddled < 20 or engine.moved < 1000):
+    if STEPS >= 1000 and (engine.multi < 150 or engine.straddled < 20 or engine.moved < 1000):
         failures.append("coverage: %d multi-token appends, %d across a round, %d moves"
                         % (engine.multi, engine.straddled, engine.moved))
+    if STEPS >= 1000 and (engine.drafts < 500 or engine.rejected < 100
+                          or engine.draft_rounds < 20):
+        failures.append("coverage: %d drafts, %d rejected, %d draft steps reaching a round"
+                        % (engine.drafts, engine.rejected, engine.draft_rounds))
     return failures
 
 
@@ -353,8 +467,9 @@ def main():
             rounds = max(e.state.seq(r).round for r in e.row_of.values())
             log("  stock kernel vs full cache masked to the keep-set: max abs error %.3g; "
                 "%d slots attended, no sentinel; %d multi-token appends (%d across a round), "
-                "%d moves, up to %d rounds" % (e.max_err, e.attended, e.multi, e.straddled,
-                                               e.moved, rounds))
+                "%d moves, up to %d rounds; %d drafts (%d rejected, %d reaching a round)"
+                % (e.max_err, e.attended, e.multi, e.straddled, e.moved, rounds, e.drafts,
+                   e.rejected, e.draft_rounds))
             if STEPS >= 1000 and rounds < 100:
                 fails.append("only %d eviction rounds" % rounds)
             failures += ["%s, %s: %s" % (dev, name, f) for f in fails]
