@@ -285,13 +285,36 @@ static int kve_sc_append(kve_sc_run *r, uint32_t n, const uint32_t *rows, const 
         for (uint32_t k = 0; k < n_new[i]; k++)
             r->row_h[total++] = (int32_t)rows[i];
     size_t len = r->tl * r->max_total * r->th;
-    kve_status st[2];
+    kve_status st[2] = {KVE_OK, KVE_OK};
     char msg[512];
+    /* A call the reference took in which every row brings the same count
+     * c >= 1 (so the planned call leaves no mapping entry to pad), now and
+     * then planned on the subject's backend instead (kve_state_append_device,
+     * rows and counts in its memory, max_new = c): the same append. */
+    uint32_t c = n ? n_new[0] : 0, shape_moves = 0;
+    int uniform = c > 0;
+    for (uint32_t i = 1; i < n; i++)
+        uniform &= n_new[i] == c;
     for (int k = 0; k < 2; k++) {
         kve_side *sd = &r->side[k];
         kve_step_buffers out = {sd->map,   (uint32_t)r->max_total, sd->moves, sd->n_moves,
                                 n,         r->max_moves, NULL, 0, 0};
-        st[k] = kve_state_append(sd->st, n, rows, n_new, with_map ? &out : NULL);
+        int planned = k == 1 && st[0] == KVE_OK && uniform &&
+                      !(r->s->desc.schedule.flags & KVE_SCORED) &&
+                      kve_state_max_moves(sd->st, c, &shape_moves) == KVE_OK &&
+                      shape_moves <= r->max_moves && kve_chance(&r->rng, 50);
+        if (planned) { /* move_row and token_row are rewritten before the writes read them */
+            if (kve_copy(sd->ctx, sd->move_row, rows, n * 4, KVE_COPY_HOST_TO_BACKEND) ||
+                kve_copy(sd->ctx, sd->token_row, n_new, n * 4, KVE_COPY_HOST_TO_BACKEND))
+                SC_FAIL(r, "copy: %s", kve_last_error());
+            st[k] = kve_state_append_device(sd->st, n, (const uint32_t *)sd->move_row,
+                                            (const uint32_t *)sd->token_row, c,
+                                            with_map ? &out : NULL);
+            if (st[k] == KVE_OK)
+                st[k] = kve_context_synchronize(sd->ctx); /* a device refusal shows here */
+        } else {
+            st[k] = kve_state_append(sd->st, n, rows, n_new, with_map ? &out : NULL);
+        }
         if (k == 0)
             snprintf(msg, sizeof msg, "%s", kve_last_error());
     }
