@@ -25,7 +25,8 @@ import sys
 import time
 
 # Smaller runs under memcheck (tens of times slower): the same code paths.
-MEMCHECK_ENV = {"KVE_GPU_CASES": "300", "KVE_GPU_SCORE_CASES": "80", "KVE_DECODE_STEPS": "60"}
+MEMCHECK_ENV = {"KVE_GPU_CASES": "300", "KVE_GPU_SCORE_CASES": "80", "KVE_DECODE_STEPS": "60",
+                "KVE_GRAPH_STEPS": "40"}
 
 
 def gpu_tests(build):

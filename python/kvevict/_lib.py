@@ -205,6 +205,7 @@ _PROTOS = {
     "kve_state_retire": (ctypes.c_int, [vp, u32]),
     "kve_state_append": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(StepBuffers)]),
     "kve_state_draft": (ctypes.c_int, [vp, u32, vp, vp, u32, P(StepBuffers)]),
+    "kve_state_append_device": (ctypes.c_int, [vp, u32, vp, vp, u32, P(StepBuffers)]),
     "kve_state_max_moves": (ctypes.c_int, [vp, u32, P(u32)]),
     "kve_state_rounds_due": (ctypes.c_int, [vp, u32, P(u32), P(u32), P(u32)]),
     "kve_state_rebuild": (ctypes.c_int, [vp, u32, u64, u32, u32, P(u32), u32, vp, sz]),

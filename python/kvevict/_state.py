@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _arrays, _lib
 from ._context import Context, _Handle, as_context
-from ._lib import PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, check, lib
+from ._lib import (PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, ArgumentError, check,
+                   lib)
 from ._score import state_score
 
 
@@ -285,6 +286,51 @@ class State(_Handle):
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
               "kve_state_append")
         out.n_tokens, out.n_rows = total, len(rows)
+        return out
+
+    def append_device(self, rows: Any, n_new: Any, max_new: int, out: Step) -> Step:
+        """append with its rows in backend memory, for a step captured in a
+        CUDA graph (kve_state_append_device): rows and n_new are int32 or
+        uint32 [n_rows] arrays on the context's device (CUDA tensors; numpy
+        arrays or CPU tensors with the CPU backend) that the engine rewrites
+        before each replay; call row i appends n_new[i] <= max_new tokens to
+        row rows[i], and n_new[i] = 0 makes it padding (rows[i] not read).
+        Every launch depends on n_rows, max_new and the state's shape only.
+        Nothing is read back: the refusals that need the data (an inactive
+        or repeated row, n_new[i] > max_new, ...) change nothing, map the
+        call's tokens to -1 and are raised by ctx.synchronize() (on the CPU,
+        by this call). ``out`` (step_buffers, with max_new at least this
+        max_new) gets the mapping of the padded shape, n_rows * max_new
+        tokens: the call's tokens numbered row by row (prefix sums of n_new,
+        padding rows take none), then -1 up to the shape's end; and the move
+        lists of call row i (empty for padding). out.n_tokens and out.n_rows
+        are set to that shape, so layer_slots and layer_moves give every
+        layer's write its fixed shape (token_row: each token's row, packed
+        the same way; move_row = rows).
+        Like every call, it runs on torch's current stream, which inside
+        ``torch.cuda.graph`` is the capture stream. Host calls (admit,
+        retire, append, seq, slots, digest) wait for the device first: make
+        them outside the captured region. KvevictError KVE_ERR_UNAVAILABLE
+        for a scored state (the scored arm runs eagerly, through append)."""
+        h = self.handle
+        max_new = _arrays.u32("max_new", max_new)
+        if not isinstance(out, Step):
+            raise ArgumentError("out: expected a kvevict.Step (State.step_buffers), got %s"
+                                % type(out).__name__, out, "append_device")
+        call = []
+        for name, x in (("rows", rows), ("n_new", n_new)):
+            v = _arrays.View(x, name, ndim=1, const=True)
+            if v.dtype not in ("int32", "uint32"):
+                raise TypeError("%s: dtype %s, expected int32 or uint32" % (name, v.dtype))
+            v.contiguous()
+            call.append(v)
+        n_rows = call[0].shape[0]
+        call[1].expect((n_rows,), why="one per call row: rows has %d" % n_rows)
+        views, b = self._step_views(out)
+        self.ctx._prepare(views + call)
+        check(lib.kve_state_append_device(h, n_rows, call[0].ptr, call[1].ptr, max_new,
+                                          ctypes.byref(b)), "kve_state_append_device")
+        out.n_tokens, out.n_rows = min(n_rows * max_new, b.max_tokens), n_rows
         return out
 
     def rebuild(self, row: int, seq_id: int, prompt_len: int, n_tokens: int,
