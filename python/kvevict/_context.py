@@ -120,7 +120,9 @@ class Context(_Handle):
         super().close()
 
     def synchronize(self) -> None:
-        """Wait for all work queued on the context's stream."""
+        """Wait for all work queued on torch's current stream (the one every
+        call takes) and raise what the kernels refused there."""
+        self._stream()
         check(lib.kve_context_synchronize(self.handle), "kve_context_synchronize")
 
     def _prepare(self, views: Sequence[_arrays.View]) -> None:

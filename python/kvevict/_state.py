@@ -115,6 +115,13 @@ class State(_Handle):
             children.discard(self)
         super().close()
 
+    def _read_handle(self) -> ctypes.c_void_p:
+        """The handle, for a call that reads the state back: on torch's
+        current stream, so after the work queued there (a replayed graph's)."""
+        h = self.handle
+        self.ctx._stream()
+        return h
+
     def admit(self, row: int, seq_id: int, prompt_len: int) -> None:
         """Admit a sequence into a free row; its prompt is then appended like any token."""
         h = self.handle
@@ -169,7 +176,7 @@ class State(_Handle):
         if len(rows) != len(n_new):
             raise ValueError("rows and n_new differ in length (%d, %d)" % (len(rows), len(n_new)))
         out = (ctypes.c_uint32 * max(len(rows), 1))()
-        h = self.handle
+        h = self._read_handle()
         check(lib.kve_state_rounds_due(h, len(rows), _arrays.u32_array(rows, "rows"),
                                        _arrays.u32_array(n_new, "n_new"), out),
               "kve_state_rounds_due")
@@ -357,7 +364,7 @@ class State(_Handle):
     def seq(self, row: int) -> SeqInfo:
         """Host bookkeeping of one row."""
         i = _lib.SeqInfo()
-        h = self.handle
+        h = self._read_handle()
         check(lib.kve_state_get_seq(h, _arrays.u32("row", row), ctypes.byref(i)),
               "kve_state_get_seq")
         return SeqInfo(bool(i.active), i.seq_id, i.prompt_len, i.capacity, i.n_tokens, i.round,
@@ -367,7 +374,7 @@ class State(_Handle):
         """The row's running digest (docs/SPEC.md section 11), an int: log it at retire.
         Waits for the backend, so not for the decode loop."""
         out = ctypes.c_uint64(0)
-        h = self.handle
+        h = self._read_handle()
         check(lib.kve_state_read_digest(h, _arrays.u32("row", row), ctypes.byref(out)),
               "kve_state_read_digest")
         return out.value
@@ -392,7 +399,7 @@ class State(_Handle):
     def slots(self, row: int) -> np.ndarray:
         """A host copy of a row's tables, int32 [table_layers, table_heads, max_slots]."""
         out = np.empty((self.table_layers, self.table_heads, self.max_slots), dtype=np.int32)
-        h = self.handle
+        h = self._read_handle()
         check(lib.kve_state_read_slots(
             h, _arrays.u32("row", row), out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), out.size),
             "kve_state_read_slots")

@@ -5,7 +5,8 @@ or several tokens a row, admissions (with prefills) and retirements give
 the same slot tables, sequence infos, running digests, mappings and move
 lists as State.append over the active rows on a twin state; the padded
 shape's untaken mapping entries are -1 and the padding rows' move lists
-empty. Refusals name the argument; the state is unchanged after each. Last,
+empty. Refusals name the argument; the state is unchanged after each.
+Reads of the state and synchronize follow torch's current stream. Last,
 test_graph_step.py's program (the captured decode step of 64 layers) runs
 here eagerly (--device cpu)."""
 
@@ -173,6 +174,25 @@ class Refusals(unittest.TestCase):
                              st.step_buffers(1, 1, 1))
         self.assertEqual(e.exception.name, "KVE_ERR_UNAVAILABLE")
         self.assertIn("use kve_state_append", str(e.exception))
+
+
+class Streams(unittest.TestCase):
+    def test_reads_follow_the_current_stream(self):
+        """Every call that reads the state back, and synchronize, first puts
+        the context on torch's current stream: after a graph's capture the
+        context's stream is the capture's side stream, and a read on it would
+        not wait for a replay on the current one."""
+        st = twins()[0]
+        st.admit(0, 7, 2)
+        calls = []
+        st.ctx._stream = lambda: calls.append(1)  # the CPU's is a no-op: count the calls
+        for name, call in (("seq", lambda: st.seq(0)), ("slots", lambda: st.slots(0)),
+                           ("digest", lambda: st.digest(0)),
+                           ("rounds_due", lambda: st.rounds_due([0], [1])),
+                           ("synchronize", st.ctx.synchronize)):
+            del calls[:]
+            call()
+            self.assertTrue(calls, name)
 
 
 class GraphProgram(unittest.TestCase):
