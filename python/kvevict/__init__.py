@@ -16,9 +16,12 @@ The engine-facing pieces::
     kvevict.cache_write(ctx, [k, v], [k_cache, v_cache], state.layer_slots(step, 0),
                         token_row, block_table=block_table, **state.layer_moves(step, 0))
 
-``cache_write`` converts element types (float32 / float16 / bfloat16, fp8
-caches with vLLM's scales) and takes flat slots too; ``import kvevict.ops``
-registers the writes as torch.library operators (``torch.ops.kvevict.*``).
+``State.append_device(rows, n_new, max_new, out=step)`` is the append of a
+step captured in a CUDA graph (rows and n_new on the device; see
+docs/INTEGRATION.md "CUDA graphs"). ``cache_write`` converts element types
+(float32 / float16 / bfloat16, fp8 caches with vLLM's scales) and takes flat
+slots too; ``import kvevict.ops`` registers the writes as torch.library
+operators (``torch.ops.kvevict.*``).
 ``evict`` and ``compact`` are the low-level calls of engines that compact
 instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
 """
