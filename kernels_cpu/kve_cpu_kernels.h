@@ -135,6 +135,16 @@ typedef struct kve_score_kernels {
                   float *raw);
     /* -||key|| */
     float (*knorm)(const float *key, uint32_t dim);
+    /* The streaming pass over a table's candidates, n keys at keys[c] + off:
+     * raw[c * stride] = knorm(load(key)) (knorm_keys), raw[c * stride + j] =
+     * group(coef, load(key))[j] (group_keys), bit for bit as the per-key
+     * kernels above; key (2 * nf floats) and mag (nf) are scratch. NULL: the
+     * driver composes the per-key kernels. */
+    void (*knorm_keys)(const unsigned char *const *keys, size_t off, uint32_t n, uint32_t dtype,
+                       uint32_t dim, float *raw, uint32_t stride);
+    void (*group_keys)(const float *coef, const unsigned char *const *keys, size_t off, uint32_t n,
+                       uint32_t dtype, uint32_t nf, uint32_t group, float *key, float *mag,
+                       float *raw, uint32_t stride);
 } kve_score_kernels;
 
 extern const kve_score_kernels kve_score_kernels_scalar;
@@ -143,6 +153,14 @@ extern const kve_score_kernels kve_score_kernels_avx512;
 
 /* The score kernels of a resolved ISA (scalar where this build has none). */
 const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
+
+/* A table's candidate slots for kve_score (kernels_cpu/score_window.c):
+ * into cand[0..n), ascending, the slots of @p tab that SPEC section 3 makes
+ * candidates of row @p r (common/device/score_body.h's kve_score_candidate
+ * with kve_score_bound_seq's bound); returns n. gen_pos, cand and tmp hold
+ * r->n_slots values each. */
+uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,
+                                uint32_t *cand, uint32_t *tmp);
 
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
  * puts them in its kve_backend_ops): the state's jobs and its wave eviction

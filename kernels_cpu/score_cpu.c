@@ -1,10 +1,11 @@
 /*
  * score_cpu.c — the CPU backend's kve_score: OpenMP across (row, table)
  * items (static schedule, one thread per item, so results do not depend
- * on the thread count). The math is common/device/score_body.h's; a key
- * is converted to float once per slot and its |k_f| computed once for the
- * group of query heads reading it, then the ISA's kernel takes the dot
- * products (kve_score_kernels).
+ * on the thread count). The math is common/device/score_body.h's. An item
+ * finds its candidates first (score_window.c), looks their keys up one
+ * page at a time, then streams over the keys (the ISA's knorm_keys /
+ * group_keys: bf16 / f16 / f32 widened in registers, prefetched ahead, the
+ * per-key kernels' exact operations), then z-normalizes and writes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,36 +18,72 @@
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
  * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate
- * (z-normalization reads them twice), and per-head moments. */
+ * (z-normalization reads them twice), per-head moments and sums, the
+ * candidates' slots, generated positions and select scratch, and their
+ * keys' addresses. */
 typedef struct kve_score_scratch {
     float *coef, *key, *mag, *raw, *stats;
+    double *sums;
+    uint32_t *cand, *gen, *tmp;
+    const unsigned char **kp;
 } kve_score_scratch;
 
-/* Raw scores of the table's nq heads at slot @p s into @p raw; 0 when a
- * key lies outside the cache (the host checks make that impossible). */
-static int kve_score_slot(const kve_score_args *a, const kve_score_kernels *kk,
-                          const kve_score_row *r, uint32_t table, uint32_t s,
-                          kve_score_scratch *w, float *raw)
+/* The addresses of KV head @p h's keys at slots cand[0..n) (ascending) of
+ * row @p r into kp: one page lookup per page the slots touch, the rest by
+ * the slot stride (a page's slots lie at base + in * stride_slot, and a
+ * page starts at a multiple of page_size, FLAT's row offset included); 0
+ * when a looked-up key lies outside the cache (the host checks make that
+ * impossible, and they checked every candidate). */
+static int kve_score_addresses(const kve_score_args *a, const kve_score_row *r, uint32_t h,
+                               const uint32_t *cand, uint32_t n, const unsigned char **kp)
 {
-    const kve_score_desc *d = &a->d;
-    int tri = d->scorer == KVE_SCORER_TRIATTENTION;
-    uint32_t group = tri ? d->tri.group : 1, dim = d->keys.head_dim;
-    for (uint32_t hh = 0; hh < a->hpt; hh++) {
-        int why = 0;
-        const unsigned char *key = kve_score_locate_key(a, r, s, table * a->hpt + hh, &why);
-        if (!key)
-            return 0;
-        kk->load(key, d->keys.dtype, dim, w->key);
-        if (tri)
-            kk->group(w->coef + (size_t)hh * group * 3 * a->nf, w->key, w->mag, a->nf, group,
-                      raw + (size_t)hh * group);
-        else
-            raw[hh] = kk->knorm(w->key, dim);
+    uint64_t ps = a->pg.page_size, end = 0;
+    const unsigned char *base = NULL;
+    uint32_t first = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        uint32_t s = cand[c];
+        if (!base || s >= end) {
+            int why = 0;
+            base = kve_score_locate_key(a, r, s, h, &why);
+            if (!base)
+                return 0;
+            first = s;
+            end = (s / ps + 1) * ps;
+        }
+        kp[c] = base + (size_t)(s - first) * a->stride_slot;
     }
     return 1;
 }
 
-/* One (row, table) item. */
+/* Raw scores of the table's nq heads at its n candidates, raw[c * nq + j]:
+ * the ISA's streaming kernels, or its per-key ones where it has none. */
+static void kve_score_stream(const kve_score_args *a, const kve_score_kernels *kk,
+                             const unsigned char *const *kp, uint32_t n, kve_score_scratch *w)
+{
+    const kve_score_desc *d = &a->d;
+    int tri = d->scorer == KVE_SCORER_TRIATTENTION;
+    uint32_t group = tri ? d->tri.group : 1, dim = d->keys.head_dim, nq = a->nq;
+    for (uint32_t hh = 0; hh < a->hpt; hh++) {
+        size_t off = (size_t)hh * a->stride_head;
+        const float *coef = w->coef + (size_t)hh * group * 3 * a->nf;
+        float *raw = w->raw + (size_t)hh * group;
+        if (tri && kk->group_keys)
+            kk->group_keys(coef, kp, off, n, d->keys.dtype, a->nf, group, w->key, w->mag, raw, nq);
+        else if (!tri && kk->knorm_keys)
+            kk->knorm_keys(kp, off, n, d->keys.dtype, dim, raw, nq);
+        else
+            for (uint32_t c = 0; c < n; c++) {
+                kk->load(kp[c] + off, d->keys.dtype, dim, w->key);
+                if (tri)
+                    kk->group(coef, w->key, w->mag, a->nf, group, raw + (size_t)c * nq);
+                else
+                    raw[(size_t)c * nq] = kk->knorm(w->key, dim);
+            }
+    }
+}
+
+/* One (row, table) item: candidates, their keys' raw scores, the moments
+ * (per head, sums in double in candidate order), the outputs. */
 static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, uint32_t ri,
                           uint32_t table, const double *phase, kve_score_scratch *w)
 {
@@ -64,37 +101,33 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
                 for (int k = 0; k < 3; k++)
                     w->coef[((size_t)j * 3 + k) * a->nf + f] = c[k];
             }
-    uint32_t x = kve_score_bound_seq(tab, r), n = 0;
-    for (uint32_t s = 0; s < r->n_slots; s++) {
-        if (!kve_score_candidate(tab[s], r->prompt_len, x))
-            continue;
-        if (!kve_score_slot(a, kk, r, table, s, w, w->raw + (size_t)n * nq))
-            return 0;
-        n++;
+    uint32_t n = kve_score_window_cands(tab, r, w->gen, w->cand, w->tmp);
+    if (!kve_score_addresses(a, r, table * a->hpt, w->cand, n, w->kp))
+        return 0;
+    kve_score_stream(a, kk, w->kp, n, w);
+    if (zn) {
+        for (uint32_t j = 0; j < 2 * nq; j++)
+            w->sums[j] = 0;
+        for (uint32_t c = 0; c < n; c++)
+            for (uint32_t j = 0; j < nq; j++) {
+                double v = w->raw[(size_t)c * nq + j];
+                w->sums[2 * j] += v;
+                w->sums[2 * j + 1] += v * v;
+            }
+        for (uint32_t j = 0; j < nq; j++)
+            kve_score_moments(w->sums[2 * j], w->sums[2 * j + 1], n, &w->stats[2 * j],
+                              &w->stats[2 * j + 1]);
     }
-    for (uint32_t j = 0; zn && j < nq; j++) {
-        double s1 = 0, s2 = 0;
-        for (uint32_t c = 0; c < n; c++) {
-            double v = w->raw[(size_t)c * nq + j];
-            s1 += v;
-            s2 += v * v;
-        }
-        kve_score_moments(s1, s2, n, &w->stats[2 * j], &w->stats[2 * j + 1]);
-    }
-    uint32_t c = 0;
-    for (uint32_t s = 0; s < r->n_slots; s++) {
-        if (!kve_score_candidate(tab[s], r->prompt_len, x)) {
-            if (!acc)
-                out[s] = 0.0f;
-            continue;
-        }
-        const float *v = w->raw + (size_t)c++ * nq;
+    if (!acc)
+        memset(out, 0, (size_t)r->n_slots * sizeof *out);
+    for (uint32_t c = 0; c < n; c++) {
+        const float *v = w->raw + (size_t)c * nq;
         float best = 0.0f;
         for (uint32_t j = 0; j < nq; j++) {
             float z = zn ? (v[j] - w->stats[2 * j]) * w->stats[2 * j + 1] : v[j];
             best = j == 0 || z > best ? z : best;
         }
-        kve_score_put(a, &out[s], best);
+        kve_score_put(a, &out[w->cand[c]], best);
     }
     return 1;
 }
@@ -106,18 +139,29 @@ static void kve_score_scratch_free(kve_score_scratch *w)
     free(w->mag);
     free(w->raw);
     free(w->stats);
+    free(w->sums);
+    free(w->cand);
+    free(w->gen);
+    free(w->tmp);
+    free((void *)w->kp);
 }
 
 static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a,
                                    uint32_t max_slots)
 {
-    size_t nq = a->nq, nf = a->nf;
+    size_t nq = a->nq, nf = a->nf, ns = (size_t)max_slots + 1;
     w->coef = (float *)malloc((nq * nf * 3 + 16) * sizeof(float));
     w->key = (float *)malloc((2 * nf + 16) * sizeof(float));
     w->mag = (float *)malloc((nf + 16) * sizeof(float));
     w->raw = (float *)malloc(((size_t)max_slots * nq + 1) * sizeof(float));
     w->stats = (float *)malloc((2 * nq + 1) * sizeof(float));
-    return w->coef && w->key && w->mag && w->raw && w->stats;
+    w->sums = (double *)malloc((2 * nq + 1) * sizeof(double));
+    w->cand = (uint32_t *)malloc(ns * sizeof(uint32_t));
+    w->gen = (uint32_t *)malloc(ns * sizeof(uint32_t));
+    w->tmp = (uint32_t *)malloc(ns * sizeof(uint32_t));
+    w->kp = (const unsigned char **)malloc(ns * sizeof(*w->kp));
+    return w->coef && w->key && w->mag && w->raw && w->stats && w->sums && w->cand && w->gen &&
+           w->tmp && w->kp;
 }
 
 /* One kve_cpu_score call, shared by its threads. */
