@@ -145,6 +145,9 @@ typedef struct kve_score_kernels {
     void (*group_keys)(const float *coef, const unsigned char *const *keys, size_t off, uint32_t n,
                        uint32_t dtype, uint32_t nf, uint32_t group, float *key, float *mag,
                        float *raw, uint32_t stride);
+    /* kve_score_window_cands, or the ISA's own (the same answer) */
+    uint32_t (*cands)(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,
+                      uint32_t *cand, uint32_t *tmp);
 } kve_score_kernels;
 
 extern const kve_score_kernels kve_score_kernels_scalar;
@@ -158,9 +161,13 @@ const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
  * into cand[0..n), ascending, the slots of @p tab that SPEC section 3 makes
  * candidates of row @p r (common/device/score_body.h's kve_score_candidate
  * with kve_score_bound_seq's bound); returns n. gen_pos, cand and tmp hold
- * r->n_slots values each. */
+ * r->n_slots + 16 values each (vector stores run past the count). */
 uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,
                                 uint32_t *cand, uint32_t *tmp);
+/* The window's bound from the n > window generated positions gen_pos[0..n)
+ * of a table, all in [lo, hi]: the (window + 1)-th largest, plus one. */
+uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t window, uint32_t lo,
+                                uint32_t hi, uint32_t *tmp);
 
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
  * puts them in its kve_backend_ops): the state's jobs and its wave eviction

@@ -81,4 +81,5 @@ const kve_score_kernels kve_score_kernels_avx2 = {
     .load = kve2_score_load,
     .group = kve2_score_group,
     .knorm = kve2_score_knorm,
+    .cands = kve_score_window_cands,
 };

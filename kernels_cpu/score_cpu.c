@@ -18,12 +18,11 @@
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
  * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate
- * (z-normalization reads them twice), per-head moments and sums, the
+ * (z-normalization reads them twice), per-head moments, the
  * candidates' slots, generated positions and select scratch, and their
  * keys' addresses. */
 typedef struct kve_score_scratch {
     float *coef, *key, *mag, *raw, *stats;
-    double *sums;
     uint32_t *cand, *gen, *tmp;
     const unsigned char **kp;
 } kve_score_scratch;
@@ -82,6 +81,31 @@ static void kve_score_stream(const kve_score_args *a, const kve_score_kernels *k
     }
 }
 
+/* Mean and 1/std of query heads j0 .. j0 + 3 (those below nq) over raw[c
+ * * nq + j], c < n, into stats: sums in double in candidate order, four
+ * heads' sums side by side in registers (the adds are what takes time). */
+static void kve_score_sums(const float *raw, uint32_t n, uint32_t nq, uint32_t j0, float *stats)
+{
+    double s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0};
+    uint32_t m = nq - j0 < 4 ? nq - j0 : 4;
+    if (m == 4)
+        for (uint32_t c = 0; c < n; c++)
+            for (uint32_t k = 0; k < 4; k++) {
+                double v = raw[(size_t)c * nq + j0 + k];
+                s1[k] += v;
+                s2[k] += v * v;
+            }
+    else
+        for (uint32_t k = 0; k < m; k++)
+            for (uint32_t c = 0; c < n; c++) {
+                double v = raw[(size_t)c * nq + j0 + k];
+                s1[k] += v;
+                s2[k] += v * v;
+            }
+    for (uint32_t k = 0; k < m; k++)
+        kve_score_moments(s1[k], s2[k], n, &stats[2 * (j0 + k)], &stats[2 * (j0 + k) + 1]);
+}
+
 /* One (row, table) item: candidates, their keys' raw scores, the moments
  * (per head, sums in double in candidate order), the outputs. */
 static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, uint32_t ri,
@@ -101,23 +125,12 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
                 for (int k = 0; k < 3; k++)
                     w->coef[((size_t)j * 3 + k) * a->nf + f] = c[k];
             }
-    uint32_t n = kve_score_window_cands(tab, r, w->gen, w->cand, w->tmp);
+    uint32_t n = kk->cands(tab, r, w->gen, w->cand, w->tmp);
     if (!kve_score_addresses(a, r, table * a->hpt, w->cand, n, w->kp))
         return 0;
     kve_score_stream(a, kk, w->kp, n, w);
-    if (zn) {
-        for (uint32_t j = 0; j < 2 * nq; j++)
-            w->sums[j] = 0;
-        for (uint32_t c = 0; c < n; c++)
-            for (uint32_t j = 0; j < nq; j++) {
-                double v = w->raw[(size_t)c * nq + j];
-                w->sums[2 * j] += v;
-                w->sums[2 * j + 1] += v * v;
-            }
-        for (uint32_t j = 0; j < nq; j++)
-            kve_score_moments(w->sums[2 * j], w->sums[2 * j + 1], n, &w->stats[2 * j],
-                              &w->stats[2 * j + 1]);
-    }
+    for (uint32_t j = 0; zn && j < nq; j += 4)
+        kve_score_sums(w->raw, n, nq, j, w->stats);
     if (!acc)
         memset(out, 0, (size_t)r->n_slots * sizeof *out);
     for (uint32_t c = 0; c < n; c++) {
@@ -139,7 +152,6 @@ static void kve_score_scratch_free(kve_score_scratch *w)
     free(w->mag);
     free(w->raw);
     free(w->stats);
-    free(w->sums);
     free(w->cand);
     free(w->gen);
     free(w->tmp);
@@ -149,18 +161,17 @@ static void kve_score_scratch_free(kve_score_scratch *w)
 static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a,
                                    uint32_t max_slots)
 {
-    size_t nq = a->nq, nf = a->nf, ns = (size_t)max_slots + 1;
+    size_t nq = a->nq, nf = a->nf, ns = (size_t)max_slots + 16;
     w->coef = (float *)malloc((nq * nf * 3 + 16) * sizeof(float));
     w->key = (float *)malloc((2 * nf + 16) * sizeof(float));
     w->mag = (float *)malloc((nf + 16) * sizeof(float));
     w->raw = (float *)malloc(((size_t)max_slots * nq + 1) * sizeof(float));
     w->stats = (float *)malloc((2 * nq + 1) * sizeof(float));
-    w->sums = (double *)malloc((2 * nq + 1) * sizeof(double));
     w->cand = (uint32_t *)malloc(ns * sizeof(uint32_t));
     w->gen = (uint32_t *)malloc(ns * sizeof(uint32_t));
     w->tmp = (uint32_t *)malloc(ns * sizeof(uint32_t));
     w->kp = (const unsigned char **)malloc(ns * sizeof(*w->kp));
-    return w->coef && w->key && w->mag && w->raw && w->stats && w->sums && w->cand && w->gen &&
+    return w->coef && w->key && w->mag && w->raw && w->stats && w->cand && w->gen &&
            w->tmp && w->kp;
 }
 

@@ -42,4 +42,5 @@ const kve_score_kernels kve_score_kernels_scalar = {
     .load = kve_scalar_score_load,
     .group = kve_scalar_score_group,
     .knorm = kve_scalar_score_knorm,
+    .cands = kve_score_window_cands,
 };

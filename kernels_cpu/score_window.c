@@ -42,6 +42,12 @@ static uint32_t kve_kth_largest(const uint32_t *v, uint32_t n, uint32_t k, uint3
     }
 }
 
+uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t window, uint32_t lo,
+                                uint32_t hi, uint32_t *tmp)
+{
+    return kve_kth_largest(gen_pos, n, window + 1, lo, hi, tmp) + 1;
+}
+
 uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,
                                 uint32_t *cand, uint32_t *tmp)
 {
@@ -58,7 +64,7 @@ uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint
     }
     if (gen <= r->window)
         return 0;
-    uint32_t x = kve_kth_largest(gen_pos, gen, r->window + 1, lo, hi, tmp) + 1;
+    uint32_t x = kve_score_window_bound(gen_pos, gen, r->window, lo, hi, tmp);
     uint32_t n = 0;
     for (uint32_t i = 0; i < gen; i++) { /* in place: n <= i */
         cand[n] = cand[i];

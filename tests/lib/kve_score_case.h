@@ -136,7 +136,7 @@ static void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
 {
     kve_score_desc *d = &c->d;
     const kve_key_cache *k = &d->keys;
-    uint32_t group = 1 + kve_sc_below(x, 3), nf = k->head_dim / 2;
+    uint32_t group = 1 + kve_sc_below(x, 8), nf = k->head_dim / 2; /* 4 and 8: the CPU's 4-head kernels */
     size_t nq = (size_t)k->n_heads * group;
     kve_triattention_params *t = &d->tri;
     t->group = group;
