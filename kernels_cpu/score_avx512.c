@@ -111,7 +111,7 @@ static float kve512_score_knorm(const float *key, uint32_t dim)
 
 /* Keys this far ahead of the one being scored are prefetched, every line:
  * they lie wherever the page table put them. */
-#define KVE512_AHEAD 8u
+#define KVE512_AHEAD 16u
 
 static void kve512_prefetch(const unsigned char *const *keys, size_t off, uint32_t c, uint32_t n,
                             size_t bytes)

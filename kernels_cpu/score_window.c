@@ -4,27 +4,38 @@
  * common/device/score_body.h's kve_score_bound_seq (the (W+1)-th largest
  * generated position, plus one; P when W or fewer are generated), found by
  * one pass over the table that gathers the generated positions, then a
- * radix select over those alone whose digits fit their range (256 bins a
- * level), so a table costs about two passes instead of four full ones.
+ * radix select over those alone whose digits fit their range (2048 bins a
+ * level: one level when the generated positions span fewer), so a table
+ * costs about two passes instead of four full ones.
  */
+#include <string.h>
+
 #include "kve_cpu_kernels.h"
+
+/* Bins of a level of the select: a range this narrow (a head's last 2048
+ * positions) is done in one pass, each bin one position. */
+#define KVE_WINDOW_BINS 2048u
 
 /* The @p k-th largest (1-based, with multiplicity) of v[0..n), all in
  * [lo, hi]; reads v, and narrows into tmp (n values). */
 static uint32_t kve_kth_largest(const uint32_t *v, uint32_t n, uint32_t k, uint32_t lo, uint32_t hi,
                                 uint32_t *tmp)
 {
+    uint32_t hist[KVE_WINDOW_BINS];
     for (;;) {
         if (lo == hi)
             return hi;
-        uint32_t range = hi - lo, sh = 0, hist[256] = {0};
-        while ((range >> sh) > 255u)
+        uint32_t range = hi - lo, sh = 0;
+        while ((range >> sh) >= KVE_WINDOW_BINS)
             sh++;
+        memset(hist, 0, ((range >> sh) + 1) * sizeof *hist);
         for (uint32_t i = 0; i < n; i++)
             hist[(hi - v[i]) >> sh]++; /* bin 0 holds the largest */
         uint32_t b = 0;
         while (hist[b] < k)
             k -= hist[b++];
+        if (sh == 0)
+            return hi - b;
         /* the bin's values: hi - (b << sh) down to hi - ((b + 1) << sh) + 1 */
         uint32_t m = 0, nlo = UINT32_MAX, nhi = 0;
         for (uint32_t i = 0; i < n; i++) {
