@@ -133,6 +133,12 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
         kve_score_sums(w->raw, n, nq, j, w->stats);
     if (!acc)
         memset(out, 0, (size_t)r->n_slots * sizeof *out);
+    if (nq == 1) { /* one head: its z-score (K-norm's per-head tables) */
+        float mean = zn ? w->stats[0] : 0.0f, inv = zn ? w->stats[1] : 1.0f;
+        for (uint32_t c = 0; c < n; c++)
+            kve_score_put(a, &out[w->cand[c]], zn ? (w->raw[c] - mean) * inv : w->raw[c]);
+        return 1;
+    }
     for (uint32_t c = 0; c < n; c++) {
         const float *v = w->raw + (size_t)c * nq;
         float best = 0.0f;
