@@ -213,15 +213,23 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
     uint32_t max_slots = 0;
     for (uint32_t i = 0; i < d->n_rows; i++)
         max_slots = d->rows[i].n_slots > max_slots ? d->rows[i].n_slots : max_slots;
-    /* A row's phase factors serve all its tables. */
+    /* A row's phase factors serve all its tables; rows whose rounds start
+     * at the same position (a batch decoding in step) share them. */
     double *phase = NULL;
     if (d->scorer == KVE_SCORER_TRIATTENTION) {
-        phase = (double *)malloc((size_t)d->n_rows * a.nf * 2 * sizeof(double));
+        size_t per_row = (size_t)a.nf * 2;
+        phase = (double *)malloc((size_t)d->n_rows * per_row * sizeof(double));
         KVE_RETURN_ERROR_IF(!phase, KVE_ERR_NOMEM, "kve_score: cannot allocate %u rows' phases",
                             d->n_rows);
-        for (uint32_t i = 0; i < d->n_rows; i++)
-            for (uint32_t f = 0; f < a.nf; f++)
-                kve_score_phase(&a, f, d->rows[i].round_start, phase + 2 * ((size_t)i * a.nf + f));
+        for (uint32_t i = 0; i < d->n_rows; i++) {
+            uint32_t t0 = d->rows[i].round_start, same = i;
+            for (uint32_t j = i; j-- > 0 && same == i;)
+                same = d->rows[j].round_start == t0 ? j : same;
+            if (same < i)
+                memcpy(phase + i * per_row, phase + same * per_row, per_row * sizeof(double));
+            for (uint32_t f = 0; same == i && f < a.nf; f++)
+                kve_score_phase(&a, f, t0, phase + i * per_row + 2 * f);
+        }
     }
     kve_score_call c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
     int got = kve_cpu_parallel(ctx->threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
