@@ -5,14 +5,16 @@
  * huge and tiny tables; the streaming kernels (knorm_keys, group_keys)
  * against the same table's per-key kernels (load, then knorm / group), bit
  * for bit, for every key type, head_dim 2..512, GQA groups 1..8, odd and
- * even key counts, keys scattered at an offset. Reaches the kernel tables,
- * so it links the static library. */
+ * even key counts, keys scattered at an offset; TriAttention rows sharing
+ * a round start in one call against a call per row. Reaches the kernel
+ * tables, so it links the static library. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/score_body.h"
 #include "kve_cpu_kernels.h"
+#include "kve_score_case.h"
 #include "kve_suite.h"
 #include "kve_test_util.h"
 
@@ -181,11 +183,49 @@ START_TEST(stream_matches_per_key)
 }
 END_TEST
 
+/* TriAttention rows of one call that start their rounds at the same
+ * position share the phase factors: the call gives what a call per row gives. */
+START_TEST(rows_sharing_round_start)
+{
+    int tried = 0;
+    for (uint64_t seed = 1; seed < 400 && tried < 20; seed++) {
+        kve_score_case c;
+        kve_score_case_make(&c, seed, 1);
+        if (c.d.n_rows < 3 || (c.d.flags & KVE_SCORE_ACCUMULATE)) {
+            kve_score_case_free(&c);
+            continue;
+        }
+        tried++;
+        for (uint32_t r = 0; r < c.d.n_rows; r++) /* rows 0, 2, 4 share; 1, 3 another */
+            c.rows[r].round_start = r % 2 ? 777u : 4242u;
+        kve_context *ctx = NULL;
+        KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
+        KT_OK(kve_score(ctx, &c.d));
+        float *one = (float *)malloc(c.n_scores * 4);
+        memcpy(one, c.scores, c.n_scores * 4);
+        kve_score_desc d = c.d;
+        d.n_rows = 1;
+        for (uint32_t r = 0; r < c.d.n_rows; r++) {
+            d.rows = &c.rows[r];
+            KT_OK(kve_score(ctx, &d));
+        }
+        ck_assert_msg(!memcmp(one, c.scores, c.n_scores * 4),
+                      "case %llu: one call of %u rows differs from a call per row",
+                      (unsigned long long)seed, c.d.n_rows);
+        free(one);
+        kve_context_destroy(ctx);
+        kve_score_case_free(&c);
+    }
+    ck_assert_int_eq(tried, 20);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(score_kernels, cands_match_bound),
         KVE_TEST(score_kernels, stream_matches_per_key),
+        KVE_TEST(score_kernels, rows_sharing_round_start),
     };
     const kve_suite_spec spec = {"cpu_score_kernels", 600, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
