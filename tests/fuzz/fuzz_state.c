@@ -70,6 +70,7 @@ static int decode_desc(fz_bytes *in, model *m)
     d->pool_slots = pool_sel < 160 ? 0
                                    : (uint64_t)d->max_slots * (1 + fz_below(in, d->max_seqs)) +
                                          fz_below(in, d->max_slots) - (pool_sel >= 250);
+    d->max_draft = (uint32_t)(d->schedule.seed % 4); /* draft slots (0: drafts refused) */
     m->tl = d->schedule.flags & KVE_SHARED_LAYERS ? 1 : d->n_layers;
     m->th = d->schedule.flags & KVE_SHARED_HEADS ? 1 : d->n_heads;
     m->tables = m->tl * m->th;
@@ -300,6 +301,59 @@ static kve_status op_rebuild(fz_bytes *in, model *m, kve_state *st, uint32_t row
     return s;
 }
 
+/* A speculative step's drafts (kve_state_draft): tentative, so the state
+ * does not change; token k of a row maps to its draft slot capacity + k in
+ * every table, and the call's move lists are emptied. */
+static kve_status op_draft(fz_bytes *in, const model *m, kve_state *st, uint32_t row, int *bad)
+{
+    const kve_state_desc *d = &m->desc;
+    uint32_t rows[MAX_ROWS + 1], n_draft[MAX_ROWS + 1], n_rows = 1 + fz_below(in, d->max_seqs);
+    uint32_t max_draft = fz_u8(in) < 230 ? d->max_draft : fz_below(in, 6);
+    uint64_t total = 0;
+    *bad = d->max_draft == 0 || max_draft > d->max_draft;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        rows[i] = i ? fz_below(in, d->max_seqs + 1) : row;
+        n_draft[i] = fz_below(in, max_draft + 2);
+        total += n_draft[i];
+        if (!n_draft[i])
+            continue; /* padding: its row is not read */
+        int seen = 0;
+        for (uint32_t j = 0; j < i; j++)
+            seen |= rows[j] == rows[i] && n_draft[j];
+        *bad |= rows[i] >= d->max_seqs || !m->rows[rows[i]].active || seen ||
+                n_draft[i] > max_draft;
+    }
+    uint8_t sel = fz_u8(in);
+    size_t lists = (size_t)m->tl * n_rows * m->th;
+    int64_t *map = sel & 1 ? (int64_t *)fz_alloc((total + 1) * m->tables * 8, 0x5a) : NULL;
+    int32_t *moves = sel & 2 ? (int32_t *)fz_alloc(lists * 2 * 8, 0x3c) : NULL;
+    uint32_t *n_moves = moves ? (uint32_t *)fz_alloc(lists * 4, 0x3c) : NULL;
+    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = (uint32_t)total + 1, .moves = moves,
+                           .n_moves = n_moves, .max_rows = n_rows, .max_moves = 2};
+    kve_status s = kve_state_draft(st, n_rows, rows, n_draft, max_draft,
+                                   map || moves || (sel & 4) ? &sb : NULL);
+    if (s == KVE_OK && !*bad) {
+        uint64_t base = 0;
+        for (uint32_t i = 0; i < n_rows; i++) {
+            for (uint32_t k = 0; map && k < n_draft[i]; k++)
+                for (uint32_t tb = 0; tb < m->tables; tb++) {
+                    int64_t got = map[((size_t)(tb / m->th) * sb.max_tokens + base + k) * m->th +
+                                      tb % m->th];
+                    FZ_CHECK(got == (int64_t)m->rows[rows[i]].capacity + k,
+                             "draft: row %u token %u table %u at slot %lld, not capacity %u + %u",
+                             rows[i], k, tb, (long long)got, m->rows[rows[i]].capacity, k);
+                }
+            base += n_draft[i];
+        }
+        for (size_t l = 0; moves && l < lists; l++)
+            FZ_CHECK(n_moves[l] == 0, "draft: move list %zu holds %u pairs", l, n_moves[l]);
+    }
+    free(map);
+    free(moves);
+    free(n_moves);
+    return s;
+}
+
 /* Calls that must fail: NULL arguments, short reads. */
 static kve_status op_must_fail(fz_bytes *in, const model *m, kve_state *st, uint32_t row, int *bad)
 {
@@ -333,7 +387,7 @@ static kve_status op_must_fail(fz_bytes *in, const model *m, kve_state *st, uint
 static void run_step(fz_bytes *in, model *m, kve_state *st)
 {
     const kve_state_desc *d = &m->desc;
-    uint8_t op = fz_u8(in) % 8;
+    uint8_t op = fz_u8(in) % 9;
     uint32_t row = fz_u8(in) < 245 ? fz_below(in, d->max_seqs) : d->max_seqs + fz_u8(in) % 3;
     int bad = 0;
     snapshot before;
@@ -347,8 +401,10 @@ static void run_step(fz_bytes *in, model *m, kve_state *st)
         s = op_append(in, m, st, row, &bad);
     else if (op == 6)
         s = op_rebuild(in, m, st, row, &bad);
-    else
+    else if (op == 7)
         s = op_must_fail(in, m, st, row, &bad);
+    else
+        s = op_draft(in, m, st, row, &bad);
     if (bad) {
         FZ_CHECK(s != KVE_OK, "op %u: an invalid call was accepted", op);
         FZ_CHECK_ERROR_MESSAGE(s);
