@@ -190,6 +190,7 @@ static void decode_tokens(fz_bytes *in, cw_case *c)
     c->bad |= over;
     c->skip |= !over && el > (1u << 20);
     c->slots = (int64_t *)fz_alloc(n_slots_el * 8, 0);
+    c->n_slots_el = n_slots_el;
     c->token_row = (int32_t *)fz_alloc(T * 4, 0);
     for (size_t t = 0; t < T; t++)
         c->token_row[t] = fz_u8(in) < 250 ? (int32_t)fz_below(in, R)
@@ -245,6 +246,27 @@ static void decode_moves(fz_bytes *in, cw_case *c)
     d->move_row = c->move_row;
 }
 
+/* Now and then (issue 38's commit of drafts) the entries come from the
+ * caches' own slots, desc.src_slots, shaped as slots: mostly in range,
+ * some -1 (skipped), rarely outside the row. Only where every part is a
+ * plain copy, so that the parts' source types and src[] play no part in
+ * the verdict either way. */
+static void decode_src_slots(fz_bytes *in, cw_case *c)
+{
+    kve_cache_write_desc *d = &c->d;
+    if (fz_u8(in) < 192 || c->refuse)
+        return;
+    for (uint32_t k = 0; k < d->n_caches; k++)
+        if (d->part[k].convert || c->g[k].st != c->g[k].dt)
+            return;
+    c->src_slots = (int64_t *)fz_alloc(c->n_slots_el * 8, 0);
+    for (size_t k = 0; k < c->n_slots_el; k++) {
+        uint8_t sel = fz_u8(in);
+        c->src_slots[k] = sel < 30 ? -1 : sel < 250 ? (int64_t)fz_below(in, 24) : -2 - sel % 3;
+    }
+    d->src_slots = c->src_slots;
+}
+
 static void free_case(cw_case *c)
 {
     for (uint32_t k = 0; k < KVE_MAX_CACHES; k++) {
@@ -258,6 +280,7 @@ static void free_case(cw_case *c)
     free(c->indices);
     free(c->last);
     free(c->slots);
+    free(c->src_slots);
     free(c->token_row);
     free(c->moves);
     free(c->move_row);
@@ -300,6 +323,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     fill_caches(&c);
     style_sources(&in, &c);
+    decode_src_slots(&in, &c);
     check_geometry(&c);
     reference_write(&c);
     check_write(&c, kve_cache_write(ctx, &c.d));

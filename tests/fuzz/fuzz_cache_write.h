@@ -50,6 +50,8 @@ typedef struct {
     uint32_t *n_moves;
     size_t n_lists;
     int64_t *slots;
+    int64_t *src_slots;   /* desc.src_slots (NULL: the sources are src[]) */
+    size_t n_slots_el;    /* elements of slots (and src_slots) */
     int64_t row_limit[4]; /* slots a row may use */
 } cw_case;
 

@@ -171,6 +171,29 @@ static void reference_entry(cw_case *c, uint32_t k, size_t t, size_t h, size_t a
                             scale));
 }
 
+/* Every entry a move of the call writes (valid pairs of valid lists), in
+ * @p dest. */
+static void mark_move_dests(const cw_case *c, uint8_t *dest)
+{
+    const kve_cache_write_desc *d = &c->d;
+    if (!d->moves || !d->n_moves || c->bad)
+        return;
+    for (uint32_t i = 0; i < d->n_move_rows; i++) {
+        int32_t row = c->move_row ? c->move_row[i] : (int32_t)i;
+        if (d->page_table != KVE_PAGES_FLAT && (row < 0 || (uint32_t)row >= d->n_rows))
+            return;
+        for (uint32_t h = 0; h < d->n_heads; h++) {
+            size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
+            for (uint32_t k = 0; k < d->n_moves[l] && k < d->max_moves; k++) {
+                const int32_t *pair = c->moves + 2 * (l * d->max_moves + k);
+                int64_t pd = ref_page(c, row, pair[1]);
+                if (pd >= 0)
+                    dest[entry_index(c, pd, pair[1], h)] = 1;
+            }
+        }
+    }
+}
+
 /* The reference write, and its verdict on every row, slot and page. */
 void reference_write(cw_case *c)
 {
@@ -178,12 +201,18 @@ void reference_write(cw_case *c)
     size_t H = d->n_heads, n_entries = c->n_entries = (size_t)d->n_pages * d->page_size * H;
     uint8_t *hit = (uint8_t *)calloc(n_entries + 1, 1);
     c->amb = (uint8_t *)calloc(n_entries + 1, 1);
+    uint8_t *dest = (uint8_t *)calloc(n_entries + 1, 1); /* every entry the call writes */
+    size_t *from = d->src_slots ? (size_t *)malloc((d->n_tokens * H + 1) * 2 * sizeof *from) : NULL;
+    size_t n_from = 0;
     reference_moves(c, hit, n_entries);
+    mark_move_dests(c, dest);
     for (size_t t = 0; t < d->n_tokens && !c->bad; t++) {
         int32_t row = c->token_row[t];
         int padding = 1; /* every slot -1: vLLM's padding, whose row is never read */
-        for (size_t h = 0; h < H; h++)
-            padding &= c->slots[t * d->slots_stride_token + h * d->slots_stride_head] == -1;
+        for (size_t h = 0; h < H; h++) {
+            size_t at = t * d->slots_stride_token + h * d->slots_stride_head;
+            padding &= c->slots[at] == -1 || (d->src_slots && c->src_slots[at] == -1);
+        }
         if (padding)
             continue;
         if (row < 0 || (uint32_t)row >= d->n_rows) {
@@ -192,20 +221,44 @@ void reference_write(cw_case *c)
         }
         for (size_t h = 0; h < H && !c->bad; h++) {
             int64_t s = c->slots[t * d->slots_stride_token + h * d->slots_stride_head];
-            if (s == -1)
-                continue;
+            if (s == -1 || (d->src_slots && c->src_slots[t * d->slots_stride_token +
+                                                         h * d->slots_stride_head] == -1))
+                continue; /* -1 in slots or src_slots: the entry is skipped, unread */
             int64_t page = ref_page(c, row, s);
             if (page < 0) {
                 c->bad = 1;
                 break;
             }
             size_t e = entry_index(c, page, s, h);
+            if (d->src_slots) { /* the entry's bytes from the row's own slot, as stored */
+                int64_t f = c->src_slots[t * d->slots_stride_token + h * d->slots_stride_head];
+                int64_t fp = ref_page(c, row, f);
+                if (fp < 0) {
+                    c->bad = 1;
+                    break;
+                }
+                c->amb[e] = hit[e];
+                hit[e] = 1;
+                dest[e] = 1;
+                from[2 * n_from] = entry_index(c, fp, f, h);
+                from[2 * n_from++ + 1] = e;
+                for (uint32_t k = 0; k < d->n_caches; k++)
+                    memcpy(c->ref[k] + entry_at(c, k, page, s, h),
+                           c->before[k] + entry_at(c, k, fp, f, h), c->g[k].de);
+                continue;
+            }
             c->amb[e] = hit[e]; /* a write replaces a move; two tokens' order is open */
             hit[e] = 1;
+            dest[e] = 1;
             for (uint32_t k = 0; k < d->n_caches; k++)
                 reference_entry(c, k, t, h, entry_at(c, k, page, s, h));
         }
     }
+    /* @pre: a source slot the call also writes leaves its copy's bytes open */
+    for (size_t x = 0; x < n_from; x++)
+        c->amb[from[2 * x + 1]] |= dest[from[2 * x]];
+    free(from);
+    free(dest);
     free(hit);
 }
 
