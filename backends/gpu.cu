@@ -1,7 +1,7 @@
 /*
  * gpu.cu — the GPU backend's driver, libkvevict_cuda.so: the context
  * (device, limits, error records), memory, streams, the launches of the
- * kernels of kernels_cuda/gpu_kernels.cuh as common/device/kve_launch.h
+ * kernels of kernels_cuda/gpu_kernels.cuh as kernels_cuda/kve_launch.h
  * plans them, and the table of operations the core loads at run time
  * (common/registry.c).
  *

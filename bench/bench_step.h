@@ -1,7 +1,7 @@
 /*
  * bench_step.h — one decode step of a cache state, as an engine runs it,
- * for the CPU bench (bench_state.c) and the GPU one (kernels_cuda/
- * gpu_bench.cu) alike: public API only, every buffer backend memory.
+ * for the CPU bench (bench_state.c) and the GPU one (gpu_bench.cu)
+ * alike: public API only, every buffer backend memory.
  *
  * G2 (64 layers x 8 KV heads), P = 1024, B = 2048, W = r = 64, @p rows
  * sequences, each full (2112 slots a head) before the step: the step's

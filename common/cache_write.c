@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "device/cache_write_body.h"
+#include "cache_write_body.h"
 #include "kve_backend.h"
 #include "kve_check.h"
 #include "kve_error.h"

@@ -1,6 +1,6 @@
 /* kve_util.h — small helpers every layer uses: the one align-up macro and
  * the one int32 order. Plain C (no library calls in the macro), so device
- * code (common/device) may use KVE_ALIGN_UP too. */
+ * code (kernels_cuda/) may use KVE_ALIGN_UP too. */
 #ifndef KVE_UTIL_H
 #define KVE_UTIL_H
 

@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "device/score_body.h"
 #include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
+#include "score_body.h"
 
 static int kve_mul(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
 static size_t kve_or(size_t a, size_t b) { return a ? a : b; }

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/state_body.h"
 #include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
+#include "state_body.h"
 
 kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uint32_t *out_slots)
 {

@@ -1,7 +1,7 @@
 /*
  * state_append.c — kve_state_append and kve_state_append_device: every
  * wave of an append is planned on the backend (the planner of
- * common/device/state_body.h advancing the rows' bookkeeping in backend
+ * kernels_cuda/state_body.h advancing the rows' bookkeeping in backend
  * memory), then runs as launches sized by the call's shape alone (docs/
  * GPU.md "CUDA graphs"). kve_state_append uploads the call's rows and
  * counts first and advances the host's mirror of the rows with the same
@@ -10,10 +10,10 @@
  */
 #include <string.h>
 
-#include "device/state_body.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
+#include "state_body.h"
 
 uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
                               uint32_t n_new)

@@ -19,7 +19,7 @@
 #include "kve_error.h"
 #include "kve_key.h"
 #include "kve_util.h"
-#include "device/state_body.h"
+#include "state_body.h"
 #include "kve_state_impl.h"
 
 typedef struct {

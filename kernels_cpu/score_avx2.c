@@ -6,8 +6,8 @@
  */
 #include <immintrin.h>
 
-#include "device/score_body.h"
 #include "kve_cpu_kernels.h"
+#include "score_body.h"
 
 static float kve2_hsum(__m256 v)
 {

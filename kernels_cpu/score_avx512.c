@@ -6,8 +6,8 @@
  */
 #include <immintrin.h>
 
-#include "device/score_body.h"
 #include "kve_cpu_kernels.h"
+#include "score_body.h"
 
 static void kve512_score_load(const unsigned char *key, uint32_t dtype, uint32_t dim, float *out)
 {

@@ -1,7 +1,7 @@
 /*
  * score_cpu.c — the CPU backend's kve_score: OpenMP across (row, table)
  * items (static schedule, one thread per item, so results do not depend
- * on the thread count). The math is common/device/score_body.h's. An item
+ * on the thread count). The math is kernels_cuda/score_body.h's. An item
  * finds its candidates first (score_window.c), looks their keys up one
  * page at a time, then streams over the keys (the ISA's knorm_keys /
  * group_keys: bf16 / f16 / f32 widened in registers, prefetched ahead, the
@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/score_body.h"
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
+#include "score_body.h"
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
  * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate

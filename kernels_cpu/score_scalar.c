@@ -1,12 +1,12 @@
 /*
  * score_scalar.c — kve_score's reference kernels: the device body's order
- * of operations exactly (common/device/score_body.h), so the CPU's scalar
+ * of operations exactly (kernels_cuda/score_body.h), so the CPU's scalar
  * ISA and the emulated device agree on every raw score.
  */
 #include <math.h>
 
-#include "device/score_body.h"
 #include "kve_cpu_kernels.h"
+#include "score_body.h"
 
 static void kve_scalar_score_load(const unsigned char *key, uint32_t dtype, uint32_t dim,
                                   float *out)

@@ -1,17 +1,17 @@
 /*
  * state_jobs_cpu.c — the CPU backend's cache-state ops (common/kve_backend.h):
  * state_update runs the jobs by the device's own interpreter
- * (common/device/state_body.h: kve_state_job_run, or its items one by one,
+ * (kernels_cuda/state_body.h: kve_state_job_run, or its items one by one,
  * kve_state_item_run, where the CPU prefetches), so the CPU and the GPUs
  * place tokens by one implementation; state_evict evicts the due rows.
  * Arguments arrive from the state's own plan; threads across jobs
  * (kve_cpu_parallel), each element written by exactly one thread.
  */
-#include "device/state_body.h"
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
+#include "state_body.h"
 
 /* Items ahead of the one running whose first lines are prefetched: a
  * ROUND's freed list (KVE_AHEAD_LIST items ahead, far enough for DRAM),

@@ -1,12 +1,12 @@
 /*
  * gpu_kernels.cuh — the GPU backend's __global__ kernels: each a thin
  * wrapper that hands its thread coordinates, shared memory and arguments
- * to a body of common/device/ (the bodies the host emulator, tests/emu,
+ * to a body of this folder (the bodies the host emulator, tests/emu,
  * runs too). Included by backends/gpu.cu, so one source serves CUDA
  * (kernels_cuda/CMakeLists.txt) and HIP (kernels_hip/hip_backend.hip
  * includes backends/gpu.cu with KVE_GPU_HIP set, so that it takes
  * kve_hip_vendor.h's names). Block sizes and grids
- * are planned in common/device/kve_launch.h.
+ * are planned in kve_launch.h.
  */
 #ifndef KVE_GPU_KERNELS_CUH
 #define KVE_GPU_KERNELS_CUH

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/score_body.h"
 #include "kve_cpu_kernels.h"
 #include "kve_score_case.h"
 #include "kve_suite.h"
 #include "kve_test_util.h"
+#include "score_body.h"
 
 /* The score tables this machine runs (scalar first). */
 static int tables_here(const kve_score_kernels **out)

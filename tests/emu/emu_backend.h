@@ -3,7 +3,7 @@
  * emulator as its device: a CPU context whose table of operations runs
  * state_update, state_round (on a threaded pool), cache_write and kve_score
  * (and, when asked, kve_evict and a state's eviction) through
- * common/device/'s bodies on an emulator pool,
+ * kernels_cuda/'s bodies on an emulator pool,
  * planned by the GPU driver's launch plan (kve_launch.h: grids, and
  * eviction's scratch in shared memory or the workspace); the block size is
  * the pool's (the bodies run on any). It says its memory is not host memory, so the core

@@ -1,5 +1,5 @@
 /*
- * emu_harness.h — runs a kernel body of common/device/ on the host: a
+ * emu_harness.h — runs a kernel body of kernels_cuda/ on the host: a
  * block's threads are fibers on the calling thread (emu_harness.c), run in
  * phases that end where kve_sync() or a warp shuffle would release them, in
  * a fresh random order every phase; a shuffle goes through a shared buffer,

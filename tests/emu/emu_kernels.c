@@ -1,4 +1,4 @@
-/* emu_kernels.c — common/device/'s bodies as plain C on the emulator. */
+/* emu_kernels.c — kernels_cuda/'s bodies as plain C on the emulator. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>

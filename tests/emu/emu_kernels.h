@@ -1,7 +1,7 @@
 /*
- * emu_kernels.h — the kernel bodies of common/device/ compiled as C and
+ * emu_kernels.h — the kernel bodies of kernels_cuda/ compiled as C and
  * launched on the emulator with the arguments the CUDA/HIP glue would pass
- * (common/device/kve_launch.h). Inputs and outputs are host memory.
+ * (kernels_cuda/kve_launch.h). Inputs and outputs are host memory.
  */
 #ifndef KVE_EMU_KERNELS_H
 #define KVE_EMU_KERNELS_H

@@ -1,5 +1,5 @@
 /*
- * test_emu.c — the device kernel bodies (common/device/), compiled as C and
+ * test_emu.c — the device kernel bodies (kernels_cuda/), compiled as C and
  * run on the fiber emulator (emu_harness.h), against the scalar CPU reference (the public
  * API, KVE_CPU_ISA_SCALAR), for block sizes 32..256 and warp widths 32 and
  * 64 (the HIP build's CDNA width), grids smaller and larger than the batch,

@@ -2,7 +2,7 @@
  * deliverable 5): kve_state_draft planned by the planner kernel, commits
  * through kve_state_append_device and kve_state_append, and the commit's
  * kve_cache_write (src_slots and the round's moves in one launch) through
- * common/device/'s bodies; the same run as the CPU's
+ * kernels_cuda/'s bodies; the same run as the CPU's
  * (tests/state/kve_state_draft.h). A draft launches the same kernels on
  * the same grids whatever its data, and a refusal maps its tokens to -1
  * and surfaces at kve_context_synchronize. */

@@ -1,5 +1,5 @@
 /*
- * test_emu_plan.c — the launch plan of common/device/kve_launch.h, the one
+ * test_emu_plan.c — the launch plan of kernels_cuda/kve_launch.h, the one
  * the GPU driver (backends/gpu.cu) launches with, on the emulated device:
  *
  *   plan       kve_evict_plan_make and the other launches' grids against

@@ -1,5 +1,5 @@
 /*
- * test_emu_round.c — the round kernel (common/device/round_body.h: a block
+ * test_emu_round.c — the round kernel (kernels_cuda/round_body.h: a block
  * per table) against the serial placement it replaces (state_body.h:
  * kve_state_job_run, kve_round_table), on the emulator:
  *

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "kvevict.h"
-#include "../bench/bench_step.h"
+#include "bench_step.h"
 
 #define KVE_B_CHECK(call)                                                                        \
     do {                                                                                         \
