@@ -46,12 +46,15 @@ struct kve_state {
      * with kve_state_append_device, a graph may replay it without the
      * library seeing it: from then on every host path reads it back. */
     int device_planned;
-    /* host memory, max_seqs each (one allocation at rows), jobs
-     * KVE_STATE_JOB_SETS * max_seqs */
+    /* host memory, max_seqs each (one allocation, host), jobs
+     * KVE_STATE_JOB_SETS * max_seqs; rows is the host's mirror of dev_rows,
+     * or dev_rows itself on a host-memory backend (the CPU: one copy, one
+     * planner run) */
     kve_state_row *rows;
     kve_state_work *work;
     kve_state_job *jobs;
     uint32_t *host_call; /* [3 * max_seqs]: a call's rows, n_new (uploaded), the mirror's bases */
+    void *host;          /* the one host allocation behind rows (at first), jobs, work, host_call */
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
@@ -64,6 +67,18 @@ kve_status kve_state_mirror(const kve_state *s);
 /* The host mirror's rows sent to backend memory (stream-ordered), after a
  * host path changed them (admit, retire, rebuild, the pool's compaction). */
 kve_status kve_state_push_rows(kve_state *s);
+/* An append (or a draft) as the planner sees it: its rows and counts in
+ * backend memory (the caller's, or the state's after an upload), its shape,
+ * and whether the shape's untaken mapping entries are set to -1. */
+typedef struct kve_state_call {
+    const uint32_t *rows, *n_new;
+    uint32_t n_rows, max_new;
+    int pad;
+} kve_state_call;
+/* The plan of wave @p k of @p waves of call @p c over the state's backend
+ * memory, with @p out's mapping and move lists (state_append.c). */
+kve_state_plan kve_state_plan_of(const kve_state *s, const kve_state_call *c, uint32_t k,
+                                 uint32_t waves, const kve_step_buffers *out);
 /* A job of @p kind on row @p row (its place in the pool filled in). */
 kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row, uint32_t first,
                                  uint32_t count, uint32_t pos, uint32_t token);

@@ -182,6 +182,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                                   KVE_STATE_JOB_SETS * sizeof(kve_state_job)));
     }
     *s = plan;
+    s->host = host;
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
     s->jobs = (kve_state_job *)(s->rows + n);
     s->work = (kve_state_work *)(s->jobs + KVE_STATE_JOB_SETS * n);
@@ -221,20 +222,18 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     s->marks = s->call_base + n + 1;
     s->refused = s->marks + n;
     /* The planner's rows start free, its marks zero: backend memory holds
-     * garbage until written. */
-    uint32_t *zero = (uint32_t *)calloc(n, sizeof(kve_state_row)); /* >= 4 bytes a row */
-    kve_status st = zero ? KVE_OK
-                         : kve_error_set(KVE_ERR_NOMEM, "cannot allocate a state for %u rows",
-                                         desc->max_seqs);
+     * garbage until written. The host rows are zero still (calloc), and
+     * at least 4 bytes a row. */
+    kve_status st = kve_copy(ctx, s->dev_rows, s->rows, n * sizeof(kve_state_row),
+                             KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK)
-        st = kve_copy(ctx, s->dev_rows, zero, n * sizeof(kve_state_row), KVE_COPY_HOST_TO_BACKEND);
-    if (st == KVE_OK)
-        st = kve_copy(ctx, s->marks, zero, n * 4, KVE_COPY_HOST_TO_BACKEND);
-    free(zero);
+        st = kve_copy(ctx, s->marks, s->rows, n * 4, KVE_COPY_HOST_TO_BACKEND);
     if (st != KVE_OK) {
         kve_state_destroy(s); /* frees what was taken */
         return st;
     }
+    if (ctx->ops->host_memory) /* the backend's rows are the host's: no mirror to keep */
+        s->rows = s->dev_rows;
     kve_error_clear();
     *out = s;
     return KVE_OK;
@@ -247,7 +246,7 @@ kve_status kve_state_destroy(kve_state *s)
             kve_context_synchronize(s->ctx);
             kve_free(s->ctx, s->memory);
         }
-        free(s->rows);
+        free(s->host);
         free(s->free_runs);
         free(s);
     }
@@ -257,7 +256,7 @@ kve_status kve_state_destroy(kve_state *s)
 kve_status kve_state_mirror(const kve_state *cs)
 {
     kve_state *s = (kve_state *)cs; /* the mirror is a cache of backend memory */
-    if (!s->device_planned)
+    if (!s->device_planned || s->rows == s->dev_rows)
         return KVE_OK;
     return kve_copy(s->ctx, s->rows, s->dev_rows, (size_t)s->d.max_seqs * sizeof(kve_state_row),
                     KVE_COPY_BACKEND_TO_HOST);
@@ -265,6 +264,8 @@ kve_status kve_state_mirror(const kve_state *cs)
 
 kve_status kve_state_push_rows(kve_state *s)
 {
+    if (s->rows == s->dev_rows)
+        return KVE_OK;
     return s->ctx->ops->upload(s->ctx, s->dev_rows, s->rows,
                                (size_t)s->d.max_seqs * sizeof(kve_state_row));
 }

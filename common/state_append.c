@@ -85,20 +85,17 @@ static uint32_t kve_state_waves(const kve_state *s, uint32_t max_new)
     return max_new ? 1 + (uint32_t)((max_new - 1 + r - 1) / r) : 0;
 }
 
-/* The plan of wave @p k of @p waves of a call over the planner's buffers
- * (@p rows etc.: backend memory, or the host mirror's). */
-static kve_state_plan kve_state_plan_of(const kve_state *s, uint32_t n_rows, uint32_t max_new,
-                                        uint32_t k, uint32_t waves, int pad,
-                                        const kve_step_buffers *out)
+kve_state_plan kve_state_plan_of(const kve_state *s, const kve_state_call *c, uint32_t k,
+                                        uint32_t waves, const kve_step_buffers *out)
 {
-    kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, s->call_rows, s->call_new,
-                        s->call_base, s->marks,    s->refused,  s->tables,    n_rows,
-                        max_new,      s->d.max_seqs, s->d.schedule.interval, k, waves,
+    kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, c->rows,    c->n_new,
+                        s->call_base, s->marks,    s->refused,  s->tables,  c->n_rows,
+                        c->max_new,   s->d.max_seqs, s->d.schedule.interval, k, waves,
                         UINT32_MAX,   0,           0,           0,           0};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
-        p.pad = (uint32_t)pad;
+        p.pad = (uint32_t)c->pad;
     }
     p.clear = out && out->moves;
     return p;
@@ -123,10 +120,11 @@ static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows)
  * cleared (the call's first wave), the due rows evicted, the rounds placed,
  * the runs written, the final mappings (its last wave). Every launch and
  * its size follow from the call's shape (n_rows, max_new). */
-static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new, uint32_t k,
-                                 uint32_t waves, int pad, const kve_step_buffers *out)
+static kve_status kve_state_wave(kve_state *s, const kve_state_call *c, uint32_t k,
+                                 uint32_t waves, const kve_step_buffers *out)
 {
-    kve_state_plan p = kve_state_plan_of(s, n_rows, max_new, k, waves, pad, out);
+    uint32_t n_rows = c->n_rows, max_new = c->max_new;
+    kve_state_plan p = kve_state_plan_of(s, c, k, waves, out);
     KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
     uint64_t n = n_rows, per_row = n * s->tables;
     if (k == 0 && p.clear)
@@ -161,26 +159,28 @@ static kve_status kve_state_wave(kve_state *s, uint32_t n_rows, uint32_t max_new
     return KVE_OK;
 }
 
-/* The waves of an append (a fixed number for the call's shape), rows and
- * n_new already in s->call_rows, s->call_new: each wave evicts the rows
+/* The waves of call @p c (a fixed number for its shape): each wave evicts the rows
  * that are full and places their round (moving kept entries down), then
  * writes every row's next run of tokens at its first free slot. Rows that
  * went through a round get their final mapping in the last wave: a later
  * round may have moved the call's tokens down. */
-static kve_status kve_state_append_waves(kve_state *s, uint32_t n_rows, uint32_t max_new,
-                                         int pad, const kve_step_buffers *out)
+static kve_status kve_state_append_waves(kve_state *s, const kve_state_call *c,
+                                         const kve_step_buffers *out)
 {
-    uint32_t waves = kve_state_waves(s, max_new);
+    uint32_t waves = kve_state_waves(s, c->max_new);
     for (uint32_t k = 0; k < (waves ? waves : 1); k++)
-        KVE_TRY(kve_state_wave(s, n_rows, max_new, k, waves, pad, out));
+        KVE_TRY(kve_state_wave(s, c, k, waves, out));
     return KVE_OK;
 }
 
 /* The host mirror advanced as the planner advances the rows in backend
- * memory: the same planner over the mirror (the call checked already). */
+ * memory: the same planner over the mirror (the call checked already).
+ * Nothing to do where the mirror is the backend's rows (host memory). */
 static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                      const uint32_t *n_new, uint32_t max_new)
 {
+    if (s->rows == s->dev_rows)
+        return;
     uint32_t waves = kve_state_waves(s, max_new), at = 0;
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
@@ -205,7 +205,8 @@ kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *
                                     ((size_t)m + n_rows) * 4));
     }
     kve_state_advance_mirror(s, n_rows, rows, n_new, max_new);
-    return kve_state_append_waves(s, n_rows, max_new, 0, out);
+    kve_state_call c = {s->call_rows, s->call_new, n_rows, max_new, 0};
+    return kve_state_append_waves(s, &c, out);
 }
 
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
@@ -245,12 +246,6 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             out->max_moves, max_new, need);
     }
     s->device_planned = 1; /* from here the rows may advance where the host cannot see */
-    /* the planner reads rows and n_new from the caller's buffers */
-    const uint32_t *own_rows = s->call_rows, *own_new = s->call_new;
-    s->call_rows = (uint32_t *)(uintptr_t)rows;
-    s->call_new = (uint32_t *)(uintptr_t)n_new;
-    kve_status st = kve_state_append_waves(s, n_rows, max_new, 1, out);
-    s->call_rows = (uint32_t *)(uintptr_t)own_rows;
-    s->call_new = (uint32_t *)(uintptr_t)own_new;
-    return st;
+    kve_state_call c = {rows, n_new, n_rows, max_new, 1}; /* the caller's buffers, read there */
+    return kve_state_append_waves(s, &c, out);
 }

@@ -44,15 +44,9 @@ kve_status kve_state_draft(kve_state *s, uint32_t n_rows, const uint32_t *rows,
     /* One wave of the planner in draft mode over the caller's rows and
      * n_draft: wave 0's checks (n_draft[i] <= max_draft as n_new[i] <=
      * max_new), each row's mapping entries in set FINAL. */
-    kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs,   rows,    n_draft,
-                        s->call_base, s->marks,    s->refused,    s->tables, n_rows,
-                        max_draft,    s->d.max_seqs, s->d.schedule.interval, 0, 1,
-                        UINT32_MAX,   0,           0,             0,         1};
-    if (out && out->slot_mapping) {
-        p.max_tokens = out->max_tokens;
-        p.final = 1;
-    }
-    p.clear = out && out->moves;
+    kve_state_call c = {rows, n_draft, n_rows, max_draft, 0};
+    kve_state_plan p = kve_state_plan_of(s, &c, 0, 1, out);
+    p.draft = 1;
     KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
     uint64_t per_row = (uint64_t)n_rows * s->tables;
     if (p.clear)
