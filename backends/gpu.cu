@@ -565,6 +565,20 @@ static kve_status gpu_score(kve_context *ctx, const kve_score_desc *d)
     return KVE_OK;
 }
 
+/* A state's call scored from its device row list: one launch, nothing
+ * uploaded, allocated or waited for (the scratch is the state's, used in
+ * its stream's order), so a graph can capture it. */
+static kve_status gpu_state_score(kve_context *ctx, const kve_state_score_call *c)
+{
+    KVE_TRY(kve_gpu_enter(ctx));
+    kve_gpu *g = kve_gpu_of(ctx);
+    kve_score_plan p = kve_state_score_plan_make(&g->limits, c, KVE_SCORE_THREADS);
+    kve_score_args a;
+    kve_state_score_args_make(c, &p, g->errors, &a);
+    KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
+    return KVE_OK;
+}
+
 static kve_status gpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
 {
     KVE_TRY(kve_gpu_enter(ctx));
@@ -605,6 +619,7 @@ static const kve_backend_ops kve_gpu_ops = {
     .state_round = gpu_state_round,
     .score = gpu_score,
     .state_plan = gpu_state_plan,
+    .state_score = gpu_state_score,
 };
 
 KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)

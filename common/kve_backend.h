@@ -27,7 +27,7 @@
 
 #include "kvevict.h"
 
-#define KVE_BACKEND_ABI_VERSION 3u /* 2: state_evict, upload; 3: state_plan, state_round */
+#define KVE_BACKEND_ABI_VERSION 4u /* 2: state_evict, upload; 3: state_plan, state_round; 4: state_score */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 /* ---- 1. The job protocol ---------------------------------------------- */
@@ -154,6 +154,39 @@ typedef struct kve_state_evict {
     size_t scores_stride_row, scores_stride_table;
 } kve_state_evict;
 
+/*
+ * A cache state's call as its scorer reads it (kve_state_score_device): call
+ * row i appends n_new[i] tokens to state row rows[i], both in backend memory
+ * (the buffers the step's kve_state_append_device reads), and each row's
+ * bookkeeping is the planner's, in backend memory, as before the call. Row
+ * i is scored when its round runs in this call under a scored state's rules
+ * (kve_state_score_row_of); every other call row (padding, a row the append
+ * will refuse, a row with no round) is skipped. Its key cache row is i.
+ */
+typedef struct kve_score_list {
+    const uint32_t *rows, *n_new; /* [n_rows]: NULL rows = the desc's host row list */
+    const kve_state_row *state;   /* [max_seqs] */
+    uint64_t tables;              /* tables per state row (every layer) */
+    uint32_t max_seqs, window, interval, table_layer;
+    size_t stride_row;            /* output elements between call rows */
+} kve_score_list;
+
+/*
+ * kve_state_score_device on a backend without host memory: the desc
+ * validated with its key strides resolved (rows NULL; n_rows, slot_pos,
+ * scores and scores_stride_table the call's), the list, and the state's
+ * scoring scratch: raw [n_rows][tables a layer][query heads][max_slots]
+ * floats and one counter per (call row, table of the layer), zeros between
+ * calls. One launch whose size depends on n_rows and the state's shape.
+ */
+typedef struct kve_state_score_call {
+    kve_score_desc d;
+    kve_score_list list;
+    uint32_t max_slots; /* the state's: tiles of the grid, raw's stride */
+    float *raw;
+    uint32_t *arrived;
+} kve_state_score_call;
+
 
 /* Sets of jobs a wave plans, n_rows jobs each, in this order: set k of
  * call row i is jobs[k * n_rows + i]. */
@@ -176,7 +209,9 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_TWICE,       /* rows[i] appears twice among the rows with tokens */
     KVE_PLAN_TOO_MANY,    /* n_new[i] > max_new */
     KVE_PLAN_POSITION,    /* the row would pass position 2^31-1 */
-    KVE_PLAN_TOKENS       /* the call's tokens exceed out->max_tokens */
+    KVE_PLAN_TOKENS,      /* the call's tokens exceed out->max_tokens */
+    KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
+                             tokens before its round */
 } kve_plan_refusal;
 
 /*
@@ -215,6 +250,10 @@ typedef struct kve_state_plan {
      * FINAL a DRAFT job (a refused or padding row: FINAL's -1s); no row
      * starts work or advances, sets EVICT, ROUND and RUN are no-ops. */
     uint32_t draft;
+    /* 1: a KVE_SCORED state's append: a row whose call would run two rounds,
+     * or bring more than window tokens before its round, is refused
+     * (KVE_PLAN_SCORED) */
+    uint32_t scored, window;
 } kve_state_plan;
 
 /* ---- 2. The context ---------------------------------------------------- */
@@ -282,6 +321,10 @@ typedef struct kve_backend_ops {
      * one block; a refusal is raised on the device (host memory: returned,
      * with its message). */
     kve_status (*state_plan)(kve_context *ctx, const kve_state_plan *plan);
+    /* A cache state's scores read from its device row list (kve_state_score_call
+     * above), one launch. NULL: only host-memory backends score that way
+     * (the front end reads the rows and calls score). */
+    kve_status (*state_score)(kve_context *ctx, const kve_state_score_call *call);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

@@ -58,6 +58,11 @@ struct kve_state {
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
+    /* kve_state_score_device's scratch (backend memory, taken by its first
+     * call that needs more): raw scores for max_seqs rows, then the
+     * counters (zeros between calls) */
+    void *score_scratch;
+    size_t score_scratch_bytes, score_raw_bytes;
 };
 
 /* The host mirror of the rows, read back from backend memory once appends
@@ -122,6 +127,11 @@ uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_
  * host memory no NaN at a candidate; KVE_OK for other states. */
 kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                   const uint32_t *n_new, const kve_step_buffers *out);
+/* KVE_SCORED states, kve_state_append_device: scores given, laid out for
+ * any row of the state (scores_stride_table >= max_slots), since which rows
+ * evict is known on the device only. */
+kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows,
+                                        const kve_step_buffers *out);
 /* The move lists of @p out (NULL, or none: KVE_OK): moves and n_moves
  * together, max_rows >= n_rows (state_draft.c). */
 kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows);

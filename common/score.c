@@ -301,14 +301,9 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     KVE_RETURN_ERROR_IF(stride_table < r->capacity, KVE_ERR_RANGE,
                         "scores_stride_table = %zu: row %u's tables hold %u slots", stride_table,
                         row, r->capacity);
-    out->table_offset = r->off * s->tables + (uint64_t)table_layer * s->table_heads * r->capacity;
-    out->scores_offset = (uint64_t)i * stride_row + (uint64_t)table_layer * s->table_heads * stride_table;
-    out->n_slots = r->capacity;
-    out->table_stride = r->capacity;
-    out->prompt_len = r->prompt;
-    out->window = w - before; /* the call's tokens before the round are the newest */
-    out->round_start = r->n_tokens + before;
-    out->cache_row = desc->cache_rows ? desc->cache_rows[i] : (int32_t)i;
+    (void)kve_state_score_row_of(r, n_new, w, s->d.schedule.interval, s->tables, s->table_heads,
+                                 table_layer, (uint64_t)i * stride_row, stride_table,
+                                 desc->cache_rows ? desc->cache_rows[i] : (int32_t)i, out);
     return KVE_OK;
 }
 
@@ -375,4 +370,149 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     free(sr);
     free(seen);
     return st;
+}
+
+/* The state's scoring scratch for calls of up to max_seqs rows of @p nq
+ * query heads a table: raw scores, then the counters (zeroed once; the
+ * kernel leaves them 0). Taken by the first call that needs more, which
+ * must not be inside a graph capture. */
+static kve_status kve_state_score_scratch(kve_state *s, uint32_t nq)
+{
+    size_t raw = kve_score_raw_floats(s->d.max_seqs, s->table_heads, nq, s->d.max_slots);
+    size_t counters = (size_t)s->d.max_seqs * s->table_heads * sizeof(uint32_t), need;
+    KVE_RETURN_ERROR_IF(raw == SIZE_MAX || raw > (SIZE_MAX - counters) / sizeof(float) - 256,
+                        KVE_ERR_OVERFLOW,
+                        "kve_state_score_device: raw scores of %u rows x %u tables x %u query "
+                        "heads x %u slots overflow",
+                        s->d.max_seqs, s->table_heads, nq, s->d.max_slots);
+    raw = KVE_ALIGN_UP(raw * sizeof(float), 256);
+    need = raw + counters;
+    if (s->score_scratch && s->score_raw_bytes >= raw)
+        return KVE_OK;
+    if (s->score_scratch) {
+        KVE_TRY(kve_context_synchronize(s->ctx));
+        KVE_TRY(kve_free(s->ctx, s->score_scratch));
+        s->score_scratch = NULL;
+        s->score_scratch_bytes = s->score_raw_bytes = 0;
+    }
+    void *mem = NULL;
+    kve_status st = kve_alloc(s->ctx, need, &mem);
+    KVE_RETURN_ERROR_IF(st != KVE_OK, st,
+                        "kve_state_score_device: cannot take its scratch (%zu bytes of backend "
+                        "memory for %u query heads a table): %s. The first call with a scorer "
+                        "takes it; make that call before capturing a graph",
+                        need, nq, kve_last_error());
+    uint32_t *zeros = (uint32_t *)calloc(counters ? counters : 1, 1);
+    st = zeros ? kve_copy(s->ctx, (unsigned char *)mem + raw, zeros, counters,
+                          KVE_COPY_HOST_TO_BACKEND)
+               : kve_error_set(KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %zu bytes",
+                               counters);
+    free(zeros);
+    if (st != KVE_OK) {
+        (void)kve_free(s->ctx, mem);
+        return st;
+    }
+    s->score_scratch = mem;
+    s->score_scratch_bytes = need;
+    s->score_raw_bytes = raw;
+    return KVE_OK;
+}
+
+/* The CPU (host memory): the list read where it lies, scored as
+ * kve_state_score scores it. */
+static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *d,
+                                            const kve_score_list *l)
+{
+    kve_score_row *sr = (kve_score_row *)calloc(d->n_rows ? d->n_rows : 1, sizeof *sr);
+    KVE_RETURN_ERROR_IF(!sr, KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %u rows",
+                        d->n_rows);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < d->n_rows; i++) {
+        uint32_t k = l->n_new[i], row = k ? l->rows[i] : 0;
+        if (k && row < l->max_seqs && l->state[row].active)
+            n += (uint32_t)kve_state_score_row_of(&l->state[row], k, l->window, l->interval,
+                                                  l->tables, s->table_heads, l->table_layer,
+                                                  (uint64_t)i * l->stride_row,
+                                                  d->scores_stride_table, (int32_t)i, &sr[n]);
+    }
+    kve_score_desc h = *d;
+    h.n_rows = n;
+    h.rows = sr;
+    kve_status st = n ? kve_score(s->ctx, &h) : KVE_OK;
+    free(sr);
+    return st;
+}
+
+kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                                  const uint32_t *n_new, uint32_t table_layer,
+                                  const kve_score_desc *desc, float *scores,
+                                  size_t scores_stride_row, size_t scores_stride_table)
+{
+    kve_state *s = state;
+    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
+    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer,
+                        s->table_layers);
+    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
+                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
+                        s->d.n_heads);
+    KVE_RETURN_ERROR_IF(desc->cache_rows, KVE_ERR_INVALID,
+                        "desc.cache_rows is not NULL: kve_state_score_device reads call row i's "
+                        "keys from row i of the key cache's page table");
+    KVE_RETURN_ERROR_IF(desc->keys.page_table != KVE_PAGES_FLAT && desc->keys.n_rows < n_rows,
+                        KVE_ERR_RANGE,
+                        "desc.keys.n_rows = %u: call row i reads row i of the page table, and "
+                        "the call has n_rows = %u",
+                        desc->keys.n_rows, n_rows);
+    KVE_RETURN_ERROR_IF(scores_stride_table < s->d.max_slots, KVE_ERR_RANGE,
+                        "scores_stride_table = %zu: below max_slots = %u (any row may be due: "
+                        "which is known on the device only)",
+                        scores_stride_table, s->d.max_slots);
+    size_t need, span;
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, scores_stride_table, scores_stride_table, 1,
+                                      &need) ||
+                            (n_rows > 1 && scores_stride_row < need),
+                        KVE_ERR_RANGE,
+                        "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "
+                        "(%zu)",
+                        scores_stride_row, s->tables, scores_stride_table);
+    KVE_RETURN_ERROR_IF(n_rows && kve_rows_span(n_rows, scores_stride_row, need, sizeof(float),
+                                                &span),
+                        KVE_ERR_OVERFLOW,
+                        "scores_stride_row = %zu: the scores of %u call rows overflow size_t "
+                        "bytes",
+                        scores_stride_row, n_rows);
+    kve_score_desc d = *desc;
+    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
+    d.n_rows = 0;
+    d.rows = NULL;
+    kve_score_desc v;
+    KVE_TRY(kve_score_validate(s->ctx, &d, &v)); /* scorer, keys, TriAttention inputs */
+    if (n_rows == 0)
+        return KVE_OK;
+    v.n_rows = n_rows;
+    v.slot_pos = s->slot_pos;
+    v.slot_pos_stride_table = 0;
+    v.scores = scores;
+    v.scores_stride_table = scores_stride_table;
+    kve_score_list l = {rows,          n_new,       s->dev_rows,          s->tables,
+                        s->d.max_seqs, s->d.schedule.window, s->d.schedule.interval,
+                        table_layer,   scores_stride_row};
+    if (s->ctx->ops->host_memory)
+        return kve_state_score_host_list(s, &v, &l);
+    KVE_RETURN_ERROR_IF(!s->ctx->ops->state_score, KVE_ERR_UNAVAILABLE,
+                        "kve_state_score_device: the %s backend does not implement it",
+                        s->ctx->ops->name);
+    uint32_t hpt = v.heads_per_table ? v.heads_per_table : 1;
+    uint32_t nq = hpt * (v.scorer == KVE_SCORER_TRIATTENTION ? v.tri.group : 1);
+    KVE_TRY(kve_state_score_scratch(s, nq));
+    kve_state_score_call c = {v, l, s->d.max_slots, (float *)s->score_scratch,
+                         (uint32_t *)((unsigned char *)s->score_scratch + s->score_raw_bytes)};
+    return s->ctx->ops->state_score(s->ctx, &c);
 }

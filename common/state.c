@@ -242,10 +242,12 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
 kve_status kve_state_destroy(kve_state *s)
 {
     if (s) {
-        if (s->owned) {
+        if (s->owned || s->score_scratch)
             kve_context_synchronize(s->ctx);
+        if (s->owned)
             kve_free(s->ctx, s->memory);
-        }
+        if (s->score_scratch)
+            kve_free(s->ctx, s->score_scratch);
         free(s->host);
         free(s->free_runs);
         free(s);

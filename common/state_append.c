@@ -18,8 +18,7 @@
 uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
                               uint32_t n_new)
 {
-    uint32_t room = capacity - n_valid, r = s->d.schedule.interval;
-    return n_new <= room ? 0 : (uint32_t)(((uint64_t)n_new - room + r - 1) / r);
+    return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
 }
 
 kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
@@ -91,7 +90,8 @@ kve_state_plan kve_state_plan_of(const kve_state *s, const kve_state_call *c, ui
     kve_state_plan p = {s->dev_rows,  s->dev_work, s->dev_jobs, c->rows,    c->n_new,
                         s->call_base, s->marks,    s->refused,  s->tables,  c->n_rows,
                         c->max_new,   s->d.max_seqs, s->d.schedule.interval, k, waves,
-                        UINT32_MAX,   0,           0,           0,           0};
+                        UINT32_MAX,   0,           0,           0,           0,
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
@@ -184,7 +184,8 @@ static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32
     uint32_t waves = kve_state_waves(s, max_new), at = 0;
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
-                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0, 0};
+                        s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0, 0,
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
     for (uint32_t k = 0; k < waves; k++) {
         p.wave = k;
         (void)kve_state_plan_serial(&p, &at);
@@ -227,9 +228,6 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                                    const kve_step_buffers *out)
 {
     KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
-    KVE_RETURN_ERROR_IF(s->d.schedule.flags & KVE_SCORED, KVE_ERR_UNAVAILABLE,
-                        "kve_state_append_device: a KVE_SCORED state's rounds read scores "
-                        "the host checks; use kve_state_append (the scored arm runs eagerly)");
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
@@ -245,6 +243,8 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             "needs kve_state_max_moves = %u",
                             out->max_moves, max_new, need);
     }
+    if (s->d.schedule.flags & KVE_SCORED)
+        KVE_TRY(kve_state_check_scored_shape(s, n_rows, out));
     s->device_planned = 1; /* from here the rows may advance where the host cannot see */
     kve_state_call c = {rows, n_new, n_rows, max_new, 1}; /* the caller's buffers, read there */
     return kve_state_append_waves(s, &c, out);

@@ -5,6 +5,7 @@
  * call, so the engine scores them from its cache.
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kve_check.h"
 #include "kve_error.h"
@@ -34,17 +35,17 @@ kve_status kve_state_rounds_due(const kve_state *s, uint32_t n_rows, const uint3
     return KVE_OK;
 }
 
-/* The scores of call row @p i: pointer and strides fit its tables. */
-static kve_status kve_scored_buffers(const kve_state *s, uint32_t n_rows, uint32_t i, uint32_t row,
-                                     const kve_step_buffers *out)
+/* The scores of call row @p i (@p who: "rows[i] = row" or the call) for
+ * tables of @p cap slots: pointer and strides fit. */
+static kve_status kve_scored_layout(const kve_state *s, uint32_t n_rows, uint32_t i, uint32_t cap,
+                                    const char *who, const kve_step_buffers *out)
 {
     KVE_RETURN_ERROR_IF(!out || !out->scores, KVE_ERR_NULL,
-                        "out%s is NULL: rows[%u] = %u runs a scored round in this call",
-                        out ? "->scores" : "", i, row);
-    uint32_t cap = s->rows[row].capacity;
+                        "out%s is NULL: %s runs a scored round in this call",
+                        out ? "->scores" : "", who);
     KVE_RETURN_ERROR_IF(out->scores_stride_table < cap, KVE_ERR_RANGE,
-                        "out->scores_stride_table = %zu: below the capacity %u of rows[%u] = %u",
-                        out->scores_stride_table, cap, i, row);
+                        "out->scores_stride_table = %zu: below the %u slots of %s",
+                        out->scores_stride_table, cap, who);
     size_t span;
     /* tables x scores_stride_table: tables rows of a full table each */
     KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, out->scores_stride_table,
@@ -65,6 +66,15 @@ static kve_status kve_scored_buffers(const kve_state *s, uint32_t n_rows, uint32
                         "each) overflow size_t bytes",
                         out->scores_stride_row, i, row_span);
     return KVE_OK;
+}
+
+kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows,
+                                        const kve_step_buffers *out)
+{
+    if (n_rows == 0)
+        return KVE_OK;
+    return kve_scored_layout(s, n_rows, n_rows - 1, s->d.max_slots,
+                             "a row of a planned call (max_slots)", out);
 }
 
 /* No NaN at the round's candidates, from the tables before the call: the
@@ -115,7 +125,9 @@ kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uin
                             "more than the window W = %u: in a scored state every candidate "
                             "must be cached before the call",
                             i, rows[i], before, n_new[i], W);
-        KVE_TRY(kve_scored_buffers(s, n_rows, i, rows[i], out));
+        char who[48];
+        (void)snprintf(who, sizeof who, "rows[%u] = %u", i, rows[i]);
+        KVE_TRY(kve_scored_layout(s, n_rows, i, r->capacity, who, out));
         if (s->ctx->ops->host_memory && s->slot_pos)
             KVE_TRY(kve_scored_nan(s, i, rows[i], before, out));
     }

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVE_VERSION_MAJOR 1
-#define KVE_VERSION_MINOR 5
+#define KVE_VERSION_MINOR 6
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 2
@@ -603,9 +603,14 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * its tokens to -1, empties its move lists, and kve_context_synchronize
  * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
  * CPU backend the call returns that error itself.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_new, out's
- *         sizes); KVE_ERR_UNAVAILABLE for a KVE_SCORED state (the scored
- *         arm runs eagerly, through kve_state_append).
+ * A KVE_SCORED state's planned append reads out->scores as kve_state_append
+ * does, written by kve_state_score_device from the same rows and n_new
+ * before it: out->scores_stride_table >= desc.max_slots (which rows are due
+ * is known on the device only); a row that would run two rounds, or take
+ * more than W tokens before its round, refuses the call (reason 7). A NaN
+ * at a candidate is raised by the eviction on the device.
+ * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
+ *         KVE_ERR_RANGE (n_rows, max_new, out's sizes).
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            const uint32_t *rows, const uint32_t *n_new,
@@ -1103,6 +1108,41 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
                                    const uint32_t *n_new, uint32_t table_layer,
                                    const kve_score_desc *desc, float *scores,
                                    size_t scores_stride_row, size_t scores_stride_table);
+
+/**
+ * kve_state_score for a step planned on the device (docs/GPU.md "CUDA
+ * graphs"): the same scores, in the same layout, from the call's rows and
+ * counts in backend memory, the buffers the step's kve_state_append_device
+ * then reads, and the rows' bookkeeping the planner keeps in backend
+ * memory. Which rows are due is decided on the device, by the planner's
+ * own rule, so one launch scores every due row of the call for one table
+ * layer; nothing is read back, uploaded or waited for, and the launch
+ * depends on n_rows and the state's shape alone, so a CUDA or HIP graph can
+ * capture it (score every table layer, then append). Call row i is scored
+ * when its round runs in this call under KVE_SCORED's rules (one round, at
+ * most W tokens before it); padding (n_new[i] = 0), a row that holds no
+ * sequence or would break those rules is skipped, and the append refuses
+ * the call. Call row i's keys are row i of desc.keys' page table
+ * (desc.cache_rows must be NULL).
+ * The first call with a scorer takes the state's scoring scratch (backend
+ * memory for max_seqs rows x tables a layer x query heads a table x
+ * max_slots floats; freed with the state): make it before capturing. On the
+ * CPU backend the rows are read where they lie and scored as
+ * kve_state_score scores them.
+ * @param rows, n_new [n_rows], backend memory.
+ * @param scores_stride_table >= desc.max_slots (any row may be due);
+ *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
+ *         desc.keys.n_heads or n_rows past the page table's, strides);
+ *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW;
+ *         KVE_ERR_NOMEM or KVE_ERR_DEVICE when the scratch cannot be taken;
+ *         KVE_ERR_UNAVAILABLE when the backend lacks it.
+ */
+KVE_API kve_status kve_state_score_device(kve_state *state, uint32_t n_rows,
+                                          const uint32_t *rows, const uint32_t *n_new,
+                                          uint32_t table_layer, const kve_score_desc *desc,
+                                          float *scores, size_t scores_stride_row,
+                                          size_t scores_stride_table);
 
 /** TriAttention calibration (docs/SCORERS.md "Calibration file"), host memory. */
 typedef struct kve_triattention_stats {

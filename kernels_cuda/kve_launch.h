@@ -365,6 +365,39 @@ KVE_HOST_FN void kve_score_args_make(const kve_score_desc *d, const kve_score_pl
     a->arrived = arrived;
 }
 
+/* kve_state_score_device's one launch (kve_state_score_call): the same grid
+ * for the call's n_rows rows with the state's max_slots as every row's
+ * length, so its size follows from the shape alone; the scratch is the
+ * state's. */
+KVE_HOST_FN kve_score_plan kve_state_score_plan_make(const kve_launch_limits *lim,
+                                                     const kve_state_score_call *c, uint32_t threads)
+{
+    kve_score_args a;
+    kve_score_args_init(&a, &c->d, NULL);
+    kve_score_plan p;
+    p.max_slots = c->max_slots;
+    p.tiles = p.max_slots ? (p.max_slots + threads - 1) / threads : 1;
+    p.grid = kve_launch_grid((uint64_t)c->d.n_rows * c->d.keys.n_heads * p.tiles, 1, lim->max_grid);
+    p.smem = kve_score_smem_bytes(a.group, a.nq, a.nf, threads);
+    p.rows_bytes = p.raw_at = 0;
+    p.scratch_bytes = kve_score_raw_floats(c->d.n_rows, a.n_tables, a.nq, p.max_slots);
+    p.scratch_bytes = p.scratch_bytes == SIZE_MAX ? SIZE_MAX : p.scratch_bytes * sizeof(float);
+    p.arrived_bytes = (size_t)c->d.n_rows * a.n_tables * sizeof(uint32_t);
+    return p;
+}
+
+/* Arguments of the launch of plan @p p for a state's call @p c. */
+KVE_HOST_FN void kve_state_score_args_make(const kve_state_score_call *c, const kve_score_plan *p,
+                                           uint64_t *errors, kve_score_args *a)
+{
+    kve_score_args_init(a, &c->d, errors);
+    a->tiles = p->tiles;
+    a->max_slots = p->max_slots;
+    a->raw = c->raw;
+    a->arrived = c->arrived;
+    a->list = c->list;
+}
+
 /* The call that raises an error record: records of an earlier call here
  * win over a later one's. */
 typedef enum kve_dev_err_call {
@@ -414,7 +447,8 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "cache state append (or draft) refused at call row %llu, reason %u (1: rows[i] >= "
          "max_seqs; 2: the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > "
          "max_new (n_draft[i] > max_draft); 5: the "
-         "row would pass position 2^31-1; 6: more tokens than out->max_tokens) (checked on the "
+         "row would pass position 2^31-1; 6: more tokens than out->max_tokens; 7: a KVE_SCORED state's row would "
+         "run two rounds, or take more than W tokens before its round) (checked on the "
          "device); the state is unchanged and the call's outputs hold no tokens"},
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
          "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "

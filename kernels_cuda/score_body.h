@@ -27,6 +27,7 @@
 #include "kve_device.h"
 #include "kve_util.h"
 #include "kvevict.h"
+#include "state_rows_body.h"
 
 #include <string.h>
 #ifndef KVE_ON_GPU
@@ -57,6 +58,9 @@ typedef struct kve_score_args {
     float *raw;              /* raw scores [row][table][query head][max_slots] */
     uint32_t *arrived;       /* blocks done per (row, table); 0 between calls */
     uint64_t *errors;
+    /* kve_state_score_device: the rows read on the device from the state's
+     * list (list.rows not NULL; d.rows unused) */
+    kve_score_list list;
 } kve_score_args;
 
 KVE_HD_FN float kve_score_f32(uint32_t bits)
@@ -250,6 +254,38 @@ static inline void kve_score_args_init(kve_score_args *a, const kve_score_desc *
     a->raw = NULL;
     a->arrived = NULL;
     a->errors = errors;
+    memset(&a->list, 0, sizeof a->list);
+}
+
+/* Raw scores' floats of @p n_rows rows of @p n_tables tables, @p nq query
+ * heads a table, @p max_slots slots (SIZE_MAX: past the address space). */
+static inline size_t kve_score_raw_floats(uint64_t n_rows, uint64_t n_tables, uint64_t nq,
+                                      uint64_t max_slots)
+{
+    uint64_t n;
+    if (__builtin_mul_overflow(n_rows * n_tables, nq, &n) ||
+        __builtin_mul_overflow(n, max_slots, &n) || n > SIZE_MAX / sizeof(float))
+        return SIZE_MAX;
+    return (size_t)n;
+}
+
+/* Call row @p ri's scoring row: the desc's, or on a state's device list
+ * (kve_score_list) its round's, its key cache row ri. Returns 0 when the
+ * row has nothing to score (no slots; on the list: padding, a row that is
+ * not active, no round, or a call the scored rules refuse). */
+KVE_FN int kve_score_row_get(const kve_score_args *a, uint32_t ri, kve_score_row *out)
+{
+    const kve_score_list *l = &a->list;
+    if (!l->rows) {
+        *out = a->d.rows[ri];
+        return out->n_slots != 0;
+    }
+    uint32_t n = l->n_new[ri], row = n ? l->rows[ri] : 0;
+    if (!n || row >= l->max_seqs || !l->state[row].active)
+        return 0;
+    return kve_state_score_row_of(&l->state[row], n, l->window, l->interval, l->tables,
+                                  a->n_tables, l->table_layer, (uint64_t)ri * l->stride_row,
+                                  a->d.scores_stride_table, (int32_t)ri, out);
 }
 
 /* ---- the device grid --------------------------------------------------------- *
@@ -498,10 +534,10 @@ KVE_FN void kve_score_stats_block(kve_tc *tc, const kve_score_smem *sm, const kv
 /* The tail of (row @p ri, table @p table), on the block that finished it
  * last: z-normalization, the max over the table's query heads, the output. */
 KVE_FN void kve_score_tail_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
-                                 uint32_t ri, uint32_t table, const int32_t *tab, uint32_t x)
+                                 uint32_t ri, const kve_score_row *r, uint32_t table,
+                                 const int32_t *tab, uint32_t x)
 {
     const kve_score_desc *d = &a->d;
-    const kve_score_row *r = &d->rows[ri];
     float *out = d->scores + r->scores_offset + (size_t)table * d->scores_stride_table;
     int zn = (d->flags & KVE_SCORE_ZNORM) != 0;
     /* written by other blocks: volatile reads go past this block's cache */
@@ -526,12 +562,17 @@ KVE_FN void kve_score_tail_block(kve_tc *tc, const kve_score_smem *sm, const kve
     }
 }
 
-/* One (row, KV head, tile) item on one block. */
+/* One (row, KV head, tile) item on one block; a row with nothing to
+ * score costs its blocks the row's lookup (every block of the row returns,
+ * so its counter stays 0). */
 KVE_FN void kve_score_item_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_args *a,
                                  uint32_t ri, uint32_t h, uint32_t tile)
 {
     const kve_score_desc *d = &a->d;
-    const kve_score_row *r = &d->rows[ri];
+    kve_score_row row;
+    if (!kve_score_row_get(a, ri, &row))
+        return; /* the same for every thread of the block */
+    const kve_score_row *r = &row;
     uint32_t table = h / a->hpt, s = tile * tc->nt + tc->tid;
     const int32_t *tab = d->slot_pos + r->table_offset + (size_t)table * kve_score_table_stride(d, r);
     kve_sync(tc); /* the previous item is done with the shared memory */
@@ -558,7 +599,7 @@ KVE_FN void kve_score_item_block(kve_tc *tc, const kve_score_smem *sm, const kve
     }
     kve_sync(tc);
     if (*sm->last)
-        kve_score_tail_block(tc, sm, a, ri, table, tab, x);
+        kve_score_tail_block(tc, sm, a, ri, r, table, tab, x);
 }
 
 /* The kernel: items (row, KV head, tile) of the call, one block each,

@@ -27,8 +27,9 @@
 #define KVE_STATE_BODY_H
 
 #include "evict_body.h"
-#include "kve_device.h"
 #include "kve_backend.h"
+#include "kve_device.h"
+#include "state_rows_body.h"
 
 typedef struct kve_state_args {
     kve_state_update u; /* u.n_jobs >= 1, u.jobs in backend memory */
@@ -331,6 +332,8 @@ KVE_HD_FN uint32_t kve_plan_check(const kve_state_plan *p, uint32_t i)
         return KVE_PLAN_TOO_MANY;
     if ((uint64_t)r->n_tokens + n > 0x7fffffffu)
         return KVE_PLAN_POSITION;
+    if (p->scored && !kve_scored_fits(r, n, p->window, p->interval))
+        return KVE_PLAN_SCORED;
     return KVE_PLAN_OK;
 }
 

@@ -192,7 +192,8 @@ typedef enum {
     KVE_NODE_UPDATE,
     KVE_NODE_ROUND,
     KVE_NODE_EVICT,
-    KVE_NODE_WRITE
+    KVE_NODE_WRITE,
+    KVE_NODE_SCORE
 } kve_emu_node_kind;
 
 typedef struct kve_emu_node {
@@ -202,6 +203,7 @@ typedef struct kve_emu_node {
         kve_state_update update;
         kve_state_evict evict;
         kve_cache_write_desc write;
+        kve_state_score_call score;
     } a;
 } kve_emu_node;
 
@@ -488,6 +490,26 @@ static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
                : KVE_OK;
 }
 
+/* As gpu_state_score: one launch from the state's device row list, nothing
+ * uploaded or allocated (a graph records it). */
+static kve_status emu_state_score(kve_context *ctx, const kve_state_score_call *c)
+{
+    (void)ctx;
+    uint32_t nt, ws;
+    kve_emu_pool *pool = kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now);
+    kve_emu_pool_shape(pool, &nt, &ws);
+    kve_score_plan p = kve_state_score_plan_make(&kve_emu_lim, c, nt);
+    kve_emu_log_add("kve_score_kernel", p.grid, p.smem);
+    if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
+        kve_emu_log[kve_emu_log_n - 1].threads = nt;
+    kve_emu_node node = {KVE_NODE_SCORE, {.score = *c}};
+    if (kve_emu_record(&node))
+        return KVE_OK;
+    if (kve_emu_launch_fails("kve_score_kernel"))
+        return KVE_OK;
+    return kve_emu_state_score(pool, &p, c, &kve_emu_records) ? KVE_ERR_INTERNAL : KVE_OK;
+}
+
 static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
                             void *workspace, size_t workspace_bytes)
 {
@@ -615,6 +637,7 @@ static const kve_backend_ops kve_emu_ops = {
     .state_evict = emu_state_evict,
     .upload = emu_upload,
     .state_plan = emu_state_plan,
+    .state_score = emu_state_score,
     .state_round = emu_state_round,
     .score = emu_score,
 };
@@ -657,6 +680,7 @@ kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g)
                         : n->kind == KVE_NODE_UPDATE ? emu_state_update(ctx, &n->a.update)
                         : n->kind == KVE_NODE_ROUND  ? emu_state_round(ctx, &n->a.update)
                         : n->kind == KVE_NODE_EVICT  ? emu_state_evict(ctx, &n->a.evict)
+                        : n->kind == KVE_NODE_SCORE  ? emu_state_score(ctx, &n->a.score)
                                                      : emu_cache_write(ctx, &n->a.write);
         if (st != KVE_OK)
             return st;

@@ -405,6 +405,15 @@ int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_d
                        0);
 }
 
+int kve_emu_state_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_state_score_call *c,
+                        kve_emu_errors *e)
+{
+    static kve_score_args a; /* as a kernel's parameters: off the stack */
+    kve_state_score_args_make(c, p, e->rec, &a);
+    return kve_emu_run(pool, "kve_score_kernel", p->grid, p->smem, kve_emu_score_body, &a, NULL,
+                       0);
+}
+
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
                      const kve_case_bufs *bufs, kve_emu_errors *e, uint32_t *unit_used)
 {
