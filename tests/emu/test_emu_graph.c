@@ -55,54 +55,37 @@ typedef struct kve_rig {
     kve_step_buffers out;
 } kve_rig;
 
-static void *kg_alloc(kve_context *ctx, size_t bytes)
-{
-    void *p = NULL;
-    ck_assert_int_eq(kve_alloc(ctx, bytes, &p), KVE_OK);
-    return p;
-}
-
-static void kg_put(kve_context *ctx, void *dst, const void *src, size_t bytes)
-{
-    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
-}
-
-static void kg_get(kve_context *ctx, void *dst, const void *src, size_t bytes)
-{
-    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-}
-
 static void kg_rig_init(kve_rig *g, kve_context *ctx)
 {
     memset(g, 0, sizeof *g);
     g->ctx = ctx;
     kve_state_desc d = {{2609, 0, 8, 2, KG_R}, KG_ROWS, KG_LAYERS, KG_HEADS, 0, 0, KG_CAP, 0, 0};
     ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &g->st), KVE_OK);
-    g->rows = (uint32_t *)kg_alloc(ctx, KG_ROWS * 4);
-    g->n_new = (uint32_t *)kg_alloc(ctx, KG_ROWS * 4);
-    g->token_row = (int32_t *)kg_alloc(ctx, KG_PROMPT_MAX * KG_ROWS * 4);
-    g->bt = (int32_t *)kg_alloc(ctx, KG_ROWS * KG_BPR * 4);
-    g->move_row = (int32_t *)kg_alloc(ctx, KG_ROWS * 4);
-    g->src = (unsigned char *)kg_alloc(ctx, 2 * KG_SRC);
-    g->kv = (unsigned char *)kg_alloc(ctx, 2 * KG_CACHE);
+    g->rows = (uint32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
+    g->n_new = (uint32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
+    g->token_row = (int32_t *)kve_emu_test_alloc(ctx, KG_PROMPT_MAX * KG_ROWS * 4);
+    g->bt = (int32_t *)kve_emu_test_alloc(ctx, KG_ROWS * KG_BPR * 4);
+    g->move_row = (int32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
+    g->src = (unsigned char *)kve_emu_test_alloc(ctx, 2 * KG_SRC);
+    g->kv = (unsigned char *)kve_emu_test_alloc(ctx, 2 * KG_CACHE);
     int32_t bt[KG_ROWS * KG_BPR];
     for (int i = 0; i < KG_ROWS * KG_BPR; i++) /* pages scattered */
         bt[i] = (i * 7) % (KG_ROWS * KG_BPR);
-    kg_put(ctx, g->bt, bt, sizeof bt);
+    kve_emu_test_put(ctx, g->bt, bt, sizeof bt);
     unsigned char *zero = (unsigned char *)calloc(1, 2 * KG_CACHE);
-    kg_put(ctx, g->kv, zero, 2 * KG_CACHE);
+    kve_emu_test_put(ctx, g->kv, zero, 2 * KG_CACHE);
     free(zero);
     uint32_t ids[KG_ROWS];
     for (uint32_t i = 0; i < KG_ROWS; i++)
         ids[i] = i;
-    kg_put(ctx, g->rows, ids, sizeof ids);
+    kve_emu_test_put(ctx, g->rows, ids, sizeof ids);
     g->out.max_tokens = KG_PROMPT_MAX * KG_ROWS;
     g->out.max_rows = KG_ROWS;
     g->out.max_moves = KG_R * 2; /* prefills of up to 6 tokens: kve_state_max_moves(6) */
-    g->out.slot_mapping = (int64_t *)kg_alloc(ctx, KG_LAYERS * (size_t)g->out.max_tokens *
+    g->out.slot_mapping = (int64_t *)kve_emu_test_alloc(ctx, KG_LAYERS * (size_t)g->out.max_tokens *
                                                        KG_HEADS * 8);
-    g->out.moves = (int32_t *)kg_alloc(ctx, KG_LISTS * g->out.max_moves * 8);
-    g->out.n_moves = (uint32_t *)kg_alloc(ctx, KG_LISTS * 4);
+    g->out.moves = (int32_t *)kve_emu_test_alloc(ctx, KG_LISTS * g->out.max_moves * 8);
+    g->out.n_moves = (uint32_t *)kve_emu_test_alloc(ctx, KG_LISTS * 4);
 }
 
 static void kg_rig_fini(kve_rig *g)
@@ -174,10 +157,10 @@ static void kg_append_host(kve_rig *g, uint32_t n, const uint32_t *rows, const u
         for (uint32_t k = 0; k < n_new[i]; k++)
             tr[t++] = (int32_t)rows[i];
     if (t)
-        kg_put(g->ctx, g->token_row, tr, t * 4);
+        kve_emu_test_put(g->ctx, g->token_row, tr, t * 4);
     if (n)
-        kg_put(g->ctx, g->move_row, rows, n * 4);
-    kg_put(g->ctx, g->src, src, 2 * KG_SRC);
+        kve_emu_test_put(g->ctx, g->move_row, rows, n * 4);
+    kve_emu_test_put(g->ctx, g->src, src, 2 * KG_SRC);
     ck_assert_int_eq(kve_state_append(g->st, n, rows, n_new, &g->out), KVE_OK);
     for (uint32_t l = 0; l < KG_LAYERS; l++)
         ck_assert_int_eq(kg_write(g, l, t, n, 1), KVE_OK);
@@ -200,10 +183,10 @@ static void kg_snap(kve_rig *g, kve_snap *s)
     ck_assert_msg(sync == KVE_OK, "synchronize: %d: %s", sync,
                   g->ctx == kve_emu ? kve_emu_context_message() : kve_last_error());
     memset(s, 0, sizeof *s);
-    kg_get(g->ctx, s->map, g->out.slot_mapping, sizeof s->map);
-    kg_get(g->ctx, s->moves, g->out.moves, sizeof s->moves);
-    kg_get(g->ctx, s->n_moves, g->out.n_moves, sizeof s->n_moves);
-    kg_get(g->ctx, s->kv, g->kv, sizeof s->kv);
+    kve_emu_test_get(g->ctx, s->map, g->out.slot_mapping, sizeof s->map);
+    kve_emu_test_get(g->ctx, s->moves, g->out.moves, sizeof s->moves);
+    kve_emu_test_get(g->ctx, s->n_moves, g->out.n_moves, sizeof s->n_moves);
+    kve_emu_test_get(g->ctx, s->kv, g->kv, sizeof s->kv);
     for (uint32_t i = 0; i < KG_ROWS; i++) {
         ck_assert_int_eq(kve_state_get_seq(g->st, i, &s->info[i]), KVE_OK);
         if (!s->info[i].active)
@@ -285,9 +268,9 @@ START_TEST(test_graph_replay)
                 src[KG_SRC + t * KG_HEADS * KG_ENTRY + e] = (unsigned char)kve_rand_below(&rng, 256);
             }
         for (int k = 0; k < 2; k++) { /* the step's inputs, into the same buffers */
-            kg_put(kve_emu, rigs[k]->n_new, n_new, sizeof n_new);
-            kg_put(kve_emu, rigs[k]->token_row, tr, sizeof tr);
-            kg_put(kve_emu, rigs[k]->src, src, sizeof src);
+            kve_emu_test_put(kve_emu, rigs[k]->n_new, n_new, sizeof n_new);
+            kve_emu_test_put(kve_emu, rigs[k]->token_row, tr, sizeof tr);
+            kve_emu_test_put(kve_emu, rigs[k]->src, src, sizeof src);
         }
         /* A: eager, its launches logged */
         kve_emu_log_start(n_first ? log : first, KG_LOG);
@@ -425,8 +408,8 @@ START_TEST(test_graph_refusals)
             kve_snap before, after;
             kg_snap(&g, &before);
             ck_assert_int_eq(kve_context_synchronize(ctx), KVE_OK);
-            kg_put(ctx, g.rows, cases[k].rows, 8);
-            kg_put(ctx, g.n_new, cases[k].n_new, 8);
+            kve_emu_test_put(ctx, g.rows, cases[k].rows, 8);
+            kve_emu_test_put(ctx, g.n_new, cases[k].n_new, 8);
             g.out.max_tokens = cases[k].reason == KVE_PLAN_TOKENS ? 1 : KG_PROMPT_MAX * KG_ROWS;
             kve_status st = kve_state_append_device(g.st, 2, g.rows, g.n_new, cases[k].max_new,
                                                     &g.out);
