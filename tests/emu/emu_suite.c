@@ -106,20 +106,3 @@ int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes)
         return -1;
     return st;
 }
-
-void *kve_emu_test_alloc(kve_context *ctx, size_t bytes)
-{
-    void *p = NULL;
-    ck_assert_int_eq(kve_alloc(ctx, bytes, &p), KVE_OK);
-    return p;
-}
-
-void kve_emu_test_put(kve_context *ctx, void *dst, const void *src, size_t bytes)
-{
-    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
-}
-
-void kve_emu_test_get(kve_context *ctx, void *dst, const void *src, size_t bytes)
-{
-    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
-}

@@ -45,12 +45,6 @@ void kve_emu_track_case(const kve_case *c, const kve_case_bufs *b, int on);
  * status, -1 when it could not run. For bodies that must abort the run. */
 int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes);
 
-/* Backend memory of @p ctx for a test, and copies in and out of it: each
- * asserts success. */
-void *kve_emu_test_alloc(kve_context *ctx, size_t bytes);
-void kve_emu_test_put(kve_context *ctx, void *dst, const void *src, size_t bytes);
-void kve_emu_test_get(kve_context *ctx, void *dst, const void *src, size_t bytes);
-
 /* $name as a count, or @p dflt when unset. */
 unsigned kve_env_count(const char *name, unsigned dflt);
 

@@ -25,6 +25,7 @@
 #include "emu_backend.h"
 #include "emu_suite.h"
 #include "kve_backend.h"
+#include "kve_test_util.h"
 
 enum {
     KG_ROWS = 5,
@@ -61,31 +62,31 @@ static void kg_rig_init(kve_rig *g, kve_context *ctx)
     g->ctx = ctx;
     kve_state_desc d = {{2609, 0, 8, 2, KG_R}, KG_ROWS, KG_LAYERS, KG_HEADS, 0, 0, KG_CAP, 0, 0};
     ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &g->st), KVE_OK);
-    g->rows = (uint32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
-    g->n_new = (uint32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
-    g->token_row = (int32_t *)kve_emu_test_alloc(ctx, KG_PROMPT_MAX * KG_ROWS * 4);
-    g->bt = (int32_t *)kve_emu_test_alloc(ctx, KG_ROWS * KG_BPR * 4);
-    g->move_row = (int32_t *)kve_emu_test_alloc(ctx, KG_ROWS * 4);
-    g->src = (unsigned char *)kve_emu_test_alloc(ctx, 2 * KG_SRC);
-    g->kv = (unsigned char *)kve_emu_test_alloc(ctx, 2 * KG_CACHE);
+    g->rows = (uint32_t *)kt_alloc(ctx, KG_ROWS * 4);
+    g->n_new = (uint32_t *)kt_alloc(ctx, KG_ROWS * 4);
+    g->token_row = (int32_t *)kt_alloc(ctx, KG_PROMPT_MAX * KG_ROWS * 4);
+    g->bt = (int32_t *)kt_alloc(ctx, KG_ROWS * KG_BPR * 4);
+    g->move_row = (int32_t *)kt_alloc(ctx, KG_ROWS * 4);
+    g->src = (unsigned char *)kt_alloc(ctx, 2 * KG_SRC);
+    g->kv = (unsigned char *)kt_alloc(ctx, 2 * KG_CACHE);
     int32_t bt[KG_ROWS * KG_BPR];
     for (int i = 0; i < KG_ROWS * KG_BPR; i++) /* pages scattered */
         bt[i] = (i * 7) % (KG_ROWS * KG_BPR);
-    kve_emu_test_put(ctx, g->bt, bt, sizeof bt);
+    kt_put(ctx, g->bt, bt, sizeof bt);
     unsigned char *zero = (unsigned char *)calloc(1, 2 * KG_CACHE);
-    kve_emu_test_put(ctx, g->kv, zero, 2 * KG_CACHE);
+    kt_put(ctx, g->kv, zero, 2 * KG_CACHE);
     free(zero);
     uint32_t ids[KG_ROWS];
     for (uint32_t i = 0; i < KG_ROWS; i++)
         ids[i] = i;
-    kve_emu_test_put(ctx, g->rows, ids, sizeof ids);
+    kt_put(ctx, g->rows, ids, sizeof ids);
     g->out.max_tokens = KG_PROMPT_MAX * KG_ROWS;
     g->out.max_rows = KG_ROWS;
     g->out.max_moves = KG_R * 2; /* prefills of up to 6 tokens: kve_state_max_moves(6) */
-    g->out.slot_mapping = (int64_t *)kve_emu_test_alloc(ctx, KG_LAYERS * (size_t)g->out.max_tokens *
+    g->out.slot_mapping = (int64_t *)kt_alloc(ctx, KG_LAYERS * (size_t)g->out.max_tokens *
                                                        KG_HEADS * 8);
-    g->out.moves = (int32_t *)kve_emu_test_alloc(ctx, KG_LISTS * g->out.max_moves * 8);
-    g->out.n_moves = (uint32_t *)kve_emu_test_alloc(ctx, KG_LISTS * 4);
+    g->out.moves = (int32_t *)kt_alloc(ctx, KG_LISTS * g->out.max_moves * 8);
+    g->out.n_moves = (uint32_t *)kt_alloc(ctx, KG_LISTS * 4);
 }
 
 static void kg_rig_fini(kve_rig *g)
@@ -157,10 +158,10 @@ static void kg_append_host(kve_rig *g, uint32_t n, const uint32_t *rows, const u
         for (uint32_t k = 0; k < n_new[i]; k++)
             tr[t++] = (int32_t)rows[i];
     if (t)
-        kve_emu_test_put(g->ctx, g->token_row, tr, t * 4);
+        kt_put(g->ctx, g->token_row, tr, t * 4);
     if (n)
-        kve_emu_test_put(g->ctx, g->move_row, rows, n * 4);
-    kve_emu_test_put(g->ctx, g->src, src, 2 * KG_SRC);
+        kt_put(g->ctx, g->move_row, rows, n * 4);
+    kt_put(g->ctx, g->src, src, 2 * KG_SRC);
     ck_assert_int_eq(kve_state_append(g->st, n, rows, n_new, &g->out), KVE_OK);
     for (uint32_t l = 0; l < KG_LAYERS; l++)
         ck_assert_int_eq(kg_write(g, l, t, n, 1), KVE_OK);
@@ -183,10 +184,10 @@ static void kg_snap(kve_rig *g, kve_snap *s)
     ck_assert_msg(sync == KVE_OK, "synchronize: %d: %s", sync,
                   g->ctx == kve_emu ? kve_emu_context_message() : kve_last_error());
     memset(s, 0, sizeof *s);
-    kve_emu_test_get(g->ctx, s->map, g->out.slot_mapping, sizeof s->map);
-    kve_emu_test_get(g->ctx, s->moves, g->out.moves, sizeof s->moves);
-    kve_emu_test_get(g->ctx, s->n_moves, g->out.n_moves, sizeof s->n_moves);
-    kve_emu_test_get(g->ctx, s->kv, g->kv, sizeof s->kv);
+    kt_get(g->ctx, s->map, g->out.slot_mapping, sizeof s->map);
+    kt_get(g->ctx, s->moves, g->out.moves, sizeof s->moves);
+    kt_get(g->ctx, s->n_moves, g->out.n_moves, sizeof s->n_moves);
+    kt_get(g->ctx, s->kv, g->kv, sizeof s->kv);
     for (uint32_t i = 0; i < KG_ROWS; i++) {
         ck_assert_int_eq(kve_state_get_seq(g->st, i, &s->info[i]), KVE_OK);
         if (!s->info[i].active)
@@ -268,9 +269,9 @@ START_TEST(test_graph_replay)
                 src[KG_SRC + t * KG_HEADS * KG_ENTRY + e] = (unsigned char)kve_rand_below(&rng, 256);
             }
         for (int k = 0; k < 2; k++) { /* the step's inputs, into the same buffers */
-            kve_emu_test_put(kve_emu, rigs[k]->n_new, n_new, sizeof n_new);
-            kve_emu_test_put(kve_emu, rigs[k]->token_row, tr, sizeof tr);
-            kve_emu_test_put(kve_emu, rigs[k]->src, src, sizeof src);
+            kt_put(kve_emu, rigs[k]->n_new, n_new, sizeof n_new);
+            kt_put(kve_emu, rigs[k]->token_row, tr, sizeof tr);
+            kt_put(kve_emu, rigs[k]->src, src, sizeof src);
         }
         /* A: eager, its launches logged */
         kve_emu_log_start(n_first ? log : first, KG_LOG);
@@ -408,8 +409,8 @@ START_TEST(test_graph_refusals)
             kve_snap before, after;
             kg_snap(&g, &before);
             ck_assert_int_eq(kve_context_synchronize(ctx), KVE_OK);
-            kve_emu_test_put(ctx, g.rows, cases[k].rows, 8);
-            kve_emu_test_put(ctx, g.n_new, cases[k].n_new, 8);
+            kt_put(ctx, g.rows, cases[k].rows, 8);
+            kt_put(ctx, g.n_new, cases[k].n_new, 8);
             g.out.max_tokens = cases[k].reason == KVE_PLAN_TOKENS ? 1 : KG_PROMPT_MAX * KG_ROWS;
             kve_status st = kve_state_append_device(g.st, 2, g.rows, g.n_new, cases[k].max_new,
                                                     &g.out);

@@ -4,7 +4,9 @@
  * reshape_and_cache_flash), device-found errors in rows, slots and page
  * tables, and cache-state programs (every sharing mode, admit / append /
  * retire / rebuild, the cache writes their mappings drive) whose tables,
- * mappings and caches must equal the CPU's bit for bit.
+ * mappings and caches must equal the CPU's bit for bit; and a KVE_SCORED
+ * state's step planned on the device (kve_state_score_device, the scored
+ * kve_state_append_device: tests/lib/kve_score_device_run.h).
  *
  * $KVE_GPU_CASES scales the random cache writes (default 10000: 3000).
  */
@@ -13,6 +15,7 @@
 
 #include "kve_engine_cases.h"
 #include "kve_scenario.h"
+#include "kve_score_device_run.h"
 #include "test_gpu.h"
 
 /* @p n random cache writes from @p seed on the device against the CPU;
@@ -89,6 +92,18 @@ START_TEST(test_state_caller_memory)
 }
 END_TEST
 
+/* Issue 39: the scorer's device row list and the scored planned append on
+ * the device, against its own eager kve_state_score and the CPU. */
+START_TEST(test_state_score_device)
+{
+    uint32_t due = 0, refusals = 0;
+    for (uint64_t k = 0; k < 40; k++)
+        sd_run(kve_gpu, kve_last_error, kve_cpu, 0x39e0000 + k, 12, &due, &refusals);
+    ck_assert_uint_gt(due, 100);
+    ck_assert_uint_gt(refusals, 10);
+}
+END_TEST
+
 size_t kve_engine_tests(kve_suite_test *out, size_t room)
 {
     const kve_suite_test tests[] = {
@@ -98,6 +113,7 @@ size_t kve_engine_tests(kve_suite_test *out, size_t room)
         KVE_TEST(device, test_state_random),
         KVE_TEST(device, test_state_many_rows),
         KVE_TEST(device, test_state_large),
+        KVE_TEST(device, test_state_score_device),
     };
     memcpy(out, tests, (KVE_COUNT(tests) < room ? KVE_COUNT(tests) : room) * sizeof *tests);
     return KVE_COUNT(tests);

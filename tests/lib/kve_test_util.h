@@ -22,6 +22,25 @@ static inline uint32_t kt_below(uint64_t *s, uint32_t n) { return n ? (uint32_t)
                       kve_last_error());                                                         \
     } while (0)
 
+/* Backend memory of @p ctx for a test, and copies in and out of it: each
+ * asserts success. */
+static inline void *kt_alloc(kve_context *ctx, size_t bytes)
+{
+    void *p = NULL;
+    ck_assert_int_eq(kve_alloc(ctx, bytes, &p), KVE_OK);
+    return p;
+}
+
+static inline void kt_put(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND), KVE_OK);
+}
+
+static inline void kt_get(kve_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    ck_assert_int_eq(kve_copy(ctx, dst, src, bytes, KVE_COPY_BACKEND_TO_HOST), KVE_OK);
+}
+
 /* @p expr returns @p st with a message naming @p needle. */
 #define EXPECT_ERR(expr, st, needle)                                                             \
     do {                                                                                         \
