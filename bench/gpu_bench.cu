@@ -8,6 +8,8 @@
  *                 in place, against a device-to-device copy of the same bytes
  *   decode step   G2 at 128 sequences, every row in a round: the cache state's
  *                 append, then 64 layers of moves and writes (bench_step.h)
+ *   scored step   G1, TriAttention: 36 kve_state_score_device launches and
+ *                 the planned append, a CUDA graph, against the host API
  *   scoring       one G1 round of K-norm and of TriAttention (36 kve_score
  *                 calls), its key bytes over its time against the device's
  *                 bandwidth measured as a device-to-device copy
@@ -599,6 +601,134 @@ static void kve_bench_score(kve_bench *b)
     kve_score_bufs_free(b, &u);
 }
 
+/* Issue 39: a scored G1 decode step planned on the device, at @p rows
+ * rows, every row due (full before the step): 36 kve_state_score_device
+ * calls (TriAttention, z-normalized: one launch a layer over every row)
+ * then the planned scored append, captured once in a CUDA graph and
+ * replayed, against the same step made eagerly through the host API (36
+ * kve_state_score calls, each uploading its row list, then
+ * kve_state_append). A key cache a layer (rows x 132 pages of 16 slots).
+ * RESULT scored_step_<rows>_graph_us, _planned_us, _eager_us, _score_us
+ * (the 36 planned scorer launches alone). */
+static void kve_bench_scored_step(kve_bench *b, uint32_t rows, int n)
+{
+    const uint32_t bpr = (KVE_SLOTS + SC_PAGE - 1) / SC_PAGE, pages = rows * bpr;
+    size_t nq = (size_t)SC_HEADS * SC_GROUP * (SC_DIM / 2);
+    size_t layer_bytes = (size_t)pages * SC_PAGE * SC_HEADS * SC_DIM * 2;
+    size_t stride_row = (size_t)SC_LAYERS * SC_HEADS * KVE_SLOTS;
+    kve_state_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.schedule = (kve_schedule){2609, KVE_SCORED, KVE_B, KVE_W, KVE_W};
+    sd.max_seqs = rows;
+    sd.n_layers = SC_LAYERS;
+    sd.n_heads = SC_HEADS;
+    sd.max_slots = KVE_SLOTS;
+    kve_state *st = NULL;
+    KVE_B_CHECK(kve_state_create(b->gpu, &sd, NULL, 0, &st));
+    uint32_t *ids = (uint32_t *)malloc(rows * 12), *ones = ids + rows, *refill = ones + rows;
+    int32_t *bt = (int32_t *)malloc(pages * 4);
+    float *qm = (float *)malloc(nq * 2 * 4), *qa = (float *)malloc(nq * 4);
+    if (!ids || !bt || !qm || !qa)
+        exit(1);
+    for (uint32_t i = 0; i < rows; i++) {
+        ids[i] = i;
+        ones[i] = 1;
+        refill[i] = KVE_W - 1;
+        KVE_B_CHECK(kve_state_admit(st, i, 500 + i, KVE_P));
+        uint32_t all = KVE_SLOTS;
+        KVE_B_CHECK(kve_state_append(st, 1, &ids[i], &all, NULL));
+    }
+    for (uint32_t p = 0; p < pages; p++)
+        bt[p] = (int32_t)((p * 37u) % pages);
+    for (size_t i = 0; i < nq; i++) {
+        qm[2 * i] = (float)(i * 7 % 1000) / 500.0f - 1.0f;
+        qm[2 * i + 1] = (float)(i * 13 % 1000) / 500.0f - 1.0f;
+        qa[i] = 1.5f + (float)(i * 11 % 1000) / 1000.0f;
+    }
+    void *keys = kve_dev(b, NULL, layer_bytes * SC_LAYERS);
+    KVE_B_RT(cudaMemsetAsync(keys, 0x3c, layer_bytes * SC_LAYERS, b->stream));
+    int32_t *dbt = (int32_t *)kve_dev(b, bt, pages * 4);
+    float *dqm = (float *)kve_dev(b, qm, nq * 2 * 4), *dqa = (float *)kve_dev(b, qa, nq * 4);
+    uint32_t *drows = (uint32_t *)kve_dev(b, ids, rows * 4), *dones = (uint32_t *)kve_dev(b, ones, rows * 4);
+    float *scores = (float *)kve_dev(b, NULL, stride_row * rows * 4);
+    kve_step_buffers out;
+    memset(&out, 0, sizeof out);
+    out.scores = scores;
+    out.scores_stride_row = stride_row;
+    out.scores_stride_table = KVE_SLOTS;
+    kve_score_desc d[SC_LAYERS];
+    for (int l = 0; l < SC_LAYERS; l++) {
+        memset(&d[l], 0, sizeof d[l]);
+        d[l].scorer = KVE_SCORER_TRIATTENTION;
+        d[l].flags = KVE_SCORE_ZNORM;
+        d[l].keys = (kve_key_cache){(const unsigned char *)keys + layer_bytes * l, KVE_DTYPE_BF16,
+                                    SC_DIM, SC_HEADS, KVE_LAYOUT_NHD, 0, 0, 0, SC_PAGE, pages,
+                                    KVE_PAGES_BLOCK_TABLE, rows, dbt, bpr, NULL, NULL, NULL};
+        d[l].tri.group = SC_GROUP;
+        d[l].tri.q_mean = dqm;
+        d[l].tri.q_abs_mean = dqa;
+        d[l].tri.rope_theta = 1e6;
+    }
+    auto scores_planned = [&] {
+        for (int l = 0; l < SC_LAYERS; l++)
+            KVE_B_CHECK(kve_state_score_device(st, rows, drows, dones, (uint32_t)l, &d[l], scores,
+                                               stride_row, KVE_SLOTS));
+    };
+    auto planned = [&] {
+        scores_planned();
+        KVE_B_CHECK(kve_state_append_device(st, rows, drows, dones, 1, &out));
+    };
+    auto eager = [&] {
+        for (int l = 0; l < SC_LAYERS; l++)
+            KVE_B_CHECK(kve_state_score(st, rows, ids, ones, (uint32_t)l, &d[l], scores, stride_row,
+                                        KVE_SLOTS));
+        KVE_B_CHECK(kve_state_append(st, rows, ids, ones, &out));
+    };
+    auto refill_rows = [&] { KVE_B_CHECK(kve_state_append(st, rows, ids, refill, NULL)); };
+    scores_planned(); /* warm-up: the state's scoring scratch is taken here */
+    eager();          /* and the context's */
+    refill_rows();
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    KVE_B_CHECK(kve_context_synchronize(b->gpu));
+    KVE_B_RT(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    planned();
+    KVE_B_RT(cudaStreamEndCapture(b->stream, &graph));
+    KVE_B_RT(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+    double t_graph[32], t_planned[32], t_eager[32], t_score[32];
+    for (int k = 0; k < n; k++) {
+        t_graph[k] = kve_time_us(b, [&] { KVE_B_RT(cudaGraphLaunch(exec, b->stream)); });
+        refill_rows();
+        t_planned[k] = kve_time_us(b, planned);
+        refill_rows();
+        t_eager[k] = kve_time_us(b, eager);
+        refill_rows();
+        t_score[k] = kve_time_us(b, scores_planned);
+    }
+    KVE_B_CHECK(kve_context_synchronize(b->gpu)); /* no refusal, no device error */
+    KVE_B_RT(cudaGraphExecDestroy(exec));
+    KVE_B_RT(cudaGraphDestroy(graph));
+    qsort(t_graph, (size_t)n, sizeof(double), kve_cmp_double);
+    qsort(t_planned, (size_t)n, sizeof(double), kve_cmp_double);
+    qsort(t_eager, (size_t)n, sizeof(double), kve_cmp_double);
+    qsort(t_score, (size_t)n, sizeof(double), kve_cmp_double);
+    printf("G1 scored step (TriAttention), %u rows, every row due: graph replay %.1f us, planned "
+           "eager %.1f us, host API %.1f us; its 36 scorer launches %.1f us\n",
+           rows, t_graph[n / 2], t_planned[n / 2], t_eager[n / 2], t_score[n / 2]);
+    printf("RESULT scored_step_%u_graph_us %.2f\nRESULT scored_step_%u_planned_us %.2f\n"
+           "RESULT scored_step_%u_eager_us %.2f\nRESULT scored_step_%u_score_us %.2f\n",
+           rows, t_graph[n / 2], rows, t_planned[n / 2], rows, t_eager[n / 2], rows,
+           t_score[n / 2]);
+    void *bufs[] = {keys, dbt, dqm, dqa, drows, dones, scores};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        kve_free(b->gpu, bufs[i]);
+    kve_state_destroy(st);
+    free(ids);
+    free(bt);
+    free(qm);
+    free(qa);
+}
+
 int main(int argc, char **argv)
 {
     kve_bench b;
@@ -629,6 +759,8 @@ int main(int argc, char **argv)
     kve_bench_compact(&b);
     kve_bench_step(&b);
     kve_bench_score(&b);
+    for (uint32_t rows : {1u, 32u})
+        kve_bench_scored_step(&b, rows, b.quick ? 3 : 11);
     KVE_B_RT(cudaEventDestroy(b.start));
     KVE_B_RT(cudaEventDestroy(b.stop));
     KVE_B_CHECK(kve_context_destroy(b.gpu));

@@ -458,6 +458,20 @@ failed=0
                 "$cw / $(value "$v" "cw_${tk}_ratio" bench)" "<= 3 / <= 1.2" "plain $(value "$v" "cw_${tk}_plain_us" bench) us" \
                 "$(verdict "$cw" '<=' 3) / $(verdict "$(value "$v" "cw_${tk}_ratio" bench)" '<=' 1.2)"
         done
+        # issue 39: the scorers' G1 round against the device's bandwidth, and the scored step
+        # planned on the device (one scorer launch a layer) against the host API
+        for sc in "knorm K-norm 0.10" "triattention TriAttention 0.15"; do
+            set -- $sc
+            ms=$(value "$v" "score_$1_ms" bench)
+            frac=$(value "$v" "score_$1_bw_fraction" bench)
+            row "$v" "G1 $2 round (ms) / fraction of device bandwidth" "$ms / $frac" "<= $3 / >= 0.30" \
+                "$(value "$v" "score_$1_gbs" bench) GB/s" "$(verdict "$ms" '<=' "$3") / $(verdict "$frac" '>=' 0.30)"
+        done
+        for r in 1 32; do
+            row "$v" "G1 scored step (TriAttention), $r rows: graph (us) / planned (us) / host API (us) / its 36 scorer launches (us)" \
+                "$(value "$v" "scored_step_${r}_graph_us" bench) / $(value "$v" "scored_step_${r}_planned_us" bench) / $(value "$v" "scored_step_${r}_eager_us" bench) / $(value "$v" "scored_step_${r}_score_us" bench)" \
+                "-" "-" "-"
+        done
         row "$v" "keep-sets identical to the CPU (bench)" "$cpu_same" "yes" "-" "$cpu_same"
         row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
         [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"
