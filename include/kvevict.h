@@ -1101,7 +1101,9 @@ KVE_API kve_status kve_score(kve_context *ctx, const kve_score_desc *desc);
  * TriAttention inputs (its rows, slot_pos, scores and strides are ignored;
  * heads_per_table is the state's). Call once per table layer; with
  * KVE_SHARED_LAYERS, once per model layer with KVE_SCORE_ACCUMULATE and
- * weight 1/layers after zeroing the buffer.
+ * weight 1/layers after zeroing the buffer. Each call uploads its row list
+ * and reads the rows' bookkeeping on the host: for a step captured in a
+ * graph, kve_state_score_device gives the same scores from device memory.
  * @param rows, n_new [n_rows], host memory, as for kve_state_append.
  */
 KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
