@@ -18,9 +18,11 @@ The engine-facing pieces::
 
 ``State.append_device(rows, n_new, max_new, out=step)`` is the append of a
 step captured in a CUDA graph (rows and n_new on the device; see
-docs/INTEGRATION.md "CUDA graphs"). ``cache_write`` converts element types
-(float32 / float16 / bfloat16, fp8 caches with vLLM's scales) and takes flat
-slots too; ``import kvevict.ops`` registers the writes as torch.library
+docs/INTEGRATION.md "CUDA graphs"); a scored state's step scores its due
+rows first with ``State.score_device(rows, n_new, layer, keys, scores)``
+(``state_score_device``) per layer, then passes ``scores=`` to it.
+``cache_write`` converts element types (float32 / float16 / bfloat16, fp8
+caches with vLLM's scales) and takes flat slots too; ``import kvevict.ops`` registers the writes as torch.library
 operators (``torch.ops.kvevict.*``).
 ``evict`` and ``compact`` are the low-level calls of engines that compact
 instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
@@ -35,13 +37,15 @@ instead of reusing slots. docs/INTEGRATION.md has the whole worked example.
 from ._lib import (VERSION, KvevictError, ArgumentError, LIBRARY_PATH, PERSISTENT, SHARED_HEADS,
                    SHARED_LAYERS, SCORED)
 from ._write import cache_write
-from ._score import (score, state_score, triattention_stats, write_triattention_stats,
-                     read_triattention_stats, load_triattention_stats, default_offsets)
+from ._score import (score, state_score, state_score_device, triattention_stats,
+                     write_triattention_stats, read_triattention_stats, load_triattention_stats,
+                     default_offsets)
 from ._context import _Owner, Context  # noqa: F401  (_Owner: tests check handle ownership)
 from ._state import SeqInfo, Step, State
 from ._evict import capacity, evict, compact
 
 __all__ = ["Context", "State", "SeqInfo", "Step", "KvevictError", "ArgumentError", "cache_write",
            "capacity", "evict", "compact", "PERSISTENT", "SHARED_HEADS", "SHARED_LAYERS", "SCORED",
-           "VERSION", "LIBRARY_PATH", "score", "state_score", "triattention_stats", "write_triattention_stats",
+           "VERSION", "LIBRARY_PATH", "score", "state_score", "state_score_device",
+           "triattention_stats", "write_triattention_stats",
            "read_triattention_stats", "load_triattention_stats", "default_offsets"]

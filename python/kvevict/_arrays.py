@@ -275,3 +275,18 @@ def u32_array(values: Sequence[int], name: str = "values"):
     arr = (ctypes.c_uint32 * len(values))(*[u32("%s[%d]" % (name, i), v)
                                             for i, v in enumerate(values)])
     return arr
+
+
+def call_rows(rows: Any, n_new: Any) -> Tuple[View, View]:
+    """A call planned on the device: rows and n_new, int32 or uint32 [n_rows]
+    contiguous arrays in the backend's memory (placement is the context's to
+    check), as Views."""
+    call = []
+    for name, x in (("rows", rows), ("n_new", n_new)):
+        v = View(x, name, ndim=1, const=True)
+        if v.dtype not in ("int32", "uint32"):
+            raise TypeError("%s: dtype %s, expected int32 or uint32" % (name, v.dtype))
+        v.contiguous()
+        call.append(v)
+    call[1].expect((call[0].shape[0],), why="one per call row: rows has %d" % call[0].shape[0])
+    return call[0], call[1]

@@ -220,6 +220,7 @@ _PROTOS = {
     "kve_score": (ctypes.c_int, [vp, P(ScoreDesc)]),
     "kve_state_score": (ctypes.c_int, [vp, u32, P(u32), P(u32), u32, P(ScoreDesc), vp, sz,
                                        sz]),
+    "kve_state_score_device": (ctypes.c_int, [vp, u32, vp, vp, u32, P(ScoreDesc), vp, sz, sz]),
     "kve_triattention_stats_load": (ctypes.c_int, [ctypes.c_char_p, P(TriStats)]),
     "kve_triattention_stats_free": (ctypes.c_int, [P(TriStats)]),
 }

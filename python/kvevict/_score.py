@@ -185,7 +185,7 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     return views
 
 
-# The keyword arguments score() and state_score() pass on to _fill_desc.
+# The keyword arguments score() and _state_score() pass on to _fill_desc.
 _DESC_OPTIONS = ("block_table", "indptr", "indices", "last_page_len", "flat", "q_mean",
                  "q_abs_mean", "group", "rope_theta", "omega", "freq_scale_sq", "offsets",
                  "znorm", "accumulate", "weight")
@@ -256,39 +256,72 @@ def score(ctx: Any, keys: Any, slot_pos: Any, *, prompt_len: Any, window: Any,
     return out
 
 
-def state_score(state: Any, rows: Sequence[int], n_new: Sequence[int], table_layer: int,
-                keys: Any, out: Any, *, scorer: str = "triattention", layout: str = "nhd",
-                cache_row: Any = None, block_table: Any = None, indptr: Any = None,
-                indices: Any = None, last_page_len: Any = None, flat: bool = False,
-                q_mean: Any = None, q_abs_mean: Any = None, group: int = 1,
-                rope_theta: Optional[float] = None, omega: Any = None,
-                freq_scale_sq: Any = None, offsets: Any = None, znorm: bool = True,
-                accumulate: bool = False, weight: float = 1.0) -> Any:
-    """kve_state_score into out, float32 [rows, table_layers * table_heads,
-    stride] (kve_step_buffers.scores' layout), for the next append of n_new."""
+def _state_score(device: bool, state: Any, rows: Any, n_new: Any, table_layer: int, keys: Any,
+                 out: Any, *, scorer: str = "triattention", layout: str = "nhd",
+                 cache_row: Any = None, block_table: Any = None, indptr: Any = None,
+                 indices: Any = None, last_page_len: Any = None, flat: bool = False,
+                 q_mean: Any = None, q_abs_mean: Any = None, group: int = 1,
+                 rope_theta: Optional[float] = None, omega: Any = None,
+                 freq_scale_sq: Any = None, offsets: Any = None, znorm: bool = True,
+                 accumulate: bool = False, weight: float = 1.0) -> Any:
+    """state_score (device False: rows and n_new host lists) and
+    state_score_device (True: arrays in backend memory)."""
+    who = "state_score_device" if device else "state_score"
     if not hasattr(state, "table_layers"):
         raise _lib.ArgumentError("state: expected a kvevict.State, got %s"
                                  % ("None" if state is None else type(state).__name__), state,
-                                 "state_score")
+                                 who)
     ctx = state.ctx
     h = state.handle
+    if device:
+        if cache_row is not None:
+            raise ValueError("cache_row: not taken by score_device (kve_state_score_device "
+                             "reads call row i's keys from row i of the key cache's page "
+                             "table): give the page table's rows in the call's order")
+        call = _arrays.call_rows(rows, n_new)
+        n = call[0].shape[0]
+        ctx._prepare(list(call))
+        ptrs = call[0].ptr, call[1].ptr
+    else:
+        n = len(rows)
+        if len(n_new) != n:
+            raise ValueError("rows and n_new differ in length (%d, %d)" % (n, len(n_new)))
+        call = _arrays.u32_array(rows, "rows"), _arrays.u32_array(n_new, "n_new")
+        ptrs = call
     table_layer = _arrays.u32("table_layer", table_layer)
     d, views = _new_desc(ctx, keys, layout, scorer, locals())
     ov = _arrays.View(out, "out", "float32", 3)
     ov.dense_tail(2)
-    n = len(rows)
-    if len(n_new) != n:
-        raise ValueError("rows and n_new differ in length (%d, %d)" % (n, len(n_new)))
     # row i of the call writes out[i]; the library checks the width (the stride)
     ov.expect((_arrays.at_least(n), state.table_layers * state.table_heads, None),
-              why="[rows %d, table_layers * table_heads, >= capacity]" % n)
+              why="[rows %d, table_layers * table_heads, >= %s]"
+              % (n, "max_slots" if device else "capacity"))
     ctx._prepare([ov])
     cr = None
     if cache_row is not None:
         cr = (ctypes.c_int32 * max(n, 1))(*_per_row(cache_row, n, "cache_row", "i32"))
         d.cache_rows = ctypes.cast(cr, ctypes.c_void_p)
-    check(lib.kve_state_score(h, n, _arrays.u32_array(rows, "rows"),
-                              _arrays.u32_array(n_new, "n_new"), table_layer, ctypes.byref(d),
-                              ov.ptr, ov.strides[0] // 4, ov.strides[1] // 4), "kve_state_score")
-    del views, cr
+    fn = lib.kve_state_score_device if device else lib.kve_state_score
+    check(fn(h, n, ptrs[0], ptrs[1], table_layer, ctypes.byref(d), ov.ptr, ov.strides[0] // 4,
+             ov.strides[1] // 4), "kve_" + who)
+    del views, cr, call
     return out
+
+
+def state_score(state: Any, rows: Sequence[int], n_new: Sequence[int], table_layer: int,
+                keys: Any, out: Any, **kwargs: Any) -> Any:
+    """kve_state_score into out, float32 [rows, table_layers * table_heads,
+    stride] (kve_step_buffers.scores' layout), for the next append of n_new;
+    kwargs as score (scorer, layout, cache_row, block_table, ..., weight)."""
+    return _state_score(False, state, rows, n_new, table_layer, keys, out, **kwargs)
+
+
+def state_score_device(state: Any, rows: Any, n_new: Any, table_layer: int, keys: Any,
+                       out: Any, **kwargs: Any) -> Any:
+    """kve_state_score_device into out (state_score's layout, >= max_slots
+    wide): rows and n_new int32 / uint32 [n_rows] in backend memory, as
+    State.append_device takes them; which rows are due is decided on the
+    device. kwargs as state_score's, but call row i reads row i of the key
+    cache's page table: cache_row is refused (order block_table's rows as
+    the call's)."""
+    return _state_score(True, state, rows, n_new, table_layer, keys, out, **kwargs)

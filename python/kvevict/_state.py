@@ -11,7 +11,7 @@ from . import _arrays, _lib
 from ._context import Context, _Handle, as_context
 from ._lib import (PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, ArgumentError, check,
                    lib)
-from ._score import state_score
+from ._score import state_score, state_score_device
 
 
 @dataclass
@@ -182,11 +182,11 @@ class State(_Handle):
               "kve_state_rounds_due")
         return list(out[:len(rows)])
 
-    def _scores(self, b: Any, scores: Any, rows: Sequence[int]) -> Any:
+    def _scores(self, b: Any, scores: Any, n_rows: int, rows: Optional[Sequence[int]]) -> Any:
         """scores float32 [n_rows, table_layers, table_heads, >= capacity] (or
-        [n_rows, tables, >= capacity]) into b."""
+        [n_rows, tables, >= capacity]) into b; rows None: a call planned on
+        the device, where any row may be due (>= max_slots)."""
         tl, th = self.table_layers, self.table_heads
-        n_rows = len(rows)
         if len(getattr(scores, "shape", ())) == 3:
             scores = scores.reshape(scores.shape[0], tl, th, scores.shape[2])
         v = _arrays.View(scores, "scores", "float32", 4, const=True)
@@ -200,9 +200,12 @@ class State(_Handle):
         if v.shape[3] < st[2] // 4:
             # a slice narrower than its stride: the library checks the stride
             # against each row's capacity, this the slice's own width
-            need = max([self.seq(r).capacity for r in rows] + [0])
-            v.expect((_arrays.at_least(n_rows), tl, th, _arrays.at_least(need)),
-                     why="the rows' largest capacity is %d slots" % need)
+            if rows is None:
+                need, why = self.max_slots, "a planned call's row may be due: max_slots %d"
+            else:
+                need = max([self.seq(r).capacity for r in rows] + [0])
+                why = "the rows' largest capacity is %d slots"
+            v.expect((_arrays.at_least(n_rows), tl, th, _arrays.at_least(need)), why=why % need)
         self.ctx._prepare([v])
         b.scores, b.scores_stride_row, b.scores_stride_table = v.ptr, st[0] // 4, st[2] // 4
         return v
@@ -279,7 +282,7 @@ class State(_Handle):
         if not outputs:
             b = _lib.StepBuffers()
             if scores is not None:
-                self._scores(b, scores, rows)
+                self._scores(b, scores, len(rows), rows)
             check(lib.kve_state_append(h, len(rows), r, k,
                                        ctypes.byref(b) if scores is not None else None),
                   "kve_state_append")
@@ -289,13 +292,14 @@ class State(_Handle):
             out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
         views, b = self._step_views(out)
         if scores is not None:
-            self._scores(b, scores, rows)
+            self._scores(b, scores, len(rows), rows)
         check(lib.kve_state_append(self.handle, len(rows), r, k, ctypes.byref(b)),
               "kve_state_append")
         out.n_tokens, out.n_rows = total, len(rows)
         return out
 
-    def append_device(self, rows: Any, n_new: Any, max_new: int, out: Step) -> Step:
+    def append_device(self, rows: Any, n_new: Any, max_new: int, out: Step,
+                      scores: Any = None) -> Step:
         """append with its rows in backend memory, for a step captured in a
         CUDA graph (kve_state_append_device): rows and n_new are int32 or
         uint32 [n_rows] arrays on the context's device (CUDA tensors; numpy
@@ -314,27 +318,26 @@ class State(_Handle):
         are set to that shape, so layer_slots and layer_moves give every
         layer's write its fixed shape (token_row: each token's row, packed
         the same way; move_row = rows).
+        ``scores`` (scored states, required there): as append's, for call
+        row i at scores[i], >= max_slots wide (any row may be due), written
+        by score_device from the same rows and n_new for every layer first;
+        a row that would run two rounds, or take more than W tokens before
+        its round, refuses the call.
         Like every call, it runs on torch's current stream, which inside
         ``torch.cuda.graph`` is the capture stream. Host calls (admit,
         retire, append, seq, slots, digest) wait for the device first: make
-        them outside the captured region. KvevictError KVE_ERR_UNAVAILABLE
-        for a scored state (the scored arm runs eagerly, through append)."""
+        them outside the captured region."""
         h = self.handle
         max_new = _arrays.u32("max_new", max_new)
         if not isinstance(out, Step):
             raise ArgumentError("out: expected a kvevict.Step (State.step_buffers), got %s"
                                 % type(out).__name__, out, "append_device")
-        call = []
-        for name, x in (("rows", rows), ("n_new", n_new)):
-            v = _arrays.View(x, name, ndim=1, const=True)
-            if v.dtype not in ("int32", "uint32"):
-                raise TypeError("%s: dtype %s, expected int32 or uint32" % (name, v.dtype))
-            v.contiguous()
-            call.append(v)
+        call = _arrays.call_rows(rows, n_new)
         n_rows = call[0].shape[0]
-        call[1].expect((n_rows,), why="one per call row: rows has %d" % n_rows)
         views, b = self._step_views(out)
-        self.ctx._prepare(views + call)
+        if scores is not None:
+            views.append(self._scores(b, scores, n_rows, None))
+        self.ctx._prepare(views + list(call))
         check(lib.kve_state_append_device(h, n_rows, call[0].ptr, call[1].ptr, max_new,
                                           ctypes.byref(b)), "kve_state_append_device")
         out.n_tokens, out.n_rows = min(n_rows * max_new, b.max_tokens), n_rows
@@ -462,6 +465,20 @@ class State(_Handle):
         rope_theta, znorm, accumulate, weight, cache_row)."""
         tl = self._table_layer(layer)
         return state_score(self, rows, n_new, tl, keys, out, **kwargs)
+
+    def score_device(self, rows: Any, n_new: Any, layer: int, keys: Any, out: Any,
+                     **kwargs: Any) -> Any:
+        """score for a step planned on the device (kve_state_score_device):
+        rows and n_new as append_device takes them (backend memory, the same
+        buffers), the rows that are due decided on the device, one launch a
+        layer, nothing read back (a CUDA graph can capture it: score every
+        layer, then append_device(..., scores=out)). out: scores_buffer's
+        layout, >= max_slots wide; padding rows and rows not due are left as
+        they are. Call row i reads row i of the key cache's page table (no
+        cache_row). The first call takes the state's scoring scratch: make
+        one before capturing. kwargs as score, less cache_row."""
+        tl = self._table_layer(layer)
+        return state_score_device(self, rows, n_new, tl, keys, out, **kwargs)
 
     def layer_moves(self, step: Step, layer: int) -> dict:
         """cache_write's keyword arguments for the moves of @layer in a Step:

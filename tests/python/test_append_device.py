@@ -40,6 +40,25 @@ def state_of(st):
             [st.digest(r) if i.active else None for r, i in enumerate(info)])
 
 
+def churn(rng, states, active, seq, retire=25):
+    """Rows retired (odds 1 in @retire) and admitted (1 in 3, a prefill of
+    0..PROMPT_MAX tokens appended eagerly) at random, on every state alike;
+    returns the next sequence id."""
+    for r in range(ROWS):
+        if active[r] and rng.integers(retire) == 0:
+            for st in states:
+                st.retire(r)
+            active[r] = False
+        elif not active[r] and rng.integers(3) == 0:
+            p = int(rng.integers(PROMPT_MAX + 1))
+            for st in states:
+                st.admit(r, seq, p)
+                if p:
+                    st.append([r], [p])  # the prefill, eagerly
+            seq, active[r] = seq + 1, True
+    return seq
+
+
 class Random(unittest.TestCase):
     def program(self, max_new, as_torch, **flags):
         dev, host = twins(**flags)
@@ -48,18 +67,7 @@ class Random(unittest.TestCase):
         sh = host.step_buffers(ROWS * max_new, ROWS, max(max_new, PROMPT_MAX))
         active, seq, rounds, padded, moves = [False] * ROWS, 1000, 0, 0, 0
         for step in range(150):
-            for r in range(ROWS):
-                if active[r] and rng.integers(25) == 0:
-                    for st in (dev, host):
-                        st.retire(r)
-                    active[r] = False
-                elif not active[r] and rng.integers(3) == 0:
-                    p = int(rng.integers(PROMPT_MAX + 1))
-                    for st in (dev, host):
-                        st.admit(r, seq, p)
-                        if p:
-                            st.append([r], [p])  # the prefill, eagerly
-                    seq, active[r] = seq + 1, True
+            seq = churn(rng, (dev, host), active, seq)
             order = rng.permutation(ROWS).astype(np.uint32)
             n_new = np.array([rng.integers(max_new + 1) if active[r] else 0 for r in order],
                              dtype=np.uint32)
@@ -165,15 +173,6 @@ class Refusals(unittest.TestCase):
             self.st.append_device(None, n_new, 1, self.step)
         self.assertEqual(e.exception.name, "KVE_ERR_NULL")
         self.assertEqual(self.st.seq(0).n_tokens, 2)
-
-    def test_scored_state_is_eager(self):
-        st = kvevict.State(kvevict.Context("cpu"), **SHAPE, scored=True)
-        st.admit(0, 7, 2)
-        with self.assertRaises(kvevict.KvevictError) as e:
-            st.append_device(np.array([0], np.uint32), np.array([1], np.uint32), 1,
-                             st.step_buffers(1, 1, 1))
-        self.assertEqual(e.exception.name, "KVE_ERR_UNAVAILABLE")
-        self.assertIn("use kve_state_append", str(e.exception))
 
 
 class Streams(unittest.TestCase):
