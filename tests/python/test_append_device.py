@@ -8,7 +8,7 @@ shape's untaken mapping entries are -1 and the padding rows' move lists
 empty. Refusals name the argument; the state is unchanged after each.
 Reads of the state and synchronize follow torch's current stream. Last,
 test_graph_step.py's program (the captured decode step of 64 layers) runs
-here eagerly (--device cpu)."""
+here eagerly (--device cpu), and its scored variant (--scored)."""
 
 import sys
 import unittest
@@ -201,6 +201,12 @@ class GraphProgram(unittest.TestCase):
         self.assertGreater(counts["round_steps"], 10)
         self.assertGreater(counts["admits"], ROWS)
         self.assertGreater(counts["retires"], 2)
+
+    def test_graph_step_scored_program_on_cpu(self):
+        """Its scored step (score_device of every layer, then append_device)."""
+        counts = test_graph_step.run("cpu", 80, scored=True)
+        self.assertGreater(counts["round_steps"], 10)
+        self.assertGreater(counts["scored_rows"], 10)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,14 @@ of it but the padding (graph's untaken mapping entries are -1, its padding
 rows' move lists empty). Last, two refused replays (n_new > max_new; a row
 listed twice) raise at synchronize and change nothing.
 
+--scored (issue 39): the state is KVE_SCORED (TriAttention) and the
+captured step scores its due rows first, State.score_device for each of the
+64 layers from the step's rows and n_new (the page table in call order, a
+static input too), then append_device with those scores; host scores the
+active rows with State.score (cache_row) and appends with them. The scores
+buffers (zeroed before each step) are compared too: graph == eager bit for
+bit, host's rows where graph's call rows are.
+
 --device cpu runs the same program on the CPU backend without a capture
 (graph's step is called eagerly too): test_append_device.py runs it, so CI
 exercises everything here but the capture itself. KVE_GRAPH_STEPS sets the
@@ -42,13 +50,18 @@ SEED = 3801
 
 
 class Engine:
-    """A state, its step buffers, its paged caches and its static inputs."""
+    """A state, its step buffers, its paged caches and its static inputs;
+    with @stats (TriAttention's q_mean, q_abs_mean per layer) a scored state
+    and its scores buffer."""
 
-    def __init__(self, dev, ctx, block_table, kv0):
+    def __init__(self, dev, ctx, block_table, kv0, stats=None):
         self.dev = dev
+        self.stats = stats
         self.state = kvevict.State(ctx, max_seqs=ROWS, n_layers=L, n_heads=H, budget=B,
                                    window=W, interval=R, max_slots=BS * BPR, seed=SEED,
-                                   tensors="torch")
+                                   tensors="torch", scored=stats is not None)
+        self.scores = self.state.scores_buffer(ROWS) if stats is not None else None
+        self.bt_call = block_table.clone()  # the page table in call order (score_device's)
         self.step = self.state.step_buffers(max(ROWS * MAX_NEW, PROMPT_MAX), ROWS, PROMPT_MAX)
         self.kv = kv0.clone()              # [L, 2, pages, BS, H, D]
         self.bt = block_table.clone()      # [ROWS, BPR]
@@ -66,19 +79,37 @@ class Engine:
                                       "nhd", "auto", None, None, move_row=move_row,
                                       **st.layer_moves(self.step, layer))
 
+    def score_kw(self, layer):
+        """The scorer's arguments of @layer (TriAttention, this layer's stats)."""
+        return dict(scorer="triattention", q_mean=self.stats[0][layer],
+                    q_abs_mean=self.stats[1][layer], rope_theta=10000.0)
+
     def decode_step(self):
-        """The step a graph captures: the planned append, then every layer's
-        write of the whole padded shape."""
-        self.state.append_device(self.rows, self.n_new, MAX_NEW, self.step)
+        """The step a graph captures: a scored state's scores of every layer,
+        the planned append, then every layer's write of the whole padded
+        shape."""
+        if self.scores is not None:
+            for layer in range(L):
+                self.state.score_device(self.rows, self.n_new, layer, self.kv[layer, 0],
+                                        self.scores, block_table=self.bt_call,
+                                        **self.score_kw(layer))
+        self.state.append_device(self.rows, self.n_new, MAX_NEW, self.step, scores=self.scores)
         for layer in range(L):
             self.write(layer, self.src[layer, 0], self.src[layer, 1], self.token_row, self.rows)
 
     def host_step(self, call_rows, src):
         """The eager twin: State.append over the active rows (in call order)."""
         n = len(call_rows)
+        if self.scores is not None:
+            self.scores.zero_()
         if not n:
             return
-        self.state.append(call_rows, [MAX_NEW] * n, out=self.step)
+        if self.scores is not None:
+            for layer in range(L):
+                self.state.score(call_rows, [MAX_NEW] * n, layer, self.kv[layer, 0],
+                                 self.scores, block_table=self.bt, cache_row=call_rows,
+                                 **self.score_kw(layer))
+        self.state.append(call_rows, [MAX_NEW] * n, out=self.step, scores=self.scores)
         tr = torch.tensor(call_rows, dtype=torch.int32, device=self.dev)
         for layer in range(L):
             self.write(layer, src[layer, 0, :n], src[layer, 1, :n], tr, tr)
@@ -96,6 +127,9 @@ class Engine:
         for dst, x in ((self.rows, rows), (self.n_new, n_new), (self.token_row, token_row),
                        (self.src, src)):
             dst.copy_(x)
+        self.bt_call.copy_(self.bt[self.rows.long()])
+        if self.scores is not None:
+            self.scores.zero_()
 
     def snap(self):
         """Host copies of everything the engines must agree on."""
@@ -110,7 +144,8 @@ class Engine:
             kv=self.kv.view(torch.int16).cpu().clone(),
             info=info,
             slots=[st.slots(r) if info[r].active else None for r in range(ROWS)],
-            digest=[st.digest(r) if info[r].active else None for r in range(ROWS)])
+            digest=[st.digest(r) if info[r].active else None for r in range(ROWS)],
+            scores=None if self.scores is None else self.scores.cpu().clone())
 
 
 def moves_of(snap, call_rows):
@@ -148,10 +183,17 @@ def compare(g, e, h, active_calls, step):
     assert np.array_equal(gn, hn) and np.array_equal(gp, hp), (what, "moves graph/host")
     pad = [i for i in every if i not in active_calls]
     assert (g["n_moves"][:, pad] == 0).all(), (what, "padding rows with moves")
+    if g["scores"] is not None:  # host's call rows packed; every buffer zeroed first
+        want = torch.zeros_like(h["scores"])
+        want[active_calls] = h["scores"][:len(active_calls)]
+        for other, name in ((e["scores"], "graph/eager"), (want, "graph/host")):
+            assert torch.equal(g["scores"].view(torch.int32), other.view(torch.int32)), \
+                (what, "scores " + name)
 
 
-def run(device, steps):
-    """The program on @device ("cpu": no capture). Returns its counts."""
+def run(device, steps, scored=False):
+    """The program on @device ("cpu": no capture), of a scored state with
+    @scored. Returns its counts."""
     capture = device == "cuda"
     dev = "cuda:0" if capture else "cpu"
     ctx = kvevict.Context("auto" if capture else "cpu")
@@ -162,11 +204,15 @@ def run(device, steps):
     rng.shuffle(pages)  # each row's pages scattered
     bt = torch.tensor(pages.reshape(ROWS, BPR), dtype=torch.int32, device=dev)
     kv0 = torch.randn(L, 2, ROWS * BPR, BS, H, D, generator=gen).half().to(dev)
-    graph_e, eager_e, host_e = engines = [Engine(dev, ctx, bt, kv0) for _ in range(3)]
+    stats = None
+    if scored:  # TriAttention's statistics, per layer: q_mean, q_abs_mean
+        stats = (torch.randn(L, H, D // 2, 2, generator=gen).to(dev),
+                 (torch.rand(L, H, D // 2, generator=gen) + 0.5).to(dev))
+    graph_e, eager_e, host_e = engines = [Engine(dev, ctx, bt, kv0, stats) for _ in range(3)]
     graph = None
     active = [False] * ROWS
     counts = dict(admits=0, retires=0, round_steps=0, quiet_steps=0, padded_steps=0, moves=0,
-                  replays=0)
+                  replays=0, scored_rows=0)
     next_seq = 100
     for step in range(steps):
         for r in range(ROWS):  # retirements and admissions, eagerly between replays
@@ -213,6 +259,8 @@ def run(device, steps):
         counts["round_steps" if rounds else "quiet_steps"] += 1
         counts["padded_steps"] += len(call_rows) < ROWS
         counts["moves"] += int(snaps[0]["n_moves"].sum())
+        if scored:  # the call rows given scores (the rounds' rows)
+            counts["scored_rows"] += int((snaps[0]["scores"] != 0).flatten(1).any(1).sum())
     refusals(graph_e, graph, active, capture)
     return counts
 
@@ -249,23 +297,27 @@ def refusals(e, graph, active, capture):
 
 
 def main():
-    """argv: --device cuda (default; exit 77 where torch sees no GPU) or cpu."""
+    """argv: --device cuda (default; exit 77 where torch sees no GPU) or cpu;
+    --scored: the scored state's step."""
     args = sys.argv[1:]
+    scored = "--scored" in args
     want = args[args.index("--device") + 1] if "--device" in args else "cuda"
     if want not in ("cpu", "cuda"):
-        print("usage: test_graph_step.py [--device cuda|cpu]")
+        print("usage: test_graph_step.py [--device cuda|cpu] [--scored]")
         return 2
     if want == "cuda" and not torch.cuda.is_available():
         print("no CUDA device for torch: skipped")
         return 77
     steps = int(os.environ.get("KVE_GRAPH_STEPS", "200"))
-    counts = run(want, steps)
-    print("%s, torch %s, %d steps: %s" % (want, torch.__version__, steps, counts))
+    counts = run(want, steps, scored)
+    print("%s%s, torch %s, %d steps: %s" % (want, " scored" if scored else "",
+                                           torch.__version__, steps, counts))
     if steps >= 100:  # the program covered what it is about
         assert counts["round_steps"] > 10 and counts["quiet_steps"] > 10, counts
         assert counts["admits"] > ROWS and counts["retires"] > 2, counts
         assert counts["padded_steps"] > 10 and counts["moves"] > 0, counts
         assert counts["replays"] == (steps - 1 if want == "cuda" else 0), counts
+        assert (counts["scored_rows"] > 10) == scored, counts
     print("ok")
     return 0
 
