@@ -462,6 +462,226 @@ START_TEST(state_score_bad_arguments)
 }
 END_TEST
 
+/* A KVE_SCORED state of 2 rows, 2 layers of 1 head, B = 12, W = 4, r = 4,
+ * max_slots 20; row 0 (prompt 2, capacity 16) full and due at its next
+ * token, row 1 admitted (prompt 2) and empty. The key cache: 2 rows of one
+ * 16-slot page, f32, head_dim 2. */
+typedef struct {
+    kve_context *ctx;
+    kve_state *st;
+    kve_state_layout lay;
+    float keys[2][16][2];
+    kve_score_desc d;
+} sd_case;
+
+static void sd_case_open(sd_case *c)
+{
+    memset(c, 0, sizeof *c);
+    c->ctx = ks_context();
+    kve_state_desc d = ks_desc(KVE_SCORED, 2, 2, 1, 12, 4, 4, 20);
+    c->st = ks_create(c->ctx, &d, &c->lay);
+    KT_OK(kve_state_admit(c->st, 0, 7, 2));
+    KT_OK(kve_state_admit(c->st, 1, 8, 2));
+    uint32_t row = 0, n = 16;
+    KT_OK(kve_state_append(c->st, 1, &row, &n, NULL)); /* full, no round yet */
+    for (int i = 0; i < 64; i++)
+        (&c->keys[0][0][0])[i] = (float)(i % 7) - 3.0f;
+    c->d = base_desc();
+    c->d.keys.base = c->keys;
+    c->d.keys.page_size = 16;
+    c->d.keys.n_pages = 2;
+    c->d.keys.n_rows = 2;
+    c->d.rows = NULL;
+    c->d.n_rows = 0;
+}
+
+static void sd_case_close(sd_case *c)
+{
+    kve_state_destroy(c->st);
+    kve_context_destroy(c->ctx);
+}
+
+/* Every row's info, tables and running digest, for "unchanged". */
+typedef struct {
+    kve_state_seq_info info[2];
+    int32_t tab[2][2 * 20];
+    uint64_t digest[2];
+} sd_snap;
+
+static void sd_snapshot(sd_case *c, sd_snap *x)
+{
+    memset(x, 0, sizeof *x);
+    for (uint32_t r = 0; r < 2; r++) {
+        KT_OK(kve_state_get_seq(c->st, r, &x->info[r]));
+        KT_OK(kve_state_read_slots(c->st, r, x->tab[r], c->lay.row_elems));
+        KT_OK(kve_state_read_digest(c->st, r, &x->digest[r]));
+    }
+}
+
+/* kve_state_score_device's argument errors, each with its status and a
+ * message naming the argument; a refused call writes no score. */
+START_TEST(state_score_device_bad_arguments)
+{
+    sd_case c;
+    sd_case_open(&c);
+    enum { ST = 20, SR = 2 * ST, N = 2 * SR };
+    float buf[N], was[N];
+    for (int i = 0; i < N; i++)
+        buf[i] = was[i] = 100.0f + (float)i;
+    uint32_t rows[3] = {0, 1, 0}, n_new[3] = {1, 1, 1};
+    kve_state *s = c.st;
+    kve_score_desc d = c.d, bad;
+#define SD_BAD(expr, status, needle)                                                              \
+    do {                                                                                          \
+        EXPECT_ERR(expr, status, needle);                                                         \
+        ck_assert_msg(memcmp(buf, was, sizeof buf) == 0, "%s wrote scores", #expr);               \
+    } while (0)
+    SD_BAD(kve_state_score_device(NULL, 2, rows, n_new, 0, &d, buf, SR, ST), KVE_ERR_NULL,
+           "state is NULL");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, NULL, buf, SR, ST), KVE_ERR_NULL,
+           "desc is NULL");
+    SD_BAD(kve_state_score_device(s, 2, NULL, n_new, 0, &d, buf, SR, ST), KVE_ERR_NULL,
+           "rows is NULL (n_rows = 2)");
+    SD_BAD(kve_state_score_device(s, 2, rows, NULL, 0, &d, buf, SR, ST), KVE_ERR_NULL,
+           "n_new is NULL (n_rows = 2)");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &d, NULL, SR, ST), KVE_ERR_NULL,
+           "scores is NULL");
+    SD_BAD(kve_state_score_device(s, 3, rows, n_new, 0, &d, buf, SR, ST), KVE_ERR_RANGE,
+           "n_rows = 3: more than max_seqs = 2");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 2, &d, buf, SR, ST), KVE_ERR_RANGE,
+           "table_layer = 2: the state has 2 table layers");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, UINT32_MAX, &d, buf, SR, ST), KVE_ERR_RANGE,
+           "table_layer = 4294967295");
+    bad = d;
+    bad.keys.n_heads = 2;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_RANGE,
+           "desc.keys.n_heads = 2: the state has 1 KV heads");
+    int32_t cache_rows[2] = {0, 1};
+    bad = d;
+    bad.cache_rows = cache_rows;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_INVALID,
+           "desc.cache_rows is not NULL");
+    /* a page table of one row for a call of two: call row 1 reads row 1 */
+    int32_t blocks[2] = {0, 1};
+    bad = d;
+    bad.keys.page_table = KVE_PAGES_BLOCK_TABLE;
+    bad.keys.block_table = blocks;
+    bad.keys.blocks_per_row = 1;
+    bad.keys.n_rows = 1;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_RANGE,
+           "desc.keys.n_rows = 1: call row i reads row i of the page table, and the call has "
+           "n_rows = 2");
+    /* the scores of any row: scores_stride_table >= max_slots (20), not
+     * just the due row's capacity (16) */
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &d, buf, SR, 16), KVE_ERR_RANGE,
+           "scores_stride_table = 16: below max_slots = 20");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &d, buf, SR - 1, ST), KVE_ERR_RANGE,
+           "scores_stride_row = 39: must be >= tables (2) x scores_stride_table (20)");
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &d, buf, SIZE_MAX / 2, ST),
+           KVE_ERR_OVERFLOW, "the scores of 2 call rows overflow size_t bytes");
+    SD_BAD(kve_state_score_device(s, 1, rows, n_new, 0, &d, buf, 0, SIZE_MAX), KVE_ERR_RANGE,
+           "scores_stride_row = 0");
+    bad = d;
+    bad.scorer = (kve_scorer)7;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_INVALID,
+           "desc.scorer = 7: not a kve_scorer value");
+    bad = d;
+    bad.weight = NAN;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_INVALID,
+           "desc.weight = nan");
+    bad = d;
+    bad.keys.head_dim = 3;
+    SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_RANGE,
+           "desc.keys.head_dim = 3");
+    /* a desc that is invalid is refused even when no row is due */
+    SD_BAD(kve_state_score_device(s, 0, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_RANGE,
+           "desc.keys.head_dim = 3");
+#undef SD_BAD
+    /* Accepted: one row (scores_stride_row unread), n_rows 0, a flat key
+     * cache of fewer page-table rows than call rows (it has none). Rows
+     * that are padding (their rows[i] unread), not active, not due or
+     * past the scored rules are skipped: nothing written. */
+    KT_OK(kve_state_score_device(s, 1, rows + 1, n_new, 0, &d, buf, 0, ST));
+    KT_OK(kve_state_score_device(s, 0, NULL, NULL, 0, &d, buf, 0, ST));
+    bad = d;
+    bad.keys.page_table = KVE_PAGES_FLAT;
+    bad.keys.n_rows = 0;
+    uint32_t skip_rows[2] = {UINT32_MAX, 1}, skip_new[2] = {0, 3};
+    KT_OK(kve_state_score_device(s, 2, skip_rows, skip_new, 0, &bad, buf, SR, ST));
+    uint32_t two_rounds[2] = {5, 17}; /* row 0: 2 rounds; row 1: 16 tokens before its round */
+    rows[1] = 1;
+    KT_OK(kve_state_score_device(s, 2, rows, two_rounds, 1, &d, buf, SR, ST));
+    ck_assert_msg(memcmp(buf, was, sizeof buf) == 0, "skipped rows were written");
+    /* row 0 due: its layer-1 table written, as kve_state_score writes it */
+    KT_OK(kve_state_score_device(s, 2, rows, n_new, 1, &d, buf, SR, ST));
+    ck_assert_msg(memcmp(buf, was, sizeof buf) != 0, "the due row was not scored");
+    float ref[N];
+    memcpy(ref, was, sizeof ref);
+    KT_OK(kve_state_score(s, 2, rows, n_new, 1, &d, ref, SR, ST));
+    ck_assert_msg(memcmp(buf, ref, sizeof buf) == 0, "differs from kve_state_score");
+    sd_case_close(&c);
+}
+END_TEST
+
+/* A KVE_SCORED state's kve_state_append_device: the scores' pointer and
+ * layout for any row (max_slots), and on the CPU a row past the scored
+ * rules refused with the planner's reason 7, the state unchanged. */
+START_TEST(scored_append_device_errors)
+{
+    sd_case c;
+    sd_case_open(&c);
+    enum { ST = 20, SR = 2 * ST };
+    float sc[2 * SR];
+    for (int i = 0; i < 2 * SR; i++)
+        sc[i] = (float)(i % 11);
+    uint32_t rows[2] = {0, 1}, n_new[2] = {1, 1};
+    kve_step_buffers out;
+    memset(&out, 0, sizeof out);
+    out.scores = sc;
+    out.scores_stride_row = SR;
+    out.scores_stride_table = ST;
+    sd_snap a, b;
+    sd_snapshot(&c, &a);
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, NULL), KVE_ERR_NULL,
+               "out is NULL");
+    out.scores = NULL;
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_NULL,
+               "out->scores is NULL");
+    out.scores = sc;
+    out.scores_stride_table = 16; /* row 0's capacity, but any row may be due */
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_RANGE,
+               "out->scores_stride_table = 16: below the 20 slots");
+    out.scores_stride_table = ST;
+    out.scores_stride_row = SR - 1;
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_RANGE,
+               "out->scores_stride_row = 39");
+    out.scores_stride_row = SIZE_MAX / 2;
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_OVERFLOW,
+               "overflow size_t bytes");
+    out.scores_stride_row = SR;
+    sd_snapshot(&c, &b);
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "a refused call changed the state");
+    /* row 0 with 5 tokens runs two rounds (r = 4); row 1 with 17 tokens
+     * takes 16 > W = 4 before its round: reason 7 on the CPU, at once */
+    const uint32_t bad_new[2][2] = {{5, 1}, {1, 17}};
+    for (int k = 0; k < 2; k++) {
+        char want[160];
+        snprintf(want, sizeof want, "rows[%d] = %d (n_new[%d] = %u) would run two rounds, or take "
+                 "more than the window W", k, k, k, bad_new[k][k]);
+        EXPECT_ERR(kve_state_append_device(c.st, 2, rows, bad_new[k], 17, &out), KVE_ERR_INVALID,
+                   want);
+        sd_snapshot(&c, &b);
+        ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "refused call %d changed the state", k);
+    }
+    /* the same call within the rules runs row 0's round */
+    KT_OK(kve_state_append_device(c.st, 2, rows, n_new, 1, &out));
+    sd_snapshot(&c, &b);
+    ck_assert_uint_eq(b.info[0].round, a.info[0].round + 1);
+    ck_assert_uint_eq(b.info[1].n_tokens, 1);
+    sd_case_close(&c);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -471,6 +691,8 @@ int main(void)
         KVE_TEST(errors_state, cache_write_type_errors),
         KVE_TEST(errors_state, scored_state_errors),
         KVE_TEST(errors_state, state_score_bad_arguments),
+        KVE_TEST(errors_state, state_score_device_bad_arguments),
+        KVE_TEST(errors_state, scored_append_device_errors),
     };
     const kve_suite_spec spec = {"errors_state", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

@@ -22,7 +22,7 @@ typedef struct kve_score_case {
     size_t n_scores;
 } kve_score_case;
 
-static uint64_t kve_sc_next(uint64_t *x)
+static inline uint64_t kve_sc_next(uint64_t *x)
 {
     *x ^= *x << 13;
     *x ^= *x >> 7;
@@ -30,13 +30,13 @@ static uint64_t kve_sc_next(uint64_t *x)
     return *x;
 }
 
-static uint32_t kve_sc_below(uint64_t *x, uint32_t n) { return n ? (uint32_t)(kve_sc_next(x) % n) : 0; }
+static inline uint32_t kve_sc_below(uint64_t *x, uint32_t n) { return n ? (uint32_t)(kve_sc_next(x) % n) : 0; }
 
-static float kve_sc_unit(uint64_t *x) { return (float)(kve_sc_next(x) % 2001) / 1000.0f - 1.0f; }
+static inline float kve_sc_unit(uint64_t *x) { return (float)(kve_sc_next(x) % 2001) / 1000.0f - 1.0f; }
 
 /* A key element of @p t from a float (f16/bf16 rounded by truncation: any
  * finite value of the type will do). */
-static void kve_sc_store(unsigned char *p, kve_dtype t, float v)
+static inline void kve_sc_store(unsigned char *p, kve_dtype t, float v)
 {
     uint32_t b;
     memcpy(&b, &v, 4);
@@ -55,7 +55,7 @@ static void kve_sc_store(unsigned char *p, kve_dtype t, float v)
 }
 
 /* Positions 0..n_tok-1 spread over a table of @p n slots, some empty. */
-static void kve_sc_table(uint64_t *x, int32_t *tab, uint32_t n, uint32_t n_tok)
+static inline void kve_sc_table(uint64_t *x, int32_t *tab, uint32_t n, uint32_t n_tok)
 {
     for (uint32_t s = 0; s < n; s++)
         tab[s] = -1;
@@ -70,7 +70,7 @@ static void kve_sc_table(uint64_t *x, int32_t *tab, uint32_t n, uint32_t n_tok)
     }
 }
 
-static void kve_score_case_free(kve_score_case *c)
+static inline void kve_score_case_free(kve_score_case *c)
 {
     free(c->keys);
     free(c->tabs);
@@ -87,7 +87,7 @@ static void kve_score_case_free(kve_score_case *c)
 }
 
 /* Fills the case's key cache with the rows' keys at their slots' pages. */
-static void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slots)
+static inline void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slots)
 {
     kve_key_cache *k = &c->d.keys;
     size_t es = k->dtype == KVE_DTYPE_F32 ? 4 : 2, e = k->head_dim * es;
@@ -132,7 +132,7 @@ static void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slots)
 /* TriAttention's parameters (K-norm ignores them): query statistics,
  * RoPE base, and, a third of the time each, omega, frequency scales and
  * offsets. */
-static void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
+static inline void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
 {
     kve_score_desc *d = &c->d;
     const kve_key_cache *k = &d->keys;
@@ -172,7 +172,7 @@ static void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
 }
 
 /* A random case: @p tri picks the scorer; every pointer is host memory. */
-static void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri)
+static inline void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri)
 {
     uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
     memset(c, 0, sizeof *c);
