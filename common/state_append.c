@@ -244,7 +244,7 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             out->max_moves, max_new, need);
     }
     if (s->d.schedule.flags & KVE_SCORED)
-        KVE_TRY(kve_state_check_scored_shape(s, n_rows, out));
+        KVE_TRY(kve_state_check_scored_shape(s, n_rows, rows, n_new, out));
     s->device_planned = 1; /* from here the rows may advance where the host cannot see */
     kve_state_call c = {rows, n_new, n_rows, max_new, 1}; /* the caller's buffers, read there */
     return kve_state_append_waves(s, &c, out);

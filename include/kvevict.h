@@ -608,7 +608,8 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
  * is known on the device only); a row that would run two rounds, or take
  * more than W tokens before its round, refuses the call (reason 7). A NaN
- * at a candidate is raised by the eviction on the device.
+ * at a candidate is raised by the eviction on the device; on the CPU
+ * backend the call refuses it itself (KVE_ERR_INVALID, state unchanged).
  * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
  *         KVE_ERR_RANGE (n_rows, max_new, out's sizes).
  */

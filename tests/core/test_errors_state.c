@@ -673,6 +673,16 @@ START_TEST(scored_append_device_errors)
         sd_snapshot(&c, &b);
         ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "refused call %d changed the state", k);
     }
+    /* A NaN at a candidate of row 0's round (layer 1, slot 3): on the CPU
+     * refused before anything changed, as kve_state_append refuses it (the
+     * rows' counts once advanced and their tables did not) */
+    sc[ST + 3] = NAN;
+    EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_INVALID,
+               "out->scores of rows[0] = 0, table 1 (layer 1, head 0), slot 3 is NaN");
+    sd_snapshot(&c, &b);
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "a NaN candidate's refusal changed the state");
+    KT_OK(kve_context_synchronize(c.ctx));
+    sc[ST + 3] = 3;
     /* the same call within the rules runs row 0's round */
     KT_OK(kve_state_append_device(c.st, 2, rows, n_new, 1, &out));
     sd_snapshot(&c, &b);
