@@ -108,8 +108,10 @@ const char *kve_plan_refusal_text(uint32_t why)
                                        "has n_new[i] > max_new",
                                        "would pass position 2^31-1",
                                        "brings the call past out->max_tokens tokens",
-                                       "would run two rounds, or take more than the window W "
-                                       "of its tokens before its round (a KVE_SCORED state)"};
+                                       /* (parenthesized: one element, for clang's
+                                        * -Wstring-concatenation) */
+                                       ("would run two rounds, or take more than the window W "
+                                        "of its tokens before its round (a KVE_SCORED state)")};
     return why < sizeof text / sizeof *text ? text[why] : "refused";
 }
 
