@@ -5,7 +5,9 @@
  * short) driven by appends; each step scores one table layer (exactly
  * sized, bad rows, layers, strides and NULLs sometimes) and must write what
  * kve_score writes over the same tables, rows and keys, then scores every
- * table layer and appends with those scores.
+ * table layer and appends with those scores. kve_state_score_device (issue
+ * 39) takes the same calls and the planned append (kve_state_append_device)
+ * half the appends.
  */
 #include "fuzz_score.h"
 
@@ -272,38 +274,69 @@ static size_t fz_call_extent(const fz_scored_state *s, const fz_state_call *c)
     return ext;
 }
 
-/* kve_score's desc for the due rows, as the header describes them: the
- * state's tables of layer tl, rows' windows less the tokens before the
- * round, round_start the triggering token. */
-static kve_score_desc fz_due_rows_desc(const fz_scored_state *s, const fz_state_call *c,
-                                       kve_score_row sr[4])
+/* kve_score's desc for the rows the call scores, as the header describes
+ * them: the state's tables of layer tl, rows' windows less the tokens
+ * before the round, round_start the triggering token, output at strides
+ * @p st, @p sr. kve_state_score (@p device 0): the due rows of a valid call,
+ * keys at desc.cache_rows; kve_state_score_device (1): each call row in
+ * range, active, due once and within the window (padding, free rows and
+ * rows past the scored rules skipped, a row listed twice scored twice), its
+ * keys page-table row i. */
+static kve_score_desc fz_rows_desc(const fz_scored_state *s, const fz_state_call *c, int device,
+                                   size_t st, size_t sr, kve_score_row rows[4])
 {
     uint32_t th_n = s->lay.table_heads, tl = c->tl;
     kve_score_desc rd = c->d;
     rd.heads_per_table = th_n == 1 ? s->n_heads : 1;
     rd.n_rows = 0;
-    rd.rows = sr;
+    rd.rows = rows;
     rd.slot_pos = s->lay.slot_pos;
     rd.slot_pos_stride_table = 0;
-    rd.scores_stride_table = c->stride_t;
+    rd.scores_stride_table = st;
     rd.cache_rows = NULL;
-    for (uint32_t i = 0; i < c->n_call && !c->invalid; i++) {
-        if (!c->due[i])
+    for (uint32_t i = 0; i < c->n_call && !(c->invalid && !device); i++) {
+        uint32_t before = c->before[i], window = s->sch.window;
+        if (device ? c->rows[i] >= s->lay.max_seqs || !c->info[c->rows[i]].active ||
+                         c->due[i] != 1 || before > window
+                   : !c->due[i])
             continue;
         const kve_state_seq_info *q = &c->info[c->rows[i]];
-        uint32_t before = c->before[i], window = s->sch.window;
-        kve_score_row *r = &sr[rd.n_rows++];
+        kve_score_row *r = &rows[rd.n_rows++];
         memset(r, 0, sizeof *r);
         r->table_offset = q->table_offset + (uint64_t)tl * th_n * q->capacity;
-        r->scores_offset = (uint64_t)i * c->stride_r + (uint64_t)tl * th_n * c->stride_t;
+        r->scores_offset = (uint64_t)i * sr + (uint64_t)tl * th_n * st;
         r->n_slots = q->capacity;
         r->table_stride = q->capacity;
         r->prompt_len = q->prompt_len;
         r->window = window - (before < window ? before : window);
         r->round_start = q->n_tokens + before;
-        r->cache_row = c->d.cache_rows ? c->d.cache_rows[i] : (int32_t)i;
+        r->cache_row = c->d.cache_rows && !device ? c->d.cache_rows[i] : (int32_t)i;
     }
     return rd;
+}
+
+/* The call's arguments, one of them NULL when it is spoilt so (c->bad). */
+typedef struct {
+    kve_state *st;
+    const uint32_t *rows, *n_new;
+    const kve_score_desc *desc;
+    float *buf;
+} fz_state_args;
+
+static fz_state_args fz_args_of(const fz_scored_state *s, const fz_state_call *c,
+                                const kve_score_desc *desc, float *buf)
+{
+    fz_state_args a = {s->st, c->rows, c->n_new, desc, buf};
+    uint8_t bad = c->bad;
+    if (bad > 240 && (bad & 3) == 3) {
+        switch ((bad >> 2) & 3) {
+        case 0: a.rows = NULL; break;
+        case 1: a.n_new = NULL; break;
+        case 2: a.buf = NULL; break;
+        default: a.desc = (bad & 16) ? NULL : a.desc, a.st = (bad & 16) ? a.st : NULL; break;
+        }
+    }
+    return a;
 }
 
 /* The call, some argument NULL when it is spoilt so, into @p buf (@p ext
@@ -312,23 +345,11 @@ static kve_score_desc fz_due_rows_desc(const fz_scored_state *s, const fz_state_
 static int fz_check_state_score(kve_context *ctx, const fz_scored_state *s, const fz_state_call *c,
                                 float *buf, const float *was, size_t ext)
 {
-    const uint32_t *a_rows = c->rows, *a_new = c->n_new;
-    const kve_score_desc *a_desc = &c->d;
-    float *a_buf = buf;
-    kve_state *a_st = s->st;
-    uint8_t bad = c->bad;
-    if (bad > 240 && (bad & 3) == 3) {
-        switch ((bad >> 2) & 3) {
-        case 0: a_rows = NULL; break;
-        case 1: a_new = NULL; break;
-        case 2: a_buf = NULL; break;
-        default: a_desc = (bad & 16) ? NULL : a_desc, a_st = (bad & 16) ? a_st : NULL; break;
-        }
-    }
+    fz_state_args a = fz_args_of(s, c, &c->d, buf);
     kve_score_row sr[4];
-    kve_score_desc rd = fz_due_rows_desc(s, c, sr);
+    kve_score_desc rd = fz_rows_desc(s, c, 0, c->stride_t, c->stride_r, sr);
     int valid = c->invalid ? 0 : c->unsure ? -1 : rd.n_rows ? fz_score_valid(&rd) : 1;
-    kve_status rc = kve_state_score(a_st, c->n_call, a_rows, a_new, c->tl, a_desc, a_buf,
+    kve_status rc = kve_state_score(a.st, c->n_call, a.rows, a.n_new, c->tl, a.desc, a.buf,
                                     c->stride_r, c->stride_t);
     if (valid == 1)
         FZ_CHECK(rc == KVE_OK, "a valid kve_state_score call was refused: %s", kve_status_string(rc));
@@ -351,6 +372,131 @@ static int fz_check_state_score(kve_context *ctx, const fz_scored_state *s, cons
         FZ_CHECK(memcmp(buf, was, ext * 4) == 0, "kve_state_score wrote rows whose round is not due");
     }
     return valid;
+}
+
+/* Issue 39: kve_state_score_device over the same call (its rows, tokens,
+ * layer and desc; spoilt the same way), with strides for any row (the
+ * call's own ones sometimes, below max_slots; a huge scores_stride_row
+ * sometimes) and desc.cache_rows NULL but sometimes: checked against the
+ * header's rules, and a valid call against kve_score over the rows the
+ * device scores (fz_rows_desc), bit for bit in an exactly sized buffer,
+ * with the same status (kve_score's content checks); a refused call writes
+ * nothing. */
+static void fz_check_state_score_device(kve_context *ctx, const fz_scored_state *s,
+                                        const fz_state_call *c, uint64_t *mix)
+{
+    size_t tables = (size_t)s->lay.table_layers * s->lay.table_heads, th_n = s->lay.table_heads;
+    uint64_t v = fz_mix(mix);
+    size_t st = v & 3 ? s->lay.max_slots + ((v >> 2) & 1) : c->stride_t;
+    size_t sr = v & 3 ? tables * st + ((v >> 3) & 1) : c->stride_r;
+    if ((v & 0x30) == 0x30 && c->n_call > 1)
+        sr = fz_huge_stride((uint32_t)(v >> 8));
+    kve_score_desc d = c->d;
+    if ((v & 0xc0) != 0xc0)
+        d.cache_rows = NULL;
+    kve_score_row rows[4];
+    kve_score_desc rd = fz_rows_desc(s, c, 1, st, sr, rows);
+    unsigned __int128 ext = 0, span = fz_span128(c->n_call, sr, tables * st, 1);
+    for (uint32_t k = 0; k < rd.n_rows; k++) {
+        unsigned __int128 e = (unsigned __int128)rows[k].scores_offset + (th_n - 1) * st +
+                              rows[k].n_slots;
+        ext = e > ext ? e : ext;
+    }
+    fz_state_args a = fz_args_of(s, c, &d, NULL);
+    int args_ok = a.st && a.desc && a.rows && a.n_new && (c->bad <= 240 || (c->bad & 15) != 11) &&
+                  c->tl < s->lay.table_layers && d.keys.n_heads == s->n_heads && !d.cache_rows &&
+                  (d.keys.page_table == KVE_PAGES_FLAT || d.keys.n_rows >= c->n_call) &&
+                  st >= s->lay.max_slots && (c->n_call < 2 || sr >= tables * st) &&
+                  span * 4 <= SIZE_MAX;
+    if (ext > ((size_t)1 << 24)) { /* a huge stride with a later row due: no such buffer */
+        if (args_ok)
+            return;
+        ext = 0, rd.n_rows = 0; /* refused: nothing written */
+    }
+    float *buf = (float *)fz_alloc((size_t)ext * 4, 0);
+    if (!buf)
+        return;
+    fz_fill_scores(buf, 0, (size_t)ext, d.flags);
+    float *was = (float *)fz_dup(buf, (size_t)ext * 4);
+    a = fz_args_of(s, c, &d, buf);
+    kve_status rc = kve_state_score_device(a.st, c->n_call, a.rows, a.n_new, c->tl, a.desc, a.buf,
+                                           sr, st);
+    if (!args_ok) {
+        FZ_CHECK(rc != KVE_OK, "an invalid kve_state_score_device call was accepted");
+    } else {
+        float *ref = (float *)fz_dup(was, (size_t)ext * 4);
+        rd.scores = ref;
+        kve_status rr = rd.n_rows ? kve_score(ctx, &rd) : KVE_OK;
+        FZ_CHECK(rc == rr, "kve_state_score_device: %s, kve_score over its rows: %s",
+                 kve_status_string(rc), kve_status_string(rr));
+        FZ_CHECK(memcmp(buf, ref, (size_t)ext * 4) == 0,
+                 "kve_state_score_device differs from kve_score over the rows it scores");
+        free(ref);
+    }
+    if (rc != KVE_OK) {
+        FZ_CHECK_ERROR_MESSAGE(rc);
+        FZ_CHECK(memcmp(buf, was, (size_t)ext * 4) == 0,
+                 "a refused kve_state_score_device changed the scores");
+    }
+    free(buf);
+    free(was);
+}
+
+/* The rows' infos of a call, for "unchanged" and "advanced". */
+static void fz_call_infos(const fz_scored_state *s, const fz_state_call *c,
+                          kve_state_seq_info *info)
+{
+    for (uint32_t i = 0; i < c->n_call; i++)
+        FZ_CHECK(kve_state_get_seq(s->st, c->rows[i], &info[i]) == KVE_OK, "get_seq");
+}
+
+/* Issue 39: the scored append planned on the device (the CPU runs the
+ * planner) with the scores kve_state_score_device wrote for every table
+ * layer into @p dev, strides for any row: equal bit for bit to @p full,
+ * kve_state_score's. A call with a row given two rounds' tokens first is
+ * refused with reason 7 and changes nothing; the call itself is accepted
+ * when kve_state_append would accept it, and advances each row by its
+ * tokens and its round. */
+static void fz_scored_append_device(const fz_scored_state *s, const fz_state_call *c,
+                                    const kve_score_desc *d, const float *full, float *dev,
+                                    size_t n_full, kve_step_buffers *out, int valid, uint64_t *mix)
+{
+    size_t sr = out->scores_stride_row, st = out->scores_stride_table;
+    for (uint32_t l = 0; l < s->lay.table_layers; l++)
+        FZ_CHECK(kve_state_score_device(s->st, c->n_call, c->rows, c->n_new, l, d, dev, sr, st) ==
+                     KVE_OK,
+                 "kve_state_score_device of a call kve_state_score took: %s", kve_last_error());
+    FZ_CHECK(memcmp(full, dev, n_full * 4) == 0,
+             "kve_state_score_device differs from kve_state_score over every layer");
+    uint32_t max_new = 0, news[4];
+    kve_state_seq_info before[4], after[4];
+    fz_call_infos(s, c, before);
+    for (uint32_t i = 0; i < c->n_call; i++)
+        max_new = c->n_new[i] > max_new ? c->n_new[i] : max_new;
+    out->scores = dev;
+    if (fz_mix(mix) & 1) { /* two rounds' tokens for row 0: refused, nothing changed */
+        memcpy(news, c->n_new, sizeof news);
+        news[0] = before[0].capacity + 2 * s->sch.interval;
+        kve_status rb = kve_state_append_device(s->st, c->n_call, c->rows, news, news[0], out);
+        FZ_CHECK(rb == KVE_ERR_INVALID && strstr(kve_last_error(), "would run two rounds"),
+                 "a row past the scored rules in a planned append: %s %s",
+                 kve_status_string(rb), kve_last_error());
+        fz_call_infos(s, c, after);
+        FZ_CHECK(memcmp(before, after, c->n_call * sizeof *after) == 0,
+                 "a refused planned append changed a row");
+    }
+    kve_status ra = kve_state_append_device(s->st, c->n_call, c->rows, c->n_new, max_new, out);
+    FZ_CHECK(ra == KVE_OK || valid != 1, "the planned append of scored rows was refused: %s",
+             kve_last_error());
+    if (ra != KVE_OK)
+        return;
+    fz_call_infos(s, c, after);
+    for (uint32_t i = 0; i < c->n_call; i++)
+        FZ_CHECK(after[i].n_tokens == before[i].n_tokens + c->n_new[i] &&
+                     after[i].round == before[i].round + c->due[i],
+                 "the planned append advanced call row %u by %u tokens, %u rounds (%u, %u)", i,
+                 after[i].n_tokens - before[i].n_tokens, after[i].round - before[i].round,
+                 c->n_new[i], c->due[i]);
 }
 
 /* Issue 36: scores_stride_row near SIZE_MAX with a call row i >= 1 due, so
@@ -386,17 +532,22 @@ static void fz_huge_stride_row(const fz_scored_state *s, const fz_state_call *c,
              "a refused append changed the row");
 }
 
-/* The append these scores are for: every table layer scored, then used. */
-static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, int valid)
+/* The append these scores are for: every table layer scored, then used
+ * (planned on the device half the time: its scores laid out for any row). */
+static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, int valid,
+                             uint64_t *mix)
 {
     size_t tables = (size_t)s->lay.table_layers * s->lay.table_heads;
-    uint32_t max_cap = c->max_cap;
+    int device = fz_mix(mix) & 1;
+    uint32_t max_cap = device ? s->lay.max_slots : c->max_cap;
     size_t sr_full = tables * max_cap, n_full = c->n_call * sr_full;
     float *full = (float *)fz_alloc(n_full * 4, 0);
     if (!full)
         return;
     kve_score_desc d = c->d;
     d.flags &= ~(uint32_t)KVE_SCORE_ACCUMULATE;
+    if (device) /* call row i's keys in page-table row i, as the device reads them */
+        d.cache_rows = NULL;
     int all_ok = 1;
     for (uint32_t l = 0; l < s->lay.table_layers && all_ok; l++)
         all_ok = kve_state_score(s->st, c->n_call, c->rows, c->n_new, l, &d, full, sr_full,
@@ -410,16 +561,22 @@ static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, i
         out.scores_stride_table = max_cap;
         fz_huge_stride_row(s, c, &out, valid);
         out.scores_stride_row = sr_full;
-        kve_status ra = kve_state_append(s->st, c->n_call, c->rows, c->n_new, &out);
-        FZ_CHECK(ra == KVE_OK || valid != 1, "the append of scored rows was refused: %s",
-                 kve_status_string(ra));
+        float *dev = device ? (float *)fz_alloc(n_full * 4, 0) : NULL;
+        if (dev) {
+            fz_scored_append_device(s, c, &d, full, dev, n_full, &out, valid, mix);
+        } else {
+            kve_status ra = kve_state_append(s->st, c->n_call, c->rows, c->n_new, &out);
+            FZ_CHECK(ra == KVE_OK || valid != 1, "the append of scored rows was refused: %s",
+                     kve_status_string(ra));
+        }
+        free(dev);
     }
     free(full);
 }
 
 /* One step: kve_state_score for a table layer against the header and
  * kve_score, then the scores of every table layer and the append. */
-static void fz_state_step(fz_bytes *in, kve_context *ctx, fz_scored_state *s)
+static void fz_state_step(fz_bytes *in, kve_context *ctx, fz_scored_state *s, uint64_t *mix)
 {
     fz_state_call c;
     memset(&c, 0, sizeof c);
@@ -437,9 +594,10 @@ static void fz_state_step(fz_bytes *in, kve_context *ctx, fz_scored_state *s)
     int valid = fz_check_state_score(ctx, s, &c, buf, was, ext);
     free(buf);
     free(was);
+    fz_check_state_score_device(ctx, s, &c, mix);
     if (c.invalid || c.unsure)
         return;
-    fz_scored_append(s, &c, valid);
+    fz_scored_append(s, &c, valid, mix);
 }
 
 void fz_scored_state_run(fz_bytes *in, kve_context *ctx, uint64_t *mix)
@@ -449,7 +607,7 @@ void fz_scored_state_run(fz_bytes *in, kve_context *ctx, uint64_t *mix)
     if (fz_state_setup(in, ctx, &s, mix)) {
         uint32_t steps = 1 + fz_below(in, 8);
         for (uint32_t i = 0; i < steps; i++)
-            fz_state_step(in, ctx, &s);
+            fz_state_step(in, ctx, &s, mix);
         fz_state_free(&s);
     }
 }
