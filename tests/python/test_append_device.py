@@ -174,6 +174,18 @@ class Refusals(unittest.TestCase):
         self.assertEqual(e.exception.name, "KVE_ERR_NULL")
         self.assertEqual(self.st.seq(0).n_tokens, 2)
 
+    def test_scored_state_needs_scores(self):
+        """Issue 39: a scored state's planned append reads out->scores (laid
+        out for any row); a Step without them is refused, nothing changed."""
+        st = kvevict.State(kvevict.Context("cpu"), **SHAPE, scored=True)
+        st.admit(0, 7, 2)
+        with self.assertRaises(kvevict.KvevictError) as e:
+            st.append_device(np.array([0], np.uint32), np.array([1], np.uint32), 1,
+                             st.step_buffers(1, 1, 1))
+        self.assertEqual(e.exception.name, "KVE_ERR_NULL")
+        self.assertIn("out->scores is NULL", str(e.exception))
+        self.assertEqual(st.seq(0).n_tokens, 0)
+
 
 class Streams(unittest.TestCase):
     def test_reads_follow_the_current_stream(self):
