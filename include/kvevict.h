@@ -311,7 +311,8 @@ KVE_API kve_status kve_evict_workspace_size(kve_context *ctx, const kve_batch *b
  * tables' contents are checked head by head in the pass that evicts:
  * positions < -1, (unless KVE_TRUSTED_SLOTS) duplicate positions in a head,
  * and with KVE_SCORED a NaN score at a candidate (CPU backend; GPU backends
- * check on the device and report through kve_context_synchronize()). The
+ * check on the device and report through kve_context_synchronize(), the
+ * head's outputs then written with the NaN ranked as -inf). The
  * error names the lowest head with a problem, and in it the slot_pos problem
  * before a NaN score, whatever the thread count.
  * With KVE_SCORED the keep-set is the scored one (SPEC "Scored selection");
@@ -539,8 +540,9 @@ typedef struct kve_step_buffers {
      *  the row's tables are BEFORE the call is at scores + i *
      *  scores_stride_row + (tl * table_heads + th) * scores_stride_table + t.
      *  Read only for rows whose round runs in the call, only at candidates
-     *  (a NaN there: KVE_ERR_INVALID on the CPU, reported by
-     *  kve_context_synchronize on a GPU). */
+     *  (a NaN there: KVE_ERR_INVALID on the CPU, the state unchanged;
+     *  reported by kve_context_synchronize on a GPU, where the round ranks
+     *  it as -inf, so the state stays whole). */
     const float *scores;
     size_t scores_stride_row;   /**< elements between call rows, >= tables x scores_stride_table */
     size_t scores_stride_table; /**< elements between a row's tables, >= the row's capacity */
@@ -608,8 +610,10 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
  * is known on the device only); a row that would run two rounds, or take
  * more than W tokens before its round, refuses the call (reason 7). A NaN
- * at a candidate is raised by the eviction on the device; on the CPU
- * backend the call refuses it itself (KVE_ERR_INVALID, state unchanged).
+ * at a candidate is raised by the eviction on the device (reported by
+ * kve_context_synchronize) and ranked there as -inf, so the round still
+ * evicts r candidates and the state stays whole; on the CPU backend the
+ * call refuses it itself (KVE_ERR_INVALID, state unchanged).
  * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
  *         KVE_ERR_RANGE (n_rows, max_new, out's sizes).
  */

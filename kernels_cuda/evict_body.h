@@ -354,8 +354,12 @@ KVE_FN uint32_t kve_first_diff_digit(uint32_t a, uint32_t b)
 /* Phase C with KVE_SCORED (docs/SPEC.md "Scored selection"): each
  * candidate's key from its score (distinct keys, ascending = descending
  * score, then ascending position), and the device's NaN check, reported
- * through the error records; returns 0 (nothing written) on a NaN. */
-KVE_FN int kve_scored_keys(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
+ * through the error records. A NaN is raised and then ranked as -inf (the
+ * first evicted, by position among equals), so the head's eviction still
+ * completes: in a cache state the round that follows finds r evicted slots
+ * from the candidates, never a protected token, and the state stays
+ * whole. */
+KVE_FN void kve_scored_keys(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args *a, uint64_t h,
                            kve_head *hd, uint64_t *keys)
 {
     const float *row = a->b.scores + h * a->b.scores_stride;
@@ -365,20 +369,19 @@ KVE_FN int kve_scored_keys(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args 
         uint32_t lo;
         if (kve_member(hd, KVE_MEMBER_GENERATED, t, &hi, &lo) && lo <= hd->win_thr) {
             uint32_t u = kve_score_bits(row[t]);
-            nan_slot = kve_score_is_nan(u) && t < nan_slot ? t : nan_slot;
+            if (kve_score_is_nan(u)) {
+                nan_slot = t < nan_slot ? t : nan_slot;
+                u = 0xff800000u; /* -inf */
+            }
             keys[t] = kve_score_key(u, lo);
         }
     }
     /* Its own field: phase A's last reads of bad_slot may still be running. */
     kve_atomic_min_u32(&sm->nan_slot, nan_slot);
     kve_sync(tc);
-    if (sm->nan_slot != KVE_NONE32) {
-        if (tc->tid == 0)
-            kve_raise(a->errors, KVE_DEV_ERR_SCORE_NAN, h, sm->nan_slot);
-        return 0;
-    }
+    if (sm->nan_slot != KVE_NONE32 && tc->tid == 0)
+        kve_raise(a->errors, KVE_DEV_ERR_SCORE_NAN, h, sm->nan_slot);
     hd->keys_ready = 1;
-    return 1;
 }
 
 /* One head, phases A to D. */
@@ -417,8 +420,7 @@ KVE_FN void kve_evict_head(kve_tc *tc, kve_evict_smem *sm, const kve_evict_args 
         /* C: keys, then the (key, pos) threshold, when the choice is real.
          * Scored: keys from the scores of every candidate (each is checked). */
         if ((b->flags & KVE_SCORED) && n_cand > 0) {
-            if (!kve_scored_keys(tc, sm, a, h, &hd, keys))
-                return;
+            kve_scored_keys(tc, sm, a, h, &hd, keys);
             kve_u96 none = {0, 0};
             if (n_keep > 0 && n_keep < n_cand)
                 thr = kve_block_select(tc, sm, &hd, KVE_MEMBER_CANDIDATE, 0, n_keep, none);

@@ -219,12 +219,22 @@ START_TEST(test_score_device_warm_up)
 }
 END_TEST
 
+/* A NaN at a candidate: raised, ranked as -inf, the state whole. */
+START_TEST(test_score_device_nan)
+{
+    kve_emu_context_device_plan(32);
+    sd_nan_run(kve_emu, kve_emu_context_message, kve_ref);
+    kve_emu_context_device_plan(0);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(score_device, test_score_device_random),
         KVE_TEST(score_device_graph, test_score_device_graph),
         KVE_TEST(score_device_graph, test_score_device_warm_up),
+        KVE_TEST(score_device_graph, test_score_device_nan),
     };
     const kve_suite_spec spec = {"emu_score_device", 1800, 0, kve_emu_fixture_setup,
                                   kve_emu_fixture_teardown};

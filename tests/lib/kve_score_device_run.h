@@ -16,6 +16,7 @@
 #define KVE_SCORE_DEVICE_RUN_H
 
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,6 +411,56 @@ static void sd_run(kve_context *dev, const char *(*dev_msg)(void), kve_context *
     sd_rig_fini(&a);
     sd_rig_fini(&r);
     sd_rig_fini(&cpu);
+}
+
+/* A NaN at a candidate of a planned scored append on @p dev: reported at
+ * synchronize (KVE_ERR_INVALID naming it), and the state stays whole: it
+ * equals the CPU's host-API append with that score at -inf (the first
+ * evicted), so no protected token is lost and the rows' counts and tables
+ * agree. */
+static void sd_nan_run(kve_context *dev, const char *(*dev_msg)(void), kve_context *cpu_ctx)
+{
+    sd_cfg c = {2, 1, 2, 8, 1, 0, KVE_SCORED, 6, 2, 2, 0, 3,
+                KVE_SCORER_KNORM, KVE_DTYPE_F32, KVE_PAGES_NONE};
+    kve_schedule s = {1, c.sched_flags, c.budget, c.window, c.interval};
+    ck_assert_int_eq(kve_schedule_capacity(&s, c.prompt_max, &c.max_slots), KVE_OK);
+    sd_rig a, w;
+    sd_rig_init(&a, dev, dev_msg, &c, 3);
+    sd_rig_init(&w, cpu_ctx, kve_last_error, &c, 3);
+    uint32_t rows[2] = {0, 1}, ones[2] = {1, 1}, fill = c.max_slots;
+    for (int k = 0; k < 2; k++) {
+        sd_rig *g = k ? &w : &a;
+        for (uint32_t i = 0; i < 2; i++) {
+            ck_assert_int_eq(kve_state_admit(g->st, i, 10 + i, c.prompt_max), KVE_OK);
+            ck_assert_int_eq(kve_state_append(g->st, 1, &i, &fill, NULL), KVE_OK); /* full */
+        }
+    }
+    float *h = (float *)malloc(a.scores_elems * 4);
+    for (size_t e = 0; e < a.scores_elems; e++)
+        h[e] = (float)((e * 37) % 11) - 5.0f;
+    /* slot 4 of row 0's table 1 holds position 4: a candidate (P = 3, the
+     * window's 2 newest are 6 and 7) */
+    size_t at = 1 * a.stride_table + 4;
+    h[at] = NAN;
+    kt_put(dev, a.scores, h, a.scores_elems * 4);
+    kt_put(dev, a.rows, rows, 8);
+    kt_put(dev, a.n_new, ones, 8);
+    h[at] = -INFINITY;
+    kt_put(cpu_ctx, w.scores, h, a.scores_elems * 4);
+    free(h);
+    ck_assert_int_eq(kve_state_append_device(a.st, 2, a.rows, a.n_new, 1, &a.out), KVE_OK);
+    ck_assert_int_eq(kve_context_synchronize(dev), KVE_ERR_INVALID);
+    ck_assert_msg(strstr(dev_msg(), "NaN"), "%s", dev_msg());
+    ck_assert_msg(kve_state_append(w.st, 2, rows, ones, &w.out) == KVE_OK, "%s", kve_last_error());
+    sd_snap sa, sw;
+    sd_snap_take(&a, &sa);
+    sd_snap_take(&w, &sw);
+    sd_snap_eq(&a, &sa, &sw, "NaN on the device vs -inf on the CPU");
+    ck_assert_uint_eq(sa.info[0].round, 1);
+    free(sa.slots);
+    free(sw.slots);
+    sd_rig_fini(&a);
+    sd_rig_fini(&w);
 }
 
 #endif /* KVE_SCORE_DEVICE_RUN_H */
