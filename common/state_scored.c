@@ -36,14 +36,15 @@ kve_status kve_state_rounds_due(const kve_state *s, uint32_t n_rows, const uint3
     return KVE_OK;
 }
 
-/* The scores of call row @p i (@p who: "rows[i] = row" or the call) for
- * tables of @p cap slots: pointer and strides fit. */
+/* The scores of call row @p i (@p who: "rows[i] = row", or with @p planned
+ * any row of a planned call) for tables of @p cap slots: pointer and
+ * strides fit. */
 static kve_status kve_scored_layout(const kve_state *s, uint32_t n_rows, uint32_t i, uint32_t cap,
-                                    const char *who, const kve_step_buffers *out)
+                                    const char *who, int planned, const kve_step_buffers *out)
 {
     KVE_RETURN_ERROR_IF(!out || !out->scores, KVE_ERR_NULL,
-                        "out%s is NULL: %s runs a scored round in this call",
-                        out ? "->scores" : "", who);
+                        "out%s is NULL: %s %s a scored round in this call",
+                        out ? "->scores" : "", who, planned ? "may run" : "runs");
     KVE_RETURN_ERROR_IF(out->scores_stride_table < cap, KVE_ERR_RANGE,
                         "out->scores_stride_table = %zu: below the %u slots of %s",
                         out->scores_stride_table, cap, who);
@@ -103,7 +104,7 @@ kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows, con
     if (n_rows == 0)
         return KVE_OK;
     KVE_TRY(kve_scored_layout(s, n_rows, n_rows - 1, s->d.max_slots,
-                              "a row of a planned call (max_slots)", out));
+                              "any row of a planned call (max_slots)", 1, out));
     if (!s->ctx->ops->host_memory || !s->slot_pos)
         return KVE_OK;
     /* Host memory: the rows whose round the planner runs are known here, and
@@ -143,7 +144,7 @@ kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uin
                             i, rows[i], before, n_new[i], W);
         char who[48];
         (void)snprintf(who, sizeof who, "rows[%u] = %u", i, rows[i]);
-        KVE_TRY(kve_scored_layout(s, n_rows, i, r->capacity, who, out));
+        KVE_TRY(kve_scored_layout(s, n_rows, i, r->capacity, who, 0, out));
         if (s->ctx->ops->host_memory && s->slot_pos)
             KVE_TRY(kve_scored_nan(s, i, rows[i], before, out));
     }
