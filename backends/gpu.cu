@@ -47,9 +47,9 @@ static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit t
 static_assert(sizeof(kve_score_args) <= 4096, "score arguments fit the parameters");
 /* The scorer's shared memory stays under the 48 KiB every device gives
  * without opting in: kve_score_smem_bytes at its worst (a KV head's group
- * x frequencies at KVE_SCORE_MAX_COEFS, the per-thread sums larger than
- * the phases, 256 query heads' moments). */
-static_assert(KVE_SCORE_MAX_COEFS * 12 + KVE_SCORE_THREADS * 24 + 256 * 4 + 256 * 8 + 16 <=
+ * x frequencies at KVE_SCORE_MAX_COEFS, the per-thread sums (two doubles)
+ * no smaller than the phases, 256 query heads' mean and 1/std in double). */
+static_assert(KVE_SCORE_MAX_COEFS * 12 + KVE_SCORE_THREADS * 16 + 256 * 4 + 256 * 16 + 16 <=
                   48 * 1024,
               "score shared memory (kve_score_smem_bytes at its worst)");
 

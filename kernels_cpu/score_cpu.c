@@ -18,11 +18,12 @@
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
  * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate
- * (z-normalization reads them twice), per-head moments, the
+ * (z-normalization reads them three times), per-head moments, the
  * candidates' slots, generated positions and select scratch, and their
  * keys' addresses. */
 typedef struct kve_score_scratch {
-    float *coef, *key, *mag, *raw, *stats;
+    float *coef, *key, *mag, *raw;
+    double *stats;
     uint32_t *cand, *gen, *tmp;
     const unsigned char **kp;
 } kve_score_scratch;
@@ -81,33 +82,41 @@ static void kve_score_stream(const kve_score_args *a, const kve_score_kernels *k
     }
 }
 
-/* Mean and 1/std of query heads j0 .. j0 + 3 (those below nq) over raw[c
- * * nq + j], c < n, into stats: sums in double in candidate order, four
- * heads' sums side by side in registers (the adds are what takes time). */
-static void kve_score_sums(const float *raw, uint32_t n, uint32_t nq, uint32_t j0, float *stats)
+/* Mean and 1/std of @p m (1..4) query heads j0 .. j0 + m - 1 over raw[c *
+ * nq + j], c < n, into stats: score_body.h's two passes, sums in double in
+ * candidate order, the heads' sums side by side in registers (the adds are
+ * what takes time; inlined with m = 4, the loops over k are unrolled). */
+static inline void kve_score_sums_of(const float *raw, uint32_t n, uint32_t nq, uint32_t j0,
+                                     uint32_t m, double *stats)
 {
-    double s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0};
-    uint32_t m = nq - j0 < 4 ? nq - j0 : 4;
-    if (m == 4)
-        for (uint32_t c = 0; c < n; c++)
-            for (uint32_t k = 0; k < 4; k++) {
-                double v = raw[(size_t)c * nq + j0 + k];
-                s1[k] += v;
-                s2[k] += v * v;
-            }
-    else
+    double s[4] = {0, 0, 0, 0}, mean[4], ss[4] = {0, 0, 0, 0};
+    for (uint32_t c = 0; c < n; c++)
         for (uint32_t k = 0; k < m; k++)
-            for (uint32_t c = 0; c < n; c++) {
-                double v = raw[(size_t)c * nq + j0 + k];
-                s1[k] += v;
-                s2[k] += v * v;
-            }
+            s[k] += raw[(size_t)c * nq + j0 + k];
     for (uint32_t k = 0; k < m; k++)
-        kve_score_moments(s1[k], s2[k], n, &stats[2 * (j0 + k)], &stats[2 * (j0 + k) + 1]);
+        mean[k] = kve_score_mean(s[k], n);
+    for (uint32_t c = 0; c < n; c++)
+        for (uint32_t k = 0; k < m; k++) {
+            double dv = (double)raw[(size_t)c * nq + j0 + k] - mean[k];
+            ss[k] += dv * dv;
+        }
+    for (uint32_t k = 0; k < m; k++) {
+        stats[2 * (j0 + k)] = mean[k];
+        stats[2 * (j0 + k) + 1] = kve_score_inv_std(ss[k], n);
+    }
+}
+
+/* kve_score_sums_of for the heads j0 .. j0 + 3 below nq. */
+static void kve_score_sums(const float *raw, uint32_t n, uint32_t nq, uint32_t j0, double *stats)
+{
+    if (nq - j0 >= 4)
+        kve_score_sums_of(raw, n, nq, j0, 4, stats);
+    else
+        kve_score_sums_of(raw, n, nq, j0, nq - j0, stats);
 }
 
 /* One (row, table) item: candidates, their keys' raw scores, the moments
- * (per head, sums in double in candidate order), the outputs. */
+ * (per head, two passes of sums in double in candidate order), the outputs. */
 static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, uint32_t ri,
                           uint32_t table, const double *phase, kve_score_scratch *w)
 {
@@ -134,16 +143,16 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
     if (!acc)
         memset(out, 0, (size_t)r->n_slots * sizeof *out);
     if (nq == 1) { /* one head: its z-score (K-norm's per-head tables) */
-        float mean = zn ? w->stats[0] : 0.0f, inv = zn ? w->stats[1] : 1.0f;
+        double mean = zn ? w->stats[0] : 0.0, inv = zn ? w->stats[1] : 1.0;
         for (uint32_t c = 0; c < n; c++)
-            kve_score_put(a, &out[w->cand[c]], zn ? (w->raw[c] - mean) * inv : w->raw[c]);
+            kve_score_put(a, &out[w->cand[c]], zn ? kve_score_z(w->raw[c], mean, inv) : w->raw[c]);
         return 1;
     }
     for (uint32_t c = 0; c < n; c++) {
         const float *v = w->raw + (size_t)c * nq;
         float best = 0.0f;
         for (uint32_t j = 0; j < nq; j++) {
-            float z = zn ? (v[j] - w->stats[2 * j]) * w->stats[2 * j + 1] : v[j];
+            float z = zn ? kve_score_z(v[j], w->stats[2 * j], w->stats[2 * j + 1]) : v[j];
             best = j == 0 || z > best ? z : best;
         }
         kve_score_put(a, &out[w->cand[c]], best);
@@ -172,7 +181,7 @@ static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a
     w->key = (float *)malloc((2 * nf + 16) * sizeof(float));
     w->mag = (float *)malloc((nf + 16) * sizeof(float));
     w->raw = (float *)malloc(((size_t)max_slots * nq + 1) * sizeof(float));
-    w->stats = (float *)malloc((2 * nq + 1) * sizeof(float));
+    w->stats = (double *)malloc((2 * nq + 1) * sizeof(double));
     w->cand = (uint32_t *)malloc(ns * sizeof(uint32_t));
     w->gen = (uint32_t *)malloc(ns * sizeof(uint32_t));
     w->tmp = (uint32_t *)malloc(ns * sizeof(uint32_t));

@@ -301,9 +301,10 @@ KVE_FN int kve_score_row_get(const kve_score_args *a, uint32_t ri, kve_score_row
  * order), so raw scores equal the scalar ISA's bit for bit. They go to the
  * scratch raw[row][table][query head][slot]. The block that finishes a
  * (row, table) last (a counter per (row, table), behind a fence) runs the
- * tail: per query head the mean and deviation over the candidates (double,
- * a tree in shared memory: the same order whichever block it is), then per
- * slot the max over the table's query heads, times the weight, and the
+ * tail: per query head the mean, then the deviation from it, over the
+ * candidates (double, each a tree in shared memory: the same order whichever
+ * block it is), then per slot the max over the table's query heads' z
+ * (computed in double), times the weight, and the
  * counter back to 0 for the next call.
  */
 
@@ -316,17 +317,17 @@ KVE_FN int kve_score_row_get(const kve_score_args *a, uint32_t ri, kve_score_row
  * the tail's per-thread sums, histogram, per-head mean and scale, flag. */
 KVE_HD_FN size_t kve_score_smem_bytes(uint32_t group, uint32_t nq, uint32_t nf, uint32_t nt)
 {
-    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 24;
+    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 16;
     return KVE_ALIGN_UP((size_t)group * nf * 12, 16) + KVE_ALIGN_UP(phase > sums ? phase : sums, 16) +
-           256 * 4 + KVE_ALIGN_UP((size_t)nq * 8, 16) + 16;
+           256 * 4 + (size_t)nq * 16 + 16;
 }
 
 typedef struct kve_score_smem {
     float *coef;   /* [group][nf][3] */
     double *phase; /* [nf][2], before the coefficients */
-    double *sums;  /* [nt][3], in the tail (the phase's place) */
+    double *sums;  /* [nt][2], in the tail (the phase's place) */
     uint32_t *hist;
-    float *stats;  /* [nq][2] */
+    double *stats; /* [nq][2]: mean, 1/std */
     uint32_t *last; /* this block runs the tail */
 } kve_score_smem;
 
@@ -334,7 +335,7 @@ KVE_FN kve_score_smem kve_score_smem_at(unsigned char *p, uint32_t group, uint32
                                         uint32_t nt)
 {
     kve_score_smem s;
-    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 24;
+    size_t phase = (size_t)nf * 16, sums = (size_t)nt * 16;
     s.coef = (float *)p;
     p += KVE_ALIGN_UP((size_t)group * nf * 12, 16);
     s.phase = (double *)p;
@@ -342,8 +343,8 @@ KVE_FN kve_score_smem kve_score_smem_at(unsigned char *p, uint32_t group, uint32
     p += KVE_ALIGN_UP(phase > sums ? phase : sums, 16);
     s.hist = (uint32_t *)p;
     p += 256 * 4;
-    s.stats = (float *)p;
-    p += KVE_ALIGN_UP((size_t)nq * 8, 16);
+    s.stats = (double *)p;
+    p += (size_t)nq * 16;
     s.last = (uint32_t *)p;
     return s;
 }
@@ -386,13 +387,23 @@ KVE_FN uint32_t kve_score_bound_block(kve_tc *tc, const kve_score_smem *sm, cons
     return prefix + 1;
 }
 
-/* Mean and 1/std over @p n values from sums @p s1, @p s2 (double). */
-KVE_HD_FN void kve_score_moments(double s1, double s2, double n, float *mean_out, float *inv_out)
+/* z-normalization in two passes, in double: the mean of @p n values from
+ * their sum @p s, then 1/std from the sum @p ss of their squared deviations
+ * from that mean (no s2/n - mean^2: that cancels when the std is small
+ * against the mean), and a raw score's z from both. The mean stays a
+ * double: rounded to float it would move every z by up to half an ulp of
+ * the mean over the std (docs/SCORERS.md "Agreement and tolerances"). */
+KVE_HD_FN double kve_score_mean(double s, double n) { return n > 0 ? s / n : 0.0; }
+
+KVE_HD_FN double kve_score_inv_std(double ss, double n)
 {
-    double mean = n > 0 ? s1 / n : 0.0, var = n > 0 ? s2 / n - mean * mean : 1.0;
-    float sd = (float)sqrt(var > 0 ? var : 0.0);
-    *mean_out = (float)mean;
-    *inv_out = 1.0f / (sd > KVE_SCORE_STD_MIN ? sd : KVE_SCORE_STD_MIN);
+    double sd = n > 0 ? sqrt(ss / n) : 1.0;
+    return 1.0 / (sd > (double)KVE_SCORE_STD_MIN ? sd : (double)KVE_SCORE_STD_MIN);
+}
+
+KVE_HD_FN float kve_score_z(float v, double mean, double inv)
+{
+    return (float)(((double)v - mean) * inv);
 }
 
 /* Elements of a key at @p p as floats into out[0..n), n returned: one
@@ -498,37 +509,54 @@ KVE_FN void kve_score_slot_dev(const kve_score_smem *sm, const kve_score_args *a
     }
 }
 
-/* Mean and 1/std of query head @p j over the candidates, into sm->stats:
- * per-thread sums, then a tree over the threads (a fixed order). */
-KVE_FN void kve_score_stats_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_row *r,
-                                  const volatile float *raw, const int32_t *tab, uint32_t x,
-                                  uint32_t j)
+/* The block's totals of every thread's @p x and @p y into sm->sums[0..1],
+ * every thread calling and then reading them: a tree over the threads (a
+ * fixed order). */
+KVE_FN void kve_score_sum_block(kve_tc *tc, const kve_score_smem *sm, double x, double y)
 {
-    double s1 = 0, s2 = 0, n = 0;
-    for (uint32_t s = tc->tid; s < r->n_slots; s += tc->nt) {
-        if (!kve_score_candidate(tab[s], r->prompt_len, x))
-            continue;
-        double v = raw[s];
-        s1 += v;
-        s2 += v * v;
-        n += 1;
-    }
-    double *me = sm->sums + 3 * (size_t)tc->tid;
-    kve_sync(tc); /* the previous head's thread 0 has read its moments */
-    me[0] = s1;
-    me[1] = s2;
-    me[2] = n;
+    double *me = sm->sums + 2 * (size_t)tc->tid;
+    kve_sync(tc); /* every thread has read the previous totals */
+    me[0] = x;
+    me[1] = y;
     uint32_t k = 1;
     while (k < tc->nt)
         k <<= 1;
     for (k >>= 1; k > 0; k >>= 1) {
         kve_sync(tc);
-        if (tc->tid < k && tc->tid + k < tc->nt)
-            for (uint32_t i = 0; i < 3; i++)
-                me[i] += me[3 * (size_t)k + i];
+        if (tc->tid < k && tc->tid + k < tc->nt) {
+            me[0] += me[2 * (size_t)k];
+            me[1] += me[2 * (size_t)k + 1];
+        }
     }
-    if (tc->tid == 0)
-        kve_score_moments(me[0], me[1], me[2], &sm->stats[2 * j], &sm->stats[2 * j + 1]);
+    kve_sync(tc);
+}
+
+/* Mean and 1/std of query head @p j over the candidates, into sm->stats:
+ * two passes (kve_score_mean, kve_score_inv_std), each per-thread sums and
+ * then a tree over the threads. */
+KVE_FN void kve_score_stats_block(kve_tc *tc, const kve_score_smem *sm, const kve_score_row *r,
+                                  const volatile float *raw, const int32_t *tab, uint32_t x,
+                                  uint32_t j)
+{
+    double s1 = 0, n = 0;
+    for (uint32_t s = tc->tid; s < r->n_slots; s += tc->nt)
+        if (kve_score_candidate(tab[s], r->prompt_len, x)) {
+            s1 += raw[s];
+            n += 1;
+        }
+    kve_score_sum_block(tc, sm, s1, n);
+    n = sm->sums[1];
+    double mean = kve_score_mean(sm->sums[0], n), ss = 0;
+    for (uint32_t s = tc->tid; s < r->n_slots; s += tc->nt)
+        if (kve_score_candidate(tab[s], r->prompt_len, x)) {
+            double dv = (double)raw[s] - mean;
+            ss += dv * dv;
+        }
+    kve_score_sum_block(tc, sm, ss, 0.0);
+    if (tc->tid == 0) {
+        sm->stats[2 * j] = mean;
+        sm->stats[2 * j + 1] = kve_score_inv_std(sm->sums[0], n);
+    }
 }
 
 /* The tail of (row @p ri, table @p table), on the block that finished it
@@ -555,7 +583,7 @@ KVE_FN void kve_score_tail_block(kve_tc *tc, const kve_score_smem *sm, const kve
         for (uint32_t j = 0; j < a->nq; j++) {
             float v = raw[(size_t)j * a->max_slots + s];
             if (zn)
-                v = (v - sm->stats[2 * j]) * sm->stats[2 * j + 1];
+                v = kve_score_z(v, sm->stats[2 * j], sm->stats[2 * j + 1]);
             best = j == 0 || v > best ? v : best;
         }
         kve_score_put(a, &out[s], best);

@@ -1,8 +1,10 @@
 /*
  * kve_score_case.h — random kve_score problems (keys in every layout, page
- * table and element type, slot tables with empty slots, TriAttention's
- * inputs), shared by the scorers' emulator test (tests/emu/test_emu_score.c)
- * and device test (tests/gpu/test_gpu_score.c).
+ * table and element type, head_dim 2 .. 256 with 128 among them, slot
+ * tables with empty slots, TriAttention's inputs), shared by the scorers'
+ * emulator test (tests/emu/test_emu_score.c), device test
+ * (tests/gpu/test_gpu_score.c) and CPU kernels' test
+ * (tests/cpu/test_score_kernels.c).
  * Header-only; one translation unit per program includes it.
  */
 #ifndef KVE_SCORE_CASE_H
@@ -137,6 +139,8 @@ static inline void kve_sc_tri_params(kve_score_case *c, uint64_t *x)
     kve_score_desc *d = &c->d;
     const kve_key_cache *k = &d->keys;
     uint32_t group = 1 + kve_sc_below(x, 8), nf = k->head_dim / 2; /* 4 and 8: the CPU's 4-head kernels */
+    uint32_t hpt = d->heads_per_table ? d->heads_per_table : 1, most = 3072 / (hpt * nf);
+    group = group < most ? group : most; /* a table's query heads x nf: at most 3072 */
     size_t nq = (size_t)k->n_heads * group;
     kve_triattention_params *t = &d->tri;
     t->group = group;
@@ -177,14 +181,14 @@ static inline void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri
     uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
     memset(c, 0, sizeof *c);
     kve_score_desc *d = &c->d;
-    static const uint32_t dims[] = {2, 8, 16, 32, 64};
+    static const uint32_t dims[] = {2, 8, 16, 32, 64, 128, 256};
     static const kve_dtype types[] = {KVE_DTYPE_F32, KVE_DTYPE_F16, KVE_DTYPE_BF16};
     d->scorer = tri ? KVE_SCORER_TRIATTENTION : KVE_SCORER_KNORM;
     d->flags = kve_sc_below(&x, 4);
     d->weight = kve_sc_below(&x, 2) ? 0.0f : 0.25f + kve_sc_unit(&x);
     kve_key_cache *k = &d->keys;
     k->dtype = types[kve_sc_below(&x, 3)];
-    k->head_dim = dims[kve_sc_below(&x, 5)];
+    k->head_dim = dims[kve_sc_below(&x, 7)];
     k->n_heads = 1 + kve_sc_below(&x, 4);
     k->layout = kve_sc_below(&x, 2) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
     k->page_table = (kve_page_table)kve_sc_below(&x, 4);
