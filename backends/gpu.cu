@@ -47,10 +47,14 @@ static_assert(sizeof(kve_cache_write_args) <= 4096, "cache write arguments fit t
 static_assert(sizeof(kve_score_args) <= 4096, "score arguments fit the parameters");
 /* The scorer's shared memory stays under the 48 KiB every device gives
  * without opting in: kve_score_smem_bytes at its worst (a KV head's group
- * x frequencies at KVE_SCORE_MAX_COEFS, the per-thread sums (two doubles)
- * no smaller than the phases, 256 query heads' mean and 1/std in double). */
-static_assert(KVE_SCORE_MAX_COEFS * 12 + KVE_SCORE_THREADS * 16 + 256 * 4 + 256 * 16 + 16 <=
-                  48 * 1024,
+ * x frequencies at KVE_SCORE_MAX_COEFS, the larger of the phases and the
+ * per-thread sums (two doubles each), the histogram, KVE_SCORE_MAX_QHEADS
+ * query heads' mean and 1/std in double), written from the same macros. */
+#define KVE_SCORE_SMEM_WORST                                                                     \
+    (KVE_SCORE_MAX_COEFS * 12 +                                                                   \
+     (KVE_SCORE_MAX_FREQS > KVE_SCORE_THREADS ? KVE_SCORE_MAX_FREQS : KVE_SCORE_THREADS) * 16 +   \
+     256 * 4 + KVE_SCORE_MAX_QHEADS * 16 + 16)
+static_assert(KVE_SCORE_SMEM_WORST <= 48 * 1024,
               "score shared memory (kve_score_smem_bytes at its worst)");
 
 static const kve_host_services *kve_host;

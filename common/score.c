@@ -280,6 +280,23 @@ kve_status kve_score(kve_context *ctx, const kve_score_desc *desc)
     return ctx->ops->score(ctx, &r);
 }
 
+/* The scores' rows of a state call: tables x scores_stride_table elements
+ * (*@p need) fit, and when @p strided (more than one call row)
+ * scores_stride_row holds them. */
+static kve_status kve_state_scores_rows(const kve_state *s, int strided, size_t stride_row,
+                                        size_t stride_table, size_t *need)
+{
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, stride_table, stride_table, 1, need),
+                        KVE_ERR_OVERFLOW,
+                        "scores_stride_table = %zu: the state's %zu tables of it overflow",
+                        stride_table, s->tables);
+    KVE_RETURN_ERROR_IF(strided && stride_row < *need, KVE_ERR_RANGE,
+                        "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "
+                        "(%zu)",
+                        stride_row, s->tables, stride_table);
+    return KVE_OK;
+}
+
 /* Row rows[i]'s scoring row for the call, or 0 when no round runs for it;
  * KVE_ERR_INVALID when the call would break the scored state's rules. */
 static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t row, uint32_t n_new,
@@ -328,13 +345,7 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
                         "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
                         s->d.n_heads);
     size_t need;
-    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, scores_stride_table, scores_stride_table, 1,
-                                      &need) ||
-                            scores_stride_row < need,
-                        KVE_ERR_RANGE,
-                        "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "
-                        "(%zu)",
-                        scores_stride_row, s->tables, scores_stride_table);
+    KVE_TRY(kve_state_scores_rows(s, 1, scores_stride_row, scores_stride_table, &need));
     kve_score_row *sr = (kve_score_row *)calloc(n_rows, sizeof *sr);
     uint8_t *seen = (uint8_t *)calloc(s->d.max_seqs, 1);
     kve_status st = sr && seen ? KVE_OK
@@ -475,13 +486,7 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
                         "which is known on the device only)",
                         scores_stride_table, s->d.max_slots);
     size_t need, span;
-    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, scores_stride_table, scores_stride_table, 1,
-                                      &need) ||
-                            (n_rows > 1 && scores_stride_row < need),
-                        KVE_ERR_RANGE,
-                        "scores_stride_row = %zu: must be >= tables (%zu) x scores_stride_table "
-                        "(%zu)",
-                        scores_stride_row, s->tables, scores_stride_table);
+    KVE_TRY(kve_state_scores_rows(s, n_rows > 1, scores_stride_row, scores_stride_table, &need));
     KVE_RETURN_ERROR_IF(n_rows && kve_rows_span(n_rows, scores_stride_row, need, sizeof(float),
                                                 &span),
                         KVE_ERR_OVERFLOW,

@@ -615,7 +615,9 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * evicts r candidates and the state stays whole; on the CPU backend the
  * call refuses it itself (KVE_ERR_INVALID, state unchanged).
  * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
- *         KVE_ERR_RANGE (n_rows, max_new, out's sizes).
+ *         KVE_ERR_RANGE (n_rows, max_new, out's sizes); KVE_ERR_OVERFLOW (a
+ *         scored state's scores span); KVE_ERR_INVALID (CPU backend: a
+ *         refusal of the planner, or a NaN score at a candidate).
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            const uint32_t *rows, const uint32_t *n_new,
@@ -1129,19 +1131,24 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * when its round runs in this call under KVE_SCORED's rules (one round, at
  * most W tokens before it); padding (n_new[i] = 0), a row that holds no
  * sequence or would break those rules is skipped, and the append refuses
- * the call. Call row i's keys are row i of desc.keys' page table
- * (desc.cache_rows must be NULL).
- * The first call with a scorer takes the state's scoring scratch (backend
- * memory for max_seqs rows x tables a layer x query heads a table x
- * max_slots floats; freed with the state): make it before capturing. On the
- * CPU backend the rows are read where they lie and scored as
- * kve_state_score scores them.
+ * the call. A row listed twice is scored for both call rows (the append
+ * refuses that call too). Call row i's keys are row i of desc.keys' page
+ * table (desc.cache_rows must be NULL).
+ * The first call takes the state's scoring scratch (backend memory for
+ * max_seqs rows x tables a layer x query heads a table x max_slots floats;
+ * freed with the state), and a later call with more query heads a table
+ * (TriAttention's group x heads_per_table) takes a larger one: warm up with
+ * the largest before capturing. The scratch, like the state's other
+ * buffers, is used in the order of the context's stream: keep a state's
+ * calls on one stream. On the CPU backend the rows are read where they lie
+ * and scored as kve_state_score scores them.
  * @param rows, n_new [n_rows], backend memory.
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
  *         desc.keys.n_heads or n_rows past the page table's, strides);
- *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW;
+ *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
+ *         (scores_stride_table x tables, the call's scores in bytes);
  *         KVE_ERR_NOMEM or KVE_ERR_DEVICE when the scratch cannot be taken;
  *         KVE_ERR_UNAVAILABLE when the backend lacks it.
  */

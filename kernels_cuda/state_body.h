@@ -332,7 +332,7 @@ KVE_HD_FN uint32_t kve_plan_check(const kve_state_plan *p, uint32_t i)
         return KVE_PLAN_TOO_MANY;
     if ((uint64_t)r->n_tokens + n > 0x7fffffffu)
         return KVE_PLAN_POSITION;
-    if (p->scored && !kve_scored_fits(r, n, p->window, p->interval))
+    if (p->scored && !p->draft && !kve_scored_fits(r, n, p->window, p->interval))
         return KVE_PLAN_SCORED;
     return KVE_PLAN_OK;
 }

@@ -579,8 +579,9 @@ START_TEST(state_score_device_bad_arguments)
            "scores_stride_row = 39: must be >= tables (2) x scores_stride_table (20)");
     SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &d, buf, SIZE_MAX / 2, ST),
            KVE_ERR_OVERFLOW, "the scores of 2 call rows overflow size_t bytes");
-    SD_BAD(kve_state_score_device(s, 1, rows, n_new, 0, &d, buf, 0, SIZE_MAX), KVE_ERR_RANGE,
-           "scores_stride_row = 0");
+    /* tables x scores_stride_table past size_t: the stride that overflows is named */
+    SD_BAD(kve_state_score_device(s, 1, rows, n_new, 0, &d, buf, 0, SIZE_MAX), KVE_ERR_OVERFLOW,
+           "scores_stride_table = 18446744073709551615: the state's 2 tables of it overflow");
     bad = d;
     bad.scorer = (kve_scorer)7;
     SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_INVALID,

@@ -41,6 +41,34 @@ static kve_state *draft_state(kve_context *ctx, uint32_t max_draft, ks_step *ste
     return st;
 }
 
+/* A KVE_SCORED state's drafts run no round, so the scored rules (one round,
+ * at most W tokens before it) do not apply: a full row drafts more than r
+ * tokens, and nothing changes (review of issue 39: reason 7 refused it). */
+START_TEST(draft_on_scored_state)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(KVE_SCORED, 3, 1, 2, 8, 2, 2, 20);
+    d.max_draft = 6;
+    kve_state *st = NULL;
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+    KT_OK(kve_state_admit(st, 0, 11, 3));
+    kve_state_seq_info before, after;
+    KT_OK(kve_state_get_seq(st, 0, &before));
+    uint32_t row = 0, fill = before.capacity, six = 6;
+    KT_OK(kve_state_append(st, 1, &row, &fill, NULL)); /* full: the next token rounds */
+    KT_OK(kve_state_get_seq(st, 0, &before));
+    ck_assert_uint_eq(before.n_valid, before.capacity);
+    ks_step step;
+    ks_step_init(&step, st, 8, 3, 4);
+    KT_OK(kve_state_draft(st, 1, &row, &six, 6, &step.b));
+    KT_OK(kve_state_get_seq(st, 0, &after));
+    ck_assert_mem_eq(&before, &after, sizeof before);
+    kve_state_destroy(st);
+    ks_step_free(&step);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(draft_refusals)
 {
     kve_context *ctx = ks_context();
@@ -175,6 +203,7 @@ int main(void)
     const kve_suite_test tests[] = {
         KVE_LOOP_TEST(draft, draft_commit_equals_accepted, 0, 2 * N_DRAFT_MODES),
         KVE_TEST(draft, draft_refusals),
+        KVE_TEST(draft, draft_on_scored_state),
         KVE_TEST(draft, cache_write_src_slots),
     };
     const kve_suite_spec spec = {"state_draft", 120, 1, NULL, NULL};
