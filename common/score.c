@@ -438,14 +438,8 @@ static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *
     KVE_RETURN_ERROR_IF(!sr, KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %u rows",
                         d->n_rows);
     uint32_t n = 0;
-    for (uint32_t i = 0; i < d->n_rows; i++) {
-        uint32_t k = l->n_new[i], row = k ? l->rows[i] : 0;
-        if (k && row < l->max_seqs && l->state[row].active)
-            n += (uint32_t)kve_state_score_row_of(&l->state[row], k, l->window, l->interval,
-                                                  l->tables, s->table_heads, l->table_layer,
-                                                  (uint64_t)i * l->stride_row,
-                                                  d->scores_stride_table, (int32_t)i, &sr[n]);
-    }
+    for (uint32_t i = 0; i < d->n_rows; i++)
+        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table, &sr[n]);
     kve_score_desc h = *d;
     h.n_rows = n;
     h.rows = sr;

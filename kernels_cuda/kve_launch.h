@@ -447,8 +447,9 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "cache state append (or draft) refused at call row %llu, reason %u (1: rows[i] >= "
          "max_seqs; 2: the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > "
          "max_new (n_draft[i] > max_draft); 5: the "
-         "row would pass position 2^31-1; 6: more tokens than out->max_tokens; 7: a KVE_SCORED state's row would "
-         "run two rounds, or take more than W tokens before its round) (checked on the "
+         "row would pass position 2^31-1; 6: more tokens than out->max_tokens; 7: a "
+         "KVE_SCORED state's row would run two rounds, or take more than W tokens before "
+         "its round) (checked on the "
          "device); the state is unchanged and the call's outputs hold no tokens"},
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
          "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "

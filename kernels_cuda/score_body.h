@@ -280,12 +280,7 @@ KVE_FN int kve_score_row_get(const kve_score_args *a, uint32_t ri, kve_score_row
         *out = a->d.rows[ri];
         return out->n_slots != 0;
     }
-    uint32_t n = l->n_new[ri], row = n ? l->rows[ri] : 0;
-    if (!n || row >= l->max_seqs || !l->state[row].active)
-        return 0;
-    return kve_state_score_row_of(&l->state[row], n, l->window, l->interval, l->tables,
-                                  a->n_tables, l->table_layer, (uint64_t)ri * l->stride_row,
-                                  a->d.scores_stride_table, (int32_t)ri, out);
+    return kve_score_list_row(l, ri, a->n_tables, a->d.scores_stride_table, out);
 }
 
 /* ---- the device grid --------------------------------------------------------- *

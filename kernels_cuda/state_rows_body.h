@@ -59,4 +59,20 @@ KVE_HD_FN int kve_state_score_row_of(const kve_state_row *r, uint32_t n_new, uin
     return 1;
 }
 
+/* Call row @p i of a scorer's device row list (kve_score_list: the call's
+ * rows and counts, the rows' bookkeeping), its tables @p table_heads a
+ * layer, outputs @p stride_table apart: its scoring row, key cache row i.
+ * Returns 0 when it has nothing to score: padding (rows[i] is not read), a
+ * row out of range or free, no round, or a call the scored rules refuse. */
+KVE_HD_FN int kve_score_list_row(const kve_score_list *l, uint32_t i, uint32_t table_heads,
+                                 size_t stride_table, kve_score_row *out)
+{
+    uint32_t n = l->n_new[i], row = n ? l->rows[i] : 0;
+    if (!n || row >= l->max_seqs || !l->state[row].active)
+        return 0;
+    return kve_state_score_row_of(&l->state[row], n, l->window, l->interval, l->tables,
+                                  table_heads, l->table_layer, (uint64_t)i * l->stride_row,
+                                  stride_table, (int32_t)i, out);
+}
+
 #endif /* KVE_STATE_ROWS_BODY_H */

@@ -1,6 +1,7 @@
 /* emu_suite.c — pools, shapes and the reference of the emulator suites. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,4 +106,25 @@ int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes)
     if (pid < 0 || waitpid(pid, &st, 0) != pid)
         return -1;
     return st;
+}
+
+void kve_emu_log_same_step(kve_emu_launch_rec *first, uint32_t *n_first,
+                           const kve_emu_launch_rec *log, uint32_t n_log, int step,
+                           const char *what)
+{
+    const kve_emu_launch_rec *now = *n_first ? log : first;
+    for (uint32_t k = 0; k < n_log; k++)
+        ck_assert_msg(strstr(now[k].what, "kernel"), "step %d: %s in a %s", step, now[k].what,
+                      what);
+    if (!*n_first) {
+        *n_first = n_log;
+        return;
+    }
+    ck_assert_uint_eq(n_log, *n_first);
+    for (uint32_t k = 0; k < n_log; k++) {
+        ck_assert_str_eq(log[k].what, first[k].what);
+        ck_assert_uint_eq(log[k].grid, first[k].grid);
+        ck_assert_uint_eq(log[k].bytes, first[k].bytes);
+        ck_assert_uint_eq(log[k].threads, first[k].threads);
+    }
 }

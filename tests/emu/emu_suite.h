@@ -8,6 +8,7 @@
 
 #include <check.h>
 
+#include "emu_backend.h"
 #include "emu_harness.h"
 #include "kve_cases.h"
 #include "kve_suite.h"
@@ -44,6 +45,15 @@ void kve_emu_track_case(const kve_case *c, const kve_case_bufs *b, int on);
  * string); the child exits 0 when fn returns. Returns the child's wait
  * status, -1 when it could not run. For bodies that must abort the run. */
 int kve_emu_in_child(void (*fn)(void *), void *arg, char *err, size_t err_bytes);
+
+/* A planned step's launch log (kve_emu_log_start into @p first while
+ * *@p n_first is 0, then into @p log): kernels only (no copy, upload or
+ * synchronize), and from the second step on the first step's launches, in
+ * order, with the same grids, sizes and block shapes. Sets *@p n_first at
+ * the first step; @p what names the step in messages. */
+void kve_emu_log_same_step(kve_emu_launch_rec *first, uint32_t *n_first,
+                           const kve_emu_launch_rec *log, uint32_t n_log, int step,
+                           const char *what);
 
 /* $name as a count, or @p dflt when unset. */
 unsigned kve_env_count(const char *name, unsigned dflt);
