@@ -32,6 +32,7 @@
 # default the first python3 on PATH), KVE_NVCC (the nvcc to use; default
 # PATH, then /usr/local/cuda/bin/nvcc), KVE_CUDA_ARCHITECTURES (default 90-real:
 # sm_90 only), KVE_GPU_CHECK_BUDGET (seconds, default 570),
+# KVE_GPU_CHECK_GRAPH_CAP (seconds for the graph tests' step, default 150),
 # KVE_GPU_CHECK_HIDE_SYSTEM=1 (rehearsal: the preflight ignores /usr's
 # libxxhash, Check and pkg-config, as on a machine without them; for the
 # build itself, tests/gpu/without_system_deps.sh hides them for real).
@@ -96,6 +97,7 @@ step() {
     local limit=$((cap < left ? cap : left))
     if [ "$limit" -lt 5 ]; then
         why[$name]="skipped: no time left in the ${budget} s budget"
+        [ "$cap" -lt 5 ] && why[$name]="skipped: its cap is ${cap} s"
         say "$name: ${why[$name]}"
         return 124
     fi
@@ -326,7 +328,7 @@ cat "$ctest_out" >>"$log"
 grep -E 'tests passed|Skipped|Failed|Passed|Not Run' "$ctest_out" | tee -a "$log"
 # the CUDA graph tests (capture and replay, label graph), under their own cap
 [ "$have_cuda" = 1 ] &&
-    step graph 150 --out "$graph_out" ctest --test-dir "$build" -L '^graph$' --output-on-failure
+    step graph "${KVE_GPU_CHECK_GRAPH_CAP:-150}" --out "$graph_out" ctest --test-dir "$build" -L '^graph$' --output-on-failure
 cat "$graph_out" >>"$log" 2>/dev/null
 grep -E 'tests passed|Skipped|Failed|Passed|Not Run' "$graph_out" 2>/dev/null | tee -a "$log"
 tests_ok() { # yes when every gpu-labelled test of this vendor ran and passed (a skip is not a pass)

@@ -66,13 +66,15 @@ expect no_xxhash 5 "libxxhash's headers (xxhash.h) are not on this machine" "$fa
 expect not_available 7 "the cuda backend was built but is not available" "$fake" \
     KVE_NVCC=$nvcc -- --prebuilt "$build"
 # ... and, made to go on, a table whose every row that did not run says why
+# (the graph tests' step given no time: their row n/a, not NO)
 expect table 1 "n/a (bench: failed: exit" "$fake" KVE_NVCC=$nvcc KVE_GPU_CHECK_ASSUME_AVAILABLE=1 \
-    KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent -- --prebuilt "$build"
+    KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent KVE_GPU_CHECK_GRAPH_CAP=0 -- --prebuilt "$build"
 for text in "| cuda | kvevict digest --backend all --require cuda | NO (failed: exit 3 (see gpu_check.log); cuda skipped: backend = cuda: not available here" \
     "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " "python_decode_loop_cuda: Skipped" \
     "gpu_score_cuda: Skipped" "| cuda | compute-sanitizer memcheck over the GPU tests | " \
     "| cuda | G2 decode step, 128 rows, round: append (us) / + 64 layers of writes (us) | n/a (bench: failed: exit" \
-    "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3"; do
+    "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3" \
+    "| cuda | CUDA graph tests (label graph: capture and replay), own step | n/a (graph: skipped: its cap is 0 s) | yes | - | n/a (graph: "; do
     grep -qF "$text" "$tmp/table/gpu_check.md" || {
         echo "FAIL table: no \"$text\" in the table"; failures=$((failures + 1)); }
 done
