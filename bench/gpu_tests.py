@@ -18,7 +18,8 @@
       SECONDS in all; prints "MEMCHECK name: N errors" (or why it gave no
       count) a line, then "RESULT memcheck_clean 1|0"; logs in OUTDIR
 
-Exit 0, or 2 on bad arguments or when ctest cannot list the tests.
+Exit 0, or 2 on bad arguments, when ctest cannot list the tests or when
+BUILD/kve_gpu_test_targets.txt is missing or empty.
 """
 
 import json
