@@ -7,9 +7,12 @@
 # what is left, and a step with no time left is skipped, saying so.
 #
 # The GPU tests are ctest's (label gpu), never a hand list: the build makes
-# every executable they run (bench/gpu_tests.py targets), and a vendor's
-# "GPU tests" row is yes only when each of its tests shows Passed (a test
-# not run, skipped or failed is a NO naming it). Where compute-sanitizer is
+# every executable they run (the targets configure lists in
+# BUILD/kve_gpu_test_targets.txt, read by bench/gpu_tests.py targets), and a
+# vendor's "GPU tests" row is yes only when each of its tests shows Passed
+# (a test not run, skipped or failed is a NO naming it). The CUDA graph
+# tests (label graph) run in a step of their own with its own time cap: a
+# row cut for time reads n/a, never NO. Where compute-sanitizer is
 # present, memcheck then runs over each CUDA GPU test (smaller case counts),
 # and any error, or a test it could not check in the time left, is a NO.
 #
@@ -21,13 +24,15 @@
 #                   through CMAKE_PREFIX_PATH and PKG_CONFIG_LIBDIR; nothing
 #                   is installed on the machine
 #   --prebuilt B    use the build tree B as it is (no configure, no build)
-#   --until STEP    stop after preflight, configure or build
+#   --until STEP    stop after preflight, configure, build or tests (tests:
+#                   build only what the GPU tests run, table of their rows)
 #
 # Environment: OUT (folder for gpu_check.log, gpu_check.md, results.txt;
 # default BUILD_DIR/gpu-check), KVE_PYTHON (python3 with a CUDA torch;
 # default the first python3 on PATH), KVE_NVCC (the nvcc to use; default
 # PATH, then /usr/local/cuda/bin/nvcc), KVE_CUDA_ARCHITECTURES (default 90-real:
 # sm_90 only), KVE_GPU_CHECK_BUDGET (seconds, default 570),
+# KVE_GPU_CHECK_GRAPH_CAP (seconds for the graph tests' step, default 150),
 # KVE_GPU_CHECK_HIDE_SYSTEM=1 (rehearsal: the preflight ignores /usr's
 # libxxhash, Check and pkg-config, as on a machine without them; for the
 # build itself, tests/gpu/without_system_deps.sh hides them for real).
@@ -54,8 +59,8 @@ while [ $# -gt 0 ]; do
     *) build=$1; shift ;;
     esac
 done
-case $until_step in preflight | configure | build | all) ;; *)
-    echo "gpu_check: --until $until_step: expected preflight, configure or build" >&2; exit 4 ;;
+case $until_step in preflight | configure | build | tests | all) ;; *)
+    echo "gpu_check: --until $until_step: expected preflight, configure, build or tests" >&2; exit 4 ;;
 esac
 build=${prebuilt:-${build:-$root/build-gpu-check}}
 out=${OUT:-$build/gpu-check}
@@ -92,6 +97,7 @@ step() {
     local limit=$((cap < left ? cap : left))
     if [ "$limit" -lt 5 ]; then
         why[$name]="skipped: no time left in the ${budget} s budget"
+        [ "$cap" -lt 5 ] && why[$name]="skipped: its cap is ${cap} s"
         say "$name: ${why[$name]}"
         return 124
     fi
@@ -109,6 +115,22 @@ step() {
     esac
     [ "$rc" -eq 0 ] || say "$name: ${why[$name]}"
     return "$rc"
+}
+row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
+table_head() {
+    echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), tree $commit, $(($(date +%s) - t_start)) s of ${budget}"
+    echo
+    row "GPU" "metric" "kvevict" "target" "PyTorch peer / floor" "met"
+    echo "|---|---|---:|---|---:|---|"
+}
+# finish: show the table; exit 1 when a row's "met" is NO or n/a, else 0.
+finish() {
+    echo | tee -a "$log"
+    tee -a "$log" <"$table"
+    local failed=0
+    grep -Eq '\| (NO|n/a)[^|]*\|$' "$table" && failed=1
+    say "full log: $log; table: $table"
+    exit "$failed"
 }
 collect() { sed -n "s/^RESULT /$1 /p" >>"$results"; }
 # value VENDOR KEY STEP: the result, else n/a and why STEP gave none.
@@ -255,9 +277,13 @@ for v in "${vendors[@]}"; do
         case ";$hip_archs;" in *";$amd_arch;"*) ;; *) hip_archs="$hip_archs;$amd_arch" ;; esac
     fi
 done
-targets=(kvevict kvevict_cli test_gpu_load)
-[ "$cuda_mode" = ON ] && targets+=(kvevict_cuda kvevict_gpu_bench kvevict_bench_arms)
-[ "$hip_mode" = ON ] && targets+=(kvevict_hip kvevict_gpu_bench_hip)
+targets=(kvevict kvevict_cli)
+[ "$cuda_mode" = ON ] && targets+=(kvevict_cuda)
+[ "$hip_mode" = ON ] && targets+=(kvevict_hip)
+if [ "$until_step" != tests ]; then # the benchmarks
+    [ "$cuda_mode" = ON ] && targets+=(kvevict_gpu_bench kvevict_bench_arms)
+    [ "$hip_mode" = ON ] && targets+=(kvevict_gpu_bench_hip)
+fi
 if [ -z "$prebuilt" ]; then
     step configure 60 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
         -DKVE_CUDA="$cuda_mode" -DKVE_HIP="$hip_mode" -DKVE_HIP_ARCHITECTURES="$hip_archs" \
@@ -268,11 +294,11 @@ if [ -z "$prebuilt" ]; then
     grep -E '^(XXHASH_INCLUDE_DIR|XXHASH_LIBRARY|pkgcfg_lib_CHECK_[a-z_]*):' "$build/CMakeCache.txt" |
         while read -r found; do say "found: $found"; done
     [ "$until_step" = configure ] && { say "stopping after configure (--until)"; exit 0; }
-    # every executable a gpu-labelled test runs, as ctest lists them
-    gpu_targets=$("$py_any" "$root/bench/gpu_tests.py" targets "$build") ||
-        stop 6 "cannot list the GPU tests' executables (bench/gpu_tests.py targets $build)"
+    # every target a test labelled gpu or gpu-load runs, as configure listed them
+    gpu_targets=$("$py_any" "$root/bench/gpu_tests.py" targets "$build" 2>>"$log") ||
+        stop 6 "cannot list the GPU tests' executables (bench/gpu_tests.py targets $build: $(tail -1 "$log"))"
     for t in $gpu_targets; do targets+=("$t"); done
-    say "GPU tests' executables (from ctest): $(echo $gpu_targets)"
+    say "GPU tests' executables (from configure): $(echo $gpu_targets)"
     step build 200 cmake --build "$build" -j "$jobs" --target "${targets[@]}" ||
         stop 6 "build failed (${why[build]}): $(grep -m1 -E 'error:|Error [0-9]' "$log" || true)"
 fi
@@ -296,14 +322,40 @@ done
 
 # ---- 3. tests, benchmarks, digest, peers -------------------------------------------------
 ctest_out=$out/ctest_gpu.txt
-step tests 200 --out "$ctest_out" ctest --test-dir "$build" -L 'gpu|gpu-load' --output-on-failure
+graph_out=$out/ctest_graph.txt
+step tests 200 --out "$ctest_out" ctest --test-dir "$build" -L 'gpu|gpu-load' -LE '^graph$' --output-on-failure
 cat "$ctest_out" >>"$log"
 grep -E 'tests passed|Skipped|Failed|Passed|Not Run' "$ctest_out" | tee -a "$log"
+# the CUDA graph tests (capture and replay, label graph), under their own cap
+[ "$have_cuda" = 1 ] &&
+    step graph "${KVE_GPU_CHECK_GRAPH_CAP:-150}" --out "$graph_out" ctest --test-dir "$build" -L '^graph$' --output-on-failure
+cat "$graph_out" >>"$log" 2>/dev/null
+grep -E 'tests passed|Skipped|Failed|Passed|Not Run' "$graph_out" 2>/dev/null | tee -a "$log"
 tests_ok() { # yes when every gpu-labelled test of this vendor ran and passed (a skip is not a pass)
     if [ ! -s "$ctest_out" ]; then echo "n/a (tests: ${why[tests]:-did not run})"; return; fi
-    "$py_any" "$root/bench/gpu_tests.py" verdict "$build" "$ctest_out" "$1" ||
+    "$py_any" "$root/bench/gpu_tests.py" verdict "$build" "$ctest_out" "$1" --without graph ||
         echo "NO (bench/gpu_tests.py verdict failed)"
 }
+graph_ok() { # the same for the graph tests; their step cut for time (or not run) is n/a, not NO
+    case ${why[graph]-did not run} in
+    "" | "failed: "*) "$py_any" "$root/bench/gpu_tests.py" verdict "$build" "$graph_out" "$1" --label graph ||
+        echo "NO (bench/gpu_tests.py verdict failed)" ;;
+    *) echo "n/a (graph: ${why[graph]-did not run})" ;;
+    esac
+}
+test_rows() { # VENDOR: the tests' rows of the table
+    local t
+    t=$(tests_ok "$1")
+    row "$1" "GPU tests (10,000+ cases)" "$t" "yes" "-" "$t"
+    if [ "$1" = cuda ]; then
+        t=$(graph_ok "$1")
+        row "$1" "CUDA graph tests (label graph: capture and replay), own step" "$t" "yes" "-" "$t"
+    fi
+}
+if [ "$until_step" = tests ]; then
+    { table_head; for v in "${vendors[@]}"; do test_rows "$v"; done; } >"$table"
+    finish
+fi
 # compute-sanitizer memcheck over the CUDA GPU tests (their logs in $build/memcheck)
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] &&
@@ -403,13 +455,8 @@ arms_peer() {
         echo "n/a (arms: ${why[arms]:-no figure})"; fi
 }
 yesno() { case $1 in 1) echo yes ;; 0) echo NO ;; *) echo "$1" ;; esac; }
-row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
-failed=0
 {
-    echo "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ), tree $commit, $(($(date +%s) - t_start)) s of ${budget}"
-    echo
-    row "GPU" "metric" "kvevict" "target" "PyTorch peer / floor" "met"
-    echo "|---|---|---:|---|---:|---|"
+    table_head
     for v in "${vendors[@]}"; do
         g2=$(value "$v" g2_us bench)
         g3=$(value "$v" g3_keys_per_s bench)
@@ -475,7 +522,7 @@ failed=0
         row "$v" "keep-sets identical to the CPU (bench)" "$cpu_same" "yes" "-" "$cpu_same"
         row "$v" "kvevict digest --backend all --require $v" "$digest" "agree, $v line present" "-" "$digest"
         [ "$v" = cuda ] && row "$v" "Python binding, CUDA tensors = CPU" "$(yesno "$(value "$v" python_cuda_identical python)")" "yes" "-" "$(yesno "$(value "$v" python_cuda_identical python)")"
-        row "$v" "GPU tests (10,000+ cases)" "$(tests_ok "$v")" "yes" "-" "$(tests_ok "$v")"
+        test_rows "$v"
         [ "$v" = cuda ] && row "$v" "compute-sanitizer memcheck over the GPU tests" "$(memcheck_ok)" "0 errors" "-" "$(memcheck_ok)"
         if [ "$v" = cuda ]; then
             for wl in G1 G2 G3; do
@@ -496,8 +543,4 @@ failed=0
         fi
     done
 } >"$table"
-echo | tee -a "$log"
-tee -a "$log" <"$table"
-grep -Eq '\| (NO|n/a)[^|]*\|$' "$table" && failed=1
-say "full log: $log; table: $table"
-exit "$failed"
+finish

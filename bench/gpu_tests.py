@@ -3,18 +3,23 @@
 (the tests labelled exactly "gpu"), never from a hand list:
 
   gpu_tests.py targets BUILD
-      the build targets those tests run (executables of the build tree), one a line
-  gpu_tests.py verdict BUILD CTEST_OUTPUT VENDOR
+      the build targets the tests labelled gpu or gpu-load run, one a line, as
+      configure wrote them (BUILD/kve_gpu_test_targets.txt, tests/lib/kve_tests.cmake):
+      ctest itself gives no command for an executable not yet built
+  gpu_tests.py verdict BUILD CTEST_OUTPUT VENDOR [--label L | --without L]
       "yes" when every GPU test of VENDOR (cuda: every one whose name does
       not say hip; hip: those that do) shows "Passed" in CTEST_OUTPUT; else
-      "NO (name: status; ...)" naming each test not run, skipped or failed
+      "NO (name: status; ...)" naming each test not run, skipped or failed;
+      --label L: only those also labelled L, --without L: none of those
+      (gpu_check.sh runs the tests labelled graph in a step of their own)
   gpu_tests.py memcheck BUILD SANITIZER OUTDIR SECONDS
       each CUDA GPU test's command under SANITIZER (compute-sanitizer) --tool
       memcheck, with its ctest environment and smaller case counts, within
       SECONDS in all; prints "MEMCHECK name: N errors" (or why it gave no
       count) a line, then "RESULT memcheck_clean 1|0"; logs in OUTDIR
 
-Exit 0, or 2 on bad arguments or when ctest cannot list the tests.
+Exit 0, or 2 on bad arguments, when ctest cannot list the tests or when
+BUILD/kve_gpu_test_targets.txt is missing or empty.
 """
 
 import json
@@ -30,16 +35,17 @@ MEMCHECK_ENV = {"KVE_GPU_CASES": "300", "KVE_GPU_SCORE_CASES": "80", "KVE_DECODE
 
 
 def gpu_tests(build):
-    """[(name, command, environment dict)] of the tests labelled "gpu"."""
+    """[(name, command, environment dict, labels)] of the tests labelled "gpu"."""
     out = subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"],
                          capture_output=True, text=True, check=True).stdout
     tests = []
     for t in json.loads(out).get("tests", []):
         props = {p["name"]: p["value"] for p in t.get("properties", [])}
-        if "gpu" not in props.get("LABELS", []):
+        labels = props.get("LABELS", [])
+        if "gpu" not in labels:
             continue
         env = dict(e.split("=", 1) for e in props.get("ENVIRONMENT", []) if "=" in e)
-        tests.append((t["name"], t.get("command", []), env))
+        tests.append((t["name"], t.get("command", []), env, labels))
     return tests
 
 
@@ -48,37 +54,40 @@ def vendor_of(name):
 
 
 def targets(build):
-    root = os.path.realpath(build)
-    names = []
-    for _, cmd, _ in gpu_tests(build):
-        exe = os.path.realpath(cmd[0]) if cmd else ""
-        name = os.path.basename(exe)
-        if exe.startswith(root + os.sep) and name not in names:
-            names.append(name)
+    path = os.path.join(build, "kve_gpu_test_targets.txt")
+    with open(path, encoding="utf-8") as f:  # OSError: not configured with tests
+        names = [line.strip() for line in f if line.strip()]
+    if not names:
+        raise ValueError("%s lists no target" % path)
     print("\n".join(names))
 
 
-def verdict(build, ctest_output, vendor):
+def verdict(build, ctest_output, vendor, only=None, without=None):
     try:
         text = open(ctest_output, encoding="utf-8", errors="replace").read()
     except OSError:
         text = ""
     bad = []
-    for name, _, _ in gpu_tests(build):
-        if vendor_of(name) != vendor:
+    seen = 0
+    for name, _, _, labels in gpu_tests(build):
+        if vendor_of(name) != vendor or (only and only not in labels) or \
+                (without and without in labels):
             continue
+        seen += 1
         m = re.search(r"Test +#\d+: %s \.+ *(\*{3})?([A-Za-z ]+?)(?: +[0-9.]+ sec|$)"
                       % re.escape(name), text, re.M)
         status = m.group(2).strip() if m else "did not run"
         if status != "Passed":
             bad.append("%s: %s" % (name, status))
+    if not seen:  # nothing to pass is no pass
+        bad.append("no %s test labelled gpu%s" % (vendor, " and " + only if only else ""))
     print("yes" if not bad else "NO (%s)" % "; ".join(bad))
 
 
 def memcheck(build, sanitizer, outdir, seconds):
     deadline = time.time() + seconds
     clean = True
-    for name, cmd, env in gpu_tests(build):
+    for name, cmd, env, _ in gpu_tests(build):
         if vendor_of(name) != "cuda":
             continue
         left = deadline - time.time()
@@ -123,6 +132,9 @@ def main(argv):
             targets(argv[2])
         elif len(argv) == 5 and argv[1] == "verdict":
             verdict(argv[2], argv[3], argv[4])
+        elif len(argv) == 7 and argv[1] == "verdict" and argv[5] in ("--label", "--without"):
+            only, without = (argv[6], None) if argv[5] == "--label" else (None, argv[6])
+            verdict(argv[2], argv[3], argv[4], only, without)
         elif len(argv) == 6 and argv[1] == "memcheck":
             memcheck(argv[2], argv[3], argv[4], int(argv[5]))
         else:

@@ -2,7 +2,11 @@
 # test_gpu_check.sh BUILD_DIR NVCC — bench/gpu_check.sh's failure paths on a
 # machine without a GPU, against a fake nvidia-smi (tests/gpu/fake_gpu):
 # each one must stop with its own exit code and a plain reason, on the
-# output and in the table file, before building anything.
+# output and in the table file, before building anything. Then, as a GPU
+# machine starts, from an empty build folder (--until tests): every test
+# labelled gpu or gpu-load must be built and run (here: skipped), none "Not
+# Run". That build uses $CMAKE_C_COMPILER_LAUNCHER (the outer build's, passed
+# by ctest), else ccache where it is installed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -62,13 +66,15 @@ expect no_xxhash 5 "libxxhash's headers (xxhash.h) are not on this machine" "$fa
 expect not_available 7 "the cuda backend was built but is not available" "$fake" \
     KVE_NVCC=$nvcc -- --prebuilt "$build"
 # ... and, made to go on, a table whose every row that did not run says why
+# (the graph tests' step given no time: their row n/a, not NO)
 expect table 1 "n/a (bench: failed: exit" "$fake" KVE_NVCC=$nvcc KVE_GPU_CHECK_ASSUME_AVAILABLE=1 \
-    KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent -- --prebuilt "$build"
+    KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent KVE_GPU_CHECK_GRAPH_CAP=0 -- --prebuilt "$build"
 for text in "| cuda | kvevict digest --backend all --require cuda | NO (failed: exit 3 (see gpu_check.log); cuda skipped: backend = cuda: not available here" \
     "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: " "python_decode_loop_cuda: Skipped" \
     "gpu_score_cuda: Skipped" "| cuda | compute-sanitizer memcheck over the GPU tests | " \
     "| cuda | G2 decode step, 128 rows, round: append (us) / + 64 layers of writes (us) | n/a (bench: failed: exit" \
-    "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3"; do
+    "n/a (torch: no python3 with a GPU build of torch" "n/a (python: no python3" \
+    "| cuda | CUDA graph tests (label graph: capture and replay), own step | n/a (graph: skipped: its cap is 0 s) | yes | - | n/a (graph: "; do
     grep -qF "$text" "$tmp/table/gpu_check.md" || {
         echo "FAIL table: no \"$text\" in the table"; failures=$((failures + 1)); }
 done
@@ -76,5 +82,32 @@ grep -qF "| cuda | compute-sanitizer memcheck over the GPU tests | yes" "$tmp/ta
     echo "FAIL table: memcheck said yes over tests that did not run"; failures=$((failures + 1)); }
 [ -d "$tmp/b" ] && [ -n "$(ls "$tmp/b" | grep -v gpu-check)" ] && {
     echo "FAIL: a preflight failure left a build behind"; failures=$((failures + 1)); }
+
+# From an empty build folder: configure lists the tests' targets, the build
+# makes them (and no benchmark), every GPU test runs (skips: no device here).
+launcher=${CMAKE_C_COMPILER_LAUNCHER:-}
+[ -z "$launcher" ] && command -v ccache >/dev/null 2>&1 && launcher=ccache
+cuda_launcher=${CMAKE_CUDA_COMPILER_LAUNCHER:-$launcher}
+expect empty 1 "| cuda | GPU tests (10,000+ cases) | NO (gpu_cuda: Skipped" "$fake" KVE_NVCC=$nvcc \
+    KVE_GPU_CHECK_ASSUME_AVAILABLE=1 KVE_GPU_CHECK_NESTED=1 KVE_PYTHON=/nonexistent \
+    ${launcher:+CMAKE_C_COMPILER_LAUNCHER=$launcher} ${cuda_launcher:+CMAKE_CUDA_COMPILER_LAUNCHER=$cuda_launcher} \
+    -- --until tests "$tmp/eb"
+fail() { echo "FAIL empty: $*"; failures=$((failures + 1)); }
+ran="$tmp/empty/ctest_gpu.txt $tmp/empty/ctest_graph.txt"
+for f in $ran; do [ -s "$f" ] || fail "no $f"; done
+# shellcheck disable=SC2086
+cat $ran 2>/dev/null | grep -E 'Not Run|Unable to find|Could not find executable' && fail "a test was not run"
+names=$(ctest --test-dir "$tmp/eb" -N -L 'gpu|gpu-load' | sed -n 's/^ *Test *#[0-9]*: //p')
+[ -n "$names" ] || fail "ctest lists no GPU test in $tmp/eb"
+for n in $names; do
+    # shellcheck disable=SC2086
+    grep -Eq "Test +#[0-9]+: $n \.+ *(\*{3})?(Passed|Skipped)" $ran /dev/null ||
+        fail "$n: not Passed or Skipped ($(grep -h ": $n \." $ran /dev/null | head -1))"
+done
+[ -e "$tmp/eb/kernels_cuda/kvevict_gpu_bench" ] && fail "--until tests built the benchmark"
+grep -F 'did not run' "$tmp/empty/gpu_check.md" && fail "the table says a test did not run"
+grep -qF '| cuda | CUDA graph tests (label graph: capture and replay), own step | NO (python_graph_step: Skipped' \
+    "$tmp/empty/gpu_check.md" || fail "no graph tests' row naming python_graph_step"
+[ "$failures" -eq 0 ] || sed -n '/GPU tests. executables/,/tests (limit/p' "$tmp/empty.txt" | head -20
 [ "$failures" -eq 0 ] && echo "gpu_check.sh: every failure path gave its reason"
 exit "$failures"

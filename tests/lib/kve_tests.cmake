@@ -12,6 +12,26 @@ add_library(kve_testlib INTERFACE)
 target_include_directories(kve_testlib INTERFACE
   ${PROJECT_SOURCE_DIR}/tests/lib ${PROJECT_SOURCE_DIR}/tests/golden)
 
+# ${PROJECT_BINARY_DIR}/kve_gpu_test_targets.txt: the build targets the
+# tests labelled gpu or gpu-load run (a command's first word that is a
+# target, and every $<TARGET_FILE:t>), one a line, written afresh at the end
+# of each configure. bench/gpu_check.sh builds them from it: before they are
+# built, ctest gives no command for a test whose executable does not exist.
+set_property(GLOBAL PROPERTY KVE_GPU_TEST_WORDS "")
+function(kve_write_gpu_test_targets)
+  get_property(words GLOBAL PROPERTY KVE_GPU_TEST_WORDS)
+  set(targets "")
+  foreach(w IN LISTS words)
+    if(TARGET ${w})
+      list(APPEND targets ${w})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES targets)
+  list(JOIN targets "\n" text)
+  file(WRITE ${PROJECT_BINARY_DIR}/kve_gpu_test_targets.txt "${text}\n")
+endfunction()
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL kve_write_gpu_test_targets)
+
 # kve_add_test(NAME n COMMAND cmd... [LABELS ...] [ENV ...] [TIMEOUT s]
 #              [SKIP_RETURN_CODE c] [PASS_REGULAR_EXPRESSION re] [WILL_FAIL]
 #              [RUN_SERIAL] [COST c])
@@ -27,6 +47,15 @@ function(kve_add_test)
     message(FATAL_ERROR "kve_add_test(${T_NAME}): NAME and COMMAND, not ${T_UNPARSED_ARGUMENTS}")
   endif()
   add_test(NAME ${T_NAME} COMMAND ${T_COMMAND})
+  if("gpu" IN_LIST T_LABELS OR "gpu-load" IN_LIST T_LABELS)
+    list(GET T_COMMAND 0 words)
+    foreach(arg IN LISTS T_COMMAND)
+      if(arg MATCHES "^\\$<TARGET_FILE:([A-Za-z0-9_.+-]+)>$")
+        list(APPEND words ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    set_property(GLOBAL APPEND PROPERTY KVE_GPU_TEST_WORDS ${words})
+  endif()
   if(T_ENV)
     set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
   endif()
