@@ -79,9 +79,9 @@ void kve_emu_inject(const kve_emu_fault *fault);
 
 /* What the emulated device was asked to run, in order: a launch (kernel
  * name, grid in blocks, shared-memory scratch bytes per block; a cache
- * write's one launch: its items, writes and moves, and block size), a copy (direction, bytes; it waits for the
- * stream on a GPU) or an upload (the state's jobs: bytes; no wait). An
- * eviction launch also records its plan's block size and workspace bytes
+ * write's one launch: its items, writes and moves, and block size), a
+ * copy (direction, bytes; to or from the host it waits for the stream on
+ * a GPU) or an upload (the state's jobs: bytes; no wait). An eviction launch also records its plan's block size and workspace bytes
  * per block (0: scratch in shared memory); other records hold 0 there. */
 typedef struct kve_emu_launch_rec {
     char what[40];
