@@ -92,7 +92,8 @@ static kve_status gpu_copy(kve_context *ctx, void *dst, const void *src, size_t 
                                            cudaMemcpyDeviceToDevice};
     KVE_TRY(kve_gpu_enter(ctx));
     KVE_GPU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], kve_stream(ctx)), "memcpy");
-    KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
+    if (kind != KVE_COPY_BACKEND_TO_BACKEND) /* device to device: stream-ordered, capturable */
+        KVE_GPU_TRY(cudaStreamSynchronize(kve_stream(ctx)), "stream synchronize");
     return KVE_OK;
 }
 

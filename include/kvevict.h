@@ -185,7 +185,8 @@ typedef enum kve_copy_kind {
 KVE_API kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out);
 /** Free backend memory from kve_alloc(); NULL is accepted. */
 KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
-/** Copy @p bytes, then wait for the copy to finish. */
+/** Copy @p bytes. To or from the host: then wait for the copy to finish;
+ *  backend to backend: stream-ordered, no wait (a CUDA graph captures it). */
 KVE_API kve_status kve_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
                             kve_copy_kind kind);
 

@@ -277,12 +277,12 @@ def u32_array(values: Sequence[int], name: str = "values"):
     return arr
 
 
-def call_rows(rows: Any, n_new: Any) -> Tuple[View, View]:
-    """A call planned on the device: rows and n_new, int32 or uint32 [n_rows]
-    contiguous arrays in the backend's memory (placement is the context's to
-    check), as Views."""
+def call_rows(rows: Any, n_new: Any, counts: str = "n_new") -> Tuple[View, View]:
+    """A call planned on the device: rows and n_new (named @counts), int32
+    or uint32 [n_rows] contiguous arrays in the backend's memory (placement
+    is the context's to check), as Views."""
     call = []
-    for name, x in (("rows", rows), ("n_new", n_new)):
+    for name, x in (("rows", rows), (counts, n_new)):
         v = View(x, name, ndim=1, const=True)
         if v.dtype not in ("int32", "uint32"):
             raise TypeError("%s: dtype %s, expected int32 or uint32" % (name, v.dtype))

@@ -236,7 +236,9 @@ class State(_Handle):
         lists. Commit the accepted ones with append(rows, n_accept) and copy
         their entries with cache_write(..., src_slots=...) from the draft
         slots. rows and n_draft go to backend memory (the call is planned
-        there, as in a captured step); max_draft defaults to the state's."""
+        there) and out is allocated when not given, so this form is eager:
+        draft_device is the one a CUDA graph captures. max_draft defaults
+        to the state's."""
         if len(rows) != len(n_draft):
             raise ValueError("rows and n_draft differ in length (%d, %d)"
                              % (len(rows), len(n_draft)))
@@ -260,6 +262,39 @@ class State(_Handle):
         check(lib.kve_state_draft(self.handle, n, cv.ptr, cv.ptr + 4 * n if n else None, d,
                                   ctypes.byref(b)), "kve_state_draft")
         out.n_tokens, out.n_rows = int(sum(n_draft)), n
+        return out
+
+    def draft_device(self, rows: Any, n_draft: Any, max_draft: int, out: Step) -> Step:
+        """draft with its rows in backend memory, for a speculative step
+        captured in a CUDA graph (kve_state_draft), as append_device is
+        append's: rows and n_draft are int32 or uint32 [n_rows] arrays on
+        the context's device (CUDA tensors; numpy arrays or CPU tensors with
+        the CPU backend) that the engine rewrites before each replay; call
+        row i carries n_draft[i] <= max_draft drafts of row rows[i], and
+        n_draft[i] = 0 makes it padding (rows[i] not read). max_draft (<=
+        the state's) is the captured shape: every launch depends on n_rows,
+        max_draft and the state's shape only. Nothing is uploaded, allocated
+        or read back: the refusals that need the data (an inactive or
+        repeated row, n_draft[i] > max_draft, ...) map the call's tokens to
+        -1 and are raised by ctx.synchronize() (on the CPU, by this call).
+        ``out`` (step_buffers, max_tokens >= n_rows * max_draft) gets the
+        drafts' mapping (tokens numbered row by row) and emptied move lists;
+        out.n_tokens and out.n_rows are set to the padded shape, n_rows *
+        max_draft tokens and n_rows rows, as append_device sets them. Like
+        every call, it runs on torch's current stream (inside
+        ``torch.cuda.graph``, the capture stream)."""
+        h = self.handle
+        max_draft = _arrays.u32("max_draft", max_draft)
+        if not isinstance(out, Step):
+            raise ArgumentError("out: expected a kvevict.Step (State.step_buffers), got %s"
+                                % type(out).__name__, out, "draft_device")
+        call = _arrays.call_rows(rows, n_draft, "n_draft")
+        n_rows = call[0].shape[0]
+        views, b = self._step_views(out)
+        self.ctx._prepare(views + list(call))
+        check(lib.kve_state_draft(h, n_rows, call[0].ptr, call[1].ptr, max_draft,
+                                  ctypes.byref(b)), "kve_state_draft")
+        out.n_tokens, out.n_rows = min(n_rows * max_draft, b.max_tokens), n_rows
         return out
 
     def append(self, rows: Sequence[int], n_new: Sequence[int], out: Optional[Step] = None,

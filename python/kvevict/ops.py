@@ -4,6 +4,10 @@ CUDA kernels and Meta implementations, so torch.jit.trace, make_fx and
 fake-tensor tracing record ``torch.ops.kvevict.*`` calls rather than
 opaque Python. Each call runs on a kvevict Context of the tensors' device
 (one per thread and device, made on first use) and PyTorch's current stream.
+Making a Context allocates and synchronizes, which a CUDA graph capture
+cannot hold: call ``kvevict.ops.warm_up(device)`` on each thread that will
+run the ops inside a capture, before it (an op whose thread has no Context
+yet raises RuntimeError while its stream captures).
 
     torch.ops.kvevict.reshape_and_cache_flash(key, value, key_cache, value_cache,
                                                slot_mapping, kv_cache_dtype, k_scale, v_scale)
@@ -40,20 +44,46 @@ from ._write import cache_write as _cache_write
 _local = threading.local()
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether torch's current stream of a GPU device captures a graph."""
+    return device.type != "cpu" and torch.cuda.is_current_stream_capturing()
+
+
+def _key(device: torch.device) -> tuple:
+    if device.type != "cpu" and device.index is None:
+        return (device.type, torch.cuda.current_device())
+    return (device.type, device.index)
+
+
 def context_for(device: torch.device) -> Context:
     """This thread's Context for a torch device (CPU, or a GPU by index)."""
     contexts = getattr(_local, "contexts", None)
     if contexts is None:
         contexts = _local.contexts = {}
-    key = (device.type, device.index)
+    key = _key(device)
     ctx = contexts.get(key)
     if ctx is None:
+        if _capturing(device):
+            name = key[0] if key[1] is None else "%s:%d" % key
+            raise RuntimeError(
+                "kvevict.ops: the first op of this thread on %s runs while its stream captures "
+                "a CUDA graph; making the thread's Context allocates and synchronizes, which "
+                "breaks the capture: call kvevict.ops.warm_up(\"%s\") on this thread before "
+                "capturing" % (name, name))
         if device.type == "cpu":
             ctx = Context("cpu")
         else:  # CUDA or HIP, whichever the library finds for torch's "cuda"
-            ctx = Context("auto", device=device.index or 0)
+            ctx = Context("auto", device=key[1] or 0)
         contexts[key] = ctx
     return ctx
+
+
+def warm_up(device) -> Context:
+    """Make this thread's Context for @device (a torch.device or a string
+    such as "cuda:0") now, outside any graph capture: its creation
+    allocates and synchronizes. Call it on every thread that runs the ops
+    inside a captured region, before capturing. Returns the Context."""
+    return context_for(torch.device(device))
 
 
 def _scales(kv_cache_dtype: str, k_scale: Optional[torch.Tensor],
@@ -120,4 +150,4 @@ for _name, (_schema, _fn) in _SCHEMAS.items():
     # torch 1.13 has no autograd fallthrough for Meta: nothing here has a gradient
     _LIB.impl(_name, _meta, "AutogradMeta")
 
-__all__ = ["context_for"]
+__all__ = ["context_for", "warm_up"]

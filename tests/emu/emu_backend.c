@@ -182,19 +182,31 @@ static void kve_emu_log_evict(const char *what, const kve_evict_plan *p)
 
 /* ---- graph capture ---------------------------------------------------------- */
 
-/* A CUDA graph's semantics on the emulator: while capturing, a launch is
- * recorded (its arguments copied, as a kernel node keeps its parameters)
- * and does not run; a copy, upload, synchronize or allocation breaks the
- * capture (CUDA refuses them in a capturing stream, and a captured step
- * must do none). A replay runs the recorded launches in order. */
+/* A CUDA graph's semantics on the emulator, as cudaStreamBeginCapture in
+ * the global mode: while a stream captures, the work a context queues on
+ * that stream (ctx->stream) is recorded (a launch with its arguments
+ * copied, as a kernel node keeps its parameters; a backend-to-backend
+ * copy as a memcpy node) and does not run. What CUDA refuses is refused
+ * and breaks the capture: on the capturing stream a copy to or from
+ * (pageable) host memory and a synchronize; on any stream an allocation
+ * and a free. Work on another stream runs at once, as CUDA runs it, and is
+ * not in the graph: the capture's end reports it. A replay runs the
+ * recorded nodes in order. */
 typedef enum {
     KVE_NODE_PLAN,
     KVE_NODE_UPDATE,
     KVE_NODE_ROUND,
     KVE_NODE_EVICT,
     KVE_NODE_WRITE,
-    KVE_NODE_SCORE
+    KVE_NODE_SCORE,
+    KVE_NODE_COPY
 } kve_emu_node_kind;
+
+typedef struct kve_emu_copy_node {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} kve_emu_copy_node;
 
 typedef struct kve_emu_node {
     kve_emu_node_kind kind;
@@ -204,29 +216,36 @@ typedef struct kve_emu_node {
         kve_state_evict evict;
         kve_cache_write_desc write;
         kve_state_score_call score;
+        kve_emu_copy_node copy;
     } a;
 } kve_emu_node;
 
 struct kve_emu_graph {
     kve_emu_node *nodes;
     uint32_t n, cap;
-    const char *broken; /* the first operation a capture cannot hold */
+    void *stream;       /* the capturing stream */
+    const char *broken; /* the first operation the capture refused: it cannot replay */
+    char missed[200];   /* the first work queued on another stream (not in the graph) */
 };
 
 static kve_emu_graph *kve_emu_capturing;
 
-kve_emu_graph *kve_emu_capture_begin(void)
+kve_emu_graph *kve_emu_capture_begin_stream(void *stream)
 {
     kve_emu_graph *g = (kve_emu_graph *)calloc(1, sizeof *g);
+    if (g)
+        g->stream = stream;
     kve_emu_capturing = g;
     return g;
 }
+
+kve_emu_graph *kve_emu_capture_begin(void) { return kve_emu_capture_begin_stream(NULL); }
 
 const char *kve_emu_capture_end(kve_emu_graph *g, uint32_t *n_nodes)
 {
     kve_emu_capturing = NULL;
     *n_nodes = g->n;
-    return g->broken;
+    return g->broken ? g->broken : g->missed[0] ? g->missed : NULL;
 }
 
 void kve_emu_graph_destroy(kve_emu_graph *g)
@@ -236,11 +255,28 @@ void kve_emu_graph_destroy(kve_emu_graph *g)
     free(g);
 }
 
-/* While capturing: record @p node (returns 1: do not run it). */
-static int kve_emu_record(const kve_emu_node *node)
+/* While capturing: whether @p ctx queues on the capturing stream. Work on
+ * another stream runs and is noted as missing from the graph (@p what). */
+static int kve_emu_on_capture_stream(const kve_context *ctx, const char *what)
 {
     kve_emu_graph *g = kve_emu_capturing;
     if (!g)
+        return 0;
+    if (ctx->stream == g->stream)
+        return 1;
+    if (!g->missed[0])
+        snprintf(g->missed, sizeof g->missed,
+                 "%s on stream %p while stream %p captures: run at once, not in the graph",
+                 what, ctx->stream, g->stream);
+    return 0;
+}
+
+/* While capturing on @p ctx's stream: record @p node (returns 1: do not
+ * run it); @p what names it when it goes to another stream. */
+static int kve_emu_record(const kve_context *ctx, const kve_emu_node *node, const char *what)
+{
+    kve_emu_graph *g = kve_emu_capturing;
+    if (!kve_emu_on_capture_stream(ctx, what))
         return 0;
     if (g->n == g->cap) {
         uint32_t cap = g->cap ? 2 * g->cap : 64;
@@ -266,6 +302,12 @@ static int kve_emu_refused_in_capture(const char *what)
     return 1;
 }
 
+/* While capturing on @p ctx's stream: @p what breaks the capture. */
+static int kve_emu_refused_on_stream(const kve_context *ctx, const char *what)
+{
+    return kve_emu_on_capture_stream(ctx, what) && kve_emu_refused_in_capture(what);
+}
+
 /* ---- operations ------------------------------------------------------------ */
 
 static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
@@ -275,17 +317,24 @@ static kve_status emu_copy(kve_context *ctx, void *dst, const void *src, size_t 
         [KVE_COPY_HOST_TO_BACKEND] = "copy host to backend",
         [KVE_COPY_BACKEND_TO_HOST] = "copy backend to host",
         [KVE_COPY_BACKEND_TO_BACKEND] = "copy backend to backend"};
-    kve_emu_log_add((unsigned)kind < KVE_COUNT_OF(names) ? names[kind] : "copy", 0, bytes);
-    if (kve_emu_refused_in_capture(kind == KVE_COPY_BACKEND_TO_HOST ? "a copy to the host"
-                                                                    : "a copy"))
+    const char *name = (unsigned)kind < KVE_COUNT_OF(names) ? names[kind] : "copy";
+    kve_emu_log_add(name, 0, bytes);
+    if (kind == KVE_COPY_BACKEND_TO_BACKEND) { /* a memcpy node */
+        kve_emu_node node = {KVE_NODE_COPY, {.copy = {dst, src, bytes}}};
+        if (kve_emu_record(ctx, &node, "a copy backend to backend"))
+            return KVE_OK;
+    } else if (kve_emu_refused_on_stream(ctx, kind == KVE_COPY_BACKEND_TO_HOST
+                                                  ? "a copy to pageable host memory"
+                                                  : "a copy from pageable host memory")) {
         return KVE_ERR_DEVICE;
+    }
     return kve_emu_cpu->copy(ctx, dst, src, bytes, kind);
 }
 
 static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_t bytes)
 {
     kve_emu_log_add("upload", 0, bytes);
-    if (kve_emu_refused_in_capture("an upload from host memory"))
+    if (kve_emu_refused_on_stream(ctx, "an upload from pageable host memory"))
         return KVE_ERR_DEVICE;
     return kve_emu_cpu->copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
 }
@@ -296,7 +345,7 @@ static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
     if (!u->n_jobs)
         return KVE_OK;
     kve_emu_node node = {KVE_NODE_UPDATE, {.update = *u}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_state_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_state_kernel"))
         return KVE_OK;
@@ -337,7 +386,7 @@ static kve_status emu_state_plan(kve_context *ctx, const kve_state_plan *p)
 {
     kve_emu_log_add("kve_state_plan_kernel", 1, 0);
     kve_emu_node node = {KVE_NODE_PLAN, {.plan = *p}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_state_plan_kernel"))
         return KVE_OK;
     (void)ctx;
     kve_emu_pool *pool = kve_emu_dev_warp ? kve_emu_pool_for(KVE_STATE_PLAN_THREADS, NULL)
@@ -356,7 +405,7 @@ static kve_status emu_state_round(kve_context *ctx, const kve_state_update *u)
         return KVE_OK;
     kve_emu_log_add("kve_state_round_kernel", kve_state_round_plan_grid(&kve_emu_lim, u), 0);
     kve_emu_node node = {KVE_NODE_ROUND, {.update = *u}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_state_round_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_state_round_kernel"))
         return KVE_OK;
@@ -384,7 +433,7 @@ static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, &e->b);
     kve_emu_log_evict("kve_state_evict_kernel", &p);
     kve_emu_node node = {KVE_NODE_EVICT, {.evict = *e}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_state_evict_kernel"))
         return KVE_OK;
     kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
     if (!pool)
@@ -406,7 +455,7 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
             kve_emu_log[kve_emu_log_n - 1].threads = KVE_CACHE_WRITE_THREADS;
     }
     kve_emu_node node = {KVE_NODE_WRITE, {.write = *d}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_cache_write_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
@@ -503,7 +552,7 @@ static kve_status emu_state_score(kve_context *ctx, const kve_state_score_call *
     if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
         kve_emu_log[kve_emu_log_n - 1].threads = nt;
     kve_emu_node node = {KVE_NODE_SCORE, {.score = *c}};
-    if (kve_emu_record(&node))
+    if (kve_emu_record(ctx, &node, "a launch of kve_score_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_score_kernel"))
         return KVE_OK;
@@ -541,8 +590,9 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 /* The GPU glue's synchronize: report the records, then clear them. */
 static kve_status emu_synchronize(kve_context *ctx)
 {
-    (void)ctx;
-    if (kve_emu_refused_in_capture("a synchronize"))
+    /* another stream's synchronize is no work of the graph's: not noted */
+    if (kve_emu_capturing && ctx->stream == kve_emu_capturing->stream &&
+        kve_emu_refused_in_capture("a synchronize"))
         return KVE_ERR_DEVICE;
     kve_status st;
     if (kve_emu_failed_launch) {
@@ -598,6 +648,8 @@ static kve_status emu_alloc(kve_context *ctx, size_t bytes, void **out)
 static kve_status emu_free(kve_context *ctx, void *ptr)
 {
     (void)ctx;
+    if (kve_emu_refused_in_capture("a free"))
+        return KVE_ERR_DEVICE;
     kve_emu_untrack(ptr);
     free(ptr);
     return KVE_OK;
@@ -681,6 +733,9 @@ kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g)
                         : n->kind == KVE_NODE_ROUND  ? emu_state_round(ctx, &n->a.update)
                         : n->kind == KVE_NODE_EVICT  ? emu_state_evict(ctx, &n->a.evict)
                         : n->kind == KVE_NODE_SCORE  ? emu_state_score(ctx, &n->a.score)
+                        : n->kind == KVE_NODE_COPY
+                            ? kve_emu_cpu->copy(ctx, n->a.copy.dst, n->a.copy.src, n->a.copy.bytes,
+                                                KVE_COPY_BACKEND_TO_BACKEND)
                                                      : emu_cache_write(ctx, &n->a.write);
         if (st != KVE_OK)
             return st;

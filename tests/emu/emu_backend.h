@@ -79,9 +79,9 @@ void kve_emu_inject(const kve_emu_fault *fault);
 
 /* What the emulated device was asked to run, in order: a launch (kernel
  * name, grid in blocks, shared-memory scratch bytes per block; a cache
- * write's one launch: its items, writes and moves, and block size), a copy (direction, bytes; it waits for the
- * stream on a GPU) or an upload (the state's jobs: bytes; no wait). An
- * eviction launch also records its plan's block size and workspace bytes
+ * write's one launch: its items, writes and moves, and block size), a
+ * copy (direction, bytes; to or from the host it waits for the stream on
+ * a GPU) or an upload (the state's jobs: bytes; no wait). An eviction launch also records its plan's block size and workspace bytes
  * per block (0: scratch in shared memory); other records hold 0 there. */
 typedef struct kve_emu_launch_rec {
     char what[40];
@@ -94,16 +94,25 @@ typedef struct kve_emu_launch_rec {
 void kve_emu_log_start(kve_emu_launch_rec *buf, uint32_t cap);
 /* Stop recording; returns how many there were (more than cap: some lost). */
 uint32_t kve_emu_log_stop(void);
-/* Graph capture with CUDA graphs' semantics: between kve_emu_capture_begin
- * and kve_emu_capture_end the emulated device records every launch (its
- * arguments copied) instead of running it, and refuses (KVE_ERR_DEVICE) a
- * copy, upload, synchronize or allocation, which a captured region cannot
- * hold; kve_emu_graph_replay runs the recorded launches again, in order,
- * as a replayed graph does. */
+/* Graph capture as CUDA's stream capture in its global mode: between
+ * kve_emu_capture_begin_stream(stream) and kve_emu_capture_end, what the
+ * emulated context queues on that stream (its kve_context_set_stream) is
+ * recorded instead of run: every launch (its arguments copied) and every
+ * backend-to-backend copy. Refused (KVE_ERR_DEVICE), breaking the capture,
+ * is what CUDA refuses: on the capturing stream a copy to or from host
+ * memory (pageable: the emulator has no pinned memory) and a synchronize;
+ * on any stream an allocation and a free. Work queued on another stream
+ * runs at once and is not in the graph (streams are modeled as torch's,
+ * non-blocking: no implicit synchronization). kve_emu_capture_begin()
+ * captures the default stream (NULL). kve_emu_graph_replay runs the
+ * recorded nodes again, in order, as a replayed graph does. */
 typedef struct kve_emu_graph kve_emu_graph;
+kve_emu_graph *kve_emu_capture_begin_stream(void *stream);
 kve_emu_graph *kve_emu_capture_begin(void);
-/* Ends the capture: the launches recorded in *@p n_nodes; returns NULL, or
- * the first operation the capture refused (the graph cannot replay). */
+/* Ends the capture: the nodes recorded in *@p n_nodes; returns NULL, or
+ * the first operation the capture refused (the graph cannot replay), or
+ * else the first work queued on another stream (missing from the graph,
+ * which replays without it). */
 const char *kve_emu_capture_end(kve_emu_graph *g, uint32_t *n_nodes);
 kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g);
 void kve_emu_graph_destroy(kve_emu_graph *g);

@@ -1,8 +1,8 @@
 /*
  * test_emu_graph.c — a decode step captured once and replayed (issue 38):
  * kve_state_append_device and every layer's kve_cache_write recorded by the
- * emulated device's graph capture (emu_backend.h: a copy, upload,
- * synchronize or allocation in the captured region breaks it), then
+ * emulated device's graph capture (emu_backend.h: a host copy, upload,
+ * synchronize, allocation or free in the captured region breaks it), then
  * replayed for 200 steps with new inputs written into the same buffers,
  * across rounds, admissions and retirements (made eagerly between
  * replays). Three engines run the same program:

@@ -4,7 +4,8 @@ types (against a numpy reference of the formats written from their
 definitions, and torch's own conversions), fp8 caches with vLLM's scales,
 flat slots with padding, FlashInfer's one K/V tensor, the torch.library
 operators (CPU kernels, Meta kernels, tracing), the context's device, tensors
-refused with both sides named, strided outputs."""
+refused with both sides named, strided outputs; kvevict.ops.warm_up and the
+error of a thread's first op while its stream captures a CUDA graph."""
 
 import unittest
 
@@ -225,6 +226,68 @@ class Context(unittest.TestCase):
             self.assertTrue(torch.equal(got.mapping[:, :n], want.mapping[:, :n]))
             rest = persistent.mapping[:, 4:]  # past the longest step: never written
             self.assertTrue(torch.equal(rest, torch.full_like(rest, -5)))
+
+
+def in_thread(fn):
+    """fn() on a new thread (no ops Context yet); its result or exception."""
+    import threading
+    out = {}
+
+    def body():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001  (handed back to the test)
+            out["error"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    return out
+
+
+class WarmUp(unittest.TestCase):
+    """kvevict.ops makes a Context per thread at its first op (an allocation
+    and a synchronize on a GPU): warm_up makes it outside a capture, and a
+    first op while the stream captures raises (the capturing check
+    monkeypatched: the CPU has no CUDA stream)."""
+
+    def write(self):
+        k = torch.randn(2, 1, 4)
+        cache = torch.zeros(2, 2, 1, 4)
+        torch.ops.kvevict.reshape_and_cache_flash(k, k, cache, cache.clone(),
+                                                  torch.tensor([0, 3]), "auto", None, None)
+        return cache
+
+    def test_warm_up_is_the_threads_context(self):
+        def body():
+            ctx = kvevict.ops.warm_up("cpu")
+            same = kvevict.ops.context_for(torch.device("cpu")) is ctx
+            return ctx, same, kvevict.ops.warm_up(torch.device("cpu")) is ctx
+        a, b = in_thread(body), in_thread(body)
+        self.assertNotIn("error", a)
+        self.assertEqual(a["value"][1:], (True, True))
+        self.assertIsNot(a["value"][0], b["value"][0])  # one per thread
+
+    def test_first_op_while_capturing(self):
+        real = kvevict.ops._capturing
+        try:
+            kvevict.ops._capturing = lambda device: True
+            got = in_thread(self.write)
+            self.assertIsInstance(got.get("error"), RuntimeError, got)
+            msg = str(got["error"])
+            self.assertIn('kvevict.ops.warm_up("cpu")', msg)
+            self.assertIn("captures a CUDA graph", msg)
+            # warmed up first (outside the capture), the op runs while capturing
+
+            def warmed():
+                kvevict.ops._capturing = real
+                kvevict.ops.warm_up("cpu")
+                kvevict.ops._capturing = lambda device: True
+                return self.write()
+            got = in_thread(warmed)
+            self.assertNotIn("error", got)
+            self.assertEqual(int((got["value"] != 0).sum()), 2 * 4)
+        finally:
+            kvevict.ops._capturing = real
 
 
 if __name__ == "__main__":
