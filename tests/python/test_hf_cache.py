@@ -176,6 +176,28 @@ def peers(name, model, ids):
         print("%-22s held %d" % ("%s kvpress %s" % (name, type(press).__name__), held))
 
 
+def press(name, model, ids, stats):
+    """KvevictPress: the tokens, keep-sets and entries of KvevictCache, in
+    the model's DynamicCache, its tensors shrunk to them."""
+    from kvevict.press import KvevictPress
+
+    for scorer, pin in ((None, True), (None, False), ("knorm", True), ("triattention", True)):
+        what = "%s KvevictPress %s%s" % (name, scorer or "random", "" if pin else "-p0")
+        kw = dict(budget=B, window=W, interval=R, scorer=scorer, pin_prompt=pin, stats=stats,
+                  seed=5, seq_id=99)
+        ref = KvevictCache(model.config, **kw)
+        a = gen(model, ids, ref)
+        p, cache = KvevictPress(**kw), DynamicCache()
+        with p(model):
+            b = gen(model, ids, cache)
+        check(torch.equal(a.sequences, b.sequences), "%s: tokens differ from KvevictCache's" % what)
+        same = all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
+                   for x, y in zip(ref.layers, cache.layers))
+        check(same, "%s: the cache's entries differ from KvevictCache's" % what)
+        check(p.digest() == ref.digest(), "%s: digest differs from KvevictCache's" % what)
+        print("%-22s held %d, digest %016x" % (what, cache.layers[0].keys.shape[-2], p.digest()))
+
+
 def refusals(model):
     from transformers import (DeepseekV3Config, MistralConfig, T5Config)
 
@@ -212,6 +234,7 @@ def main():
         no_eviction(name, model, ids)
         eviction(name, model, ids, stats)
         peers(name, model, ids)
+        press(name, model, ids, stats)
     refusals(model)
     if FAILS:
         print("%d failures" % len(FAILS))
