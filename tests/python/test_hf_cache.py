@@ -225,7 +225,34 @@ def refusals(model):
             check(words in str(e), "error %r does not say %r" % (str(e), words))
 
 
+def bench():
+    """hf_bench: every arm printed, the figure written, arms interleaved."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    from kvevict.examples import hf_bench
+
+    with tempfile.TemporaryDirectory() as tmp:
+        page = os.path.join(tmp, "b.html")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = hf_bench.main(["--prompt", "16", "--budget", "8", "--window", "2",
+                                "--interval", "4", "--warmup", "1", "--steps", "6", "--block",
+                                "4", "--html", page, "--results"])
+        text = out.getvalue()
+        check(rc == 0, "hf_bench returned %r" % rc)
+        for arm in hf_bench.ARMS:
+            check("RESULT hf_%s_tok_s " % arm.replace("-", "_") in text,
+                  "hf_bench printed no figure for %s:\n%s" % (arm, text))
+        check("100%" in err.getvalue(), "hf_bench drew no progress bar")
+        with open(page) as f:
+            check(f.read().count("<svg") == 2, "hf_bench's figure lacks its charts")
+
+
 def main():
+    torch.set_num_threads(1)  # tiny models: threads only contend (ctest runs tests side by side)
     for name in ("qwen3", "llama"):
         model = tiny(name)
         torch.manual_seed(3)
@@ -236,6 +263,7 @@ def main():
         peers(name, model, ids)
         press(name, model, ids, stats)
     refusals(model)
+    bench()
     if FAILS:
         print("%d failures" % len(FAILS))
         return 1

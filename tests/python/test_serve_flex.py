@@ -47,6 +47,7 @@ def serve(model, arm, attn, budget):
 
 
 def main():
+    torch.set_num_threads(1)  # a tiny model: threads only contend under ctest -j
     model = Model(PRESETS["tiny"], torch.device("cpu"), torch.float32, seed=1)
     worst = 0.0
     for r in serve(model, "full", "flex", 48):
