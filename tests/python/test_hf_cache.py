@@ -251,6 +251,26 @@ def bench():
             check(f.read().count("<svg") == 2, "hf_bench's figure lacks its charts")
 
 
+def docs():
+    """docs/INTEGRATION.md's three-line uses, run as written on a tiny model."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "INTEGRATION.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    for tag in ("hf-cache", "hf-press"):
+        code = [b for b in blocks if b.startswith("# doc-test: %s\n" % tag)]
+        check(len(code) == 1, "INTEGRATION.md: %d blocks tagged %s" % (len(code), tag))
+        model = tiny("qwen3")
+        ns = dict(model=model, input_ids=torch.randint(1, 128, (1, P)))
+        exec(compile(code[0], "INTEGRATION.md[%s]" % tag, "exec"), ns)
+        n = ns["out"].shape[1]
+        check(n > P, "INTEGRATION.md %s: generated %d tokens" % (tag, n - P))
+        if tag == "hf-cache":
+            check(ns["cache"].held() <= max(B, P + W) + R, "INTEGRATION.md: the cache holds %d"
+                  % ns["cache"].held())
+
+
 def main():
     torch.set_num_threads(1)  # tiny models: threads only contend (ctest runs tests side by side)
     for name in ("qwen3", "llama"):
@@ -263,6 +283,7 @@ def main():
         peers(name, model, ids)
         press(name, model, ids, stats)
     refusals(model)
+    docs()
     bench()
     if FAILS:
         print("%d failures" % len(FAILS))
