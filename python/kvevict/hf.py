@@ -276,8 +276,9 @@ class KvevictCache(Cache):
             self.state.append([0], [q], scores=scores)
             after = self.state.seq(0)
             self._moved = after.round != before.round or after.n_valid != before.n_valid + q
-            table = self.state.row_table(0)[:, :, :after.n_valid]
-            self._table = torch.from_numpy(np.array(table, dtype=np.int64))
+            if self._moved:  # else the new tokens took the next slots: the layers append
+                table = self.state.row_table(0)[:, :, :after.n_valid]
+                self._table = torch.from_numpy(np.array(table, dtype=np.int64))
         self.n_tokens += q
         self.evict_seconds += time.perf_counter() - t0
 
