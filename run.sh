@@ -41,9 +41,11 @@ hf_python() {
     if [ ! -f "$venv/.complete" ]; then
         echo "run.sh: installing the hf tests' packages into $venv (once, about 2 minutes)" >&2
         rm -rf "$venv"
-        /usr/bin/python3 -m venv "$venv"
-        "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off -r "$req" >&2
-        touch "$venv/.complete"
+        # (a command substitution runs without set -e: each step checked)
+        /usr/bin/python3 -m venv "$venv" >&2 || return 1
+        "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off -r "$req" >&2 ||
+            { echo "run.sh: pip install -r $req failed" >&2; return 1; }
+        touch "$venv/.complete" || return 1
     fi
     echo "$venv/bin/python"
 }
@@ -88,7 +90,7 @@ demo)
     ;;
 test)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
-    hf=$(hf_python)
+    hf=$(hf_python) || exit 1
     build default -DKVE_HF_PYTHON="$hf"
     ctest --preset default "$@"
     ;;
