@@ -337,8 +337,8 @@ class KvevictCache(Cache):
     # ---- reading it back ------------------------------------------------------------------------
     def kv_bytes(self) -> int:
         """Bytes the layers' keys and values hold now."""
-        return sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
-                   for l in self.layers if l.is_initialized)
+        return sum(x.numel() * x.element_size() for l in self.layers if l.is_initialized
+                   for x in (l.keys, l.values))
 
     def held(self) -> int:
         """Entries a head holds now (the same in every head and layer)."""
