@@ -251,6 +251,18 @@ def bench():
             check(f.read().count("<svg") == 2, "hf_bench's figure lacks its charts")
 
 
+def attention_impls(ids):
+    """With eviction, eager attention (which builds the mask from get_mask_sizes) and SDPA
+    (which skips it for one query) decode the same tokens."""
+    outs = []
+    for impl in ("eager", "sdpa"):
+        model = tiny("qwen3")
+        model.config._attn_implementation = impl
+        outs.append(gen(model, ids, KvevictCache(model.config, budget=B, window=W,
+                                                 interval=R)).sequences)
+    check(torch.equal(*outs), "eager and sdpa attention decode different tokens with eviction")
+
+
 def docs():
     """docs/INTEGRATION.md's three-line uses, run as written on a tiny model."""
     import re
@@ -283,6 +295,7 @@ def main():
         peers(name, model, ids)
         press(name, model, ids, stats)
     refusals(model)
+    attention_impls(ids)
     docs()
     bench()
     if FAILS:
