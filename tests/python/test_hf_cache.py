@@ -249,6 +249,15 @@ def bench():
         check("100%" in err.getvalue(), "hf_bench drew no progress bar")
         with open(page) as f:
             check(f.read().count("<svg") == 2, "hf_bench's figure lacks its charts")
+        tiny("llama").save_pretrained(os.path.join(tmp, "m"))  # --model DIR: a local checkpoint
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = hf_bench.main(["--model", os.path.join(tmp, "m"), "--arms", "none,random,knorm",
+                                "--prompt", "16", "--budget", "8", "--window", "2", "--interval",
+                                "4", "--warmup", "0", "--steps", "4", "--results"])
+        check(rc == 0 and "RESULT hf_knorm_tok_s " in out.getvalue()
+              and "2 layers, 4 q / 2 KV heads" in out.getvalue(),
+              "hf_bench --model: rc %r\n%s" % (rc, out.getvalue()))
 
 
 def attention_impls(ids):
