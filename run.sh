@@ -11,8 +11,8 @@ cd "$(dirname "$0")"
 build_packages=(build-essential cmake pkg-config libxxhash-dev check)
 # Tests also need the Python oracle and peers, and the HIP toolchain to
 # build the AMD backend (the CUDA toolkit, if any, lives in /usr/local/cuda).
-test_packages=(python3 python3-numpy python3-torch python3-xxhash hipcc libamdhip64-dev rocm-device-libs
-               dieharder)
+test_packages=(python3 python3-numpy python3-torch python3-xxhash python3-venv hipcc libamdhip64-dev
+               rocm-device-libs dieharder)
 # The fuzz and tsan jobs build with clang, its sanitizer runtimes and OpenMP.
 clang_packages=(clang libclang-rt-14-dev libomp-dev)
 
@@ -29,11 +29,32 @@ install_missing() {
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# The tests labelled hf (transformers, kvpress, a torch >= 2.5) run with the
+# python of a virtual environment filled from python/requirements-hf.txt:
+# ~/.cache/kvevict/venv-<hash of that file>, made once per machine (about 2
+# minutes and 5 GB, torch's CUDA wheels included); KVE_HF_VENV=DIR puts it
+# elsewhere. Debian's python3 runs every other Python test, as before.
+hf_python() {
+    local req=python/requirements-hf.txt hash venv
+    hash=$(sha256sum "$req" | cut -c1-12)
+    venv=${KVE_HF_VENV:-$HOME/.cache/kvevict/venv-$hash}
+    if [ ! -f "$venv/.complete" ]; then
+        echo "run.sh: installing the hf tests' packages into $venv (once, about 2 minutes)" >&2
+        rm -rf "$venv"
+        # (a command substitution runs without set -e: each step checked)
+        /usr/bin/python3 -m venv "$venv" >&2 || return 1
+        "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off -r "$req" >&2 ||
+            { echo "run.sh: pip install -r $req failed" >&2; return 1; }
+        touch "$venv/.complete" || return 1
+    fi
+    echo "$venv/bin/python"
+}
+
 build() {
-    local preset=$1 gpu=()
+    local preset=$1 gpu=() extra=("${@:2}")
     # KVE_CUDA / KVE_HIP (AUTO, ON, OFF) choose the GPU backends of the default build.
     [ "$preset" = default ] && gpu=(-DKVE_CUDA="${KVE_CUDA:-AUTO}" -DKVE_HIP="${KVE_HIP:-AUTO}")
-    cmake --preset "$preset" "${gpu[@]}" >/dev/null
+    cmake --preset "$preset" "${gpu[@]}" "${extra[@]}" >/dev/null
     cmake --build --preset "$preset"
 }
 
@@ -69,7 +90,8 @@ demo)
     ;;
 test)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
-    build default
+    hf=$(hf_python) || exit 1
+    build default -DKVE_HF_PYTHON="$hf"
     ctest --preset default "$@"
     ;;
 sanitize)

@@ -432,6 +432,13 @@ for v in "${vendors[@]}"; do
         collect "$v" <"$out/serve.txt"
         grep -v '^RESULT' "$out/serve.txt" 2>/dev/null | tee -a "$log"
     fi
+    # issue 48: the arms inside transformers (KvevictCache; kvpress's presses where installed)
+    if [ "$v" = cuda ] && [ -n "$python" ] && "$python" -c 'import transformers' 2>/dev/null; then
+        step hf_bench 150 --out "$out/hf_bench.txt" env PYTHONPATH="$root/python" \
+            KVEVICT_LIBRARY="$build/libkvevict.so" "$python" -m kvevict.examples.hf_bench \
+            --results --html "$out/hf_bench.html" && collect "$v" <"$out/hf_bench.txt"
+        grep -v '^RESULT' "$out/hf_bench.txt" 2>/dev/null | tee -a "$log"
+    fi
 done
 
 # ---- the table -------------------------------------------------------------------------------

@@ -153,6 +153,33 @@ def budgets(model):
     sb.print_table(res, "tiny")
 
 
+def interleaving(model):
+    """run_arms: every arm built first, a common warm-up round robin, then
+    blocks of --block timed steps round robin; each arm's spread reported."""
+    a = sb.parse_args(["--preset", "tiny", "--steps", "5", "--warmup", "2", "--block", "2"])
+    order = []
+    step = sb.ArmRun.step
+
+    def spy(self, timed):
+        order.append((self.arm, timed))
+        return step(self, timed)
+
+    sb.ArmRun.step = spy
+    try:
+        res = sb.run_arms(model, ["full", "random", "knorm"], a, log=lambda m: None)
+    finally:
+        sb.ArmRun.step = step
+    arms = ["full", "random", "knorm"]
+    want = [(x, False) for _ in range(2) for x in arms] + \
+        [(x, True) for n in (2, 2, 1) for x in arms for _ in range(n)]
+    check(order == want, "run_arms' step order %s, expected %s" % (order, want))
+    for arm in arms:
+        r = res[arm]
+        check(r["timed_steps"] == 5 and len(r["block_tokens_per_s"]) == 3
+              and r["tokens_per_s_min"] <= r["tokens_per_s_max"] and r["spread"] >= 0,
+              "%s: blocks %s, spread %s" % (arm, r["block_tokens_per_s"], r["spread"]))
+
+
 def expect_error(fn, kind, *words):
     try:
         fn()
@@ -222,6 +249,7 @@ def outputs():
             page = f.read()
         check(page.count("<svg") == 3 and "paper's Table 4" in page, "HTML lacks its figures")
         text = out.getvalue()
+        check("spread" in text, "the table has no spread column:\n" + text)
         check("RESULT serve_random_tok_s " in text and "RESULT serve_random_over_full " in text,
               "no RESULT lines:\n" + text)
 
@@ -232,6 +260,7 @@ def main():
     no_eviction(model)
     keepsets(model)
     budgets(model)
+    interleaving(model)
     bad_arguments(model)
     outputs()
     print("%d failures" % len(failures))

@@ -20,7 +20,11 @@ Steady state, so that a GPU run takes minutes: the batch is filled with
 sequences spread over their generation (their state built by appends,
 their K/V pages noise), then --steps decode steps are timed after
 --warmup; finished sequences retire and queued ones are admitted with
-chunked prefill meanwhile. Per arm: output tokens/s, step latency p50 /
+chunked prefill meanwhile. The arms interleave: every arm is built and
+filled, warms up round robin, then runs its timed steps in blocks of
+--block, round robin over the arms (one after another only where their
+KV memory does not fit at once), and the spread of its blocks' tokens/s
+is reported. Per arm: output tokens/s, step latency p50 /
 p95 / max, peak KV bytes, sequences in flight, the share of step time in
 eviction (scoring and state appends) and in cache writes. --json and
 --html write the figures and a self-contained figure (tokens/s per arm,
@@ -92,59 +96,126 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def run_arm(model, arm, a, stats=None, log=print):
-    """One arm in steady state; returns its figures (see the module's docstring)."""
-    eng = Engine(model, arm, kv_bytes=a.kv_bytes, prompt_len=a.prompt, max_new=a.max_new,
-                 budget=a.budget, window=a.window, interval=a.interval, page_size=a.page_size,
-                 max_seqs=a.max_seqs, chunk=a.chunk, seed=a.seed, attn=a.attn, stats=stats,
-                 check=a.check)
-    rng = np.random.default_rng(a.seed)
-    vocab = model.cfg.vocab
-    rid = [0]
+class ArmRun:
+    """One arm's engine in steady state (built and filled here), stepped by
+    run_arms: step() runs one decode step, timed or not."""
 
-    def new_req():
-        rid[0] += 1
-        return Request(rid[0], rng.integers(0, vocab, a.prompt).tolist(), a.max_new)
+    def __init__(self, model, arm, a, stats=None):
+        self.arm, self.a = arm, a
+        eng = self.eng = Engine(model, arm, kv_bytes=a.kv_bytes, prompt_len=a.prompt,
+                                max_new=a.max_new, budget=a.budget, window=a.window,
+                                interval=a.interval, page_size=a.page_size,
+                                max_seqs=a.max_seqs, chunk=a.chunk, seed=a.seed, attn=a.attn,
+                                stats=stats, check=a.check)
+        self.rng = np.random.default_rng(a.seed)
+        self.vocab, self.rid = model.cfg.vocab, 0
+        t0 = time.perf_counter()
+        fill = [self.new_req() for _ in range(a.max_seqs)]
+        self.filled = eng.fill(fill, spread(a.max_seqs, a.max_new, a.seed))
+        for _ in range(a.max_seqs):
+            eng.submit(self.new_req())  # waiting for rows and pages
+        _sync(eng.device)
+        self.fill_s = time.perf_counter() - t0
+        self.steps, self.series, self.blocks = [], [], []
 
-    t0 = time.perf_counter()
-    fill = [new_req() for _ in range(a.max_seqs)]
-    n_in = eng.fill(fill, spread(a.max_seqs, a.max_new, a.seed))
-    for _ in range(a.max_seqs):
-        eng.submit(new_req())  # waiting for rows and pages
-    _sync(eng.device)
-    fill_s = time.perf_counter() - t0
-    steps, series = [], []
-    with torch.no_grad():
-        for i in range(a.warmup + a.steps):
+    def new_req(self):
+        self.rid += 1
+        return Request(self.rid, self.rng.integers(0, self.vocab, self.a.prompt).tolist(),
+                       self.a.max_new)
+
+    def step(self, timed):
+        eng = self.eng
+        with torch.no_grad():
             _sync(eng.device)
             t1 = time.perf_counter()
             made = eng.step()
             _sync(eng.device)
             dt = time.perf_counter() - t1
-            regions = eng.timer.collect()
-            series.append((len(eng.rows), eng.pages_used * eng.page_bytes))
-            while len(eng.queue) < a.max_seqs:
-                eng.submit(new_req())
-            if i >= a.warmup:
-                steps.append((dt, made, regions.get("evict", 0.0), regions.get("write", 0.0),
-                              len(eng.rows)))
-    wall = sum(s[0] for s in steps)
-    lat = np.array([s[0] for s in steps]) * 1e3
-    res = dict(
-        arm=arm, attention=eng.attn_kind, capacity=eng.cap, budget=eng.budget,
-        pinned=eng.pinned, kv_bytes=eng.kv_bytes, page_bytes=eng.page_bytes,
-        tokens_per_s=sum(s[1] for s in steps) / wall if wall else 0.0,
-        step_ms_p50=float(np.percentile(lat, 50)), step_ms_p95=float(np.percentile(lat, 95)),
-        step_ms_max=float(lat.max()), peak_kv_bytes=eng.peak_pages * eng.page_bytes,
-        seqs_mean=float(np.mean([s[4] for s in steps])),
-        seqs_min=int(min(s[4] for s in steps)), seqs_max=int(max(s[4] for s in steps)),
-        filled=n_in, evict_share=sum(s[2] for s in steps) / wall if wall else 0.0,
-        write_share=sum(s[3] for s in steps) / wall if wall else 0.0,
-        preempted=eng.preempted, finished=len(eng.finished), timed_steps=len(steps),
-        fill_s=fill_s, kv_series=[s[1] for s in series], batch_series=[s[0] for s in series])
-    log("  %-13s %8.1f tok/s  batch %5.1f  (%s attention, filled in %.1f s)"
-        % (arm, res["tokens_per_s"], res["seqs_mean"], eng.attn_kind, fill_s))
-    return res
+        regions = eng.timer.collect()
+        self.series.append((len(eng.rows), eng.pages_used * eng.page_bytes))
+        while len(eng.queue) < self.a.max_seqs:
+            eng.submit(self.new_req())
+        if timed:
+            self.steps.append((dt, made, regions.get("evict", 0.0), regions.get("write", 0.0),
+                               len(eng.rows)))
+        return dt, made
+
+    def block(self, n):
+        """n timed steps; their tokens/s is one block's."""
+        got = [self.step(True) for _ in range(n)]
+        wall = sum(g[0] for g in got)
+        self.blocks.append(sum(g[1] for g in got) / wall if wall else 0.0)
+
+    def result(self):
+        eng, steps = self.eng, self.steps
+        wall = sum(s[0] for s in steps)
+        lat = np.array([s[0] for s in steps]) * 1e3
+        b = np.array(self.blocks or [0.0])
+        return dict(
+            arm=self.arm, attention=eng.attn_kind, capacity=eng.cap, budget=eng.budget,
+            pinned=eng.pinned, kv_bytes=eng.kv_bytes, page_bytes=eng.page_bytes,
+            tokens_per_s=sum(s[1] for s in steps) / wall if wall else 0.0,
+            block_tokens_per_s=[float(x) for x in b], tokens_per_s_min=float(b.min()),
+            tokens_per_s_max=float(b.max()),
+            spread=float((b.max() - b.min()) / np.median(b)) if np.median(b) > 0 else 0.0,
+            step_ms_p50=float(np.percentile(lat, 50)), step_ms_p95=float(np.percentile(lat, 95)),
+            step_ms_max=float(lat.max()), peak_kv_bytes=eng.peak_pages * eng.page_bytes,
+            seqs_mean=float(np.mean([s[4] for s in steps])),
+            seqs_min=int(min(s[4] for s in steps)), seqs_max=int(max(s[4] for s in steps)),
+            filled=self.filled, evict_share=sum(s[2] for s in steps) / wall if wall else 0.0,
+            write_share=sum(s[3] for s in steps) / wall if wall else 0.0,
+            preempted=eng.preempted, finished=len(eng.finished), timed_steps=len(steps),
+            fill_s=self.fill_s, kv_series=[s[1] for s in self.series],
+            batch_series=[s[0] for s in self.series])
+
+
+def interleave_fits(model, a, n_arms):
+    """Whether every arm's KV memory fits at once (the arms interleave)."""
+    if a.device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(a.device)
+    return n_arms * a.kv_bytes <= 0.8 * free
+
+
+def run_arms(model, arms, a, stats=None, log=print):
+    """The arms' figures, fairly: all arms built and filled, a common
+    warm-up (--warmup steps each, round robin), then --steps timed steps
+    each in blocks of --block steps, round robin over the arms, so a noisy
+    stretch or the order hits every arm alike; each arm's spread is
+    (max - min) / median of its blocks' tokens/s. Where the arms' KV
+    memory does not fit at once (a GPU preset), they run one after another,
+    still in blocks."""
+    blocks = [a.block] * (a.steps // a.block) + ([a.steps % a.block] if a.steps % a.block else [])
+    together = interleave_fits(model, a, len(arms))
+    res = {}
+    groups = [arms] if together else [[arm] for arm in arms]
+    if not together:
+        log("  (the arms' KV memory does not fit at once: they run one after another)")
+    for group in groups:
+        runs = [ArmRun(model, arm, a, stats) for arm in group]
+        for _ in range(a.warmup):
+            for r in runs:
+                r.step(False)
+        for n in blocks:
+            for r in runs:
+                r.block(n)
+        for r in runs:
+            res[r.arm] = r.result()
+            x = res[r.arm]
+            log("  %-13s %8.1f tok/s (blocks %.1f..%.1f, spread %.0f%%)  batch %5.1f  "
+                "(%s attention, filled in %.1f s)"
+                % (r.arm, x["tokens_per_s"], x["tokens_per_s_min"], x["tokens_per_s_max"],
+                   100 * x["spread"], x["seqs_mean"], x["attention"], r.fill_s))
+        del runs
+        gc.collect()  # the arms' caches (an engine and its flex kernel refer to each other)
+        if a.device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {arm: res[arm] for arm in arms}
+
+
+def run_arm(model, arm, a, stats=None, log=print):
+    """One arm alone (run_arms of one arm)."""
+    return run_arms(model, [arm], a, stats, log)[arm]
 
 
 def goals(res):
@@ -164,12 +235,13 @@ def goals(res):
 
 def print_table(res, preset):
     paper = PAPER_TABLE4.get(preset, {})
-    print("%-13s %10s %8s %8s %8s %12s %7s %8s %8s %9s  %s" % (
-        "arm", "tok/s", "p50 ms", "p95 ms", "max ms", "peak KV MiB", "seqs", "evict %",
+    print("%-13s %10s %8s %8s %8s %8s %12s %7s %8s %8s %9s  %s" % (
+        "arm", "tok/s", "spread", "p50 ms", "p95 ms", "max ms", "peak KV MiB", "seqs", "evict %",
         "write %", "preempted", "paper's Table 4 (vLLM, H200)"))
     for name, r in res.items():
-        print("%-13s %10.1f %8.2f %8.2f %8.2f %12.1f %7.1f %8.2f %8.2f %9d  %s" % (
-            name, r["tokens_per_s"], r["step_ms_p50"], r["step_ms_p95"], r["step_ms_max"],
+        print("%-13s %10.1f %7.0f%% %8.2f %8.2f %8.2f %12.1f %7.1f %8.2f %8.2f %9d  %s" % (
+            name, r["tokens_per_s"], 100 * r["spread"], r["step_ms_p50"], r["step_ms_p95"],
+            r["step_ms_max"],
             r["peak_kv_bytes"] / 2**20, r["seqs_mean"], 100 * r["evict_share"],
             100 * r["write_share"], r["preempted"], paper.get(name, "-")))
     for name, x, ok in goals(res):
@@ -314,6 +386,8 @@ def parse_args(argv=None):
     for k in ("prompt", "max_new", "budget", "window", "interval", "page_size", "max_seqs",
               "chunk", "warmup", "steps"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
+    ap.add_argument("--block", type=int, default=4,
+                    help="timed steps an arm runs before the next arm's turn (round robin)")
     ap.add_argument("--seed", type=int, default=2609)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--check", action="store_true", help="check the engine's invariants every step")
@@ -335,7 +409,8 @@ def parse_args(argv=None):
         ap.error("--arms %r: %s; expected some of %s" % (a.arms, "unknown %s" % ", ".join(bad)
                                                         if bad else "none given", ", ".join(ARMS)))
     a.arms = arms
-    for k in ("prompt", "max_new", "budget", "interval", "page_size", "max_seqs", "chunk", "steps"):
+    for k in ("prompt", "max_new", "budget", "interval", "page_size", "max_seqs", "chunk", "steps",
+              "block"):
         if getattr(a, k) < 1:
             ap.error("--%s %d: expected a positive integer" % (k.replace("_", "-"), getattr(a, k)))
     if a.warmup < 0 or a.window < 0:
@@ -376,17 +451,15 @@ def main(argv=None):
     print("serve_bench " + describe)
     stats = calibrate(model) if "triattention" in a.arms else None
     res, acc = {}, {}
-    for arm in a.arms:
-        if a.prompts:
-            from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(a.model)
+    if a.prompts:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(a.model)
+        for arm in a.arms:
             acc[arm] = run_prompts(model, tok, read_prompts(a.prompts), arm, a, stats)
             print(arm, json.dumps(acc[arm]["buckets"]))
-        else:
-            res[arm] = run_arm(model, arm, a, stats)
-        gc.collect()  # the arm's cache (an engine and its flex kernel refer to each other)
-        if a.device.type == "cuda":
-            torch.cuda.empty_cache()
+            gc.collect()
+    else:
+        res = run_arms(model, a.arms, a, stats)
     if res:
         print_table(res, a.preset)
         if a.results:

@@ -96,9 +96,10 @@ class Timer:
         return out
 
 
-def flex_available(device):
-    """Flex attention with block masks and GQA: CUDA and PyTorch >= 2.5."""
-    if device.type != "cuda":
+def flex_available(device, cpu=False):
+    """Flex attention with block masks and GQA: CUDA (or, cpu=True, the CPU's
+    eager implementation, for checks) and PyTorch >= 2.5."""
+    if device.type != "cuda" and not (cpu and device.type == "cpu"):
         return False
     try:
         major, minor = (int(x) for x in torch.__version__.split(".")[:2])
@@ -123,16 +124,22 @@ class FlexDecode:
         e = self.e = engine
         self.BlockMask = BlockMask
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        self.flex = torch.compile(flex_attention, dynamic=False)
+        # compiled on a GPU; on the CPU (attn='flex' asked for, the CI's
+        # check of this path) flex attention's eager implementation
+        self.flex = (torch.compile(flex_attention, dynamic=False) if e.device.type == "cuda"
+                     else flex_attention)
         dev, n = e.device, e.max_seqs
         self.q = torch.zeros(n, e.cfg.q_heads, 1, e.cfg.head_dim, device=dev, dtype=e.dtype)
         self.n_valid = torch.zeros(n, dtype=torch.int32, device=dev)
         self.page_logical = e.page_logical_dev
         ps = e.page_size
-        nv, pl = self.n_valid, self.page_logical
+        nv, pl, po = self.n_valid, self.page_logical, e.page_owner_dev
 
+        # exact by itself (the page is the row's, the slot below its
+        # n_valid): the eager implementation (the CPU's) reads no block mask
         def mask_mod(b, h, q_idx, kv_idx):
-            return pl[kv_idx // ps] * ps + kv_idx % ps < nv[b]
+            page = kv_idx // ps
+            return (po[page] == b) & (pl[page] * ps + kv_idx % ps < nv[b])
 
         self.mask_mod = mask_mod
 
@@ -144,7 +151,13 @@ class FlexDecode:
         self.n_valid.copy_(nv)
         blocks = (self.n_valid + e.page_size - 1) // e.page_size
         kw = dict(BLOCK_SIZE=(128, e.page_size), mask_mod=self.mask_mod)
-        args = (blocks[:, None, None].contiguous(), e.block_table[:, None, None, :].contiguous())
+        # KV block indices one column per physical page (the unused ones
+        # past each row's count): torch 2.5 / 2.6 size the block mask's KV
+        # dimension by the columns, and the pages index up to n_pages
+        bt = e.block_table
+        if bt.shape[1] < e.n_pages:
+            bt = torch.nn.functional.pad(bt, (0, e.n_pages - bt.shape[1]))
+        args = (blocks[:, None, None].contiguous(), bt[:, None, None, :].contiguous())
         lengths = (1, e.n_pages * e.page_size)  # Q: one token; KV: the whole physical cache
         try:
             self.block_mask = self.BlockMask.from_kv_blocks(*args, seq_lengths=lengths, **kw)
@@ -226,6 +239,8 @@ class Engine:
         self.block_table = torch.zeros_like(torch.from_numpy(self.block_host), device=self.device)
         self.page_logical = np.zeros(self.n_pages, dtype=np.int32)
         self.page_logical_dev = torch.zeros(self.n_pages, dtype=torch.int32, device=self.device)
+        self.page_owner = np.full(self.n_pages, -1, dtype=np.int32)  # the row holding a page
+        self.page_owner_dev = torch.full((self.n_pages,), -1, dtype=torch.int32, device=self.device)
         self.tables_dirty = False
         self.free_pages = list(range(self.n_pages - 1, -1, -1))
         self.rows = {}        # state row -> Row
@@ -236,8 +251,9 @@ class Engine:
         self.peak_pages = 0
         self.timer = Timer(self.device)
         use_flex = attn == "flex" or (attn == "auto" and flex_available(self.device))
-        if attn == "flex" and not flex_available(self.device):
-            raise ValueError("attn = 'flex': needs CUDA and PyTorch >= 2.5 (here %s, torch %s)"
+        if attn == "flex" and not flex_available(self.device, cpu=True):
+            raise ValueError("attn = 'flex': needs CUDA or the CPU, and PyTorch >= 2.5 "
+                             "(here %s, torch %s)"
                              % (self.device, torch.__version__))
         self.attn_kind = "flex" if use_flex else "gather"
         self.flex = FlexDecode(self) if use_flex else None
@@ -256,6 +272,7 @@ class Engine:
             p = self.free_pages.pop()
             self.block_host[r, len(row.pages)] = p
             self.page_logical[p] = len(row.pages)
+            self.page_owner[p] = r
             row.pages.append(p)
             self.tables_dirty = True
         self.peak_pages = max(self.peak_pages, self.pages_used)
@@ -265,6 +282,7 @@ class Engine:
         row = self.rows.pop(r)
         self.state.retire(r)
         self.free_pages.extend(reversed(row.pages))
+        self.page_owner[row.pages] = -1
         self.block_host[r, :] = 0
         self.free_rows.append(r)
         self.tables_dirty = True
@@ -274,6 +292,7 @@ class Engine:
         if self.tables_dirty:
             self.block_table.copy_(torch.from_numpy(self.block_host))
             self.page_logical_dev.copy_(torch.from_numpy(self.page_logical))
+            self.page_owner_dev.copy_(torch.from_numpy(self.page_owner))
             self.tables_dirty = False
 
     # ---- scheduling ---------------------------------------------------------------------------
