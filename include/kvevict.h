@@ -604,7 +604,10 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * out->max_tokens) run on the device: a refused call changes nothing, maps
  * its tokens to -1, empties its move lists, and kve_context_synchronize
  * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
- * CPU backend the call returns that error itself.
+ * CPU backend the call writes the same outputs and returns that error
+ * itself. Every entry of the shape (n_rows x max_new, up to
+ * out->max_tokens) that carries no token maps to -1. On the CPU the work
+ * follows the tokens; on a GPU the launches follow max_new.
  * A KVE_SCORED state's planned append reads out->scores as kve_state_append
  * does, written by kve_state_score_device from the same rows and n_new
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
@@ -648,12 +651,14 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
  * @param max_draft the most drafts a row may bring (the captured shape), <=
  *        desc.max_draft.
  * @param out mapping (optional) and move lists (optional; emptied, no
- *        moves); scores are not read.
+ *        moves); scores are not read. As in kve_state_append_device, every
+ *        entry of the shape (n_rows x max_draft, up to out->max_tokens)
+ *        that carries no draft maps to -1.
  * Checks that need the data (rows, activity, repeats, n_draft[i] <=
  * max_draft, out->max_tokens) run on the device as in
  * kve_state_append_device: a refused call maps its tokens to -1, empties
  * its move lists and is reported by kve_context_synchronize; on the CPU
- * backend the call returns that error itself.
+ * backend the call writes the same outputs and returns that error itself.
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft past
  *         desc.max_draft, out->max_rows); KVE_ERR_INVALID when the state
  *         was created with max_draft = 0.
@@ -918,7 +923,9 @@ typedef struct kve_cache_write_desc {
      *  lists of no pair, every count 0 */
     uint32_t max_moves;
     size_t moves_stride_row, moves_stride_head; /**< in lists */
-    const int32_t *move_row; /**< [n_move_rows] or NULL; not read with KVE_PAGES_FLAT */
+    /** [n_move_rows] or NULL; not read with KVE_PAGES_FLAT. A move row whose
+     *  lists are all empty (a planned call's padding row) is not checked. */
+    const int32_t *move_row;
     kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
     /** Optional (NULL = none), int64, shaped and strided as slots: when set,
      *  entry (token t, head h) is copied, in every cache, from slot
@@ -943,7 +950,8 @@ typedef struct kve_cache_write_desc {
  * stepping past the entries inside it, so interleaved strides are refused
  * with KVE_ERR_ALIAS even where no entries meet; sizes the strides give
  * past SIZE_MAX bytes: KVE_ERR_OVERFLOW) and, on backends with host memory,
- * every token_row, slot, page id, move row, move count and moved slot, and
+ * every token_row, slot, page id, move row (of lists not empty), move
+ * count and moved slot, and
  * with KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so
  * indices is read only within its indptr[n_rows] entries). All of it is
  * checked even when nothing is written (no tokens or only padding, no
