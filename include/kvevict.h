@@ -466,6 +466,11 @@ typedef struct kve_state_desc {
      *  lives at slot capacity + i (in every head), outside the slot tables,
      *  which never hold drafts. max_slots + D <= 2^31-1. */
     uint32_t max_draft;
+    /** The largest query-head group (TriAttention's tri.group; 1 for the
+     *  other scorers) kve_state_score_device will score with; its scratch
+     *  is sized from it at creation, so no call allocates. 0 = 1 for a
+     *  KVE_SCORED state, else none (every call refused). */
+    uint32_t score_group;
 } kve_state_desc;
 
 /** Opaque cache state: one per thread, like its context. */
@@ -474,8 +479,10 @@ typedef struct kve_state kve_state;
 /**
  * Backend memory a state with @p desc needs on @p ctx: its pool of slot
  * tables and of freed-slot lists (2 x tables x pool_slots int32, tables =
- * table_layers x table_heads), one kve_seq per row and the eviction
- * workspace.
+ * table_layers x table_heads), one kve_seq per row, the eviction
+ * workspace and, on a GPU, kve_state_score_device's scratch (max_seqs x
+ * table_heads x query heads a table (score_group x heads_per_table) x
+ * max_slots floats).
  */
 KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
                                          size_t *out_bytes);
@@ -1142,11 +1149,10 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * the call. A row listed twice is scored for both call rows (the append
  * refuses that call too). Call row i's keys are row i of desc.keys' page
  * table (desc.cache_rows must be NULL).
- * The first call takes the state's scoring scratch (backend memory for
- * max_seqs rows x tables a layer x query heads a table x max_slots floats;
- * freed with the state), and a later call with more query heads a table
- * (TriAttention's group x heads_per_table) takes a larger one: warm up with
- * the largest before capturing. The scratch, like the state's other
+ * Its scratch is part of the state's memory, sized by desc.score_group: a
+ * call with a larger group (TriAttention's tri.group) is refused
+ * (KVE_ERR_RANGE naming desc.score_group); nothing is allocated or freed
+ * after creation. The scratch, like the state's other
  * buffers, is used in the order of the context's stream: keep a state's
  * calls on one stream. On the CPU backend the rows are read where they lie
  * and scored as kve_state_score scores them.
@@ -1154,10 +1160,10 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
- *         desc.keys.n_heads or n_rows past the page table's, strides);
+ *         desc.keys.n_heads or n_rows past the page table's, strides,
+ *         desc.tri.group past the state's desc.score_group);
  *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
  *         (scores_stride_table x tables, the call's scores in bytes);
- *         KVE_ERR_NOMEM or KVE_ERR_DEVICE when the scratch cannot be taken;
  *         KVE_ERR_UNAVAILABLE when the backend lacks it.
  */
 KVE_API kve_status kve_state_score_device(kve_state *state, uint32_t n_rows,

@@ -60,7 +60,8 @@ static void kg_rig_init(kve_rig *g, kve_context *ctx)
 {
     memset(g, 0, sizeof *g);
     g->ctx = ctx;
-    kve_state_desc d = {{2609, 0, 8, 2, KG_R}, KG_ROWS, KG_LAYERS, KG_HEADS, 0, 0, KG_CAP, 0, 0};
+    kve_state_desc d = {{2609, 0, 8, 2, KG_R}, KG_ROWS, KG_LAYERS, KG_HEADS, 0, 0, KG_CAP, 0, 0,
+                        0};
     ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &g->st), KVE_OK);
     g->rows = (uint32_t *)kt_alloc(ctx, KG_ROWS * 4);
     g->n_new = (uint32_t *)kt_alloc(ctx, KG_ROWS * 4);

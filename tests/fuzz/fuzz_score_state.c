@@ -56,6 +56,7 @@ static kve_state_desc fz_state_create(fz_bytes *in, kve_context *ctx, fz_scored_
     sd.n_heads = 1 + fz_below(in, 2);
     uint32_t pw = 5 + sd.schedule.window; /* prompts of at most 5 tokens */
     sd.max_slots = (sd.schedule.budget > pw ? sd.schedule.budget : pw) + sd.schedule.interval;
+    sd.score_group = 2; /* TriAttention's group below is 1 or 2 */
     kve_status st = kve_state_create(ctx, &sd, NULL, 0, &s->st);
     FZ_CHECK(st == KVE_OK, "kve_state_create of a valid scored state: %s", kve_status_string(st));
     FZ_CHECK(kve_state_get_layout(s->st, &s->lay) == KVE_OK, "kve_state_get_layout");
