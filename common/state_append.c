@@ -136,13 +136,11 @@ static kve_status kve_state_wave(kve_state *s, const kve_state_call *c, uint32_t
         KVE_TRY(kve_state_launch(s, KVE_SET_MOVES_CLEAR * n_rows, n_rows, per_row, out));
     if (k == 0 && p.pad)
         KVE_TRY(kve_state_launch(s, KVE_SET_PAD * n_rows, n_rows, per_row, out));
-    if (refused != KVE_OK) { /* every job a no-op but the refused tokens' -1s (set FINAL) */
-        if (waves && p.final)
+    if (refused != KVE_OK || !waves) { /* no-ops but a refusal's -1s (set FINAL) */
+        if (p.final)
             KVE_TRY(kve_state_launch(s, KVE_SET_FINAL * n_rows, n_rows, per_row, out));
         return refused;
     }
-    if (!waves)
-        return KVE_OK;
     kve_state_evict e = {kve_state_batch(s, n_rows),
                          s->freed,
                          s->n_evicted,

@@ -366,9 +366,9 @@ KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
                                          last > first ? (uint32_t)(last - first) : 0, 0,
                                          first < 0xffffffffu ? (uint32_t)first : 0);
     }
-    if (!p->waves)
-        return;
-    int last = p->wave + 1 == p->waves;
+    /* waves = 0 (max_new 0, or on the CPU a call of padding): every row is
+     * padding or refused, and plans its FINAL (a refusal's -1s) below */
+    int last = p->wave + 1 >= p->waves;
     if (p->draft && n && !refused) { /* drafts: mapping entries only, nothing advances */
         const kve_state_row *r = &p->rows[row];
         j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);

@@ -217,8 +217,8 @@ static void check_refused_outputs(const model *m, const char *what, uint32_t n_r
     for (uint32_t tb = 0; map && tb < m->tables; tb++)
         for (uint64_t t = 0; t < end; t++) {
             int64_t got = map[((size_t)(tb / m->th) * max_tokens + t) * m->th + tb % m->th];
-            FZ_CHECK(got == -1, "%s refused: token %llu of table %u maps to %lld, not -1", what,
-                     (unsigned long long)t, tb, (long long)got);
+            FZ_CHECK(got == -1, "%s refused (%s): token %llu of table %u maps to %lld, not -1",
+                     what, kve_last_error(), (unsigned long long)t, tb, (long long)got);
         }
     for (uint32_t l = 0; n_moves && l < m->tl; l++)
         for (uint32_t i = 0; i < n_rows * m->th; i++)

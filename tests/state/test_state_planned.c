@@ -69,6 +69,8 @@ START_TEST(planned_refused_outputs)
         {{1, 1}, {1, 1}, 3, 0, 6, KVE_ERR_INVALID, "listed twice"},
         /* too many tokens in a call of two waves (max_new 4 > r = 4 - 1) */
         {{0, 1}, {1, 9}, 4, 0, 8, KVE_ERR_RANGE, "n_new[1] = 9) has n_new[i] > max_new"},
+        /* max_new 0: no wave, the refused token still -1 (found by fuzz_state) */
+        {{0, 1}, {1, 0}, 0, 0, 1, KVE_ERR_RANGE, "n_new[0] = 1) has n_new[i] > max_new"},
         /* past max_tokens */
         {{0, 1}, {4, 5}, 8, 0, 8, KVE_ERR_RANGE, "max_tokens"},
         /* drafts: an inactive row, a row twice, too many drafts */
