@@ -38,7 +38,7 @@ void bench_state_memory(void)
         pool += c;
         cmax = c > cmax ? c : cmax;
     }
-    kve_state_desc d = {sc, S_ROWS, S_LAYERS, S_HEADS, 0, 0, cmax, 0, 0};
+    kve_state_desc d = {sc, S_ROWS, S_LAYERS, S_HEADS, 0, 0, cmax, 0, 0, 0};
     size_t every_row, pooled;
     kve_status st = kve_state_memory_size(ctx, &d, &every_row);
     d.pool_slots = pool;

@@ -160,6 +160,7 @@ static void kve_bench_scored_step(kve_bench *b, uint32_t rows, int n)
     sd.n_layers = SC_LAYERS;
     sd.n_heads = SC_HEADS;
     sd.max_slots = KVE_SLOTS;
+    sd.score_group = SC_GROUP; /* TriAttention's group: the scorer's scratch sized at creation */
     kve_state *st = NULL;
     KVE_B_CHECK(kve_state_create(b->gpu, &sd, NULL, 0, &st));
     uint32_t *ids = (uint32_t *)malloc(rows * 12), *ones = ids + rows, *refill = ones + rows;

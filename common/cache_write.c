@@ -472,7 +472,16 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
      * of no pair, every count 0. */
     for (uint32_t i = 0; contents && i < d->n_move_rows; i++) {
         int32_t row = d->move_row ? d->move_row[i] : (int32_t)i;
-        KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT &&
+        uint32_t pairs = 0; /* a row whose lists are empty (a padding call row) moves nothing */
+        for (uint32_t h = 0; h < d->n_heads; h++) {
+            size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
+            uint32_t n = d->n_moves[list];
+            KVE_RETURN_ERROR_IF(n > d->max_moves, KVE_ERR_RANGE,
+                                "desc.n_moves[move row %u][head %u] = %u: exceeds max_moves = %u",
+                                i, h, n, d->max_moves);
+            pairs |= n;
+        }
+        KVE_RETURN_ERROR_IF(pairs && d->page_table != KVE_PAGES_FLAT &&
                                 (row < 0 || (uint32_t)row >= d->n_rows),
                             KVE_ERR_RANGE,
                             "desc.move_row[%u] = %d: must be 0..%u (n_rows - 1)", i, row,
@@ -480,9 +489,6 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
         for (uint32_t h = 0; h < d->n_heads; h++) {
             size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
             uint32_t n = d->n_moves[list];
-            KVE_RETURN_ERROR_IF(n > d->max_moves, KVE_ERR_RANGE,
-                                "desc.n_moves[move row %u][head %u] = %u: exceeds max_moves = %u",
-                                i, h, n, d->max_moves);
             const int32_t *pair = d->moves + 2 * list * d->max_moves;
             for (uint32_t k = 0; k < 2 * n; k++) {
                 const kve_slot_ref ref = {i, h, k / 2, 1, (int)(k & 1), 0};

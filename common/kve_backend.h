@@ -225,7 +225,8 @@ typedef enum kve_plan_refusal {
  * into a no-op and raises KVE_DEV_ERR_STATE_CALL) and fills each row's
  * work; every wave writes set k of call row i at jobs[k * n_rows + i]
  * (kve_state_job_set in kve_state_impl.h) and advances rows[]. waves = 0
- * plans only the move lists' clearing. The plan's launch and every launch
+ * plans the move lists' clearing, the padding and set FINAL (a refused
+ * call's -1s: every row is padding or refused then). The plan's launch and every launch
  * after it depend on n_rows, max_new and the tables alone, so a captured
  * step replays as an eager one runs.
  */

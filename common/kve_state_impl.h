@@ -20,6 +20,7 @@ enum kve_state_part {
     KVE_PART_WORKSPACE, /* the eviction's workspace */
     KVE_PART_DIGESTS,   /* running digests, one a row */
     KVE_PART_ROWS,      /* the planner's: rows, work, call rows, n_new, bases, marks, refusal */
+    KVE_PART_SCORE,     /* kve_state_score_device's scratch (backends without host memory) */
     KVE_STATE_PARTS
 };
 
@@ -58,11 +59,13 @@ struct kve_state {
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
-    /* kve_state_score_device's scratch (backend memory, taken by its first
-     * call that needs more): raw scores for max_seqs rows, then the
-     * counters (zeros between calls) */
+    /* kve_state_score_device's scratch (KVE_PART_SCORE of the state's
+     * memory, sized at creation for score_group; NULL on host memory):
+     * raw scores for max_seqs rows, then the counters (zeros between
+     * calls). score_group: desc.score_group, 0 resolved. */
     void *score_scratch;
-    size_t score_scratch_bytes, score_raw_bytes;
+    size_t score_raw_bytes;
+    uint32_t score_group;
 };
 
 /* The host mirror of the rows, read back from backend memory once appends

@@ -383,52 +383,6 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     return st;
 }
 
-/* The state's scoring scratch for calls of up to max_seqs rows of @p nq
- * query heads a table: raw scores, then the counters (zeroed once; the
- * kernel leaves them 0). Taken by the first call that needs more, which
- * must not be inside a graph capture. */
-static kve_status kve_state_score_scratch(kve_state *s, uint32_t nq)
-{
-    size_t raw = kve_score_raw_floats(s->d.max_seqs, s->table_heads, nq, s->d.max_slots);
-    size_t counters = (size_t)s->d.max_seqs * s->table_heads * sizeof(uint32_t), need;
-    KVE_RETURN_ERROR_IF(raw == SIZE_MAX || raw > (SIZE_MAX - counters) / sizeof(float) - 256,
-                        KVE_ERR_OVERFLOW,
-                        "kve_state_score_device: raw scores of %u rows x %u tables x %u query "
-                        "heads x %u slots overflow",
-                        s->d.max_seqs, s->table_heads, nq, s->d.max_slots);
-    raw = KVE_ALIGN_UP(raw * sizeof(float), 256);
-    need = raw + counters;
-    if (s->score_scratch && s->score_raw_bytes >= raw)
-        return KVE_OK;
-    if (s->score_scratch) {
-        KVE_TRY(kve_context_synchronize(s->ctx));
-        KVE_TRY(kve_free(s->ctx, s->score_scratch));
-        s->score_scratch = NULL;
-        s->score_scratch_bytes = s->score_raw_bytes = 0;
-    }
-    void *mem = NULL;
-    kve_status st = kve_alloc(s->ctx, need, &mem);
-    KVE_RETURN_ERROR_IF(st != KVE_OK, st,
-                        "kve_state_score_device: cannot take its scratch (%zu bytes of backend "
-                        "memory for %u query heads a table): %s. The first call with a scorer "
-                        "takes it; make that call before capturing a graph",
-                        need, nq, kve_last_error());
-    uint32_t *zeros = (uint32_t *)calloc(counters ? counters : 1, 1);
-    st = zeros ? kve_copy(s->ctx, (unsigned char *)mem + raw, zeros, counters,
-                          KVE_COPY_HOST_TO_BACKEND)
-               : kve_error_set(KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %zu bytes",
-                               counters);
-    free(zeros);
-    if (st != KVE_OK) {
-        (void)kve_free(s->ctx, mem);
-        return st;
-    }
-    s->score_scratch = mem;
-    s->score_scratch_bytes = need;
-    s->score_raw_bytes = raw;
-    return KVE_OK;
-}
-
 /* The CPU (host memory): the list read where it lies, scored as
  * kve_state_score scores it. */
 static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *d,
@@ -493,6 +447,13 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
     d.rows = NULL;
     kve_score_desc v;
     KVE_TRY(kve_score_validate(s->ctx, &d, &v)); /* scorer, keys, TriAttention inputs */
+    uint32_t group = v.scorer == KVE_SCORER_TRIATTENTION ? v.tri.group : 1;
+    KVE_RETURN_ERROR_IF(group > s->score_group, KVE_ERR_RANGE,
+                        "kve_state_score_device: %u query heads per KV head (%s), but the state "
+                        "was created with desc.score_group = %u: its scoring scratch is sized "
+                        "then, so no call allocates (create it with desc.score_group >= %u)",
+                        group, v.scorer == KVE_SCORER_TRIATTENTION ? "desc.tri.group" : "one",
+                        s->d.score_group, group);
     if (n_rows == 0)
         return KVE_OK;
     v.n_rows = n_rows;
@@ -508,9 +469,6 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
     KVE_RETURN_ERROR_IF(!s->ctx->ops->state_score, KVE_ERR_UNAVAILABLE,
                         "kve_state_score_device: the %s backend does not implement it",
                         s->ctx->ops->name);
-    uint32_t hpt = v.heads_per_table ? v.heads_per_table : 1;
-    uint32_t nq = hpt * (v.scorer == KVE_SCORER_TRIATTENTION ? v.tri.group : 1);
-    KVE_TRY(kve_state_score_scratch(s, nq));
     kve_state_score_call c = {v, l, s->d.max_slots, (float *)s->score_scratch,
                          (uint32_t *)((unsigned char *)s->score_scratch + s->score_raw_bytes)};
     return s->ctx->ops->state_score(s->ctx, &c);

@@ -43,6 +43,33 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
     return KVE_OK;
 }
 
+/* kve_state_score_device's scratch for desc.score_group (0: 1 for a
+ * KVE_SCORED state, else none): raw scores of max_seqs rows x table_heads
+ * x query heads a table x max_slots floats, then a counter per (row,
+ * table of a layer); none on host memory, where rows are scored in place. */
+static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d, kve_state *s,
+                                       size_t *bytes)
+{
+    s->score_group = d->score_group ? d->score_group : (d->schedule.flags & KVE_SCORED) != 0;
+    *bytes = 0;
+    if (!s->score_group || ctx->ops->host_memory)
+        return KVE_OK;
+    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq, n;
+    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq) ||
+                            __builtin_mul_overflow((uint64_t)d->max_seqs * s->table_heads, nq,
+                                                   &n) ||
+                            __builtin_mul_overflow(n, (uint64_t)d->max_slots * 4, &n) ||
+                            n > SIZE_MAX / 2,
+                        KVE_ERR_OVERFLOW,
+                        "desc.score_group = %u: the scorer's scratch (%u rows x %zu tables x "
+                        "%llu query heads x %u slots of floats) overflows",
+                        d->score_group, d->max_seqs, (size_t)s->table_heads,
+                        (unsigned long long)hpt * s->score_group, d->max_slots);
+    s->score_raw_bytes = KVE_ALIGN_UP((size_t)n, 256);
+    *bytes = s->score_raw_bytes + (size_t)d->max_seqs * s->table_heads * 4;
+    return KVE_OK;
+}
+
 /* Checks @p d and lays out the state's backend memory. */
 static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *d, kve_state *s)
 {
@@ -100,6 +127,7 @@ static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *
     sizes[KVE_PART_ROWS] = (size_t)d->max_seqs * (sizeof(kve_state_row) + sizeof(kve_state_work) +
                                                   4 * sizeof(uint32_t)) +
                            16; /* the call's tokens, the refusal; 16 keeps the sizes even */
+    KVE_TRY(kve_state_score_part(ctx, d, s, &sizes[KVE_PART_SCORE]));
     s->digest_weight = ((d->schedule.flags & KVE_SHARED_HEADS) ? (uint64_t)d->n_heads : 1) *
                        ((d->schedule.flags & KVE_SHARED_LAYERS) ? (uint64_t)d->n_layers : 1);
     size_t off = 0;
@@ -228,6 +256,15 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                              KVE_COPY_HOST_TO_BACKEND);
     if (st == KVE_OK)
         st = kve_copy(ctx, s->marks, s->rows, n * 4, KVE_COPY_HOST_TO_BACKEND);
+    if (st == KVE_OK && s->score_raw_bytes) { /* the scorer's counters start at zero */
+        s->score_scratch = base + s->offsets[KVE_PART_SCORE];
+        size_t counters = n * s->table_heads * 4;
+        void *zeros = calloc(counters, 1);
+        st = zeros ? kve_copy(ctx, base + s->offsets[KVE_PART_SCORE] + s->score_raw_bytes, zeros,
+                              counters, KVE_COPY_HOST_TO_BACKEND)
+                   : kve_error_set(KVE_ERR_NOMEM, "cannot allocate %zu bytes", counters);
+        free(zeros);
+    }
     if (st != KVE_OK) {
         kve_state_destroy(s); /* frees what was taken */
         return st;
@@ -242,12 +279,10 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
 kve_status kve_state_destroy(kve_state *s)
 {
     if (s) {
-        if (s->owned || s->score_scratch)
+        if (s->owned) {
             kve_context_synchronize(s->ctx);
-        if (s->owned)
             kve_free(s->ctx, s->memory);
-        if (s->score_scratch)
-            kve_free(s->ctx, s->score_scratch);
+        }
         free(s->host);
         free(s->free_runs);
         free(s);

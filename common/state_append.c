@@ -119,20 +119,28 @@ static kve_status kve_state_check_evicted(const kve_state *s, uint32_t n_rows)
 /* One wave on the device: planned there (one launch), then the move lists
  * cleared (the call's first wave), the due rows evicted, the rounds placed,
  * the runs written, the final mappings (its last wave). Every launch and
- * its size follow from the call's shape (n_rows, max_new). */
+ * its size follow from the call's shape (n_rows, max_new). A backend with
+ * host memory returns a refusal from the plan of wave 0: the outputs a
+ * device writes for it (lists emptied, tokens and padding -1) are written
+ * before the error is returned. */
 static kve_status kve_state_wave(kve_state *s, const kve_state_call *c, uint32_t k,
                                  uint32_t waves, const kve_step_buffers *out)
 {
     uint32_t n_rows = c->n_rows, max_new = c->max_new;
     kve_state_plan p = kve_state_plan_of(s, c, k, waves, out);
-    KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
+    kve_status refused = s->ctx->ops->state_plan(s->ctx, &p);
+    if (refused != KVE_OK && (k != 0 || !s->ctx->ops->host_memory))
+        return refused;
     uint64_t n = n_rows, per_row = n * s->tables;
     if (k == 0 && p.clear)
         KVE_TRY(kve_state_launch(s, KVE_SET_MOVES_CLEAR * n_rows, n_rows, per_row, out));
     if (k == 0 && p.pad)
         KVE_TRY(kve_state_launch(s, KVE_SET_PAD * n_rows, n_rows, per_row, out));
-    if (!waves)
-        return KVE_OK;
+    if (refused != KVE_OK || !waves) { /* no-ops but a refusal's -1s (set FINAL) */
+        if (p.final)
+            KVE_TRY(kve_state_launch(s, KVE_SET_FINAL * n_rows, n_rows, per_row, out));
+        return refused;
+    }
     kve_state_evict e = {kve_state_batch(s, n_rows),
                          s->freed,
                          s->n_evicted,
@@ -163,11 +171,21 @@ static kve_status kve_state_wave(kve_state *s, const kve_state_call *c, uint32_t
  * that are full and places their round (moving kept entries down), then
  * writes every row's next run of tokens at its first free slot. Rows that
  * went through a round get their final mapping in the last wave: a later
- * round may have moved the call's tokens down. */
+ * round may have moved the call's tokens down. On a backend with host
+ * memory nothing is captured, and the counts are readable there: the
+ * waves follow the call's largest row (those past it are no-ops, every
+ * row's tokens placed), not max_new, so the work follows the tokens. */
 static kve_status kve_state_append_waves(kve_state *s, const kve_state_call *c,
                                          const kve_step_buffers *out)
 {
-    uint32_t waves = kve_state_waves(s, c->max_new);
+    uint32_t most = c->max_new;
+    if (s->ctx->ops->host_memory) {
+        most = 0;
+        for (uint32_t i = 0; i < c->n_rows; i++)
+            most = c->n_new[i] > most ? c->n_new[i] : most;
+        most = most < c->max_new ? most : c->max_new; /* past it: refused in wave 0 */
+    }
+    uint32_t waves = kve_state_waves(s, most);
     for (uint32_t k = 0; k < (waves ? waves : 1); k++)
         KVE_TRY(kve_state_wave(s, c, k, waves, out));
     return KVE_OK;

@@ -3,7 +3,8 @@
  * tentative, in each row's draft slots (capacity + i) outside its tables
  * (docs/SPEC.md "Speculative steps"). Planned on the backend by the
  * append's planner in its draft mode (kve_state_plan.draft: the same
- * checks, then mapping entries only), so a captured step replays as an
+ * checks, then mapping entries only; the shape's entries no draft takes
+ * -1, as kve_state_append_device pads), so a captured step replays as an
  * eager one runs; the commit is an ordinary append of the accepted tokens.
  */
 #include <stdint.h>
@@ -44,15 +45,20 @@ kve_status kve_state_draft(kve_state *s, uint32_t n_rows, const uint32_t *rows,
     /* One wave of the planner in draft mode over the caller's rows and
      * n_draft: wave 0's checks (n_draft[i] <= max_draft as n_new[i] <=
      * max_new), each row's mapping entries in set FINAL. */
-    kve_state_call c = {rows, n_draft, n_rows, max_draft, 0};
+    kve_state_call c = {rows, n_draft, n_rows, max_draft, 1}; /* padded as appends are */
     kve_state_plan p = kve_state_plan_of(s, &c, 0, 1, out);
     p.draft = 1;
-    KVE_TRY(s->ctx->ops->state_plan(s->ctx, &p));
+    /* a refusal returned on host memory: its outputs written first, as on a device */
+    kve_status refused = s->ctx->ops->state_plan(s->ctx, &p);
+    if (refused != KVE_OK && !s->ctx->ops->host_memory)
+        return refused;
     uint64_t per_row = (uint64_t)n_rows * s->tables;
     if (p.clear)
         KVE_TRY(kve_state_launch(s, KVE_SET_MOVES_CLEAR * n_rows, n_rows, per_row, out));
+    if (p.pad)
+        KVE_TRY(kve_state_launch(s, KVE_SET_PAD * n_rows, n_rows, per_row, out));
     if (p.final) /* a refused row's -1s are one item per table, a draft's one per token */
         KVE_TRY(kve_state_launch(s, KVE_SET_FINAL * n_rows, n_rows,
                                  per_row * (max_draft ? max_draft : 1), out));
-    return KVE_OK;
+    return refused;
 }

@@ -467,6 +467,11 @@ typedef struct kve_state_desc {
      *  lives at slot capacity + i (in every head), outside the slot tables,
      *  which never hold drafts. max_slots + D <= 2^31-1. */
     uint32_t max_draft;
+    /** The largest query-head group (TriAttention's tri.group; 1 for the
+     *  other scorers) kve_state_score_device will score with; its scratch
+     *  is sized from it at creation, so no call allocates. 0 = 1 for a
+     *  KVE_SCORED state, else none (every call refused). */
+    uint32_t score_group;
 } kve_state_desc;
 
 /** Opaque cache state: one per thread, like its context. */
@@ -475,8 +480,10 @@ typedef struct kve_state kve_state;
 /**
  * Backend memory a state with @p desc needs on @p ctx: its pool of slot
  * tables and of freed-slot lists (2 x tables x pool_slots int32, tables =
- * table_layers x table_heads), one kve_seq per row and the eviction
- * workspace.
+ * table_layers x table_heads), one kve_seq per row, the eviction
+ * workspace and, on a GPU, kve_state_score_device's scratch (max_seqs x
+ * table_heads x query heads a table (score_group x heads_per_table) x
+ * max_slots floats).
  */
 KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
                                          size_t *out_bytes);
@@ -605,7 +612,10 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * out->max_tokens) run on the device: a refused call changes nothing, maps
  * its tokens to -1, empties its move lists, and kve_context_synchronize
  * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
- * CPU backend the call returns that error itself.
+ * CPU backend the call writes the same outputs and returns that error
+ * itself. Every entry of the shape (n_rows x max_new, up to
+ * out->max_tokens) that carries no token maps to -1. On the CPU the work
+ * follows the tokens; on a GPU the launches follow max_new.
  * A KVE_SCORED state's planned append reads out->scores as kve_state_append
  * does, written by kve_state_score_device from the same rows and n_new
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
@@ -649,12 +659,14 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
  * @param max_draft the most drafts a row may bring (the captured shape), <=
  *        desc.max_draft.
  * @param out mapping (optional) and move lists (optional; emptied, no
- *        moves); scores are not read.
+ *        moves); scores are not read. As in kve_state_append_device, every
+ *        entry of the shape (n_rows x max_draft, up to out->max_tokens)
+ *        that carries no draft maps to -1.
  * Checks that need the data (rows, activity, repeats, n_draft[i] <=
  * max_draft, out->max_tokens) run on the device as in
  * kve_state_append_device: a refused call maps its tokens to -1, empties
  * its move lists and is reported by kve_context_synchronize; on the CPU
- * backend the call returns that error itself.
+ * backend the call writes the same outputs and returns that error itself.
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft past
  *         desc.max_draft, out->max_rows); KVE_ERR_INVALID when the state
  *         was created with max_draft = 0.
@@ -919,7 +931,9 @@ typedef struct kve_cache_write_desc {
      *  lists of no pair, every count 0 */
     uint32_t max_moves;
     size_t moves_stride_row, moves_stride_head; /**< in lists */
-    const int32_t *move_row; /**< [n_move_rows] or NULL; not read with KVE_PAGES_FLAT */
+    /** [n_move_rows] or NULL; not read with KVE_PAGES_FLAT. A move row whose
+     *  lists are all empty (a planned call's padding row) is not checked. */
+    const int32_t *move_row;
     kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
     /** Optional (NULL = none), int64, shaped and strided as slots: when set,
      *  entry (token t, head h) is copied, in every cache, from slot
@@ -944,7 +958,8 @@ typedef struct kve_cache_write_desc {
  * stepping past the entries inside it, so interleaved strides are refused
  * with KVE_ERR_ALIAS even where no entries meet; sizes the strides give
  * past SIZE_MAX bytes: KVE_ERR_OVERFLOW) and, on backends with host memory,
- * every token_row, slot, page id, move row, move count and moved slot, and
+ * every token_row, slot, page id, move row (of lists not empty), move
+ * count and moved slot, and
  * with KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so
  * indices is read only within its indptr[n_rows] entries). All of it is
  * checked even when nothing is written (no tokens or only padding, no
@@ -1135,11 +1150,10 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * the call. A row listed twice is scored for both call rows (the append
  * refuses that call too). Call row i's keys are row i of desc.keys' page
  * table (desc.cache_rows must be NULL).
- * The first call takes the state's scoring scratch (backend memory for
- * max_seqs rows x tables a layer x query heads a table x max_slots floats;
- * freed with the state), and a later call with more query heads a table
- * (TriAttention's group x heads_per_table) takes a larger one: warm up with
- * the largest before capturing. The scratch, like the state's other
+ * Its scratch is part of the state's memory, sized by desc.score_group: a
+ * call with a larger group (TriAttention's tri.group) is refused
+ * (KVE_ERR_RANGE naming desc.score_group); nothing is allocated or freed
+ * after creation. The scratch, like the state's other
  * buffers, is used in the order of the context's stream: keep a state's
  * calls on one stream. On the CPU backend the rows are read where they lie
  * and scored as kve_state_score scores them.
@@ -1147,10 +1161,10 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
- *         desc.keys.n_heads or n_rows past the page table's, strides);
+ *         desc.keys.n_heads or n_rows past the page table's, strides,
+ *         desc.tri.group past the state's desc.score_group);
  *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
  *         (scores_stride_table x tables, the call's scores in bytes);
- *         KVE_ERR_NOMEM or KVE_ERR_DEVICE when the scratch cannot be taken;
  *         KVE_ERR_UNAVAILABLE when the backend lacks it.
  */
 KVE_API kve_status kve_state_score_device(kve_state *state, uint32_t n_rows,

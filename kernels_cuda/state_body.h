@@ -350,7 +350,8 @@ KVE_HD_FN void kve_plan_start(const kve_state_plan *p, uint32_t i)
  * due), its next run of tokens at its first free slot; the move lists'
  * clearing in wave 0, the final mapping in the last wave. A refused call
  * (@p refused) or a padding row plans no-ops, and a refused call's tokens
- * map to -1 (as far as max_tokens holds them). */
+ * map to -1 (as far as max_tokens holds them), planned in every wave: the
+ * CPU, which returns the refusal in wave 0, writes them there. */
 KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
 {
     uint32_t nr = p->n_rows, n = p->call_new[i], row = p->call_rows[i];
@@ -365,9 +366,9 @@ KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
                                          last > first ? (uint32_t)(last - first) : 0, 0,
                                          first < 0xffffffffu ? (uint32_t)first : 0);
     }
-    if (!p->waves)
-        return;
-    int last = p->wave + 1 == p->waves;
+    /* waves = 0 (max_new 0, or on the CPU a call of padding): every row is
+     * padding or refused, and plans its FINAL (a refusal's -1s) below */
+    int last = p->wave + 1 >= p->waves;
     if (p->draft && n && !refused) { /* drafts: mapping entries only, nothing advances */
         const kve_state_row *r = &p->rows[row];
         j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);
@@ -381,7 +382,7 @@ KVE_HD_FN void kve_plan_row(const kve_state_plan *p, uint32_t i, int refused)
         j[KVE_SET_EVICT * nr] = kve_job_of(NULL, 0, KVE_JOB_EVICT, 0, 0, 0, 0, i);
         j[KVE_SET_ROUND * nr] = kve_job_of(NULL, 0, KVE_JOB_ROUND, 0, 0, 0, 0, i);
         j[KVE_SET_RUN * nr] = kve_job_of(NULL, 0, KVE_JOB_LINEAR, 0, 0, 0, 0, 0);
-        if (last && p->final) {
+        if ((last || refused) && p->final) { /* refused: in wave 0 too (the CPU stops there) */
             uint32_t base = p->call_base[i], room = base < p->max_tokens ? p->max_tokens - base : 0;
             uint32_t count = refused ? (n < room ? n : room) : 0;
             j[KVE_SET_FINAL * nr] = kve_job_of(NULL, 0, KVE_JOB_FINAL, 0, 0, count, 0, base);

@@ -192,7 +192,7 @@ static kve_status kve_demo_setup(const kve_demo_opts *o, kve_demo_arm *arm, kve_
     kve_status st = kve_schedule_capacity(&sc, arm->prompt_len, &arm->capacity);
     if (st != KVE_OK)
         return st;
-    kve_state_desc d = {sc, 1, o->layers, o->heads, 0, 0, arm->capacity, 0, 0};
+    kve_state_desc d = {sc, 1, o->layers, o->heads, 0, 0, arm->capacity, 0, 0, 0};
     if ((st = kve_state_create(b->ctx, &d, NULL, 0, &b->state)) != KVE_OK ||
         (st = kve_state_get_layout(b->state, &b->lay)) != KVE_OK)
         return st;

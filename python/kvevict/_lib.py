@@ -79,7 +79,8 @@ class Schedule(ctypes.Structure):
 class StateDesc(ctypes.Structure):
     _fields_ = [("schedule", Schedule), ("max_seqs", u32), ("n_layers", u32),
                 ("n_heads", u32), ("layer_offset", u32), ("head_offset", u32),
-                ("max_slots", u32), ("pool_slots", u64), ("max_draft", u32)]
+                ("max_slots", u32), ("pool_slots", u64), ("max_draft", u32),
+                ("score_group", u32)]
 
 
 class StateLayout(ctypes.Structure):

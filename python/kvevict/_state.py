@@ -56,6 +56,9 @@ class State(_Handle):
     a round whenever a sequence's heads are full. ``tensors`` picks what the
     CPU backend returns: "numpy" arrays or "torch" tensors (GPU backends
     always return torch tensors on the device).
+    ``score_group`` is the largest query-head group (TriAttention's) that
+    ``score_device`` will score with (``kve_state_desc.score_group``; 0: 1
+    for a scored state): its scratch is sized at creation.
     """
 
     _destroy = lib.kve_state_destroy
@@ -65,7 +68,7 @@ class State(_Handle):
                  seed: int = 0, persistent: bool = False, shared_heads: bool = False,
                  shared_layers: bool = False, layer_offset: int = 0, head_offset: int = 0,
                  pool_slots: int = 0, tensors: str = "numpy", scored: bool = False,
-                 max_draft: int = 0):
+                 max_draft: int = 0, score_group: int = 0):
         if tensors not in ("numpy", "torch"):
             raise ValueError("tensors = %r: expected 'numpy' or 'torch'" % (tensors,))
         as_context(ctx, "State")
@@ -78,7 +81,9 @@ class State(_Handle):
         layer_offset, head_offset = (u32("layer_offset", layer_offset),
                                      u32("head_offset", head_offset))
         max_slots, max_draft = u32("max_slots", max_slots), u32("max_draft", max_draft)
+        score_group = u32("score_group", score_group)
         self.max_draft: int = max_draft  #: D: draft slots after each row's capacity
+        self.score_group: int = score_group  #: the largest group score_device scores with
         self.ctx = ctx
         self.flags = ((PERSISTENT if persistent else 0) | (SHARED_HEADS if shared_heads else 0)
                       | (SHARED_LAYERS if shared_layers else 0) | (SCORED if scored else 0))
@@ -88,7 +93,7 @@ class State(_Handle):
         self._torch = tensors == "torch"
         desc = _lib.StateDesc(_lib.Schedule(seed, self.flags, budget, window, interval),
                               max_seqs, n_layers, n_heads, layer_offset, head_offset, max_slots,
-                              pool_slots, max_draft)
+                              pool_slots, max_draft, score_group)
         h = ctypes.c_void_p()
         check(lib.kve_state_create(ctx.handle, ctypes.byref(desc), None, 0, ctypes.byref(h)),
               "kve_state_create")
@@ -510,8 +515,9 @@ class State(_Handle):
         layer, then append_device(..., scores=out)). out: scores_buffer's
         layout, >= max_slots wide; padding rows and rows not due are left as
         they are. Call row i reads row i of the key cache's page table (no
-        cache_row). The first call takes the state's scoring scratch: make
-        one before capturing. kwargs as score, less cache_row."""
+        cache_row). Its scratch is the state's, sized at creation by
+        State(score_group=): a larger TriAttention group is refused
+        (KVE_ERR_RANGE). kwargs as score, less cache_row."""
         tl = self._table_layer(layer)
         return state_score_device(self, rows, n_new, tl, keys, out, **kwargs)
 

@@ -417,7 +417,7 @@ START_TEST(state_score_bad_arguments)
 {
     kve_context *ctx = NULL;
     KT_OK(kve_context_create(KVE_BACKEND_CPU, &ctx));
-    kve_state_desc sd = {{1, 0, 16, 4, 4}, 2, 2, 1, 0, 0, 64, 0, 0};
+    kve_state_desc sd = {{1, 0, 16, 4, 4}, 2, 2, 1, 0, 0, 64, 0, 0, 0};
     kve_state *s = NULL;
     ck_assert_msg(kve_state_create(ctx, &sd, NULL, 0, &s) == KVE_OK, "state: %s", kve_last_error());
     ck_assert_msg(kve_state_admit(s, 0, 9, 4) == KVE_OK, "admit");

@@ -547,7 +547,7 @@ enum { KVE_LS_ROWS = 4, KVE_LS_STEPS = 8, KVE_LS_LOG = 16 };
  * on @p ctx, row i filled to @p fill[i] tokens. */
 static kve_state *kve_ls_state(kve_context *ctx, const uint32_t *fill)
 {
-    kve_state_desc d = {{7, 0, 8, 2, 4}, KVE_LS_ROWS, 2, 3, 0, 0, 12, 0, 0};
+    kve_state_desc d = {{7, 0, 8, 2, 4}, KVE_LS_ROWS, 2, 3, 0, 0, 12, 0, 0, 0};
     kve_state *st = NULL;
     ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &st), KVE_OK);
     for (uint32_t i = 0; i < KVE_LS_ROWS; i++) {

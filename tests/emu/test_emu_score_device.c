@@ -20,8 +20,9 @@
  *            made eagerly, and the host API's eager step; its launches are
  *            the same every step (one kve_score_kernel per layer, whichever
  *            rows are due) and are kernel launches only.
- *   warm-up  a capture before the state took its scoring scratch is broken
- *            by the allocation, and the error says to call it first.
+ *   group    the scorer's scratch sized at creation (desc.score_group):
+ *            a capture needs no warm-up, a larger group is refused and
+ *            frees nothing, the graph replays as the eager call scores.
  */
 #include <check.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ START_TEST(test_score_device_graph)
         sd_rig_fill(rigs[k], 0x39);
     uint32_t ids[SD_ROWS_MAX] = {0, 1, 2, 3, 4, 5};
     uint32_t zeros[SD_ROWS_MAX] = {0};
-    for (int k = 0; k < 2; k++) { /* each state takes its scoring scratch once, eagerly */
+    for (int k = 0; k < 2; k++) { /* an eager call first (no longer needed: issue 46.3) */
         kt_put(kve_emu, rigs[k]->rows, ids, c.rows * 4);
         kt_put(kve_emu, rigs[k]->n_new, zeros, c.rows * 4);
         kve_score_desc d = sd_desc(rigs[k]);
@@ -164,43 +165,74 @@ START_TEST(test_score_device_graph)
 }
 END_TEST
 
-/* Capturing before the scratch is taken: the allocation breaks the capture
- * and the error says what to do. */
-START_TEST(test_score_device_warm_up)
+/* Issue 46 item 3: the scorer's scratch is part of the state's memory,
+ * sized by desc.score_group, so a capture with no call before it holds
+ * launches only; a scorer of a larger group called eagerly after the
+ * capture is refused (KVE_ERR_RANGE naming desc.score_group) and allocates
+ * and frees nothing, so the graph replays as the eager call scores (were
+ * the scratch freed, ASan in the sanitize build would see the replay write
+ * freed memory). */
+START_TEST(test_score_device_group)
 {
     sd_cfg c = {2, 1, 2, 8, 1, 0, KVE_SCORED, 6, 2, 2, 0, 4,
-                KVE_SCORER_KNORM, KVE_DTYPE_F32, KVE_PAGES_NONE};
+                KVE_SCORER_TRIATTENTION, KVE_DTYPE_F32, KVE_PAGES_NONE};
     kve_schedule s = {1, c.sched_flags, c.budget, c.window, c.interval};
     ck_assert_int_eq(kve_schedule_capacity(&s, c.prompt_max, &c.max_slots), KVE_OK);
     kve_emu_context_device_plan(64);
     sd_rig g;
     sd_rig_init(&g, kve_emu, kve_emu_context_message, &c, 5);
     sd_rig_fill(&g, 5);
-    uint32_t z[2] = {0, 0};
-    kt_put(kve_emu, g.n_new, z, 8);
-    kve_emu_graph *graph = kve_emu_capture_begin();
+    uint32_t due[2] = {1, 1};
+    for (uint32_t r = 0; r < 2; r++) { /* full rows: the next token rounds */
+        kve_state_seq_info info;
+        ck_assert_int_eq(kve_state_admit(g.st, r, 40 + r, 2), KVE_OK);
+        ck_assert_int_eq(kve_state_get_seq(g.st, r, &info), KVE_OK);
+        uint32_t fill = info.capacity;
+        ck_assert_int_eq(kve_state_append(g.st, 1, &r, &fill, NULL), KVE_OK);
+    }
+    uint32_t ids[2] = {0, 1};
+    kt_put(kve_emu, g.rows, ids, 8);
+    kt_put(kve_emu, g.n_new, due, 8);
     kve_score_desc d = sd_desc(&g);
-    kve_status st = kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &d, g.scores, g.stride_row,
-                                           g.stride_table);
+    kve_emu_graph *graph = kve_emu_capture_begin();
+    ck_assert_int_eq(kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &d, g.scores,
+                                            g.stride_row, g.stride_table),
+                     KVE_OK);
     uint32_t nodes;
     const char *broken = kve_emu_capture_end(graph, &nodes);
-    ck_assert_int_ne(st, KVE_OK);
-    ck_assert_msg(strstr(kve_last_error(), "before capturing"), "%s", kve_last_error());
-    ck_assert_ptr_nonnull(broken);
-    ck_assert_str_eq(broken, "an allocation");
-    kve_emu_graph_destroy(graph);
-    /* outside a capture it takes the scratch, and a second call allocates
-     * nothing */
-    ck_assert_int_eq(kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &d, g.scores,
-                                            g.stride_row, g.stride_table),
-                     KVE_OK);
-    graph = kve_emu_capture_begin();
-    ck_assert_int_eq(kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &d, g.scores,
-                                            g.stride_row, g.stride_table),
-                     KVE_OK);
-    broken = kve_emu_capture_end(graph, &nodes);
-    ck_assert_ptr_null(broken);
+    ck_assert_msg(!broken, "the first call's capture made %s", broken ? broken : "");
     ck_assert_uint_eq(nodes, 1);
+    /* a larger group, eagerly: refused, nothing taken or given back */
+    kve_score_desc wide = d;
+    wide.tri.group = 2;
+    wide.tri.q_mean = (float *)kt_alloc(kve_emu, (size_t)c.heads * 2 * (c.dim / 2) * 2 * 4);
+    wide.tri.q_abs_mean = (float *)kt_alloc(kve_emu, (size_t)c.heads * 2 * (c.dim / 2) * 4);
+    ck_assert_int_eq(kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &wide, g.scores,
+                                            g.stride_row, g.stride_table),
+                     KVE_ERR_RANGE);
+    ck_assert_msg(strstr(kve_last_error(), "desc.score_group = 1"), "%s", kve_last_error());
+    /* the replay scores as an eager call does */
+    sd_fill_scores(&g, -5.0f);
+    ck_assert_int_eq(kve_emu_graph_replay(kve_emu, graph), KVE_OK);
+    ck_assert_int_eq(kve_context_synchronize(kve_emu), KVE_OK);
+    float *replayed = (float *)malloc(g.scores_elems * 4);
+    float *eager = (float *)malloc(g.scores_elems * 4);
+    kt_get(kve_emu, replayed, g.scores, g.scores_elems * 4);
+    sd_fill_scores(&g, -5.0f);
+    ck_assert_int_eq(kve_state_score_device(g.st, 2, g.rows, g.n_new, 0, &d, g.scores,
+                                            g.stride_row, g.stride_table),
+                     KVE_OK);
+    ck_assert_int_eq(kve_context_synchronize(kve_emu), KVE_OK);
+    kt_get(kve_emu, eager, g.scores, g.scores_elems * 4);
+    ck_assert(!memcmp(replayed, eager, g.scores_elems * 4));
+    size_t scored = 0;
+    for (size_t i = 0; i < g.scores_elems; i++)
+        scored += replayed[i] != -5.0f + (float)(i % 7);
+    ck_assert_uint_gt(scored, 0); /* the rows were due: scored */
+    free(replayed);
+    free(eager);
+    KT_OK(kve_free(kve_emu, (void *)wide.tri.q_mean));
+    KT_OK(kve_free(kve_emu, (void *)wide.tri.q_abs_mean));
     kve_emu_graph_destroy(graph);
     sd_rig_fini(&g);
     kve_emu_context_device_plan(0);
@@ -221,7 +253,7 @@ int main(void)
     const kve_suite_test tests[] = {
         KVE_TEST(score_device, test_score_device_random),
         KVE_TEST(score_device_graph, test_score_device_graph),
-        KVE_TEST(score_device_graph, test_score_device_warm_up),
+        KVE_TEST(score_device_graph, test_score_device_group),
         KVE_TEST(score_device_graph, test_score_device_nan),
     };
     const kve_suite_spec spec = {"emu_score_device", 1800, 0, kve_emu_fixture_setup,

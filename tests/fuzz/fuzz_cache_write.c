@@ -237,6 +237,16 @@ static void decode_moves(fz_bytes *in, cw_case *c)
     }
     for (size_t l = 0; l < c->n_lists; l++)
         c->n_moves[l] = fz_u8(in) < 250 ? fz_below(in, d->max_moves + 1) : d->max_moves + 1;
+    /* now and then a planned call's padding row (issue 47 item 2): every
+     * list empty, its move_row no page-table row (the call's rows[i], not
+     * read: 0xFFFFFFFF) */
+    uint8_t pad = fz_u8(in);
+    if (c->move_row && d->n_move_rows && !over && lists <= (1u << 20) && (pad & 3) == 3) {
+        uint32_t p = fz_below(in, d->n_move_rows);
+        c->move_row[p] = pad & 4 ? -1 : (int32_t)(R + (pad >> 3));
+        for (uint32_t h = 0; h < H; h++)
+            c->n_moves[(size_t)p * d->moves_stride_row + (size_t)h * d->moves_stride_head] = 0;
+    }
     for (size_t k = 0; k < c->n_lists * d->max_moves * 2; k++) {
         uint8_t sel = fz_u8(in);
         c->moves[k] = sel < 245 ? (int32_t)fz_below(in, 24) : sel < 250 ? -1 : INT32_MAX - sel;

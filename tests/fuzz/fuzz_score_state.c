@@ -37,7 +37,15 @@ typedef struct {
     void *keys;
     int32_t *blocks;
     float *q_mean, *q_abs;
+    uint32_t score_group; /* desc.score_group resolved: 0 is 1 for a scored state */
 } fz_scored_state;
+
+/* Issue 46 item 3: kve_state_score_device scores a group up to the state's
+ * desc.score_group (its scratch sized at creation), and refuses more. */
+static int fz_group_fits(const fz_scored_state *s, const kve_score_desc *d)
+{
+    return d->scorer != KVE_SCORER_TRIATTENTION || d->tri.group <= s->score_group;
+}
 
 /* The scored state of a few rows, layers and heads the input asks for,
  * created; its desc, for the sizes the key cache needs. */
@@ -56,6 +64,8 @@ static kve_state_desc fz_state_create(fz_bytes *in, kve_context *ctx, fz_scored_
     sd.n_heads = 1 + fz_below(in, 2);
     uint32_t pw = 5 + sd.schedule.window; /* prompts of at most 5 tokens */
     sd.max_slots = (sd.schedule.budget > pw ? sd.schedule.budget : pw) + sd.schedule.interval;
+    sd.score_group = (uint32_t)(fz_mix(mix) % 3); /* TriAttention's group below: 1 or 2 */
+    s->score_group = sd.score_group ? sd.score_group : 1;
     kve_status st = kve_state_create(ctx, &sd, NULL, 0, &s->st);
     FZ_CHECK(st == KVE_OK, "kve_state_create of a valid scored state: %s", kve_status_string(st));
     FZ_CHECK(kve_state_get_layout(s->st, &s->lay) == KVE_OK, "kve_state_get_layout");
@@ -408,6 +418,8 @@ static void fz_check_state_score_device(kve_context *ctx, const fz_scored_state 
                   (d.keys.page_table == KVE_PAGES_FLAT || d.keys.n_rows >= c->n_call) &&
                   st >= s->lay.max_slots && (c->n_call < 2 || sr >= tables * st) &&
                   span * 4 <= SIZE_MAX;
+    int group_only = args_ok && !fz_group_fits(s, &d); /* refused for its group alone */
+    args_ok = args_ok && !group_only;
     if (ext > ((size_t)1 << 24)) { /* a huge stride with a later row due: no such buffer */
         if (args_ok)
             return;
@@ -421,8 +433,17 @@ static void fz_check_state_score_device(kve_context *ctx, const fz_scored_state 
     a = fz_args_of(s, c, &d, buf);
     kve_status rc = kve_state_score_device(a.st, c->n_call, a.rows, a.n_new, c->tl, a.desc, a.buf,
                                            sr, st);
+    char rc_msg[512];
+    snprintf(rc_msg, sizeof rc_msg, "%s", kve_last_error());
     if (!args_ok) {
         FZ_CHECK(rc != KVE_OK, "an invalid kve_state_score_device call was accepted");
+        float *ref = group_only && rd.n_rows ? (float *)fz_dup(was, (size_t)ext * 4) : NULL;
+        rd.scores = ref;
+        if (ref && kve_score(ctx, &rd) == KVE_OK) /* a desc kve_score takes: the group's refusal */
+            FZ_CHECK(rc == KVE_ERR_RANGE && strstr(rc_msg, "desc.score_group"),
+                     "a group past desc.score_group = %u: %s (%s)", s->score_group,
+                     kve_status_string(rc), rc_msg);
+        free(ref);
     } else {
         float *ref = (float *)fz_dup(was, (size_t)ext * 4);
         rd.scores = ref;
@@ -477,10 +498,37 @@ static void fz_scored_append_device(const fz_scored_state *s, const fz_state_cal
     if (fz_mix(mix) & 1) { /* two rounds' tokens for row 0: refused, nothing changed */
         memcpy(news, c->n_new, sizeof news);
         news[0] = before[0].capacity + 2 * s->sch.interval;
-        kve_status rb = kve_state_append_device(s->st, c->n_call, c->rows, news, news[0], out);
+        /* issue 47 item 1: with a mapping and move lists holding a previous
+         * step's values, the refusal maps the shape to -1 and empties the
+         * lists, as a device does */
+        kve_step_buffers ro = *out;
+        uint64_t total = 0, shape = (uint64_t)c->n_call * news[0];
+        for (uint32_t i = 0; i < c->n_call; i++)
+            total += news[i];
+        ro.max_tokens = (uint32_t)(total > shape ? total : shape);
+        size_t map_n = (size_t)s->lay.table_layers * ro.max_tokens * s->lay.table_heads;
+        size_t lists = (size_t)s->lay.table_layers * c->n_call * s->lay.table_heads;
+        FZ_CHECK(kve_state_max_moves(s->st, news[0], &ro.max_moves) == KVE_OK, "max_moves");
+        ro.slot_mapping = (int64_t *)fz_alloc(map_n * 8, 0);
+        ro.moves = (int32_t *)fz_alloc(lists * ro.max_moves * 8 + 8, 0);
+        ro.n_moves = (uint32_t *)fz_alloc(lists * 4, 0);
+        for (size_t k = 0; k < map_n; k++)
+            ro.slot_mapping[k] = 5;
+        for (size_t k = 0; k < lists; k++)
+            ro.n_moves[k] = 1;
+        kve_status rb = kve_state_append_device(s->st, c->n_call, c->rows, news, news[0], &ro);
         FZ_CHECK(rb == KVE_ERR_INVALID && strstr(kve_last_error(), "would run two rounds"),
                  "a row past the scored rules in a planned append: %s %s",
                  kve_status_string(rb), kve_last_error());
+        for (size_t k = 0; k < map_n; k++)
+            FZ_CHECK(ro.slot_mapping[k] == -1, "a refused planned append left mapping entry %zu "
+                     "at %lld, not -1", k, (long long)ro.slot_mapping[k]);
+        for (size_t k = 0; k < lists; k++)
+            FZ_CHECK(ro.n_moves[k] == 0, "a refused planned append left move list %zu with %u "
+                     "pairs", k, ro.n_moves[k]);
+        free(ro.slot_mapping);
+        free(ro.moves);
+        free(ro.n_moves);
         fz_call_infos(s, c, after);
         FZ_CHECK(memcmp(before, after, c->n_call * sizeof *after) == 0,
                  "a refused planned append changed a row");
@@ -538,7 +586,7 @@ static void fz_scored_append(const fz_scored_state *s, const fz_state_call *c, i
                              uint64_t *mix)
 {
     size_t tables = (size_t)s->lay.table_layers * s->lay.table_heads;
-    int device = fz_mix(mix) & 1;
+    int device = (fz_mix(mix) & 1) && fz_group_fits(s, &c->d);
     uint32_t max_cap = device ? s->lay.max_slots : c->max_cap;
     size_t sr_full = tables * max_cap, n_full = c->n_call * sr_full;
     float *full = (float *)fz_alloc(n_full * 4, 0);

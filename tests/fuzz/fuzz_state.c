@@ -202,6 +202,54 @@ static void decode_step_shape(fz_bytes *in, const model *m, uint32_t n_rows, con
     sh->n_moves = (uint32_t *)fz_alloc(lists * 4, 0x3c);
 }
 
+/* Issue 47 item 1, the header's words: a planned call the planner refuses
+ * (its data: rows, activity, repeats, n_new, positions, max_tokens) maps
+ * its tokens and the shape's padding, every entry up to max_tokens of
+ * max(its tokens, n_rows x @p max_new), to -1 in every table, and empties
+ * the move lists of its @p n_rows call rows, on the CPU as on a device. */
+static void check_refused_outputs(const model *m, const char *what, uint32_t n_rows,
+                                  uint64_t total, uint32_t max_new, const int64_t *map,
+                                  uint32_t max_tokens, const uint32_t *n_moves,
+                                  uint32_t max_rows)
+{
+    uint64_t shape = (uint64_t)n_rows * max_new, end = total > shape ? total : shape;
+    end = end < max_tokens ? end : max_tokens;
+    for (uint32_t tb = 0; map && tb < m->tables; tb++)
+        for (uint64_t t = 0; t < end; t++) {
+            int64_t got = map[((size_t)(tb / m->th) * max_tokens + t) * m->th + tb % m->th];
+            FZ_CHECK(got == -1, "%s refused (%s): token %llu of table %u maps to %lld, not -1",
+                     what, kve_last_error(), (unsigned long long)t, tb, (long long)got);
+        }
+    for (uint32_t l = 0; n_moves && l < m->tl; l++)
+        for (uint32_t i = 0; i < n_rows * m->th; i++)
+            FZ_CHECK(n_moves[(size_t)l * max_rows * m->th + i] == 0,
+                     "%s refused: move list %u of layer %u holds %u pairs, not 0", what, i, l,
+                     n_moves[(size_t)l * max_rows * m->th + i]);
+}
+
+/* Whether the planner refuses a planned append (the header: rows with
+ * tokens active, distinct, n_new <= max_new, positions within 2^31-1, the
+ * call's tokens within max_tokens when there is a mapping; padding rows
+ * not read). */
+static int planner_refuses(const model *m, uint32_t n_rows, const uint32_t *rows,
+                           const uint32_t *n_new, uint32_t max_new, const int64_t *map,
+                           uint32_t max_tokens)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_rows; i++) {
+        if (!n_new[i])
+            continue;
+        if (rows[i] >= m->desc.max_seqs || !m->rows[rows[i]].active || n_new[i] > max_new ||
+            (uint64_t)m->rows[rows[i]].n_tokens + n_new[i] > 0x7fffffffu)
+            return 1;
+        for (uint32_t j = 0; j < i; j++)
+            if (n_new[j] && rows[j] == rows[i])
+                return 1;
+        total += n_new[i];
+    }
+    return map && total > max_tokens;
+}
+
 static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
 {
     uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(in, m->desc.max_seqs);
@@ -209,7 +257,11 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
     step_shape sh;
     decode_step_shape(in, m, n_rows, rows, n_new, total, &sh, bad);
     size_t len;
-    int64_t *map = mapping_for(in, *bad ? 1 : (size_t)sh.max_tokens * m->tables, &len, bad);
+    /* the whole mapping also for a refused call of a modest shape: a
+     * planned one writes its -1s there */
+    int small = sh.max_tokens <= 8 * MAX_SLOTS;
+    int64_t *map = mapping_for(in, *bad && !small ? 1 : (size_t)sh.max_tokens * m->tables, &len,
+                               bad);
     *bad |= map && sh.short_tokens;
     kve_step_buffers sb = {.slot_mapping = map, .max_tokens = sh.max_tokens, .moves = sh.moves,
                            .n_moves = sh.n_moves, .max_rows = sh.max_rows, .max_moves = sh.max_moves};
@@ -226,15 +278,39 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
     check_rounds_due(m, st, n_rows, rows, n_new, *bad);
     /* A valid call, now and then planned on the backend (kve_state_append_device:
      * host memory is the CPU's backend memory) with max_new >= its largest count,
-     * when its move lists hold kve_state_max_moves(max_new): the same append. */
+     * when its move lists hold kve_state_max_moves(max_new): the same append.
+     * Without move lists max_new is bounded by nothing the state knows: now
+     * and then 2^31-1, whose waves, were the CPU's work to follow max_new,
+     * would take minutes (issue 47 item 3: libFuzzer's -timeout finds it).
+     * An invalid call of a modest shape is planned too, with max_new its
+     * largest count (or one less: too many tokens), when only the planner
+     * refuses it: it writes the outputs a device writes (item 1). */
     uint32_t max_new = most + (fz_u8(in) & 1), shape_moves = 0;
-    int planned = !*bad && (fz_u8(in) & 3) == 0 &&
+    uint8_t how = fz_u8(in);
+    if (*bad)
+        max_new = most > 0x7fffffffu ? 0x7fffffffu : most - (most && (how & 0x20));
+    else if ((how & 0x1c) == 0x1c && !sh.moves)
+        max_new = 0x7fffffffu;
+    int planned = (how & 3) == 0 &&
+                  (!*bad || (small && map &&
+                             planner_refuses(m, n_rows, rows, n_new, max_new, map, sh.max_tokens))) &&
                   kve_state_max_moves(st, max_new, &shape_moves) == KVE_OK &&
                   (!sh.moves || sh.max_moves >= shape_moves);
     const kve_step_buffers *out = map || sh.moves || !sh.null_out ? &sb : NULL;
     kve_status s = planned ? kve_state_append_device(st, n_rows, rows, n_new, max_new, out)
                            : kve_state_append(st, n_rows, rows, n_new, out);
-    FZ_CHECK(!planned || s == KVE_OK, "append_device refused a valid call: %s", kve_last_error());
+    FZ_CHECK(!planned || *bad || s == KVE_OK, "append_device refused a valid call: %s",
+             kve_last_error());
+    if (planned && *bad && s != KVE_OK)
+        check_refused_outputs(m, "append_device", n_rows, total, max_new, map, sh.max_tokens,
+                              sh.n_moves, sh.max_rows);
+    if (planned && !*bad && map) /* the shape's entries past the tokens: -1 */
+        for (uint32_t tb = 0; tb < m->tables; tb++)
+            for (uint64_t t = total; t < sh.max_tokens && t < (uint64_t)n_rows * max_new; t++)
+                FZ_CHECK(map[((size_t)(tb / m->th) * sh.max_tokens + t) * m->th + tb % m->th] ==
+                             -1,
+                         "append_device: padding entry %llu of table %u is not -1",
+                         (unsigned long long)t, tb);
     if (s == KVE_OK && !*bad) {
         apply_append(m, st, n_rows, rows, n_new, sh.max_tokens, map);
         if (map && sh.moves)
@@ -325,13 +401,30 @@ static kve_status op_draft(fz_bytes *in, const model *m, kve_state *st, uint32_t
     }
     uint8_t sel = fz_u8(in);
     size_t lists = (size_t)m->tl * n_rows * m->th;
-    int64_t *map = sel & 1 ? (int64_t *)fz_alloc((total + 1) * m->tables * 8, 0x5a) : NULL;
+    /* max_tokens: the drafts and one more, the whole shape and one more, or
+     * (with a mapping: refused) one short */
+    uint64_t shape = (uint64_t)n_rows * max_draft, max_tokens = total + 1;
+    if ((sel & 8) && shape + 1 > max_tokens)
+        max_tokens = shape + 1;
+    if ((sel & 0x30) == 0x30 && total)
+        max_tokens = total - 1;
+    int64_t *map = sel & 1 ? (int64_t *)fz_alloc((max_tokens + 1) * m->tables * 8, 0x5a) : NULL;
+    *bad |= map && max_tokens < total;
     int32_t *moves = sel & 2 ? (int32_t *)fz_alloc(lists * 2 * 8, 0x3c) : NULL;
     uint32_t *n_moves = moves ? (uint32_t *)fz_alloc(lists * 4, 0x3c) : NULL;
-    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = (uint32_t)total + 1, .moves = moves,
+    kve_step_buffers sb = {.slot_mapping = map, .max_tokens = (uint32_t)max_tokens, .moves = moves,
                            .n_moves = n_moves, .max_rows = n_rows, .max_moves = 2};
     kve_status s = kve_state_draft(st, n_rows, rows, n_draft, max_draft,
                                    map || moves || (sel & 4) ? &sb : NULL);
+    /* refused by the planner (the host's checks passed): a device's outputs */
+    if (s != KVE_OK && d->max_draft && max_draft <= d->max_draft)
+        check_refused_outputs(m, "draft", n_rows, total, max_draft, map, sb.max_tokens, n_moves,
+                              n_rows);
+    /* accepted: the shape's entries no draft takes map to -1 (issue 46 item 2) */
+    for (uint64_t t = total; s == KVE_OK && map && t < shape && t < max_tokens; t++)
+        for (uint32_t tb = 0; tb < m->tables; tb++)
+            FZ_CHECK(map[((size_t)(tb / m->th) * sb.max_tokens + t) * m->th + tb % m->th] == -1,
+                     "draft: padding entry %llu of table %u is not -1", (unsigned long long)t, tb);
     if (s == KVE_OK && !*bad) {
         uint64_t base = 0;
         for (uint32_t i = 0; i < n_rows; i++) {

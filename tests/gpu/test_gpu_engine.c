@@ -69,7 +69,7 @@ END_TEST
 /* A state in the caller's device memory, and the tables' layout. */
 START_TEST(test_state_caller_memory)
 {
-    kve_state_desc d = {{7, 0, 32, 4, 8}, 3, 2, 4, 0, 0, 64, 0, 0};
+    kve_state_desc d = {{7, 0, 32, 4, 8}, 3, 2, 4, 0, 0, 64, 0, 0, 0};
     size_t bytes = 0;
     void *mem = NULL;
     kve_state *st = NULL;

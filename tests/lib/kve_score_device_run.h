@@ -99,7 +99,7 @@ static void sd_rig_init(sd_rig *g, kve_context *ctx, const char *(*msg)(void), c
     g->msg = msg;
     g->c = *c;
     kve_state_desc d = {{seed, c->sched_flags, c->budget, c->window, c->interval},
-                        c->rows, c->layers, c->heads, 0, 0, c->max_slots, 0, 0};
+                        c->rows, c->layers, c->heads, 0, 0, c->max_slots, 0, 0, c->group};
     ck_assert_int_eq(kve_state_create(ctx, &d, NULL, 0, &g->st), KVE_OK);
     uint32_t table_heads = (c->sched_flags & KVE_SHARED_HEADS) ? 1 : c->heads;
     g->stride_table = c->max_slots + 1; /* not dense: the stride is honoured */

@@ -23,7 +23,7 @@ static inline kve_state_desc ks_desc(uint32_t flags, uint32_t max_seqs, uint32_t
 {
     kve_state_desc d = {
         {0x5eed0001ULL, flags, budget, window, interval}, max_seqs, layers, heads, 3, 5, max_slots,
-        0, 0};
+        0, 0, 0};
     return d;
 }
 

@@ -58,8 +58,8 @@ class Random(unittest.TestCase):
     def program(self, scorer, max_new, as_torch=False, **flags):
         ctx = kvevict.Context("cpu")
         tensors = "torch" if as_torch else "numpy"
-        dev, host = [kvevict.State(ctx, **SHAPE, **flags, scored=True, tensors=tensors)
-                     for _ in range(2)]
+        dev, host = [kvevict.State(ctx, **SHAPE, **flags, scored=True, tensors=tensors,
+                                   score_group=G) for _ in range(2)]
         rng = np.random.default_rng(max_new * 100 + len(flags) * 10 + len(scorer))
         keys, bt = key_cache(rng)
         args = scorer_args(scorer, rng)
@@ -187,6 +187,14 @@ class Refusals(unittest.TestCase):
                                                         self.keys[0], self.out),
                      kvevict.ArgumentError, "state: expected a kvevict.State, got None")
         self.score()  # the control: accepted
+        # a group past the state's score_group (1 by default): its scratch is
+        # sized at creation, so the call is refused (issue 46 item 3)
+        tri = scorer_args("triattention", np.random.default_rng(2))[0]
+        e = self.refused(lambda: self.st.score_device(self.rows, self.n_new, 0, self.keys[0],
+                                                      self.out, block_table=self.bt, **tri),
+                         kvevict.KvevictError, "desc.score_group = 0")
+        self.assertEqual(e.name, "KVE_ERR_RANGE")
+        self.assertEqual(self.st.score_group, 0)
 
     def test_append_device(self):
         def append(scores, n_new=None, max_new=2, step=self.step):

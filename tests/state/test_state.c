@@ -311,7 +311,7 @@ START_TEST(golden_placement)
     kve_context *ctx = ks_context();
     const kve_golden_placement *g = &kve_golden_placements[_i];
     kve_state_desc d = {{42, g->flags, g->budget, g->window, g->interval}, 2, 1, 1, 2, 1,
-                        g->n_slots, 0, 0};
+                        g->n_slots, 0, 0, 0};
     kve_state_layout lay;
     kve_state *st = ks_create(ctx, &d, &lay);
     KT_OK(kve_state_admit(st, 0, 7, g->prompt));

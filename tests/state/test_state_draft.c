@@ -69,6 +69,35 @@ START_TEST(draft_on_scored_state)
 }
 END_TEST
 
+/* Issue 46 item 2: drafts are padded as kve_state_append_device pads its
+ * shape: every entry of the captured shape (n_rows x max_draft) that
+ * carries no draft maps to -1, so a captured write of the whole shape
+ * skips it. */
+START_TEST(draft_padding)
+{
+    kve_context *ctx = ks_context();
+    ks_step step;
+    kve_state *st = draft_state(ctx, 3, &step);
+    uint32_t rows[2] = {1, 0}, n[2] = {1, 0};
+    for (size_t i = 0; i < 8 * 2; i++)
+        step.b.slot_mapping[i] = 7;
+    kve_state_seq_info info;
+    KT_OK(kve_state_get_seq(st, 1, &info));
+    KT_OK(kve_state_draft(st, 2, rows, n, 3, &step.b));
+    for (uint32_t h = 0; h < 2; h++) {
+        ck_assert_int_eq(ks_map_at(&step, h, 0), (int64_t)info.capacity);
+        for (uint32_t t = 1; t < 6; t++)
+            ck_assert_msg(ks_map_at(&step, h, t) == -1, "head %u token %u maps to %lld, not -1",
+                          h, t, (long long)ks_map_at(&step, h, t));
+        for (uint32_t t = 6; t < 8; t++) /* past the shape: untouched */
+            ck_assert_int_eq(ks_map_at(&step, h, t), 7);
+    }
+    ks_step_free(&step);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 START_TEST(draft_refusals)
 {
     kve_context *ctx = ks_context();
@@ -121,7 +150,7 @@ START_TEST(draft_refusals)
     for (uint32_t i = 0; i < 4; i++)
         for (uint32_t h = 0; h < 2; h++)
             ck_assert_int_eq(ks_map_at(&step, h, i), (int64_t)before.capacity + i);
-    ck_assert_int_eq(step.b.slot_mapping[8], 99); /* past the call's tokens: untouched */
+    ck_assert_int_eq(step.b.slot_mapping[8], -1); /* the shape's padding (row 0): -1 */
     for (size_t i = 0; i < 2 * 2; i++)
         ck_assert_uint_eq(step.b.n_moves[i], 0);
     KT_OK(kve_state_get_seq(st, 1, &after));
@@ -203,6 +232,7 @@ int main(void)
     const kve_suite_test tests[] = {
         KVE_LOOP_TEST(draft, draft_commit_equals_accepted, 0, 2 * N_DRAFT_MODES),
         KVE_TEST(draft, draft_refusals),
+        KVE_TEST(draft, draft_padding),
         KVE_TEST(draft, draft_on_scored_state),
         KVE_TEST(draft, cache_write_src_slots),
     };

@@ -57,6 +57,7 @@ static void sdv_open(sdv_case *c, kve_context *ctx, uint64_t *rng)
     c->sd.schedule.seed = kt_next(rng);
     KT_OK(kve_schedule_capacity(&c->sd.schedule, MAX_PROMPT, &cap));
     c->sd.max_slots = cap + kt_below(rng, 3);
+    c->sd.score_group = 8; /* kve_sc_tri_params' largest TriAttention group */
     c->a = ks_create(c->ctx, &c->sd, &c->lay);
     KT_OK(kve_state_create(c->ctx, &c->sd, NULL, 0, &c->b));
     c->tables = (size_t)c->lay.table_layers * c->lay.table_heads;
