@@ -47,7 +47,7 @@ typedef struct kc_rig {
 static void kc_init(kc_rig *g)
 {
     kve_emu_context_device_plan(32); /* the GPU's own launch plan */
-    kve_state_desc d = {{46, 0, 4, 1, 2}, KC_ROWS, 1, 1, 0, 0, KC_CAP, 0, 0};
+    kve_state_desc d = {{46, 0, 4, 1, 2}, KC_ROWS, 1, 1, 0, 0, KC_CAP, 0, 0, 0};
     ck_assert_int_eq(kve_state_create(kve_emu, &d, NULL, 0, &g->st), KVE_OK);
     for (uint32_t r = 0; r < KC_ROWS; r++)
         ck_assert_int_eq(kve_state_admit(g->st, r, 100 + r, 0), KVE_OK);

@@ -134,9 +134,9 @@ class Engine:
             dst.copy_(torch.tensor(np.asarray(x, dtype=np.int32)))
         self.src_slots.copy_(torch.tensor(pad(first, -1), dtype=torch.int64)[:, None].expand(-1, H))
         self.src.copy_(src)
-        # the padded shape's untaken draft entries write nothing (issue 46
-        # item 2 has the planner pad drafts as appends are padded)
-        self.dstep.mapping.fill_(-1)
+        # stale slots in the draft mapping: the planner must map the padded
+        # shape's untaken entries to -1 (issue 46 item 2), or their writes land
+        self.dstep.mapping.fill_(7)
 
     def snap(self):
         """Host copies of everything the engines must agree on."""
@@ -187,6 +187,7 @@ def compare(g, e, h, nd, na, calls, step):
     assert np.array_equal(g["dmap"][:, :nd], h["dmap"][:, :nd]), (what, "drafts graph/host")
     assert np.array_equal(g["map"][:, :na], h["map"][:, :na]), (what, "commit graph/host")
     assert (g["map"][:, na:] == -1).all(), (what, "commit padding mapped")
+    assert (g["dmap"][:, nd:] == -1).all(), (what, "draft padding mapped")
 
 
 def run(device, steps):
