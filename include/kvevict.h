@@ -925,7 +925,8 @@ typedef struct kve_cache_write_desc {
      *  src_slots[t * slots_stride_token + h * slots_stride_head] of the same
      *  row (token_row[t]), the stored bytes as they are, instead of from
      *  src[c] (src, its strides and the parts' source types are then
-     *  unused; src may be NULL); -1 there skips the entry. A speculative
+     *  unused; src may be NULL); -1 there skips the write (not the
+     *  entry's checks of token_row, slot and page). A speculative
      *  step's commit (kve_state_draft): draft slots to the slots the append
      *  mapped them to. @pre a source slot is the destination of no write
      *  and no move of the call (draft slots, >= capacity, never are). */
