@@ -127,9 +127,28 @@ def run_diff_case(kvevict, a, b):
             os.unlink(path)
 
 
+def dir_cases(kvevict):
+    """Issue 47: a directory is unreadable input (exit 2), never an empty log."""
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "a.jsonl")
+        with open(log, "w") as f:
+            f.write(FULL + "\n")
+        pattern = r"kvevict: diff: cannot read .*: Is a directory"
+        for name, args in (("diff DIR DIR", [folder, folder]), ("diff DIR LOG", [folder, log]),
+                           ("diff LOG DIR", [log, folder])):
+            p = subprocess.run([kvevict, "diff"] + args, capture_output=True, text=True,
+                               timeout=300)
+            ok = bool(p.returncode == 2 and re.search(pattern, p.stderr) and p.stdout == "")
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stdout "
+                  f"{p.stdout.strip()!r}, stderr {p.stderr.strip()!r}")
+            yield ok
+
+
 def main():
     kvevict = sys.argv[1]
     failed = 0
+    dirs = list(dir_cases(kvevict))
+    failed += dirs.count(False)
     for name, args, stdin, pattern in CASES:
         p = subprocess.run([kvevict] + args, input=stdin, capture_output=True, text=True,
                            timeout=300)
@@ -145,7 +164,7 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stdout "
               f"{p.stdout.strip()!r}, stderr {p.stderr.strip()!r}")
         failed += not ok
-    total = len(CASES) + len(DIFF_CASES)
+    total = len(CASES) + len(DIFF_CASES) + len(dirs)
     print(f"{total - failed} of {total} passed")
     return 1 if failed else 0
 
