@@ -70,6 +70,17 @@ CASES = [
       "--no-progress"],
      "",
      r"KVE_ERR_NOMEM: cannot allocate [0-9]+ bytes of host memory for "),
+    # Issue 47: an empty item in any comma-separated list is a usage error.
+    *[(f"{args[0]} {args[-2]} {args[-1]!r}: an empty item", args, "",
+       rf'kvevict: {args[0]}: {args[-2]} "{re.escape(args[-1])}": empty item {item} \(a '
+       r'comma-separated list has none\)')
+      for args, item in ((["key", "--pos", "1,,2"], 2), (["key", "--pos", "1,"], 2),
+                         (["key", "--pos", ",1"], 1), (["key", "--pos", ","], 1),
+                         (["key", "--pos", ""], 1), (["key", "--pos", "1", "--pos", "2,"], 2),
+                         (["digest", "--require", "cpu,,cpu"], 2),
+                         (["digest", "--require", ""], 1), (["digest", "--require", "cpu,"], 2),
+                         (["demo", "--arms", "full,"], 2), (["demo", "--arms", ""], 1),
+                         (["demo", "--arms", ",random"], 1))],
     ("replay: --tokens 2^31, positions past the library's 2^31-1 (issue 36)",
      ["replay", "--tokens", "2147483648"],
      "",
