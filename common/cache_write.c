@@ -495,7 +495,7 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
 
 kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
 {
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_CHECK_CTX(ctx);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
     KVE_TRY(kve_check_shape(desc));
     KVE_RETURN_ERROR_IF(!ctx->ops->cache_write, KVE_ERR_UNAVAILABLE,

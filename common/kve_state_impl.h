@@ -63,6 +63,7 @@ struct kve_state {
      * counters (zeros between calls) */
     void *score_scratch;
     size_t score_scratch_bytes, score_raw_bytes;
+    kve_handle handle; /* live or destroyed; its place in ctx's ring (kve_handle.h) */
 };
 
 /* The host mirror of the rows, read back from backend memory once appends

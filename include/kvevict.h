@@ -117,7 +117,11 @@ KVE_API kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out);
 /** Whether this CPU and OS run @p isa (cpuid + xgetbv); *out is 0 or 1. */
 KVE_API kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available);
 
-/** Opaque context: a backend, its settings and its state. One per thread. */
+/** Opaque context: a backend, its settings and its state. One per thread.
+ *  Every call checks its context (and state) is live: a destroyed one is
+ *  KVE_ERR_INVALID. Detected while it is among the last 64 destroyed
+ *  handles (their structs are kept until then); a pointer destroyed
+ *  earlier, or never returned by a create, is undefined behaviour. */
 typedef struct kve_context kve_context;
 
 /**
@@ -131,7 +135,9 @@ typedef struct kve_context kve_context;
  */
 KVE_API kve_status kve_context_create(kve_backend backend, kve_context **out);
 
-/** Destroy a context; NULL is accepted and does nothing. Returns KVE_OK. */
+/** Destroy a context and the states still on it (kve_state_destroy of
+ *  each: later calls on them are KVE_ERR_INVALID); NULL is accepted and
+ *  does nothing. @return KVE_OK; KVE_ERR_INVALID when already destroyed. */
 KVE_API kve_status kve_context_destroy(kve_context *ctx);
 
 /** The backend this context runs on (never AUTO). */
@@ -481,7 +487,8 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
                                          size_t *out_bytes);
 
 /**
- * Create a state on @p ctx (which must outlive it) with every row free.
+ * Create a state on @p ctx with every row free (kve_context_destroy
+ * destroys it, if still there).
  * @param memory backend memory of kve_state_memory_size() bytes, 256-byte
  *        aligned (as kve_alloc returns it), kept by the state until
  *        destroyed; or NULL with memory_bytes == 0 to let the library
@@ -493,7 +500,9 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
 KVE_API kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *memory,
                                     size_t memory_bytes, kve_state **out);
 
-/** Destroy a state (its memory, if the library allocated it); NULL is accepted. */
+/** Destroy a state (its memory, if the library allocated it); NULL is
+ *  accepted. @return KVE_OK; KVE_ERR_INVALID when already destroyed (also
+ *  with its context). */
 KVE_API kve_status kve_state_destroy(kve_state *state);
 
 /**
