@@ -572,7 +572,8 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
  * the round's placement moves kept entries down into freed slots (at most r
  * per head), reported in the move lists. Stream-ordered on the backend, no
  * host synchronization; nothing is allocated.
- * @param rows, n_new [n_rows], host memory; rows active and distinct.
+ * @param rows, n_new [n_rows], host memory; rows active and distinct;
+ *        n_rows <= max_seqs (else KVE_ERR_RANGE).
  * @param out where the mapping and move lists go, or NULL to advance the
  *        state alone (then the caller keeps no cache for these rows). In a
  *        KVE_SCORED state it carries the scores (required, with out->scores
@@ -613,7 +614,9 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * out->max_tokens) run on the device: a refused call changes nothing, maps
  * its tokens to -1, empties its move lists, and kve_context_synchronize
  * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
- * CPU backend the call returns that error itself.
+ * CPU backend the call returns it itself: KVE_ERR_RANGE for a range check
+ * (row, n_new, position, max_tokens), KVE_ERR_INVALID for a free or
+ * repeated row (or reason 7).
  * A KVE_SCORED state's planned append reads out->scores as kve_state_append
  * does, written by kve_state_score_device from the same rows and n_new
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
@@ -624,9 +627,10 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * evicts r candidates and the state stays whole; on the CPU backend the
  * call refuses it itself (KVE_ERR_INVALID, state unchanged).
  * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
- *         KVE_ERR_RANGE (n_rows, max_new, out's sizes); KVE_ERR_OVERFLOW (a
- *         scored state's scores span); KVE_ERR_INVALID (CPU backend: a
- *         refusal of the planner, or a NaN score at a candidate).
+ *         KVE_ERR_RANGE (n_rows > max_seqs, max_new, out's sizes; CPU: a
+ *         range refusal); KVE_ERR_OVERFLOW (a scored state's scores span);
+ *         KVE_ERR_INVALID (CPU: a free or repeated row, reason 7, or a NaN
+ *         score at a candidate).
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            const uint32_t *rows, const uint32_t *n_new,
@@ -662,10 +666,10 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
  * max_draft, out->max_tokens) run on the device as in
  * kve_state_append_device: a refused call maps its tokens to -1, empties
  * its move lists and is reported by kve_context_synchronize; on the CPU
- * backend the call returns that error itself.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft past
- *         desc.max_draft, out->max_rows); KVE_ERR_INVALID when the state
- *         was created with max_draft = 0.
+ * backend the call returns it itself, with the same statuses.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
+ *         max_draft past desc.max_draft, out->max_rows); KVE_ERR_INVALID
+ *         when the state was created with max_draft = 0.
  */
 KVE_API kve_status kve_state_draft(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                    const uint32_t *n_draft, uint32_t max_draft,
@@ -894,7 +898,8 @@ typedef struct kve_cache_write_desc {
     uint32_t n_pages;           /**< pages in each cache */
     /** int64 slots; slots_stride_head = 0 gives every head the same slot
      *  (shared heads). One layer of kve_state_append's slot_mapping is
-     *  slots = mapping + tl * n_total * table_heads, slots_stride_token =
+     *  slots = mapping + tl * max_tokens * table_heads (out->max_tokens),
+     *  slots_stride_token =
      *  table_heads, slots_stride_head = table_heads > 1. */
     const int64_t *slots;
     size_t slots_stride_token, slots_stride_head;
@@ -1151,12 +1156,15 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * the largest before capturing. The scratch, like the state's other
  * buffers, is used in the order of the context's stream: keep a state's
  * calls on one stream. On the CPU backend the rows are read where they lie
- * and scored as kve_state_score scores them.
+ * and scored as kve_state_score scores them. A state without KVE_SCORED
+ * is scored alike (its append reads no scores). n_rows = 0 checks desc
+ * and writes nothing.
  * @param rows, n_new [n_rows], backend memory.
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
- *         desc.keys.n_heads or n_rows past the page table's, strides);
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
+ *         table_layer, desc.keys.n_heads or n_rows past the page table's,
+ *         strides);
  *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
  *         (scores_stride_table x tables, the call's scores in bytes);
  *         KVE_ERR_NOMEM or KVE_ERR_DEVICE when the scratch cannot be taken;
