@@ -14,7 +14,6 @@
 #include "kve_util.h"
 #include "kve_validate.h"
 
-#define KVE_CHECK_CTX(ctx) KVE_RETURN_ERROR_IF(!(ctx), KVE_ERR_NULL, "ctx is NULL")
 #define KVE_CHECK_OUT(p) KVE_RETURN_ERROR_IF(!(p), KVE_ERR_NULL, #p " is NULL")
 /* The body of a context getter: both pointers checked, then the field. */
 #define KVE_CONTEXT_GET(ctx, out, field)                                                         \
@@ -49,6 +48,7 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
         free(ctx);
         return st;
     }
+    kve_handle_open(&ctx->handle, KVE_HANDLE_CONTEXT, ctx);
     kve_error_clear();
     *out = ctx;
     return KVE_OK;
@@ -56,10 +56,14 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
 
 kve_status kve_context_destroy(kve_context *ctx)
 {
-    if (ctx) {
-        ctx->ops->context_fini(ctx);
-        free(ctx);
-    }
+    if (!ctx)
+        return KVE_OK;
+    KVE_CHECK_CTX(ctx);
+    kve_state *s;
+    while ((s = (kve_state *)kve_handle_first(&ctx->handle))) /* its states first */
+        kve_state_destroy(s);
+    ctx->ops->context_fini(ctx);
+    kve_handle_retire(&ctx->handle, ctx);
     return KVE_OK;
 }
 

@@ -439,7 +439,9 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
         int32_t row = -1;
         int row_read = flat; /* the row is read once a slot needs it: padding needs none */
         for (uint32_t h = 0; h < d->n_heads; h++) {
-            int64_t slot = kve_cw_slot(d, t, h);
+            /* desc.slots itself: a -1 source skips the write, not the checks */
+            size_t at = (size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head;
+            int64_t slot = d->slots[at];
             if (slot == -1)
                 continue;
             if (!row_read) {
@@ -452,11 +454,9 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
             }
             const kve_slot_ref ref = {t, h, 0, 0, 0, 0};
             KVE_TRY(kve_check_slot(d, &ref, row, slot));
-            if (d->src_slots) {
+            if (d->src_slots && d->src_slots[at] != -1) {
                 const kve_slot_ref from = {t, h, 0, 0, 0, 1};
-                KVE_TRY(kve_check_slot(d, &from, row,
-                                       d->src_slots[(size_t)t * d->slots_stride_token +
-                                                    (size_t)h * d->slots_stride_head]));
+                KVE_TRY(kve_check_slot(d, &from, row, d->src_slots[at]));
             }
         }
     }
@@ -501,7 +501,7 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
 
 kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
 {
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_CHECK_CTX(ctx);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
     KVE_TRY(kve_check_shape(desc));
     KVE_RETURN_ERROR_IF(!ctx->ops->cache_write, KVE_ERR_UNAVAILABLE,

@@ -25,6 +25,7 @@
 #ifndef KVE_BACKEND_H
 #define KVE_BACKEND_H
 
+#include "kve_handle.h"
 #include "kvevict.h"
 
 #define KVE_BACKEND_ABI_VERSION 4u /* 2: state_evict, upload; 3: state_plan, state_round; 4: state_score */
@@ -266,6 +267,7 @@ struct kve_context {
     int device;
     void *stream;
     void *impl; /* the backend's own state */
+    kve_handle handle; /* live or destroyed, and the ring of its states (kve_handle.h) */
 };
 
 /* ---- 3. The operations -------------------------------------------------- */

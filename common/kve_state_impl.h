@@ -66,6 +66,7 @@ struct kve_state {
     void *score_scratch;
     size_t score_raw_bytes;
     uint32_t score_group;
+    kve_handle handle; /* live or destroyed; its place in ctx's ring (kve_handle.h) */
 };
 
 /* The host mirror of the rows, read back from backend memory once appends

@@ -234,7 +234,7 @@ static kve_status kve_check_contents(const kve_score_desc *d)
 
 static kve_status kve_score_validate(kve_context *ctx, const kve_score_desc *desc, kve_score_desc *out)
 {
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_CHECK_CTX(ctx);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
     const kve_score_desc *d = desc;
     KVE_RETURN_ERROR_IF(d->scorer != KVE_SCORER_KNORM && d->scorer != KVE_SCORER_TRIATTENTION,
@@ -329,7 +329,7 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
                            float *scores, size_t scores_stride_row, size_t scores_stride_table)
 {
     kve_state *s = state;
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
     KVE_TRY(kve_state_mirror(s));
     if (n_rows == 0)
@@ -408,7 +408,7 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
                                   size_t scores_stride_row, size_t scores_stride_table)
 {
     kve_state *s = state;
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);

@@ -73,7 +73,7 @@ static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d
 /* Checks @p d and lays out the state's backend memory. */
 static kve_status kve_state_layout_plan(kve_context *ctx, const kve_state_desc *d, kve_state *s)
 {
-    KVE_RETURN_ERROR_IF(!ctx, KVE_ERR_NULL, "ctx is NULL");
+    KVE_CHECK_CTX(ctx);
     KVE_RETURN_ERROR_IF(!d, KVE_ERR_NULL, "desc is NULL");
     uint32_t min_slots;
     KVE_TRY(kve_schedule_capacity(&d->schedule, 0, &min_slots));
@@ -233,6 +233,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
         }
         s->owned = 1;
     }
+    kve_handle_open(&s->handle, KVE_HANDLE_STATE, s); /* live from here: destroyed on failure */
+    kve_handle_attach(&ctx->handle, &s->handle);
     char *base = (char *)memory;
     s->memory = memory;
     s->slot_pos = (int32_t *)(base + s->offsets[KVE_PART_SLOT_POS]);
@@ -279,13 +281,14 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
 kve_status kve_state_destroy(kve_state *s)
 {
     if (s) {
+        KVE_CHECK_STATE(s);
         if (s->owned) {
             kve_context_synchronize(s->ctx);
             kve_free(s->ctx, s->memory);
         }
         free(s->host);
         free(s->free_runs);
-        free(s);
+        kve_handle_retire(&s->handle, s); /* its struct quarantined, not freed */
     }
     return KVE_OK;
 }
@@ -362,7 +365,7 @@ kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve
 
 static kve_status kve_check_row(const kve_state *s, uint32_t row, int want_active)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_TRY(kve_state_mirror(s));
     KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
                         s->d.max_seqs - 1);
@@ -409,7 +412,7 @@ kve_status kve_state_retire(kve_state *s, uint32_t row)
 
 kve_status kve_state_get_layout(const kve_state *s, kve_state_layout *out)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!out, KVE_ERR_NULL, "out is NULL");
     *out = (kve_state_layout){s->slot_pos,       s->row_elems,     s->table_layers,
                               s->table_heads,    s->d.max_slots,  s->d.max_seqs,

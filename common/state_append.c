@@ -23,7 +23,7 @@ uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_
 
 kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!out_moves, KVE_ERR_NULL, "out_moves is NULL");
     uint64_t r = s->d.schedule.interval, m = r * ((max_new + r - 1) / r);
     *out_moves = m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
@@ -35,7 +35,7 @@ kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *o
 static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                    const uint32_t *n_new, const kve_step_buffers *out)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
@@ -231,7 +231,7 @@ kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *
 kve_status kve_state_append(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                             const uint32_t *n_new, const kve_step_buffers *out)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_TRY(kve_state_mirror(s));
     kve_status st = kve_append_check(s, n_rows, rows, n_new, out);
     for (uint32_t i = 0; s && rows && i < n_rows && rows[i] < s->d.max_seqs; i++)
@@ -245,7 +245,7 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                                    const uint32_t *n_new, uint32_t max_new,
                                    const kve_step_buffers *out)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
                         "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);

@@ -29,7 +29,7 @@ kve_status kve_state_draft(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                            const uint32_t *n_draft, uint32_t max_draft,
                            const kve_step_buffers *out)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(s->d.max_draft == 0, KVE_ERR_INVALID,
                         "kve_state_draft: the state was created with desc.max_draft = 0 (no "
                         "draft slots)");

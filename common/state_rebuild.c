@@ -255,7 +255,7 @@ kve_status kve_state_rebuild(kve_state *s, uint32_t row, uint64_t seq_id, uint32
                              uint32_t n_tokens, const uint32_t *steps, uint32_t n_steps,
                              int64_t *slot_mapping, size_t mapping_len)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(row >= s->d.max_seqs, KVE_ERR_RANGE, "row = %u: must be 0..%u", row,
                         s->d.max_seqs - 1);
     KVE_TRY(kve_state_mirror(s));

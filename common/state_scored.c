@@ -16,7 +16,7 @@
 kve_status kve_state_rounds_due(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                 const uint32_t *n_new, uint32_t *out_due)
 {
-    KVE_RETURN_ERROR_IF(!s, KVE_ERR_NULL, "state is NULL");
+    KVE_CHECK_STATE(s);
     KVE_TRY(kve_state_mirror(s));
     if (n_rows == 0)
         return KVE_OK;

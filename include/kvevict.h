@@ -117,7 +117,11 @@ KVE_API kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out);
 /** Whether this CPU and OS run @p isa (cpuid + xgetbv); *out is 0 or 1. */
 KVE_API kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available);
 
-/** Opaque context: a backend, its settings and its state. One per thread. */
+/** Opaque context: a backend, its settings and its state. One per thread.
+ *  Every call checks its context (and state) is live: a destroyed one is
+ *  KVE_ERR_INVALID. Detected while it is among the last 64 destroyed
+ *  handles (their structs are kept until then); a pointer destroyed
+ *  earlier, or never returned by a create, is undefined behaviour. */
 typedef struct kve_context kve_context;
 
 /**
@@ -131,7 +135,9 @@ typedef struct kve_context kve_context;
  */
 KVE_API kve_status kve_context_create(kve_backend backend, kve_context **out);
 
-/** Destroy a context; NULL is accepted and does nothing. Returns KVE_OK. */
+/** Destroy a context and the states still on it (kve_state_destroy of
+ *  each: later calls on them are KVE_ERR_INVALID); NULL is accepted and
+ *  does nothing. @return KVE_OK; KVE_ERR_INVALID when already destroyed. */
 KVE_API kve_status kve_context_destroy(kve_context *ctx);
 
 /** The backend this context runs on (never AUTO). */
@@ -489,7 +495,8 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
                                          size_t *out_bytes);
 
 /**
- * Create a state on @p ctx (which must outlive it) with every row free.
+ * Create a state on @p ctx with every row free (kve_context_destroy
+ * destroys it, if still there).
  * @param memory backend memory of kve_state_memory_size() bytes, 256-byte
  *        aligned (as kve_alloc returns it), kept by the state until
  *        destroyed; or NULL with memory_bytes == 0 to let the library
@@ -501,7 +508,9 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
 KVE_API kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *memory,
                                     size_t memory_bytes, kve_state **out);
 
-/** Destroy a state (its memory, if the library allocated it); NULL is accepted. */
+/** Destroy a state (its memory, if the library allocated it); NULL is
+ *  accepted. @return KVE_OK; KVE_ERR_INVALID when already destroyed (also
+ *  with its context). */
 KVE_API kve_status kve_state_destroy(kve_state *state);
 
 /**
@@ -571,7 +580,8 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
  * the round's placement moves kept entries down into freed slots (at most r
  * per head), reported in the move lists. Stream-ordered on the backend, no
  * host synchronization; nothing is allocated.
- * @param rows, n_new [n_rows], host memory; rows active and distinct.
+ * @param rows, n_new [n_rows], host memory; rows active and distinct;
+ *        n_rows <= max_seqs (else KVE_ERR_RANGE).
  * @param out where the mapping and move lists go, or NULL to advance the
  *        state alone (then the caller keeps no cache for these rows). In a
  *        KVE_SCORED state it carries the scores (required, with out->scores
@@ -613,9 +623,11 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * its tokens to -1, empties its move lists, and kve_context_synchronize
  * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
  * CPU backend the call writes the same outputs and returns that error
- * itself. Every entry of the shape (n_rows x max_new, up to
- * out->max_tokens) that carries no token maps to -1. On the CPU the work
- * follows the tokens; on a GPU the launches follow max_new.
+ * itself: KVE_ERR_RANGE for a range check (row, n_new, position,
+ * max_tokens), KVE_ERR_INVALID for a free or repeated row (or reason 7).
+ * Every entry of the shape (n_rows x max_new, up to out->max_tokens) that
+ * carries no token maps to -1. On the CPU the work follows the tokens; on
+ * a GPU the launches follow max_new.
  * A KVE_SCORED state's planned append reads out->scores as kve_state_append
  * does, written by kve_state_score_device from the same rows and n_new
  * before it: out->scores_stride_table >= desc.max_slots (which rows are due
@@ -626,9 +638,10 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * evicts r candidates and the state stays whole; on the CPU backend the
  * call refuses it itself (KVE_ERR_INVALID, state unchanged).
  * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
- *         KVE_ERR_RANGE (n_rows, max_new, out's sizes); KVE_ERR_OVERFLOW (a
- *         scored state's scores span); KVE_ERR_INVALID (CPU backend: a
- *         refusal of the planner, or a NaN score at a candidate).
+ *         KVE_ERR_RANGE (n_rows > max_seqs, max_new, out's sizes; CPU: a
+ *         range refusal); KVE_ERR_OVERFLOW (a scored state's scores span);
+ *         KVE_ERR_INVALID (CPU: a free or repeated row, reason 7, or a NaN
+ *         score at a candidate).
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            const uint32_t *rows, const uint32_t *n_new,
@@ -666,10 +679,11 @@ KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
  * max_draft, out->max_tokens) run on the device as in
  * kve_state_append_device: a refused call maps its tokens to -1, empties
  * its move lists and is reported by kve_context_synchronize; on the CPU
- * backend the call writes the same outputs and returns that error itself.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft past
- *         desc.max_draft, out->max_rows); KVE_ERR_INVALID when the state
- *         was created with max_draft = 0.
+ * backend the call writes the same outputs and returns that error itself,
+ * with the same statuses.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
+ *         max_draft past desc.max_draft, out->max_rows); KVE_ERR_INVALID
+ *         when the state was created with max_draft = 0.
  */
 KVE_API kve_status kve_state_draft(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                    const uint32_t *n_draft, uint32_t max_draft,
@@ -898,7 +912,8 @@ typedef struct kve_cache_write_desc {
     uint32_t n_pages;           /**< pages in each cache */
     /** int64 slots; slots_stride_head = 0 gives every head the same slot
      *  (shared heads). One layer of kve_state_append's slot_mapping is
-     *  slots = mapping + tl * n_total * table_heads, slots_stride_token =
+     *  slots = mapping + tl * max_tokens * table_heads (out->max_tokens),
+     *  slots_stride_token =
      *  table_heads, slots_stride_head = table_heads > 1. */
     const int64_t *slots;
     size_t slots_stride_token, slots_stride_head;
@@ -940,7 +955,8 @@ typedef struct kve_cache_write_desc {
      *  src_slots[t * slots_stride_token + h * slots_stride_head] of the same
      *  row (token_row[t]), the stored bytes as they are, instead of from
      *  src[c] (src, its strides and the parts' source types are then
-     *  unused; src may be NULL); -1 there skips the entry. A speculative
+     *  unused; src may be NULL); -1 there skips the write (not the
+     *  entry's checks of token_row, slot and page). A speculative
      *  step's commit (kve_state_draft): draft slots to the slots the append
      *  mapped them to. @pre a source slot is the destination of no write
      *  and no move of the call (draft slots, >= capacity, never are). */
@@ -1156,13 +1172,15 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * after creation. The scratch, like the state's other
  * buffers, is used in the order of the context's stream: keep a state's
  * calls on one stream. On the CPU backend the rows are read where they lie
- * and scored as kve_state_score scores them.
+ * and scored as kve_state_score scores them. A state without KVE_SCORED
+ * is scored alike (its append reads no scores). n_rows = 0 checks desc
+ * and writes nothing.
  * @param rows, n_new [n_rows], backend memory.
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, table_layer,
- *         desc.keys.n_heads or n_rows past the page table's, strides,
- *         desc.tri.group past the state's desc.score_group);
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
+ *         table_layer, desc.keys.n_heads or n_rows past the page table's,
+ *         strides, desc.tri.group past the state's desc.score_group);
  *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
  *         (scores_stride_table x tables, the call's scores in bytes);
  *         KVE_ERR_UNAVAILABLE when the backend lacks it.

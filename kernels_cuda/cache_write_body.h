@@ -133,13 +133,15 @@ KVE_HD_FN int64_t kve_cw_slot(const kve_cache_write_desc *d, uint32_t t, uint32_
 }
 
 /* Page and in-page slot of entry (t, h), or 0 when it is skipped: slot -1
- * (padding: the token's row is then never read), or a row, slot or page the
- * desc does not allow (an error raised when @p raise). */
+ * (padding: the token's row is then never read), a row, slot or page the
+ * desc does not allow (an error raised when @p raise), or a -1 in
+ * desc.src_slots (after the same checks). */
 KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, int raise,
                          size_t *page_out, size_t *in_out)
 {
     const kve_cache_write_desc *d = &a->d;
-    int64_t slot = kve_cw_slot(d, t, h);
+    size_t at = (size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head;
+    int64_t slot = d->slots[at];
     if (slot == -1)
         return 0;
     int32_t row = 0;
@@ -153,7 +155,7 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
     }
     int why = 0;
     if (kve_cw_locate(d, row, slot, page_out, in_out, &why))
-        return 1;
+        return !d->src_slots || d->src_slots[at] != -1;
     if (raise)
         kve_raise(a->errors, why, t, h);
     return 0;

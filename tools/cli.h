@@ -59,6 +59,13 @@ int kve_cli_once(const char *cmd, const char *name, kve_cli_seen *seen);
  * default); 0 or an exit code. */
 int kve_cli_parse_threads(const char *text, int *out);
 
+/* The one parser of every comma-separated list option (--pos, --require,
+ * --arms): @p item(arg, text) for each item in order, NUL-terminated; an
+ * empty item anywhere ("", ",", "1,,2", "1,", ",1") is a usage error naming
+ * the option and value. 0, 2, or the first nonzero @p item return. */
+int kve_cli_parse_list(const char *cmd, const char *opt, const char *text,
+                       int (*item)(void *arg, const char *item), void *arg);
+
 /* Parses an unsigned integer (decimal or 0x-hex) within [0, max]. */
 int kve_cli_parse_u64(const char *opt, const char *text, uint64_t max, uint64_t *out);
 

@@ -71,6 +71,35 @@ int kve_cli_once(const char *cmd, const char *name, kve_cli_seen *seen)
     return 0;
 }
 
+int kve_cli_parse_list(const char *cmd, const char *opt, const char *text,
+                       int (*item)(void *arg, const char *item), void *arg)
+{
+    size_t n = 1;
+    for (const char *p = text;; n++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0)
+            return kve_cli_usage_error("%s: %s \"%s\": empty item %zu (a comma-separated list "
+                                       "has none)",
+                                       cmd, opt, text, n);
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    char *copy = strdup(text);
+    if (!copy)
+        return kve_cli_usage_error("%s: %s: KVE_ERR_NOMEM: cannot copy the list", cmd, opt);
+    int rc = 0;
+    for (char *p = copy; !rc && p;) {
+        char *end = strchr(p, ',');
+        if (end)
+            *end++ = '\0';
+        rc = item(arg, p);
+        p = end;
+    }
+    free(copy);
+    return rc;
+}
+
 int kve_cli_parse_threads(const char *text, int *out)
 {
     uint64_t v = 0;

@@ -52,24 +52,25 @@ static const char kve_demo_usage[] =
 static const char *const kve_arm_names[KVE_N_ARMS] = {"full", "triattention", "knorm", "random",
                                                       "random-p0"};
 
+/* One item of --arms (kve_cli_parse_list): an arm's name. */
+static int kve_demo_arm_item(void *arg, const char *name)
+{
+    kve_demo_opts *o = (kve_demo_opts *)arg;
+    for (int a = 0; a < KVE_N_ARMS; a++)
+        if (!strcmp(name, kve_arm_names[a])) {
+            o->arms[a] = 1;
+            o->arms_given = 1;
+            return 0;
+        }
+    return kve_cli_usage_error("demo: --arms: unknown arm \"%s\" (full, triattention, knorm, "
+                               "random, random-p0)",
+                               name);
+}
+
 static int kve_demo_parse_arms(const char *list, kve_demo_opts *o)
 {
     memset(o->arms, 0, sizeof o->arms);
-    const char *p = list;
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        int found = -1;
-        for (int a = 0; a < KVE_N_ARMS; a++)
-            if (strlen(kve_arm_names[a]) == len && !strncmp(p, kve_arm_names[a], len))
-                found = a;
-        if (found < 0)
-            return kve_cli_usage_error("demo: --arms: unknown arm \"%.*s\" (full, triattention, "
-                                       "knorm, random, random-p0)", (int)len, p);
-        o->arms[found] = 1;
-        o->arms_given = 1;
-        p += len + (p[len] == ',');
-    }
-    return 0;
+    return kve_cli_parse_list("demo", "--arms", list, kve_demo_arm_item, o);
 }
 
 static int kve_demo_parse_flag(int idx, kve_demo_opts *o)

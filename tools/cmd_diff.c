@@ -3,6 +3,7 @@
  * `kvevict replay`, or an engine's per-request digests) and name the first
  * request, round, layer and head where they part, with the positions.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,20 +241,31 @@ static int kve_diff_read(kve_diff_log *l)
 {
     FILE *f = fopen(l->path, "r");
     if (!f) {
-        fprintf(stderr, "kvevict: diff: cannot open %s\n", l->path);
+        fprintf(stderr, "kvevict: diff: cannot open %s: %s\n", l->path, strerror(errno));
         return 2;
     }
     char *buf = NULL;
     size_t cap = 0, line = 0;
     ssize_t len;
     int rc = 0;
-    while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
+    int err = 0;
+    while (!rc) {
+        errno = 0;
+        if ((len = getline(&buf, &cap, f)) < 0) {
+            err = errno;
+            break;
+        }
         line++;
         size_t i = 0;
         while (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n')
             i++;
         if (buf[i])
             rc = kve_diff_parse_line(l, buf, line);
+    }
+    if (!rc && ferror(f)) { /* a directory, or a read error: not an empty log */
+        fprintf(stderr, "kvevict: diff: cannot read %s: %s\n", l->path,
+                strerror(err ? err : EIO));
+        rc = 2;
     }
     free(buf);
     fclose(f);

@@ -83,6 +83,34 @@ static const char kve_key_usage[] =
     "  --persistent  --shared-heads  --shared-layers   mode switches\n"
     "  --backend NAME        auto, cpu, cuda, hip (default auto)\n";
 
+/* The positions --pos gave so far. */
+typedef struct {
+    uint32_t *pos;
+    size_t n, cap;
+} kve_key_positions;
+
+/* One item of a --pos list (kve_cli_parse_list). */
+static int kve_key_add_pos(void *arg, const char *text)
+{
+    kve_key_positions *k = (kve_key_positions *)arg;
+    uint64_t v;
+    int rc = kve_cli_parse_u64("pos", text, UINT32_MAX, &v);
+    if (rc)
+        return rc;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 64;
+        uint32_t *grown = (uint32_t *)realloc(k->pos, cap * sizeof *grown);
+        if (!grown)
+            return kve_cli_usage_error("key: KVE_ERR_NOMEM: cannot allocate %zu bytes for the "
+                                       "positions",
+                                       cap * sizeof *grown);
+        k->pos = grown;
+        k->cap = cap;
+    }
+    k->pos[k->n++] = (uint32_t)v;
+    return 0;
+}
+
 int kve_cmd_key(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -95,8 +123,7 @@ int kve_cmd_key(int argc, char **argv)
     uint64_t seed = 0, seq = 0, v;
     uint32_t layer = 0, head = 0, round = 0, flags = 0;
     const char *backend = "auto";
-    size_t n = 0, cap = 0;
-    uint32_t *pos = NULL;
+    kve_key_positions k = {NULL, 0, 0};
     int c, idx = 0, rc = 0;
     kve_cli_seen seen = {{0}, 0};
     optind = 1;
@@ -113,53 +140,37 @@ int kve_cmd_key(int argc, char **argv)
         case 'H': flags |= KVE_SHARED_HEADS; break;
         case 'L': flags |= KVE_SHARED_LAYERS; break;
         case 'b': backend = optarg; break;
-        case 'p':
-            for (char *tok = strtok(optarg, ","); tok && !rc; tok = strtok(NULL, ",")) {
-                rc = kve_cli_parse_u64("pos", tok, UINT32_MAX, &v);
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    uint32_t *grown = (uint32_t *)realloc(pos, cap * sizeof *pos);
-                    if (!grown) {
-                        rc = kve_cli_usage_error("key: KVE_ERR_NOMEM: cannot allocate %zu bytes "
-                                                 "for the positions",
-                                                 cap * sizeof *pos);
-                        break;
-                    }
-                    pos = grown;
-                }
-                pos[n++] = (uint32_t)v;
-            }
-            break;
-        case '?' + 256: fputs(kve_key_usage, stdout); free(pos); return 0;
+        case 'p': rc = kve_cli_parse_list("key", "--pos", optarg, kve_key_add_pos, &k); break;
+        case '?' + 256: fputs(kve_key_usage, stdout); free(k.pos); return 0;
         default: fputs(kve_key_usage, stderr); rc = 2;
         }
     }
     if (!rc && optind < argc)
         rc = kve_cli_usage_error("key: unexpected argument \"%s\"", argv[optind]);
-    if (!rc && n == 0)
+    if (!rc && k.n == 0)
         rc = kve_cli_usage_error("key: give at least one --pos");
     kve_context *ctx = NULL;
     if (!rc)
         rc = kve_cli_context(backend, NULL, 0, &ctx);
-    kve_coord *coords = rc ? NULL : (kve_coord *)kve_cli_malloc("the coordinates", n, sizeof *coords);
-    uint64_t *keys = rc || !coords ? NULL : (uint64_t *)kve_cli_malloc("the keys", n, sizeof *keys);
+    kve_coord *coords = rc ? NULL : (kve_coord *)kve_cli_malloc("the coordinates", k.n, sizeof *coords);
+    uint64_t *keys = rc || !coords ? NULL : (uint64_t *)kve_cli_malloc("the keys", k.n, sizeof *keys);
     if (!rc && !keys)
         rc = kve_cli_fail("key", KVE_ERR_NOMEM);
     if (!rc) {
-        for (size_t i = 0; i < n; i++)
-            coords[i] = (kve_coord){seq, layer, head, pos[i], round};
-        kve_status st = kve_cli_keys(ctx, seed, flags, coords, n, keys);
+        for (size_t i = 0; i < k.n; i++)
+            coords[i] = (kve_coord){seq, layer, head, k.pos[i], round};
+        kve_status st = kve_cli_keys(ctx, seed, flags, coords, k.n, keys);
         if (st != KVE_OK)
             rc = kve_cli_fail("key", st);
-        for (size_t i = 0; !rc && i < n; i++)
+        for (size_t i = 0; !rc && i < k.n; i++)
             printf("{\"seq_id\":%llu,\"layer\":%u,\"head\":%u,\"pos\":%u,\"round\":%u,"
                    "\"key\":\"0x%016llx\"}\n",
-                   (unsigned long long)seq, layer, head, pos[i], round,
+                   (unsigned long long)seq, layer, head, k.pos[i], round,
                    (unsigned long long)keys[i]);
     }
     free(coords);
     free(keys);
-    free(pos);
+    free(k.pos);
     kve_context_destroy(ctx);
     return rc;
 }
@@ -192,24 +203,25 @@ static int kve_listed(const char *list, const char *name)
     return 0;
 }
 
+/* One item of --require (kve_cli_parse_list): a backend's name. */
+static int kve_require_item(void *arg, const char *name)
+{
+    kve_backend b = KVE_BACKEND_AUTO; /* the library's names, lower case: not "auto" */
+    if (kve_backend_from_name(name, &b) == KVE_OK && b != KVE_BACKEND_AUTO &&
+        !strcmp(name, kve_backend_name(b)))
+        return 0;
+    return kve_cli_usage_error("digest: --require %s: expected cpu, cuda or hip, comma-separated",
+                               (const char *)arg);
+}
+
 /* Checks --require's names; 0 or an exit code. */
 static int kve_check_require(const kve_cli_config *cfg)
 {
-    for (const char *p = cfg->require; p && *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char name[8] = "";
-        kve_backend b = KVE_BACKEND_AUTO; /* the library's names, lower case: not "auto" */
-        if (len < sizeof name)
-            memcpy(name, p, len);
-        name[len < sizeof name ? len : 0] = '\0';
-        int known = len < sizeof name && kve_backend_from_name(name, &b) == KVE_OK &&
-                    b != KVE_BACKEND_AUTO && !strcmp(name, kve_backend_name(b));
-        if (!known)
-            return kve_cli_usage_error("digest: --require %s: expected cpu, cuda or hip, "
-                                       "comma-separated",
-                                       cfg->require);
-        p = end ? end + 1 : NULL;
+    if (cfg->require) {
+        int rc = kve_cli_parse_list("digest", "--require", cfg->require, kve_require_item,
+                                    (void *)cfg->require);
+        if (rc)
+            return rc;
     }
     if (cfg->require && strcmp(cfg->backend, "all") != 0)
         return kve_cli_usage_error("digest: --require goes with --backend all");

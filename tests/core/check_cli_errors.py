@@ -70,6 +70,17 @@ CASES = [
       "--no-progress"],
      "",
      r"KVE_ERR_NOMEM: cannot allocate [0-9]+ bytes of host memory for "),
+    # Issue 47: an empty item in any comma-separated list is a usage error.
+    *[(f"{args[0]} {args[-2]} {args[-1]!r}: an empty item", args, "",
+       rf'kvevict: {args[0]}: {args[-2]} "{re.escape(args[-1])}": empty item {item} \(a '
+       r'comma-separated list has none\)')
+      for args, item in ((["key", "--pos", "1,,2"], 2), (["key", "--pos", "1,"], 2),
+                         (["key", "--pos", ",1"], 1), (["key", "--pos", ","], 1),
+                         (["key", "--pos", ""], 1), (["key", "--pos", "1", "--pos", "2,"], 2),
+                         (["digest", "--require", "cpu,,cpu"], 2),
+                         (["digest", "--require", ""], 1), (["digest", "--require", "cpu,"], 2),
+                         (["demo", "--arms", "full,"], 2), (["demo", "--arms", ""], 1),
+                         (["demo", "--arms", ",random"], 1))],
     ("replay: --tokens 2^31, positions past the library's 2^31-1 (issue 36)",
      ["replay", "--tokens", "2147483648"],
      "",
@@ -127,9 +138,28 @@ def run_diff_case(kvevict, a, b):
             os.unlink(path)
 
 
+def dir_cases(kvevict):
+    """Issue 47: a directory is unreadable input (exit 2), never an empty log."""
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "a.jsonl")
+        with open(log, "w") as f:
+            f.write(FULL + "\n")
+        pattern = r"kvevict: diff: cannot read .*: Is a directory"
+        for name, args in (("diff DIR DIR", [folder, folder]), ("diff DIR LOG", [folder, log]),
+                           ("diff LOG DIR", [log, folder])):
+            p = subprocess.run([kvevict, "diff"] + args, capture_output=True, text=True,
+                               timeout=300)
+            ok = bool(p.returncode == 2 and re.search(pattern, p.stderr) and p.stdout == "")
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stdout "
+                  f"{p.stdout.strip()!r}, stderr {p.stderr.strip()!r}")
+            yield ok
+
+
 def main():
     kvevict = sys.argv[1]
     failed = 0
+    dirs = list(dir_cases(kvevict))
+    failed += dirs.count(False)
     for name, args, stdin, pattern in CASES:
         p = subprocess.run([kvevict] + args, input=stdin, capture_output=True, text=True,
                            timeout=300)
@@ -145,7 +175,7 @@ def main():
         print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {p.returncode}, stdout "
               f"{p.stdout.strip()!r}, stderr {p.stderr.strip()!r}")
         failed += not ok
-    total = len(CASES) + len(DIFF_CASES)
+    total = len(CASES) + len(DIFF_CASES) + len(dirs)
     print(f"{total - failed} of {total} passed")
     return 1 if failed else 0
 

@@ -624,6 +624,40 @@ START_TEST(state_score_device_bad_arguments)
 }
 END_TEST
 
+/* Issue 47 item 8, what the header now says: on a state without
+ * KVE_SCORED, kve_state_score_device scores the due rows as on a scored
+ * state (the append reads no scores there); n_rows = 0 checks desc and
+ * writes nothing. */
+START_TEST(score_device_unscored_state)
+{
+    sd_case c;
+    sd_case_open(&c);
+    enum { ST = 20, SR = 2 * ST, N = 2 * SR };
+    kve_state_desc pd = ks_desc(0, 2, 2, 1, 12, 4, 4, 20);
+    kve_state_layout lay;
+    kve_state *plain = ks_create(c.ctx, &pd, &lay);
+    KT_OK(kve_state_admit(plain, 0, 7, 2));
+    KT_OK(kve_state_admit(plain, 1, 8, 2));
+    uint32_t row = 0, fill = 16, rows[2] = {0, 1}, n_new[2] = {1, 1};
+    KT_OK(kve_state_append(plain, 1, &row, &fill, NULL));
+    float scored[N], unscored[N], was[N];
+    for (int i = 0; i < N; i++)
+        scored[i] = unscored[i] = was[i] = 100.0f + (float)i;
+    KT_OK(kve_state_score_device(c.st, 2, rows, n_new, 1, &c.d, scored, SR, ST));
+    KT_OK(kve_state_score_device(plain, 2, rows, n_new, 1, &c.d, unscored, SR, ST));
+    ck_assert_msg(memcmp(scored, was, sizeof was) != 0, "the due row was not scored");
+    ck_assert_msg(memcmp(scored, unscored, sizeof was) == 0, "the unscored state differs");
+    KT_OK(kve_state_score_device(plain, 0, NULL, NULL, 0, &c.d, unscored, SR, ST));
+    ck_assert_msg(memcmp(scored, unscored, sizeof was) == 0, "n_rows = 0 wrote scores");
+    kve_score_desc bad = c.d;
+    bad.scorer = (kve_scorer)0;
+    EXPECT_ERR(kve_state_score_device(plain, 0, NULL, NULL, 0, &bad, unscored, SR, ST),
+               KVE_ERR_INVALID, "desc.scorer = 0");
+    kve_state_destroy(plain);
+    sd_case_close(&c);
+}
+END_TEST
+
 /* A KVE_SCORED state's kve_state_append_device: the scores' pointer and
  * layout for any row (max_slots), and on the CPU a row past the scored
  * rules refused with the planner's reason 7, the state unchanged. */
@@ -703,6 +737,7 @@ int main(void)
         KVE_TEST(errors_state, scored_state_errors),
         KVE_TEST(errors_state, state_score_bad_arguments),
         KVE_TEST(errors_state, state_score_device_bad_arguments),
+        KVE_TEST(errors_state, score_device_unscored_state),
         KVE_TEST(errors_state, scored_append_device_errors),
     };
     const kve_suite_spec spec = {"errors_state", 60, 1, NULL, NULL};

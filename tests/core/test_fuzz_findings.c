@@ -236,6 +236,55 @@ START_TEST(moves_limits)
 }
 END_TEST
 
+/* Issue 47 item 4: with desc.src_slots, an entry whose source is -1 is not
+ * written, but its token_row, slot and page are checked as without
+ * src_slots (they returned KVE_OK). */
+START_TEST(src_slots_entries_checked)
+{
+    kve_context *ctx = ks_context();
+    cw_bad_case c;
+    cw_bad_case_init(&c);
+    const int64_t none[4] = {-1, -1, -1, -1};
+    kve_cache_write_desc d = c.ok;
+    d.src[0] = d.src[1] = NULL;
+    d.src_slots = none;
+    KT_OK(kve_cache_write(ctx, &d));
+    const struct {
+        int at;       /* slots index, or -1 for token_row[1] */
+        int64_t value;
+        const char *needle;
+    } bad[] = {
+        {1, -5, "desc.slots[token 0][head 1] = -5: must be -1 or 0..3"},
+        {2, 999, "desc.slots[token 1][head 0] = 999: must be -1 or 0..3"},
+        {-1, -1, "desc.token_row[1] = -1: must be 0..1"},
+        {-1, 7, "desc.token_row[1] = 7: must be 0..1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (int with_src = 0; with_src < 2; with_src++) {
+            cw_bad_case_init(&c);
+            d = c.ok;
+            if (with_src) {
+                d.src[0] = d.src[1] = NULL;
+                d.src_slots = none;
+            }
+            if (bad[i].at >= 0)
+                c.slots[bad[i].at] = bad[i].value;
+            else
+                c.token_row[1] = (int32_t)bad[i].value;
+            EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, bad[i].needle);
+        }
+    }
+    /* every slot -1 is padding still: token_row is not read */
+    cw_bad_case_init(&c);
+    d = c.ok;
+    d.src_slots = none;
+    c.slots[2] = c.slots[3] = -1;
+    c.token_row[1] = 7;
+    KT_OK(kve_cache_write(ctx, &d));
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -245,6 +294,7 @@ int main(void)
         KVE_TEST(fuzz_findings, checks_when_nothing_written),
         KVE_TEST(fuzz_findings, alias_names_the_field),
         KVE_TEST(fuzz_findings, moves_limits),
+        KVE_TEST(fuzz_findings, src_slots_entries_checked),
     };
     const kve_suite_spec spec = {"fuzz_findings", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));

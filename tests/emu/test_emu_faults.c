@@ -323,6 +323,38 @@ START_TEST(device_move_past_indptr)
 }
 END_TEST
 
+/* Issue 47 item 4 on the device: an entry whose desc.src_slots source is
+ * -1 is not written, but its row and slot are checked as without src_slots
+ * (the kernel skipped it unchecked). */
+START_TEST(device_src_slots_entry_checked)
+{
+    kve_emu_context_use(kve_serial_pools[0], 1, NULL);
+    unsigned char k[4 * 2 * 4];
+    for (int i = 0; i < (int)sizeof k; i++)
+        k[i] = (unsigned char)i;
+    int64_t slots[2] = {1, 999}, from[2] = {0, -1};
+    int32_t token_row[1] = {0}, bt[2] = {0, 1};
+    kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 2, .entry_bytes = 4, .n_caches = 1,
+                              .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 2,
+                              .n_pages = 2, .slots = slots, .slots_stride_token = 2,
+                              .slots_stride_head = 1, .token_row = token_row, .n_rows = 1,
+                              .page_table = KVE_PAGES_BLOCK_TABLE, .block_table = bt,
+                              .blocks_per_row = 2, .src_slots = from};
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.slots[token 0][head 1]");
+    slots[1] = 3;
+    token_row[0] = 7;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_ERR_RANGE, "desc.token_row[0]");
+    token_row[0] = 0;
+    KT_OK(kve_cache_write(kve_emu, &d));
+    expect_sync(KVE_OK, "");
+    /* head 0: slot 0 to slot 1; head 1 (source -1): slot 3 untouched */
+    ck_assert(!memcmp(k + 8, (unsigned char[]){0, 1, 2, 3}, 4));
+    ck_assert_uint_eq(k[3 * 8 + 4], 3 * 8 + 4);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -332,6 +364,7 @@ int main(void)
         KVE_TEST(faults, fault_cache_write_bad_page),
         KVE_TEST(faults, device_indptr_within_indices),
         KVE_TEST(faults, device_move_past_indptr),
+        KVE_TEST(faults, device_src_slots_entry_checked),
     };
     const kve_suite_spec spec = {"emu_faults", 600, 0, kve_emu_fixture_setup,
                                   kve_emu_fixture_teardown};

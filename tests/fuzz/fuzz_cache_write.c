@@ -258,9 +258,9 @@ static void decode_moves(fz_bytes *in, cw_case *c)
 
 /* Now and then (issue 38's commit of drafts) the entries come from the
  * caches' own slots, desc.src_slots, shaped as slots: mostly in range,
- * some -1 (skipped), rarely outside the row. Only where every part is a
- * plain copy, so that the parts' source types and src[] play no part in
- * the verdict either way. */
+ * some -1 (not written, the entry still checked: issue 47), rarely
+ * outside the row. Only where every part is a plain copy, so that the
+ * parts' source types and src[] play no part in the verdict either way. */
 static void decode_src_slots(fz_bytes *in, cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;

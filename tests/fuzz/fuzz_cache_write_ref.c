@@ -222,7 +222,7 @@ void reference_write(cw_case *c)
         int padding = 1; /* every slot -1: vLLM's padding, whose row is never read */
         for (size_t h = 0; h < H; h++) {
             size_t at = t * d->slots_stride_token + h * d->slots_stride_head;
-            padding &= c->slots[at] == -1 || (d->src_slots && c->src_slots[at] == -1);
+            padding &= c->slots[at] == -1; /* a -1 source skips the write, not the checks */
         }
         if (padding)
             continue;
@@ -232,14 +232,16 @@ void reference_write(cw_case *c)
         }
         for (size_t h = 0; h < H && !c->bad; h++) {
             int64_t s = c->slots[t * d->slots_stride_token + h * d->slots_stride_head];
-            if (s == -1 || (d->src_slots && c->src_slots[t * d->slots_stride_token +
-                                                         h * d->slots_stride_head] == -1))
-                continue; /* -1 in slots or src_slots: the entry is skipped, unread */
+            if (s == -1)
+                continue; /* -1 in slots: the entry is skipped, unread */
             int64_t page = ref_page(c, row, s);
             if (page < 0) {
                 c->bad = 1;
                 break;
             }
+            if (d->src_slots &&
+                c->src_slots[t * d->slots_stride_token + h * d->slots_stride_head] == -1)
+                continue; /* -1 in src_slots: checked as above, not written */
             size_t e = entry_index(c, page, s, h);
             if (d->src_slots) { /* the entry's bytes from the row's own slot, as stored */
                 int64_t f = c->src_slots[t * d->slots_stride_token + h * d->slots_stride_head];

@@ -1,0 +1,52 @@
+/* kve_handle.h — contexts and states know whether they are live (issue 47).
+ * Each carries a kve_handle: a magic set at creation and cleared at
+ * destroy, checked on entry of every public function that takes one
+ * (KVE_CHECK_CTX, KVE_CHECK_STATE), so a destroyed handle is refused with
+ * KVE_ERR_INVALID. A destroyed handle's struct is not freed at once: the
+ * last KVE_HANDLE_QUARANTINE destroyed ones are kept, so the check reads
+ * allocated memory (and no new handle takes their address) for that long.
+ * A context lists its live states; kve_context_destroy destroys them. */
+#ifndef KVE_HANDLE_H
+#define KVE_HANDLE_H
+
+#include <stdint.h>
+
+#include "kve_error.h"
+
+#define KVE_HANDLE_QUARANTINE 64
+
+enum kve_handle_kind {
+    KVE_HANDLE_CONTEXT = 0x6b766543u, /* "Cevk" */
+    KVE_HANDLE_STATE = 0x6b766553u,   /* "Sevk" */
+    KVE_HANDLE_DEAD = 0x64616544u     /* "Dead": destroyed, quarantined */
+};
+
+typedef struct kve_handle {
+    uint32_t magic;
+    uint32_t kind; /* what it was: kept after destroy, for the message */
+    void *self;    /* the context or state that holds it */
+    /* A context: the ring of its live states (itself when none); a state:
+     * its place in its context's ring. */
+    struct kve_handle *next, *prev;
+} kve_handle;
+
+/* KVE_OK when @p h, the kve_handle of the caller's pointer @p p (both NULL
+ * when it is NULL), is live and of @p kind; else KVE_ERR_NULL or
+ * KVE_ERR_INVALID naming @p name and @p p. */
+kve_status kve_handle_check(const void *p, const kve_handle *h, uint32_t kind, const char *name);
+/* Marks @p h live, of @p kind, held by @p self; an empty ring. */
+void kve_handle_open(kve_handle *h, uint32_t kind, void *self);
+/* Adds state @p s to context @p ctx's ring. */
+void kve_handle_attach(kve_handle *ctx, kve_handle *s);
+/* The first live state of context @p ctx's ring, or NULL. */
+void *kve_handle_first(kve_handle *ctx);
+/* Marks @p h destroyed (taken off its ring), and quarantines @p block, the
+ * allocation holding it, freeing the oldest quarantined one. */
+void kve_handle_retire(kve_handle *h, void *block);
+
+#define KVE_CHECK_CTX(ctx)                                                                       \
+    KVE_TRY(kve_handle_check((ctx), (ctx) ? &(ctx)->handle : NULL, KVE_HANDLE_CONTEXT, "ctx"))
+#define KVE_CHECK_STATE(s)                                                                       \
+    KVE_TRY(kve_handle_check((s), (s) ? &(s)->handle : NULL, KVE_HANDLE_STATE, "state"))
+
+#endif
