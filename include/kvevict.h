@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define KVE_VERSION_MAJOR 1
-#define KVE_VERSION_MINOR 6
+#define KVE_VERSION_MINOR 7
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 2
