@@ -1173,8 +1173,8 @@ KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint
  * buffers, is used in the order of the context's stream: keep a state's
  * calls on one stream. On the CPU backend the rows are read where they lie
  * and scored as kve_state_score scores them. A state without KVE_SCORED
- * is scored alike (its append reads no scores). n_rows = 0 checks desc
- * and writes nothing.
+ * created with score_group >= 1 is scored alike (its append reads no
+ * scores). n_rows = 0 checks desc and writes nothing.
  * @param rows, n_new [n_rows], backend memory.
  * @param scores_stride_table >= desc.max_slots (any row may be due);
  *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.

@@ -625,9 +625,10 @@ START_TEST(state_score_device_bad_arguments)
 END_TEST
 
 /* Issue 47 item 8, what the header now says: on a state without
- * KVE_SCORED, kve_state_score_device scores the due rows as on a scored
- * state (the append reads no scores there); n_rows = 0 checks desc and
- * writes nothing. */
+ * KVE_SCORED created with desc.score_group >= 1, kve_state_score_device
+ * scores the due rows as on a scored state (the append reads no scores
+ * there); with score_group 0 it is refused naming desc.score_group;
+ * n_rows = 0 checks desc and writes nothing. */
 START_TEST(score_device_unscored_state)
 {
     sd_case c;
@@ -635,6 +636,8 @@ START_TEST(score_device_unscored_state)
     enum { ST = 20, SR = 2 * ST, N = 2 * SR };
     kve_state_desc pd = ks_desc(0, 2, 2, 1, 12, 4, 4, 20);
     kve_state_layout lay;
+    kve_state *none = ks_create(c.ctx, &pd, &lay);
+    pd.score_group = 1; /* 0: no scoring scratch on a state without KVE_SCORED */
     kve_state *plain = ks_create(c.ctx, &pd, &lay);
     KT_OK(kve_state_admit(plain, 0, 7, 2));
     KT_OK(kve_state_admit(plain, 1, 8, 2));
@@ -647,6 +650,9 @@ START_TEST(score_device_unscored_state)
     KT_OK(kve_state_score_device(plain, 2, rows, n_new, 1, &c.d, unscored, SR, ST));
     ck_assert_msg(memcmp(scored, was, sizeof was) != 0, "the due row was not scored");
     ck_assert_msg(memcmp(scored, unscored, sizeof was) == 0, "the unscored state differs");
+    EXPECT_ERR(kve_state_score_device(none, 2, rows, n_new, 1, &c.d, was, SR, ST),
+               KVE_ERR_RANGE, "desc.score_group = 0");
+    kve_state_destroy(none);
     KT_OK(kve_state_score_device(plain, 0, NULL, NULL, 0, &c.d, unscored, SR, ST));
     ck_assert_msg(memcmp(scored, unscored, sizeof was) == 0, "n_rows = 0 wrote scores");
     kve_score_desc bad = c.d;
