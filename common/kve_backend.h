@@ -8,7 +8,7 @@
  *      tables (state_update), optionally one placing rounds a block per
  *      table (state_round), one evicting the rows of an append that are
  *      due (state_evict), and the cache write (which also runs the moves the
- *      jobs list); the job interpreter is kernels_cuda/state_body.h;
+ *      jobs list); the job interpreter is common/state_body.h;
  *   2. struct kve_context, which every public call receives;
  *   3. kve_backend_ops, the table a backend fills (designated initializers).
  *
@@ -317,7 +317,7 @@ typedef struct kve_backend_ops {
      * the same results, on a GPU a block per table (kernels_cuda/round_body.h).
      * NULL: the front end runs the rounds through state_update. */
     kve_status (*state_round)(kve_context *ctx, const kve_state_update *update);
-    /* kve_score (kernels_cuda/score_body.h): desc validated, key strides
+    /* kve_score (common/score_body.h): desc validated, key strides
      * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
     kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
     /* One wave's plan of an append (kve_state_plan above), one launch of

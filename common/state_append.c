@@ -1,7 +1,7 @@
 /*
  * state_append.c — kve_state_append and kve_state_append_device: every
  * wave of an append is planned on the backend (the planner of
- * kernels_cuda/state_body.h advancing the rows' bookkeeping in backend
+ * common/state_body.h advancing the rows' bookkeeping in backend
  * memory), then runs as launches sized by the call's shape alone (docs/
  * GPU.md "CUDA graphs"). kve_state_append uploads the call's rows and
  * counts first and advances the host's mirror of the rows with the same

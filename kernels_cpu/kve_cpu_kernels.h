@@ -122,7 +122,7 @@ extern const kve_cpu_kernels kve_cpu_kernels_avx512;
 const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa);
 
 /* kve_score's per-slot kernels (kernels_cpu/score_cpu.c drives them). The
- * scalar ones compute exactly as kernels_cuda/score_body.h (f ascending,
+ * scalar ones compute exactly as common/score_body.h (f ascending,
  * one accumulator), the device's order; vector ones split the sums. */
 typedef struct kve_score_kernels {
     kve_cpu_isa isa;
@@ -159,7 +159,7 @@ const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
 
 /* A table's candidate slots for kve_score (kernels_cpu/score_window.c):
  * into cand[0..n), ascending, the slots of @p tab that SPEC section 3 makes
- * candidates of row @p r (kernels_cuda/score_body.h's kve_score_candidate
+ * candidates of row @p r (common/score_body.h's kve_score_candidate
  * with kve_score_bound_seq's bound); returns n. gen_pos, cand and tmp hold
  * r->n_slots + 16 values each (vector stores run past the count). */
 uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,

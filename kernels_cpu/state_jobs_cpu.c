@@ -1,7 +1,7 @@
 /*
  * state_jobs_cpu.c — the CPU backend's cache-state ops (common/kve_backend.h):
  * state_update runs the jobs by the device's own interpreter
- * (kernels_cuda/state_body.h: kve_state_job_run, or its items one by one,
+ * (common/state_body.h: kve_state_job_run, or its items one by one,
  * kve_state_item_run, where the CPU prefetches), so the CPU and the GPUs
  * place tokens by one implementation; state_evict evicts the due rows.
  * Arguments arrive from the state's own plan; threads across jobs

@@ -19,6 +19,7 @@
 #include "keys_body.h"
 #include "round_body.h"
 #include "score_body.h"
+#include "score_grid_body.h" /* the device grid */
 #include "state_body.h"
 
 #define KVE_HOST_FN static inline
