@@ -1,0 +1,63 @@
+/*
+ * cpu_state.c — the CPU backend's driver ops of the cache state
+ * (common/kve_backend.h) beside its job kernels (kernels_cpu/
+ * state_jobs_cpu.c): state_evict evicts the due rows through the CPU's own
+ * evict op, state_plan runs the planner (common/state_body.h) on one thread
+ * and words its refusal.
+ */
+#include "kve_backend.h"
+#include "kve_cpu_kernels.h"
+#include "kve_error.h"
+#include "state_body.h"
+
+/* The rows that are due, one after another, each a kve_evict of its tables
+ * (threads across them inside); the row list is host memory here. */
+kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+{
+    const kve_backend_ops *cpu = kve_cpu_backend_ops();
+    for (uint32_t i = 0; i < e->b.n_seqs; i++) {
+        if (!e->rows[i].count)
+            continue;
+        kve_batch b;
+        kve_evict_out o;
+        kve_state_evict_row(e, i, &e->rows[i], &b, &o);
+        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
+    }
+    return KVE_OK;
+}
+
+const char *kve_plan_refusal_text(uint32_t why)
+{
+    static const char *const text[] = {"accepted",
+                                       "must be 0..max_seqs-1",
+                                       "holds no sequence",
+                                       "is listed twice among the call's rows with tokens",
+                                       "has n_new[i] > max_new",
+                                       "would pass position 2^31-1",
+                                       "brings the call past out->max_tokens tokens",
+                                       /* (parenthesized: one element, for clang's
+                                        * -Wstring-concatenation) */
+                                       ("would run two rounds, or take more than the window W "
+                                        "of its tokens before its round (a KVE_SCORED state)")};
+    return why < sizeof text / sizeof *text ? text[why] : "refused";
+}
+
+/* The planner on one thread, over host memory: a refusal is returned at
+ * once (wave 0, before anything changed). */
+kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
+{
+    (void)ctx;
+    uint32_t at = 0, why = kve_state_plan_serial(p, &at);
+    if (p->wave == 0 && why != KVE_PLAN_OK)
+        return kve_error_set(why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS ||
+                                     why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
+                                 ? KVE_ERR_RANGE
+                                 : KVE_ERR_INVALID,
+                             "%s: rows[%u] = %u (%s[%u] = %u) %s",
+                             p->draft ? "kve_state_draft" : "kve_state_append_device", at,
+                             p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
+                             p->call_new[at],
+                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
+                                                                  : kve_plan_refusal_text(why));
+    return KVE_OK;
+}
