@@ -139,7 +139,7 @@ kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uin
 kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                         const uint32_t *n_new, const kve_step_buffers *out);
 /* The move lists of @p out (NULL, or none: KVE_OK): moves and n_moves
- * together, max_rows >= n_rows (state_draft.c). */
+ * together, max_rows >= n_rows (state_append.c). */
 kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows);
 /* kve_state_append after its checks. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,

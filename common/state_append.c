@@ -21,6 +21,18 @@ uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_
     return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
 }
 
+kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows)
+{
+    if (!out || (!out->moves && !out->n_moves))
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
+                        "out->%s is NULL: moves and n_moves go together",
+                        out->moves ? "n_moves" : "moves");
+    KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
+                        "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    return KVE_OK;
+}
+
 kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)
 {
     KVE_CHECK_STATE(s);
