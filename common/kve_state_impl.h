@@ -123,7 +123,7 @@ void kve_state_close_row(kve_state *s, uint32_t row);
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity);
 /* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new
- * more tokens. */
+ * more tokens (state.c). */
 uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
                               uint32_t n_new);
 /* KVE_SCORED states: the restrictions of kve_state_append (one round per

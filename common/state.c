@@ -394,6 +394,12 @@ kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row
     return kve_job_of(&s->rows[row], s->tables, kind, row, first, count, pos, token);
 }
 
+uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
+                              uint32_t n_new)
+{
+    return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
+}
+
 kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len)
 {
     KVE_TRY(kve_check_row(s, row, 0));

@@ -15,12 +15,6 @@
 #include "kve_util.h"
 #include "state_body.h"
 
-uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
-                              uint32_t n_new)
-{
-    return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
-}
-
 kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows)
 {
     if (!out || (!out->moves && !out->n_moves))
