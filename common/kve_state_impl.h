@@ -116,10 +116,10 @@ kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32
  * once the row's own slots (if it holds any) are given back; else its
  * error, with nothing changed. */
 kve_status kve_pool_check(const kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity);
-/* Free row @p row and give its pool slots back. */
+/* Free row @p row and give its pool slots back (state.c). */
 void kve_state_close_row(kve_state *s, uint32_t row);
 /* Reset row @p row's tables and bookkeeping to an admitted, empty sequence
- * (its pool slots given back first, then @p capacity taken). */
+ * (its pool slots given back first, then @p capacity taken; state.c). */
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity);
 /* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new
