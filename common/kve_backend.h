@@ -1,5 +1,5 @@
 /*
- * kve_backend.h — the contract between the front end (common/api.c and the
+ * kve_backend.h — the contract between the front end (frontend/api.c and the
  * other public entry points in common/) and a backend (backends/<name>: one
  * driver per backend, exporting one table of operations):
  *
@@ -16,7 +16,7 @@
  * backend never re-validates. The CPU backend (backends/cpu.c) is linked
  * into the library; the GPU backends (backends/gpu.cu, built by
  * kernels_cuda/ and kernels_hip/) are shared objects loaded at run time
- * (common/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
+ * (frontend/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
  * checks the ABI version of the table they return before using it.
  *
  * Jobs live in backend memory (the state uploads them, stream-ordered), so

@@ -411,7 +411,7 @@ typedef enum kve_dev_err_call {
 } kve_dev_err_call;
 
 /* How the host ranks and words an error record: kinds in the order of the
- * host checks (common/validate.c, common/cache_write.c), each with the call
+ * host checks (frontend/validate.c, frontend/cache_write.c), each with the call
  * that raises it, whether its detail orders records of the same head too,
  * and the status and message it becomes. The message takes the record's
  * head (unsigned long long), then its detail (unsigned). */
