@@ -6,7 +6,7 @@
  * (frontend/registry.c). The context itself (state, errors, probe, create,
  * end, move to a device) is gpu_context.cuh, included below.
  *
- * Written in CUDA's names; kernels_hip/hip_backend.hip compiles this same
+ * Written in CUDA's names; backends/hip_backend.hip compiles this same
  * file as HIP after kve_hip_vendor.h maps the names (ggml's habit).
  *
  * The library never links the core: errors go through the core's
