@@ -1,30 +1,13 @@
 /*
- * cpu_state.c — the CPU backend's driver ops of the cache state
- * (common/kve_backend.h) beside its job kernels (kernels_cpu/
- * state_jobs_cpu.c): state_evict evicts the due rows through the CPU's own
- * evict op, state_plan runs the planner (common/state_body.h) on one thread
- * and words its refusal.
+ * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
+ * the planner (common/state_body.h) on one thread, and the words of its
+ * refusal. (state_update is the job kernel, kernels_cpu/state_jobs_cpu.c;
+ * state_evict runs the driver's own evict, backends/cpu.c.)
  */
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 #include "state_body.h"
-
-/* The rows that are due, one after another, each a kve_evict of its tables
- * (threads across them inside); the row list is host memory here. */
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
-{
-    const kve_backend_ops *cpu = kve_cpu_backend_ops();
-    for (uint32_t i = 0; i < e->b.n_seqs; i++) {
-        if (!e->rows[i].count)
-            continue;
-        kve_batch b;
-        kve_evict_out o;
-        kve_state_evict_row(e, i, &e->rows[i], &b, &o);
-        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
-    }
-    return KVE_OK;
-}
 
 const char *kve_plan_refusal_text(uint32_t why)
 {

@@ -171,7 +171,8 @@ uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t wi
 
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
  * puts them in its kve_backend_ops): the state's jobs (kernels_cpu/
- * state_jobs_cpu.c), its wave eviction and planner (backends/cpu_state.c),
+ * state_jobs_cpu.c), its wave eviction (backends/cpu.c) and planner
+ * (backends/cpu_state.c),
  * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
  * (kernels_cpu/score_cpu.c), the compaction (backends/cpu_compact.c). */
 struct kve_state_update;

@@ -4,7 +4,7 @@
  * kve_state_job_run, or its items one by one, kve_state_item_run, where the
  * CPU prefetches), so the CPU and the GPUs place tokens by one
  * implementation (state_evict and state_plan are the driver's,
- * backends/cpu_state.c). Arguments arrive from the state's own plan;
+ * backends/cpu.c and backends/cpu_state.c). Arguments arrive from the state's own plan;
  * threads across jobs (kve_cpu_parallel), each element written by exactly
  * one thread.
  */
