@@ -1,9 +1,9 @@
 /*
  * kve_backend.h — the contract between the front end (frontend/api.c and the
- * other public entry points in common/) and a backend (backends/<name>: one
+ * other public entry points in frontend/) and a backend (backends/<name>: one
  * driver per backend, exporting one table of operations):
  *
- *   1. the job protocol: what the cache state (common/state*.c) asks of a
+ *   1. the job protocol: what the cache state (frontend/state*.c) asks of a
  *      backend — one operation running a list of small jobs on the state's
  *      tables (state_update), optionally one placing rounds a block per
  *      table (state_round), one evicting the rows of an append that are
