@@ -1,29 +1,13 @@
 /*
  * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
- * the planner (common/state_body.h) on one thread, and the words of its
- * refusal. (state_update is the job kernel, kernels_cpu/state_jobs_cpu.c;
+ * the planner (common/state_body.h) on one thread, its refusal worded by
+ * common/plan_refusal.c. (state_update is the job kernel, kernels_cpu/state_jobs_cpu.c;
  * state_evict runs the driver's own evict, backends/cpu.c.)
  */
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_error.h"
 #include "state_body.h"
-
-const char *kve_plan_refusal_text(uint32_t why)
-{
-    static const char *const text[] = {"accepted",
-                                       "must be 0..max_seqs-1",
-                                       "holds no sequence",
-                                       "is listed twice among the call's rows with tokens",
-                                       "has n_new[i] > max_new",
-                                       "would pass position 2^31-1",
-                                       "brings the call past out->max_tokens tokens",
-                                       /* (parenthesized: one element, for clang's
-                                        * -Wstring-concatenation) */
-                                       ("would run two rounds, or take more than the window W "
-                                        "of its tokens before its round (a KVE_SCORED state)")};
-    return why < sizeof text / sizeof *text ? text[why] : "refused";
-}
 
 /* The planner on one thread, over host memory: a refusal is returned at
  * once (wave 0, before anything changed). */

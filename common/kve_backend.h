@@ -214,6 +214,8 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
                              tokens before its round */
 } kve_plan_refusal;
+/* Words of a kve_plan_refusal, for messages (plan_refusal.c). */
+const char *kve_plan_refusal_text(uint32_t why);
 
 /*
  * One wave's plan of an append (docs/GPU.md "CUDA graphs"), all in backend
