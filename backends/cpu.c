@@ -14,6 +14,7 @@
 #include "kve_error.h"
 #include "kve_validate.h"
 #include "kve_util.h"
+#include "state_body.h" /* kve_state_evict_row */
 
 static kve_status cpu_probe(int *out)
 {
@@ -331,6 +332,22 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     int threads = most < (size_t)ctx->threads ? (most ? (int)most : 1) : ctx->threads;
     kve_cpu_parallel(threads, heads, cpu_evict_range, &c);
     return c.first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&c.first);
+}
+
+/* The rows that are due, one after another, each a kve_evict of its tables
+ * (threads across them inside); the row list is host memory here. */
+kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+{
+    const kve_backend_ops *cpu = kve_cpu_backend_ops();
+    for (uint32_t i = 0; i < e->b.n_seqs; i++) {
+        if (!e->rows[i].count)
+            continue;
+        kve_batch b;
+        kve_evict_out o;
+        kve_state_evict_row(e, i, &e->rows[i], &b, &o);
+        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
+    }
+    return KVE_OK;
 }
 
 static const kve_backend_ops kve_cpu_ops = {

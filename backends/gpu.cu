@@ -3,10 +3,10 @@
  * (device, limits, error records), memory, streams, the launches of the
  * kernels of kernels_cuda/gpu_kernels.cuh as kernels_cuda/kve_launch.h
  * plans them, and the table of operations the core loads at run time
- * (common/registry.c). The context itself (state, errors, probe, create,
+ * (frontend/registry.c). The context itself (state, errors, probe, create,
  * end, move to a device) is gpu_context.cuh, included below.
  *
- * Written in CUDA's names; kernels_hip/hip_backend.hip compiles this same
+ * Written in CUDA's names; backends/hip_backend.hip compiles this same
  * file as HIP after kve_hip_vendor.h maps the names (ggml's habit).
  *
  * The library never links the core: errors go through the core's

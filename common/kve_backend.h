@@ -1,14 +1,14 @@
 /*
- * kve_backend.h — the contract between the front end (common/api.c and the
- * other public entry points in common/) and a backend (backends/<name>: one
+ * kve_backend.h — the contract between the front end (frontend/api.c and the
+ * other public entry points in frontend/) and a backend (backends/<name>: one
  * driver per backend, exporting one table of operations):
  *
- *   1. the job protocol: what the cache state (common/state*.c) asks of a
+ *   1. the job protocol: what the cache state (frontend/state*.c) asks of a
  *      backend — one operation running a list of small jobs on the state's
  *      tables (state_update), optionally one placing rounds a block per
  *      table (state_round), one evicting the rows of an append that are
  *      due (state_evict), and the cache write (which also runs the moves the
- *      jobs list); the job interpreter is kernels_cuda/state_body.h;
+ *      jobs list); the job interpreter is common/state_body.h;
  *   2. struct kve_context, which every public call receives;
  *   3. kve_backend_ops, the table a backend fills (designated initializers).
  *
@@ -16,7 +16,7 @@
  * backend never re-validates. The CPU backend (backends/cpu.c) is linked
  * into the library; the GPU backends (backends/gpu.cu, built by
  * kernels_cuda/ and kernels_hip/) are shared objects loaded at run time
- * (common/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
+ * (frontend/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
  * checks the ABI version of the table they return before using it.
  *
  * Jobs live in backend memory (the state uploads them, stream-ordered), so
@@ -214,6 +214,8 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
                              tokens before its round */
 } kve_plan_refusal;
+/* Words of a kve_plan_refusal, for messages (plan_refusal.c). */
+const char *kve_plan_refusal_text(uint32_t why);
 
 /*
  * One wave's plan of an append (docs/GPU.md "CUDA graphs"), all in backend
@@ -317,7 +319,7 @@ typedef struct kve_backend_ops {
      * the same results, on a GPU a block per table (kernels_cuda/round_body.h).
      * NULL: the front end runs the rounds through state_update. */
     kve_status (*state_round)(kve_context *ctx, const kve_state_update *update);
-    /* kve_score (kernels_cuda/score_body.h): desc validated, key strides
+    /* kve_score (common/score_body.h): desc validated, key strides
      * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
     kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
     /* One wave's plan of an append (kve_state_plan above), one launch of

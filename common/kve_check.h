@@ -1,5 +1,5 @@
 /* kve_check.h — checks that more than one front-end validator makes
- * (common/validate.c, state*.c, cache_write.c, score.c): one place each. */
+ * (frontend/validate.c, state*.c, cache_write.c, score.c): one place each. */
 #ifndef KVE_CHECK_H
 #define KVE_CHECK_H
 

@@ -1,8 +1,8 @@
 /*
  * cache_write_cpu.c — the CPU backend's kve_cache_write with its moves.
- * Arguments arrive validated (common/cache_write.c); OpenMP across move
+ * Arguments arrive validated (frontend/cache_write.c); OpenMP across move
  * rows or tokens, each element written by exactly one thread. Slots find
- * their page by the device's lookup (kernels_cuda/cache_write_body.h), so
+ * their page by the device's lookup (common/cache_write_body.h), so
  * the host checks, the CPU and the GPUs place entries by one rule.
  */
 #include <string.h>

@@ -122,7 +122,7 @@ extern const kve_cpu_kernels kve_cpu_kernels_avx512;
 const kve_cpu_kernels *kve_cpu_kernels_get(kve_cpu_isa isa);
 
 /* kve_score's per-slot kernels (kernels_cpu/score_cpu.c drives them). The
- * scalar ones compute exactly as kernels_cuda/score_body.h (f ascending,
+ * scalar ones compute exactly as common/score_body.h (f ascending,
  * one accumulator), the device's order; vector ones split the sums. */
 typedef struct kve_score_kernels {
     kve_cpu_isa isa;
@@ -159,7 +159,7 @@ const kve_score_kernels *kve_score_kernels_get(kve_cpu_isa isa);
 
 /* A table's candidate slots for kve_score (kernels_cpu/score_window.c):
  * into cand[0..n), ascending, the slots of @p tab that SPEC section 3 makes
- * candidates of row @p r (kernels_cuda/score_body.h's kve_score_candidate
+ * candidates of row @p r (common/score_body.h's kve_score_candidate
  * with kve_score_bound_seq's bound); returns n. gen_pos, cand and tmp hold
  * r->n_slots + 16 values each (vector stores run past the count). */
 uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint32_t *gen_pos,
@@ -170,18 +170,17 @@ uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t wi
                                 uint32_t hi, uint32_t *tmp);
 
 /* The CPU backend's operations outside the per-ISA table (backends/cpu.c
- * puts them in its kve_backend_ops): the state's jobs and its wave eviction
- * (kernels_cpu/state_jobs_cpu.c), the cache write (kernels_cpu/
- * cache_write_cpu.c), the scorers (kernels_cpu/score_cpu.c), the
- * compaction (backends/cpu_compact.c). */
+ * puts them in its kve_backend_ops): the state's jobs (kernels_cpu/
+ * state_jobs_cpu.c), its wave eviction (backends/cpu.c) and planner
+ * (backends/cpu_state.c),
+ * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
+ * (kernels_cpu/score_cpu.c), the compaction (backends/cpu_compact.c). */
 struct kve_state_update;
 struct kve_state_evict;
 kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
 kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
 struct kve_state_plan;
 kve_status kve_cpu_state_plan(kve_context *ctx, const struct kve_state_plan *p);
-/* Words of a kve_plan_refusal (kve_backend.h), for messages. */
-const char *kve_plan_refusal_text(uint32_t why);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
 /* The compaction (backends/cpu_compact.c). */

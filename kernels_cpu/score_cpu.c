@@ -1,7 +1,7 @@
 /*
  * score_cpu.c — the CPU backend's kve_score: OpenMP across (row, table)
  * items (static schedule, one thread per item, so results do not depend
- * on the thread count). The math is kernels_cuda/score_body.h's. An item
+ * on the thread count). The math is common/score_body.h's. An item
  * finds its candidates first (score_window.c), looks their keys up one
  * page at a time, then streams over the keys (the ISA's knorm_keys /
  * group_keys: bf16 / f16 / f32 widened in registers, prefetched ahead, the

@@ -1,6 +1,6 @@
 /*
  * score_scalar.c — kve_score's reference kernels: the device body's order
- * of operations exactly (kernels_cuda/score_body.h), so the CPU's scalar
+ * of operations exactly (common/score_body.h), so the CPU's scalar
  * ISA and the emulated device agree on every raw score.
  */
 #include <math.h>

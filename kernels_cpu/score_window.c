@@ -1,7 +1,7 @@
 /*
  * score_window.c — a table's candidates for the CPU's kve_score, apart from
  * the streaming pass over their keys (score_cpu.c). The bound is the one of
- * kernels_cuda/score_body.h's kve_score_bound_seq (the (W+1)-th largest
+ * common/score_body.h's kve_score_bound_seq (the (W+1)-th largest
  * generated position, plus one; P when W or fewer are generated), found by
  * one pass over the table that gathers the generated positions, then a
  * radix select over those alone whose digits fit their range (2048 bins a

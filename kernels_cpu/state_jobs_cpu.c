@@ -1,11 +1,12 @@
 /*
- * state_jobs_cpu.c — the CPU backend's cache-state ops (common/kve_backend.h):
- * state_update runs the jobs by the device's own interpreter
- * (kernels_cuda/state_body.h: kve_state_job_run, or its items one by one,
- * kve_state_item_run, where the CPU prefetches), so the CPU and the GPUs
- * place tokens by one implementation; state_evict evicts the due rows.
- * Arguments arrive from the state's own plan; threads across jobs
- * (kve_cpu_parallel), each element written by exactly one thread.
+ * state_jobs_cpu.c — the CPU backend's state_update op (common/kve_backend.h):
+ * it runs the jobs by the device's own interpreter (common/state_body.h:
+ * kve_state_job_run, or its items one by one, kve_state_item_run, where the
+ * CPU prefetches), so the CPU and the GPUs place tokens by one
+ * implementation (state_evict and state_plan are the driver's,
+ * backends/cpu.c and backends/cpu_state.c). Arguments arrive from the state's own plan;
+ * threads across jobs (kve_cpu_parallel), each element written by exactly
+ * one thread.
  */
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
@@ -81,56 +82,4 @@ kve_status kve_cpu_state_update(kve_context *ctx, const kve_state_update *u)
     int bad = kve_cpu_parallel(threads, u->n_jobs, kve_state_jobs, (void *)u);
     return bad ? kve_error_set(KVE_ERR_INTERNAL, "state_update: a job's table does not fit")
                : KVE_OK;
-}
-
-/* The rows that are due, one after another, each a kve_evict of its tables
- * (threads across them inside); the row list is host memory here. */
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
-{
-    const kve_backend_ops *cpu = kve_cpu_backend_ops();
-    for (uint32_t i = 0; i < e->b.n_seqs; i++) {
-        if (!e->rows[i].count)
-            continue;
-        kve_batch b;
-        kve_evict_out o;
-        kve_state_evict_row(e, i, &e->rows[i], &b, &o);
-        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
-    }
-    return KVE_OK;
-}
-
-const char *kve_plan_refusal_text(uint32_t why)
-{
-    static const char *const text[] = {"accepted",
-                                       "must be 0..max_seqs-1",
-                                       "holds no sequence",
-                                       "is listed twice among the call's rows with tokens",
-                                       "has n_new[i] > max_new",
-                                       "would pass position 2^31-1",
-                                       "brings the call past out->max_tokens tokens",
-                                       /* (parenthesized: one element, for clang's
-                                        * -Wstring-concatenation) */
-                                       ("would run two rounds, or take more than the window W "
-                                        "of its tokens before its round (a KVE_SCORED state)")};
-    return why < sizeof text / sizeof *text ? text[why] : "refused";
-}
-
-/* The planner on one thread, over host memory: a refusal is returned at
- * once (wave 0, before anything changed). */
-kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
-{
-    (void)ctx;
-    uint32_t at = 0, why = kve_state_plan_serial(p, &at);
-    if (p->wave == 0 && why != KVE_PLAN_OK)
-        return kve_error_set(why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS ||
-                                     why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
-                                 ? KVE_ERR_RANGE
-                                 : KVE_ERR_INVALID,
-                             "%s: rows[%u] = %u (%s[%u] = %u) %s",
-                             p->draft ? "kve_state_draft" : "kve_state_append_device", at,
-                             p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
-                             p->call_new[at],
-                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
-                                                                  : kve_plan_refusal_text(why));
-    return KVE_OK;
 }

@@ -3,7 +3,7 @@
  * wrapper that hands its thread coordinates, shared memory and arguments
  * to a body of this folder (the bodies the host emulator, tests/emu,
  * runs too). Included by backends/gpu.cu, so one source serves CUDA
- * (kernels_cuda/CMakeLists.txt) and HIP (kernels_hip/hip_backend.hip
+ * (kernels_cuda/CMakeLists.txt) and HIP (backends/hip_backend.hip
  * includes backends/gpu.cu with KVE_GPU_HIP set, so that it takes
  * kve_hip_vendor.h's names). Block sizes and grids
  * are planned in kve_launch.h.

@@ -1,7 +1,7 @@
 # kve_gpu.cmake — what the CUDA and HIP backend builds share.
 
 # Where both GPU backends land in the build tree: next to libkvevict.so (the
-# top of the build tree), where the core looks first (common/registry.c), as
+# top of the build tree), where the core looks first (frontend/registry.c), as
 # cmake --install puts them next to the installed library.
 if(CMAKE_LIBRARY_OUTPUT_DIRECTORY)
   set(KVE_GPU_BACKEND_DIR ${CMAKE_LIBRARY_OUTPUT_DIRECTORY} CACHE INTERNAL "")

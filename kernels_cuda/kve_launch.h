@@ -19,6 +19,7 @@
 #include "keys_body.h"
 #include "round_body.h"
 #include "score_body.h"
+#include "score_grid_body.h" /* the device grid */
 #include "state_body.h"
 
 #define KVE_HOST_FN static inline
@@ -410,7 +411,7 @@ typedef enum kve_dev_err_call {
 } kve_dev_err_call;
 
 /* How the host ranks and words an error record: kinds in the order of the
- * host checks (common/validate.c, common/cache_write.c), each with the call
+ * host checks (frontend/validate.c, frontend/cache_write.c), each with the call
  * that raises it, whether its detail orders records of the same head too,
  * and the status and message it becomes. The message takes the record's
  * head (unsigned long long), then its detail (unsigned). */

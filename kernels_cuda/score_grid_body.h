@@ -2,8 +2,8 @@
  * score_grid_body.h — the scorers' device grid (CUDA, HIP, the host
  * emulator): shared memory, the window bound, the per-slot pass over a
  * tile, the tail that z-normalizes a (row, table), and the kernel body
- * kve_score_grid. A part of score_body.h, included at its end (include
- * score_body.h, not this file): the per-slot math above it is the CPU's.
+ * kve_score_grid. It builds on common/score_body.h (the per-slot math, the
+ * CPU's too) and is included right after it by kve_launch.h.
  */
 #ifndef KVE_SCORE_GRID_BODY_H
 #define KVE_SCORE_GRID_BODY_H
@@ -105,25 +105,6 @@ KVE_FN uint32_t kve_score_bound_block(kve_tc *tc, const kve_score_smem *sm, cons
         kve_score_digit(sm->hist, p, &prefix, &k);
     }
     return prefix + 1;
-}
-
-/* z-normalization in two passes, in double: the mean of @p n values from
- * their sum @p s, then 1/std from the sum @p ss of their squared deviations
- * from that mean (no s2/n - mean^2: that cancels when the std is small
- * against the mean), and a raw score's z from both. The mean stays a
- * double: rounded to float it would move every z by up to half an ulp of
- * the mean over the std (docs/SCORERS.md "Agreement and tolerances"). */
-KVE_HD_FN double kve_score_mean(double s, double n) { return n > 0 ? s / n : 0.0; }
-
-KVE_HD_FN double kve_score_inv_std(double ss, double n)
-{
-    double sd = n > 0 ? sqrt(ss / n) : 1.0;
-    return 1.0 / (sd > (double)KVE_SCORE_STD_MIN ? sd : (double)KVE_SCORE_STD_MIN);
-}
-
-KVE_HD_FN float kve_score_z(float v, double mean, double inv)
-{
-    return (float)(((double)v - mean) * inv);
 }
 
 /* Elements of a key at @p p as floats into out[0..n), n returned: one

@@ -1,5 +1,5 @@
 /*
- * test_emu_score.c — kve_score's device body (kernels_cuda/score_body.h)
+ * test_emu_score.c — kve_score's device body (common/score_body.h)
  * on the emulator against the CPU backend, over random problems: every
  * layout, page table and key type, shared and per-head tables, z-scores
  * and raw scores, accumulation, TriAttention and K-norm; blocks of 64

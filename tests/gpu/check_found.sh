@@ -2,7 +2,7 @@
 # check_found.sh KVEVICT BACKEND... — `KVEVICT version`, run with neither
 # KVE_BACKEND_DIR nor LD_LIBRARY_PATH, must have found each BACKEND's library
 # (libkvevict_<backend>.so) where the core looks: beside the core library
-# (common/registry.c). Its line says "available" or the real reason it
+# (frontend/registry.c). Its line says "available" or the real reason it
 # cannot run here (no driver, no device, a GPU runtime missing), never that
 # the library itself cannot be opened. Prints the lines it checked.
 set -eu

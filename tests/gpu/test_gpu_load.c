@@ -1,5 +1,5 @@
 /*
- * test_gpu_load.c — loads a GPU backend library the way common/registry.c
+ * test_gpu_load.c — loads a GPU backend library the way frontend/registry.c
  * does and checks what the core relies on: the entry symbol, the ABI
  * handshake, a complete table, and a probe that answers (0 on a machine
  * without the driver or a device) instead of failing. It runs on every

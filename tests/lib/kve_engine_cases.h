@@ -29,7 +29,7 @@ long long kve_message_token(const char *msg);
 
 /*
  * Whether the (token, head) a device error message names is the one the
- * host checks (common/cache_write.c) would name first: @p cpu (a CPU
+ * host checks (frontend/cache_write.c) would name first: @p cpu (a CPU
  * context) accepts the tokens before it, rejects that entry alone, and
  * accepts the heads before it. 0 when so; else 1 with the reason in @p why.
  */

@@ -18,8 +18,8 @@
  * x the largest of its query heads' bounds plus 2^-22 x (1 + |output|) for
  * the output's roundings. Non-candidates: exact (bound 0).
  *
- * The scalar ISA's raw scores are recomputed here with score_body.h's
- * per-key functions (its float operations in its order, bit for bit), so
+ * The scalar ISA's raw scores are recomputed here with the per-key functions
+ * of score_body.h and score_grid_body.h (its float operations in its order, bit for bit), so
  * that every query head's are seen (the output holds only their max).
  * Header-only; include after kve_score_case.h, one translation unit per
  * program; needs common/ and kernels_cuda/ on the include path.
@@ -32,6 +32,7 @@
 
 #include "kve_score_case.h"
 #include "score_body.h"
+#include "score_grid_body.h" /* kve_score_tri_pass, kve_score_knorm_key */
 
 /* rel of the CPU's AVX2 / AVX-512 kernels and a GPU's fused multiply-adds:
  * each within 1e-5 x S of the exact raw score (docs/SCORERS.md). */

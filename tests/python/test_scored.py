@@ -32,7 +32,7 @@ def contexts():
                 out.append(("%s/%d" % (isa, t), kvevict.Context("cpu", threads=t)))
         except kvevict.KvevictError as e:
             # An ISA this CPU or build cannot run: KVE_CPU_ISA naming it is
-            # refused with KVE_ERR_ENV (kernels_cpu/kve_cpu_isa.h, README);
+            # refused with KVE_ERR_ENV (backends/kve_cpu_isa.h, README);
             # any other error fails.
             if e.name != "KVE_ERR_ENV" or "cannot run it" not in e.message:
                 raise

@@ -2,7 +2,8 @@
  * score_body.h — the built-in scorers (kve_score, docs/SCORERS.md), written
  * once: the per-slot math and the window's selection are shared by the CPU
  * backend (kernels_cpu/score_cpu.c) and the device grid (CUDA, HIP, the
- * host emulator) of score_grid_body.h, which this file includes at its end.
+ * host emulator) of kernels_cuda/score_grid_body.h, which kve_launch.h
+ * includes right after this file.
  *
  * TriAttention's score of a key is a mean over offsets of cosines whose
  * phase holds the key's position twice, once through the inverse rotation
@@ -283,6 +284,23 @@ KVE_FN int kve_score_row_get(const kve_score_args *a, uint32_t ri, kve_score_row
     return kve_score_list_row(l, ri, a->n_tables, a->d.scores_stride_table, out);
 }
 
-#include "score_grid_body.h" /* the device grid */
+/* z-normalization in two passes, in double: the mean of @p n values from
+ * their sum @p s, then 1/std from the sum @p ss of their squared deviations
+ * from that mean (no s2/n - mean^2: that cancels when the std is small
+ * against the mean), and a raw score's z from both. The mean stays a
+ * double: rounded to float it would move every z by up to half an ulp of
+ * the mean over the std (docs/SCORERS.md "Agreement and tolerances"). */
+KVE_HD_FN double kve_score_mean(double s, double n) { return n > 0 ? s / n : 0.0; }
+
+KVE_HD_FN double kve_score_inv_std(double ss, double n)
+{
+    double sd = n > 0 ? sqrt(ss / n) : 1.0;
+    return 1.0 / (sd > (double)KVE_SCORE_STD_MIN ? sd : (double)KVE_SCORE_STD_MIN);
+}
+
+KVE_HD_FN float kve_score_z(float v, double mean, double inv)
+{
+    return (float)(((double)v - mean) * inv);
+}
 
 #endif /* KVE_SCORE_BODY_H */

@@ -1,5 +1,5 @@
 /*
- * api.c — the public entry points: validate once (common/), then call the
+ * api.c — the public entry points: validate once (validate.c), then call the
  * context's backend through its table of operations.
  */
 #include <stdlib.h>

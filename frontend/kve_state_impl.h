@@ -116,14 +116,14 @@ kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32
  * once the row's own slots (if it holds any) are given back; else its
  * error, with nothing changed. */
 kve_status kve_pool_check(const kve_state *s, uint32_t row, uint32_t prompt_len, uint32_t capacity);
-/* Free row @p row and give its pool slots back. */
+/* Free row @p row and give its pool slots back (state.c). */
 void kve_state_close_row(kve_state *s, uint32_t row);
 /* Reset row @p row's tables and bookkeeping to an admitted, empty sequence
- * (its pool slots given back first, then @p capacity taken). */
+ * (its pool slots given back first, then @p capacity taken; state.c). */
 kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
                               uint32_t capacity);
 /* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new
- * more tokens. */
+ * more tokens (state.c). */
 uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
                               uint32_t n_new);
 /* KVE_SCORED states: the restrictions of kve_state_append (one round per
@@ -139,7 +139,7 @@ kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uin
 kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                         const uint32_t *n_new, const kve_step_buffers *out);
 /* The move lists of @p out (NULL, or none: KVE_OK): moves and n_moves
- * together, max_rows >= n_rows (state_draft.c). */
+ * together, max_rows >= n_rows (state_append.c). */
 kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows);
 /* kve_state_append after its checks. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,

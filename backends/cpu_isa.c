@@ -1,4 +1,6 @@
-/* cpu_isa.c — detect once what the CPU and the OS support; pick the ISA. */
+/* cpu_isa.c — the CPU backend's settings: detect once what the CPU and the OS
+ * support, pick the ISA (kve_context_set_cpu_isa, KVE_CPU_ISA), name it, and
+ * OpenMP's default thread count. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

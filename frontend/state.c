@@ -394,6 +394,44 @@ kve_state_job kve_state_job_make(const kve_state *s, uint32_t kind, uint32_t row
     return kve_job_of(&s->rows[row], s->tables, kind, row, first, count, pos, token);
 }
 
+uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
+                              uint32_t n_new)
+{
+    return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
+}
+
+void kve_state_close_row(kve_state *s, uint32_t row)
+{
+    s->rows[row].active = 0;
+    kve_pool_release(s, row);
+}
+
+kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
+                              uint32_t capacity)
+{
+    kve_state_row *r = &s->rows[row];
+    KVE_TRY(kve_pool_check(s, row, prompt_len, capacity)); /* a refusal leaves the row as it was */
+    kve_pool_release(s, row);
+    memset(r, 0, sizeof *r);
+    kve_status taken = kve_pool_take(s, row, prompt_len, capacity);
+    if (taken != KVE_OK) { /* the pool may have been compacted: rows moved */
+        kve_state_push_rows(s);
+        return taken;
+    }
+    r->capacity = capacity;
+    s->jobs[0] = kve_state_job_make(s, KVE_JOB_RESET, row, 0, 0, 0, 0);
+    kve_status st = kve_state_run(s, 1, (uint64_t)s->tables * capacity, NULL);
+    if (st != KVE_OK) {
+        kve_pool_release(s, row);
+        kve_state_push_rows(s);
+        return st;
+    }
+    r->active = 1;
+    r->seq_id = seq_id;
+    r->prompt = prompt_len;
+    return kve_state_push_rows(s); /* the planner reads the rows in backend memory */
+}
+
 kve_status kve_state_admit(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len)
 {
     KVE_TRY(kve_check_row(s, row, 0));

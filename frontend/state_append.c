@@ -1,7 +1,7 @@
 /*
  * state_append.c — kve_state_append and kve_state_append_device: every
  * wave of an append is planned on the backend (the planner of
- * kernels_cuda/state_body.h advancing the rows' bookkeeping in backend
+ * common/state_body.h advancing the rows' bookkeeping in backend
  * memory), then runs as launches sized by the call's shape alone (docs/
  * GPU.md "CUDA graphs"). kve_state_append uploads the call's rows and
  * counts first and advances the host's mirror of the rows with the same
@@ -15,10 +15,16 @@
 #include "kve_util.h"
 #include "state_body.h"
 
-uint32_t kve_state_rounds_for(const kve_state *s, uint32_t capacity, uint32_t n_valid,
-                              uint32_t n_new)
+kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows)
 {
-    return kve_rounds_for(capacity, n_valid, n_new, s->d.schedule.interval);
+    if (!out || (!out->moves && !out->n_moves))
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
+                        "out->%s is NULL: moves and n_moves go together",
+                        out->moves ? "n_moves" : "moves");
+    KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
+                        "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    return KVE_OK;
 }
 
 kve_status kve_state_max_moves(const kve_state *s, uint32_t max_new, uint32_t *out_moves)

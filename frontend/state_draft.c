@@ -13,18 +13,6 @@
 #include "kve_state_impl.h"
 #include "kve_util.h"
 
-kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows)
-{
-    if (!out || (!out->moves && !out->n_moves))
-        return KVE_OK;
-    KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
-                        "out->%s is NULL: moves and n_moves go together",
-                        out->moves ? "n_moves" : "moves");
-    KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
-                        "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
-    return KVE_OK;
-}
-
 kve_status kve_state_draft(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                            const uint32_t *n_draft, uint32_t max_draft,
                            const kve_step_buffers *out)

@@ -14,7 +14,7 @@
  * the result does not depend on the launch.
  *
  * Row, slot and page ids are device memory the host never saw: each group
- * checks its entry as common/cache_write.c checks host memory, skips one
+ * checks its entry as frontend/cache_write.c checks host memory, skips one
  * that fails and raises a KVE_DEV_ERR_CW_* record (cache 0's group only, so
  * one record per entry).
  *
@@ -48,7 +48,7 @@ typedef struct kve_cache_write_args {
 
 /* Why a slot has no place in the cache (kve_cw_lookup), in the order the
  * lookup checks: the row's indptr entries first, then the slot, then its
- * page. The host names each (common/cache_write.c); the device raises
+ * page. The host names each (frontend/cache_write.c); the device raises
  * KVE_DEV_ERR_CW_PAGE for a page, KVE_DEV_ERR_CW_SLOT for the rest. */
 enum kve_cw_fault {
     KVE_CW_FOUND = 0,

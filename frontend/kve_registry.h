@@ -1,4 +1,4 @@
-/* kve_registry.h — the backends this build can reach (common/registry.c):
+/* kve_registry.h — the backends this build can reach (frontend/registry.c):
  * the CPU backend linked in, the GPU backends loaded at run time. */
 #ifndef KVE_REGISTRY_H
 #define KVE_REGISTRY_H

@@ -130,35 +130,3 @@ kve_status kve_pool_take(kve_state *s, uint32_t row, uint32_t prompt_len, uint32
     }
     return kve_pool_full(s, prompt_len, capacity, 0);
 }
-
-void kve_state_close_row(kve_state *s, uint32_t row)
-{
-    s->rows[row].active = 0;
-    kve_pool_release(s, row);
-}
-
-kve_status kve_state_open_row(kve_state *s, uint32_t row, uint64_t seq_id, uint32_t prompt_len,
-                              uint32_t capacity)
-{
-    kve_state_row *r = &s->rows[row];
-    KVE_TRY(kve_pool_check(s, row, prompt_len, capacity)); /* a refusal leaves the row as it was */
-    kve_pool_release(s, row);
-    memset(r, 0, sizeof *r);
-    kve_status taken = kve_pool_take(s, row, prompt_len, capacity);
-    if (taken != KVE_OK) { /* the pool may have been compacted: rows moved */
-        kve_state_push_rows(s);
-        return taken;
-    }
-    r->capacity = capacity;
-    s->jobs[0] = kve_state_job_make(s, KVE_JOB_RESET, row, 0, 0, 0, 0);
-    kve_status st = kve_state_run(s, 1, (uint64_t)s->tables * capacity, NULL);
-    if (st != KVE_OK) {
-        kve_pool_release(s, row);
-        kve_state_push_rows(s);
-        return st;
-    }
-    r->active = 1;
-    r->seq_id = seq_id;
-    r->prompt = prompt_len;
-    return kve_state_push_rows(s); /* the planner reads the rows in backend memory */
-}

@@ -1,0 +1,30 @@
+/*
+ * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
+ * the planner (common/state_body.h) on one thread, its refusal worded by
+ * common/plan_refusal.c. (state_update is the job kernel, kernels_cpu/state_jobs_cpu.c;
+ * state_evict runs the driver's own evict, backends/cpu.c.)
+ */
+#include "kve_backend.h"
+#include "kve_cpu_kernels.h"
+#include "kve_error.h"
+#include "state_body.h"
+
+/* The planner on one thread, over host memory: a refusal is returned at
+ * once (wave 0, before anything changed). */
+kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
+{
+    (void)ctx;
+    uint32_t at = 0, why = kve_state_plan_serial(p, &at);
+    if (p->wave == 0 && why != KVE_PLAN_OK)
+        return kve_error_set(why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS ||
+                                     why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
+                                 ? KVE_ERR_RANGE
+                                 : KVE_ERR_INVALID,
+                             "%s: rows[%u] = %u (%s[%u] = %u) %s",
+                             p->draft ? "kve_state_draft" : "kve_state_append_device", at,
+                             p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
+                             p->call_new[at],
+                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
+                                                                  : kve_plan_refusal_text(why));
+    return KVE_OK;
+}
