@@ -29,10 +29,9 @@ static kve_status kve_check_keys(const kve_key_cache *k)
     KVE_RETURN_ERROR_IF(k->n_heads == 0, KVE_ERR_RANGE, "desc.keys.n_heads = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(k->layout != KVE_LAYOUT_NHD && k->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.keys.layout = %d: not a kve_cache_layout value", (int)k->layout);
-    kve_pages_view pages = KVE_PAGES_VIEW(k);
-    KVE_TRY(kve_check_pages("desc.keys", &pages));
-    KVE_RETURN_ERROR_IF(k->page_size > INT32_MAX, KVE_ERR_RANGE,
-                        "desc.keys.page_size = %u: must be <= 2^31-1", k->page_size);
+    KVE_TRY(kve_check_pages("desc.keys.pages", &k->pages));
+    KVE_RETURN_ERROR_IF(k->pages.page_size > INT32_MAX, KVE_ERR_RANGE,
+                        "desc.keys.pages.page_size = %u: must be <= 2^31-1", k->pages.page_size);
     return KVE_OK;
 }
 
@@ -40,11 +39,11 @@ static kve_status kve_check_keys(const kve_key_cache *k)
 static kve_status kve_resolve_keys(kve_key_cache *k)
 {
     size_t es = kve_dtype_size(k->dtype), e = (size_t)k->head_dim * es, h = k->n_heads,
-           ps = k->page_size, big;
+           ps = k->pages.page_size, big;
     int nhd = k->layout == KVE_LAYOUT_NHD;
     KVE_RETURN_ERROR_IF(kve_mul(ps, h, &big) || kve_mul(big, e, &big), KVE_ERR_OVERFLOW,
                         "desc.keys: page_size %u x n_heads %u x head_dim %u overflows",
-                        k->page_size, k->n_heads, k->head_dim);
+                        k->pages.page_size, k->n_heads, k->head_dim);
     k->stride_head = kve_or(k->stride_head, nhd ? e : ps * e);
     k->stride_slot = kve_or(k->stride_slot, nhd ? h * e : e);
     k->stride_page = kve_or(k->stride_page, ps * h * e);
@@ -56,12 +55,12 @@ static kve_status kve_resolve_keys(kve_key_cache *k)
     size_t a;
     KVE_RETURN_ERROR_IF(kve_rows_span(h, k->stride_head, e, 1, &a) ||
                             kve_rows_span(ps, k->stride_slot, a, 1, &a) ||
-                            kve_rows_span(k->n_pages, k->stride_page, a, 1, &a) ||
+                            kve_rows_span(k->pages.n_pages, k->stride_page, a, 1, &a) ||
                             (uintptr_t)k->base > UINTPTR_MAX - a,
                         KVE_ERR_OVERFLOW,
                         "desc.keys: strides (page %zu, slot %zu, head %zu) overflow the address "
                         "space over %u pages",
-                        k->stride_page, k->stride_slot, k->stride_head, k->n_pages);
+                        k->stride_page, k->stride_slot, k->stride_head, k->pages.n_pages);
     return KVE_OK;
 }
 
@@ -143,12 +142,12 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
                                "desc.scores_stride_table = %zu < desc.rows[%u].n_slots = %u: "
                                "output rows overlap",
                                d->scores_stride_table, i, r->n_slots);
-        else if (d->keys.page_table != KVE_PAGES_FLAT &&
-                 (r->cache_row < 0 || (uint32_t)r->cache_row >= d->keys.n_rows))
+        else if (d->keys.pages.kind != KVE_PAGES_FLAT &&
+                 (r->cache_row < 0 || (uint32_t)r->cache_row >= d->keys.pages.n_rows))
             st = kve_error_set(KVE_ERR_RANGE,
-                               "desc.rows[%u].cache_row = %d: must be 0..%u (keys.n_rows - 1)", i,
-                               r->cache_row, d->keys.n_rows - 1);
-        else if (d->keys.page_table == KVE_PAGES_FLAT && r->cache_row < 0)
+                               "desc.rows[%u].cache_row = %d: must be 0..%u (keys.pages.n_rows - 1)", i,
+                               r->cache_row, d->keys.pages.n_rows - 1);
+        else if (d->keys.pages.kind == KVE_PAGES_FLAT && r->cache_row < 0)
             st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].cache_row = %d: must be >= 0", i,
                                r->cache_row);
         else if (r->table_offset > SIZE_MAX / 2 || r->scores_offset > SIZE_MAX / 2 ||
@@ -184,7 +183,7 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
  * length in slots only cuts the last ones off). Heads do not matter. */
 static int kve_row_all_keys(const kve_score_args *a, const kve_score_row *r)
 {
-    uint64_t ps = a->pg.page_size;
+    uint64_t ps = a->d.keys.pages.page_size;
     for (uint64_t end = ps; end - ps < r->n_slots; end += ps) {
         int why = 0;
         if (!kve_score_locate_key(a, r, (uint32_t)(end < r->n_slots ? end : r->n_slots) - 1, 0,
@@ -225,7 +224,7 @@ static kve_status kve_check_contents(const kve_score_desc *d)
                                         i, r->cache_row, s,
                                         why == KVE_DEV_ERR_CW_PAGE ? "its page is not a page"
                                                                    : "not a slot of its row",
-                                        d->keys.page_size, d->keys.n_pages);
+                                        d->keys.pages.page_size, d->keys.pages.n_pages);
             }
         }
     }
@@ -424,11 +423,11 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
     KVE_RETURN_ERROR_IF(desc->cache_rows, KVE_ERR_INVALID,
                         "desc.cache_rows is not NULL: kve_state_score_device reads call row i's "
                         "keys from row i of the key cache's page table");
-    KVE_RETURN_ERROR_IF(desc->keys.page_table != KVE_PAGES_FLAT && desc->keys.n_rows < n_rows,
+    KVE_RETURN_ERROR_IF(desc->keys.pages.kind != KVE_PAGES_FLAT && desc->keys.pages.n_rows < n_rows,
                         KVE_ERR_RANGE,
-                        "desc.keys.n_rows = %u: call row i reads row i of the page table, and "
+                        "desc.keys.pages.n_rows = %u: call row i reads row i of the page table, and "
                         "the call has n_rows = %u",
-                        desc->keys.n_rows, n_rows);
+                        desc->keys.pages.n_rows, n_rows);
     KVE_RETURN_ERROR_IF(scores_stride_table < s->d.max_slots, KVE_ERR_RANGE,
                         "scores_stride_table = %zu: below max_slots = %u (any row may be due: "
                         "which is known on the device only)",
