@@ -55,9 +55,9 @@ enum kve_cw_fault {
     KVE_CW_INDPTR_FIRST, /* indptr[0] != 0 */
     KVE_CW_INDPTR_ORDER, /* the row ends before it starts, or starts below 0 */
     KVE_CW_INDPTR_END,   /* the row ends past indptr[n_rows] */
-    KVE_CW_LAST_LEN,     /* last_page_len of a row with pages not 1..pages.page_size */
+    KVE_CW_LAST_LEN,     /* last_page_len of a row with pages not 1..page_size */
     KVE_CW_SLOT,         /* slot < 0 or past the row's length (limit) */
-    KVE_CW_PAGE          /* the slot's page is not 0..pages.n_pages-1 */
+    KVE_CW_PAGE          /* the slot's page is not 0..n_pages-1 */
 };
 
 /* Where a slot lies: its page and in-page slot; limit, the row's length in

@@ -458,18 +458,18 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "desc.moves[move row %llu][head %u]: n_moves must be <= max_moves, move_row a row, and "
          "every pair's slots within that row (as desc.slots: below page_size, blocks_per_row * "
          "page_size, the length given by indptr and last_page_len, or n_pages * page_size) on "
-         "pages 0..pages.n_pages-1 (checked on the device); a round moves entries from slots up to the "
+         "pages 0..n_pages-1 (checked on the device); a round moves entries from slots up to the "
          "row's capacity, so with indptr describe every reserved page of the row"},
         {KVE_DEV_ERR_CW_ROW, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
          "desc.token_row[%llu]: must be 0..n_rows-1 (checked on the device)"},
         {KVE_DEV_ERR_CW_SLOT, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
          "desc.slots[token %llu][head %u]: must be -1 or a slot of the token's row (below "
          "page_size, blocks_per_row * page_size, the length given by indptr and last_page_len, "
-         "which must be ascending and 1..pages.page_size, or n_pages * page_size for flat slots) "
+         "which must be ascending and 1..page_size, or n_pages * page_size for flat slots) "
          "(checked on the device; or desc.src_slots there)"},
         {KVE_DEV_ERR_CW_PAGE, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
          "desc.slots[token %llu][head %u]: its page (desc.pages.block_table or desc.pages.indices) must be "
-         "0..pages.n_pages-1 (checked on the device; or desc.src_slots there)"},
+         "0..n_pages-1 (checked on the device; or desc.src_slots there)"},
         {KVE_DEV_ERR_SC_KEY, KVE_DEV_CALL_SCORE, 1, KVE_ERR_RANGE,
          "kve_score: row %llu, slot %u: a candidate's slot or its page lies outside desc.keys "
          "(its page table, page_size, n_pages) (checked on the device; its score is 0)"}};

@@ -80,7 +80,7 @@ static int fz_indptr_ok(const kve_key_cache *k)
 
 /* Page and in-page slot of slot @p slot of page-table row @p row, as the
  * header finds them: 1, 0 when the page table does not hold that slot, -1
- * when the header leaves it open (a last_page_len outside 1..pages.page_size, an
+ * when the header leaves it open (a last_page_len outside 1..page_size, an
  * indptr against kve_cache_write's rule). @p row is valid for the table. */
 static int fz_locate(const kve_key_cache *k, int32_t row, uint32_t slot, size_t *page, size_t *in)
 {
