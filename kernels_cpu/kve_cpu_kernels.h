@@ -180,8 +180,6 @@ kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update 
 kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
 struct kve_state_plan;
 kve_status kve_cpu_state_plan(kve_context *ctx, const struct kve_state_plan *p);
-/* Words of a kve_plan_refusal (kve_backend.h), for messages. */
-const char *kve_plan_refusal_text(uint32_t why);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
 /* The compaction (backends/cpu_compact.c). */

@@ -99,22 +99,6 @@ kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
     return KVE_OK;
 }
 
-const char *kve_plan_refusal_text(uint32_t why)
-{
-    static const char *const text[] = {"accepted",
-                                       "must be 0..max_seqs-1",
-                                       "holds no sequence",
-                                       "is listed twice among the call's rows with tokens",
-                                       "has n_new[i] > max_new",
-                                       "would pass position 2^31-1",
-                                       "brings the call past out->max_tokens tokens",
-                                       /* (parenthesized: one element, for clang's
-                                        * -Wstring-concatenation) */
-                                       ("would run two rounds, or take more than the window W "
-                                        "of its tokens before its round (a KVE_SCORED state)")};
-    return why < sizeof text / sizeof *text ? text[why] : "refused";
-}
-
 /* The planner on one thread, over host memory: a refusal is returned at
  * once (wave 0, before anything changed). */
 kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
@@ -129,8 +113,6 @@ kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
                              "%s: rows[%u] = %u (%s[%u] = %u) %s",
                              p->draft ? "kve_state_draft" : "kve_state_append_device", at,
                              p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
-                             p->call_new[at],
-                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
-                                                                  : kve_plan_refusal_text(why));
+                             p->call_new[at], kve_plan_refusal_text(why, p->draft ? 1 : 0));
     return KVE_OK;
 }
