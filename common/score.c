@@ -323,6 +323,36 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     return KVE_OK;
 }
 
+/* The checks both scoring entry points make, in one wording. */
+static kve_status kve_state_score_args(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                       const uint32_t *n_new, uint32_t table_layer,
+                                       const kve_score_desc *desc, const float *scores)
+{
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
+    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer,
+                        s->table_layers);
+    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
+                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
+                        s->d.n_heads);
+    return KVE_OK;
+}
+
+/* The one scoring step of both entry points on host rows: the @p n due
+ * rows in s->score_rows (host memory, the state's scratch) scored by one
+ * kve_score call over the state's tables. */
+static kve_status kve_state_score_due(kve_state *s, const kve_score_desc *d, uint32_t n)
+{
+    kve_score_desc h = *d;
+    h.n_rows = n;
+    h.rows = s->score_rows;
+    return n ? kve_score(s->ctx, &h) : KVE_OK;
+}
+
 kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                            const uint32_t *n_new, uint32_t table_layer, const kve_score_desc *desc,
                            float *scores, size_t scores_stride_row, size_t scores_stride_table)
@@ -333,23 +363,13 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     KVE_TRY(kve_state_mirror(s));
     if (n_rows == 0)
         return KVE_OK;
-    KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer, s->table_layers);
-    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
-                        "n_rows = %u: the state holds %u rows", n_rows, s->d.max_seqs);
-    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
-                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
-                        s->d.n_heads);
-    size_t need;
+    KVE_TRY(kve_state_score_args(s, n_rows, rows, n_new, table_layer, desc, scores));
+    size_t need = 0;
     KVE_TRY(kve_state_scores_rows(s, 1, scores_stride_row, scores_stride_table, &need));
-    kve_score_row *sr = (kve_score_row *)calloc(n_rows, sizeof *sr);
-    uint8_t *seen = (uint8_t *)calloc(s->d.max_seqs, 1);
-    kve_status st = sr && seen ? KVE_OK
-                               : kve_error_set(KVE_ERR_NOMEM, "kve_state_score: cannot allocate "
-                                                              "%u rows", n_rows);
+    kve_score_row *sr = s->score_rows;
+    uint8_t *seen = s->score_seen;
+    memset(seen, 0, s->d.max_seqs);
+    kve_status st = KVE_OK;
     uint32_t n = 0;
     for (uint32_t i = 0; st == KVE_OK && i < n_rows; i++) {
         int due = 0;
@@ -365,21 +385,16 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
             n += due;
         }
     }
-    if (st == KVE_OK) {
-        kve_score_desc d = *desc;
-        d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
-        d.n_rows = n;
-        d.rows = sr;
-        d.slot_pos = s->slot_pos;
-        d.slot_pos_stride_table = 0;
-        d.scores = scores;
-        d.scores_stride_table = scores_stride_table;
-        d.cache_rows = NULL;
-        st = n ? kve_score(s->ctx, &d) : KVE_OK;
-    }
-    free(sr);
-    free(seen);
-    return st;
+    if (st != KVE_OK)
+        return st;
+    kve_score_desc d = *desc;
+    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
+    d.slot_pos = s->slot_pos;
+    d.slot_pos_stride_table = 0;
+    d.scores = scores;
+    d.scores_stride_table = scores_stride_table;
+    d.cache_rows = NULL;
+    return kve_state_score_due(s, &d, n);
 }
 
 /* The CPU (host memory): the list read where it lies, scored as
@@ -387,18 +402,11 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
 static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *d,
                                             const kve_score_list *l)
 {
-    kve_score_row *sr = (kve_score_row *)calloc(d->n_rows ? d->n_rows : 1, sizeof *sr);
-    KVE_RETURN_ERROR_IF(!sr, KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %u rows",
-                        d->n_rows);
     uint32_t n = 0;
     for (uint32_t i = 0; i < d->n_rows; i++)
-        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table, &sr[n]);
-    kve_score_desc h = *d;
-    h.n_rows = n;
-    h.rows = sr;
-    kve_status st = n ? kve_score(s->ctx, &h) : KVE_OK;
-    free(sr);
-    return st;
+        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table,
+                                          &s->score_rows[n]);
+    return kve_state_score_due(s, d, n);
 }
 
 kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint32_t *rows,
@@ -409,17 +417,7 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
     kve_state *s = state;
     KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
-    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
-                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
-    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer,
-                        s->table_layers);
-    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
-                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
-                        s->d.n_heads);
+    KVE_TRY(kve_state_score_args(s, n_rows, rows, n_new, table_layer, desc, scores));
     KVE_RETURN_ERROR_IF(desc->cache_rows, KVE_ERR_INVALID,
                         "desc.cache_rows is not NULL: kve_state_score_device reads call row i's "
                         "keys from row i of the key cache's page table");
@@ -432,7 +430,7 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
                         "scores_stride_table = %zu: below max_slots = %u (any row may be due: "
                         "which is known on the device only)",
                         scores_stride_table, s->d.max_slots);
-    size_t need, span;
+    size_t need = 0, span;
     KVE_TRY(kve_state_scores_rows(s, n_rows > 1, scores_stride_row, scores_stride_table, &need));
     KVE_RETURN_ERROR_IF(n_rows && kve_rows_span(n_rows, scores_stride_row, need, sizeof(float),
                                                 &span),
