@@ -1,8 +1,9 @@
 /*
  * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
  * the planner (common/state_body.h) on one thread, its refusal worded by
- * common/plan_refusal.c. (state_update is the job kernel, kernels_cpu/state_jobs_cpu.c;
- * state_evict runs the driver's own evict, backends/cpu.c.)
+ * kve_plan_refusal_text (common/kve_backend.h). (state_update is the job
+ * kernel, kernels_cpu/state_jobs_cpu.c; state_evict runs the driver's own
+ * evict, backends/cpu.c.)
  */
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
@@ -23,8 +24,6 @@ kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
                              "%s: rows[%u] = %u (%s[%u] = %u) %s",
                              p->draft ? "kve_state_draft" : "kve_state_append_device", at,
                              p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
-                             p->call_new[at],
-                             p->draft && why == KVE_PLAN_TOO_MANY ? "has n_draft[i] > max_draft"
-                                                                  : kve_plan_refusal_text(why));
+                             p->call_new[at], kve_plan_refusal_text(why, p->draft ? 1 : 0));
     return KVE_OK;
 }

@@ -191,8 +191,8 @@ static kve_status arm_score_layer(arm_run *r, kve_scorer scorer, uint32_t l)
     d.weight = 1.0f;
     d.keys = (kve_key_cache){.base = r->keys + (size_t)ls * A_HEADS * A_SLOTS * A_DIM,
                              .dtype = KVE_DTYPE_BF16, .head_dim = A_DIM, .n_heads = A_HEADS,
-                             .layout = KVE_LAYOUT_HND, .page_size = A_SLOTS, .n_pages = 1,
-                             .page_table = KVE_PAGES_NONE, .n_rows = 1};
+                             .layout = KVE_LAYOUT_HND, .pages.page_size = A_SLOTS, .pages.n_pages = 1,
+                             .pages.kind = KVE_PAGES_NONE, .pages.n_rows = 1};
     d.tri = (kve_triattention_params){.group = A_GROUP, .q_mean = r->q_mean + ls * per_layer * 2,
                                       .q_abs_mean = r->q_abs + ls * per_layer, .rope_theta = 1e6};
     d.heads_per_table = 1;

@@ -102,9 +102,9 @@ static void score_desc_fill(score_run *s, score_inputs *in, kve_scorer scorer)
         d->scorer = scorer;
         d->flags = KVE_SCORE_ZNORM;
         d->keys = (kve_key_cache){in->keys + per_layer * l, KVE_DTYPE_BF16, SC_DIM, SC_HEADS,
-                                  KVE_LAYOUT_NHD, 0, 0, 0, SC_PAGE, SC_PAGES,
-                                  KVE_PAGES_BLOCK_TABLE, 1, in->block_table, SC_PAGES,
-                                  NULL, NULL, NULL};
+                                  KVE_LAYOUT_NHD, 0, 0, 0,
+                                  {KVE_PAGES_BLOCK_TABLE, SC_PAGE, SC_PAGES, 1, in->block_table,
+                                   SC_PAGES, NULL, NULL, NULL}};
         d->tri.group = SC_GROUP;
         d->tri.q_mean = in->q_mean + nq * 2 * l;
         d->tri.q_abs_mean = in->q_abs + nq * l;

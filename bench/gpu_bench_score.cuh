@@ -75,8 +75,8 @@ static double kve_score_round_us(kve_bench *b, const kve_score_bufs *u, kve_scor
         d[l].flags = KVE_SCORE_ZNORM;
         d[l].keys = (kve_key_cache){(const unsigned char *)u->keys + u->key_bytes * l,
                                     KVE_DTYPE_BF16, SC_DIM, SC_HEADS, KVE_LAYOUT_NHD, 0, 0, 0,
-                                    SC_PAGE, SC_PAGES, KVE_PAGES_BLOCK_TABLE, 1, u->block_table,
-                                    SC_PAGES, NULL, NULL, NULL};
+                                    {KVE_PAGES_BLOCK_TABLE, SC_PAGE, SC_PAGES, 1, u->block_table,
+                                     SC_PAGES, NULL, NULL, NULL}};
         d[l].tri.group = SC_GROUP;
         d[l].tri.q_mean = u->q_mean + nq * 2 * l;
         d[l].tri.q_abs_mean = u->q_abs + nq * l;
@@ -200,8 +200,9 @@ static void kve_bench_scored_step(kve_bench *b, uint32_t rows, int n)
         d[l].scorer = KVE_SCORER_TRIATTENTION;
         d[l].flags = KVE_SCORE_ZNORM;
         d[l].keys = (kve_key_cache){(const unsigned char *)keys + layer_bytes * l, KVE_DTYPE_BF16,
-                                    SC_DIM, SC_HEADS, KVE_LAYOUT_NHD, 0, 0, 0, SC_PAGE, pages,
-                                    KVE_PAGES_BLOCK_TABLE, rows, dbt, bpr, NULL, NULL, NULL};
+                                    SC_DIM, SC_HEADS, KVE_LAYOUT_NHD, 0, 0, 0,
+                                    {KVE_PAGES_BLOCK_TABLE, SC_PAGE, pages, rows, dbt, bpr, NULL,
+                                     NULL, NULL}};
         d[l].tri.group = SC_GROUP;
         d[l].tri.q_mean = dqm;
         d[l].tri.q_abs_mean = dqa;

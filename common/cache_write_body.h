@@ -72,21 +72,21 @@ typedef struct kve_cw_place {
  * KVE_PAGES_FLAT; a valid row otherwise). Returns KVE_CW_FOUND with @p out
  * filled, or the first rule the slot breaks. For indptr the row's pages are
  * read within indices: indptr[0] = 0 and lo <= hi <= indptr[n_rows]. */
-KVE_HD_FN int kve_cw_lookup(const kve_cache_write_desc *d, int32_t row, int64_t slot,
+KVE_HD_FN int kve_cw_lookup(const kve_page_table *d, int32_t row, int64_t slot,
                             kve_cw_place *out)
 {
     int64_t ps = d->page_size;
     out->limit = ps;
     out->page = row;
     out->in = 0;
-    if (d->page_table == KVE_PAGES_FLAT) {
+    if (d->kind == KVE_PAGES_FLAT) {
         out->limit = (int64_t)d->n_pages * ps;
         out->page = slot >= 0 ? slot / ps : 0;
-    } else if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
+    } else if (d->kind == KVE_PAGES_BLOCK_TABLE) {
         out->limit = (int64_t)d->blocks_per_row * ps;
         if (slot >= 0 && slot < out->limit)
             out->page = d->block_table[(size_t)row * d->blocks_per_row + (size_t)(slot / ps)];
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
+    } else if (d->kind == KVE_PAGES_INDPTR) {
         int32_t lo = d->indptr[row], hi = d->indptr[row + 1], last = d->last_page_len[row];
         if (d->indptr[0] != 0)
             return KVE_CW_INDPTR_FIRST;
@@ -110,7 +110,7 @@ KVE_HD_FN int kve_cw_lookup(const kve_cache_write_desc *d, int32_t row, int64_t 
 
 /* Page and in-page slot of slot @p slot of row @p row: 0 when the desc
  * does not allow it (*why = the device error kind), else 1. */
-KVE_FN int kve_cw_locate(const kve_cache_write_desc *d, int32_t row, int64_t slot,
+KVE_FN int kve_cw_locate(const kve_page_table *d, int32_t row, int64_t slot,
                          size_t *page_out, size_t *in_out, int *why)
 {
     kve_cw_place at;
@@ -145,16 +145,16 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
     if (slot == -1)
         return 0;
     int32_t row = 0;
-    if (d->page_table != KVE_PAGES_FLAT) {
+    if (d->pages.kind != KVE_PAGES_FLAT) {
         row = d->token_row[t];
-        if (row < 0 || (uint32_t)row >= d->n_rows) {
+        if (row < 0 || (uint32_t)row >= d->pages.n_rows) {
             if (raise)
                 kve_raise(a->errors, KVE_DEV_ERR_CW_ROW, t, 0);
             return 0;
         }
     }
     int why = 0;
-    if (kve_cw_locate(d, row, slot, page_out, in_out, &why))
+    if (kve_cw_locate(&d->pages, row, slot, page_out, in_out, &why))
         return !d->src_slots || d->src_slots[at] != -1;
     if (raise)
         kve_raise(a->errors, why, t, h);
@@ -234,7 +234,7 @@ KVE_FN void kve_cw_move_entry(kve_cw_cache k, uint32_t h, size_t sp, size_t si, 
  * not read; the lookup ignores rows there, and writes take row 0 too). */
 KVE_FN int32_t kve_cw_move_row(const kve_cache_write_desc *d, uint32_t i)
 {
-    if (d->page_table == KVE_PAGES_FLAT)
+    if (d->pages.kind == KVE_PAGES_FLAT)
         return 0;
     return d->move_row ? d->move_row[i] : (int32_t)i;
 }
@@ -249,7 +249,7 @@ KVE_FN int kve_cw_written(const kve_cache_write_desc *d, int32_t row, uint32_t h
 {
     for (uint32_t t = 0; t < d->n_tokens; t++) {
         int64_t s = kve_cw_slot(d, t, h);
-        if ((s == s0 || s == s1) && (d->page_table == KVE_PAGES_FLAT || d->token_row[t] == row))
+        if ((s == s0 || s == s1) && (d->pages.kind == KVE_PAGES_FLAT || d->token_row[t] == row))
             return 1;
     }
     return 0;
@@ -270,7 +270,7 @@ KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, uint32_t c, int32_t r
     if (!d->moves)
         return;
     uint32_t lo = 0, hi = d->n_move_rows;
-    if (d->page_table != KVE_PAGES_FLAT && !d->move_row) {
+    if (d->pages.kind != KVE_PAGES_FLAT && !d->move_row) {
         lo = (uint32_t)row; /* list i is row i's */
         hi = lo < hi ? lo + 1 : lo;
     }
@@ -288,7 +288,7 @@ KVE_FN void kve_cw_pre_move(const kve_cache_write_args *a, uint32_t c, int32_t r
             size_t dp, di;
             int why;
             /* sources are distinct across the row's lists: this is the one */
-            if (kve_cw_locate(d, row, pair[2 * m + 1], &dp, &di, &why) &&
+            if (kve_cw_locate(&d->pages, row, pair[2 * m + 1], &dp, &di, &why) &&
                 !kve_cw_written(d, row, h, pair[2 * m + 1], pair[2 * m + 1]))
                 kve_cw_move_entry(kve_cw_cache_of(a, c), h, page, in, dp, di, lane, a->group);
             return;
@@ -310,7 +310,7 @@ KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_
     if (!kve_cw_target(a, t, h, c == 0 && lane == 0, &page, &in))
         return;
     int64_t slot = d->slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
-    int32_t row = d->page_table == KVE_PAGES_FLAT ? 0 : d->token_row[t];
+    int32_t row = d->pages.kind == KVE_PAGES_FLAT ? 0 : d->token_row[t];
     kve_cw_pre_move(a, c, row, h, slot, page, in, lane);
     kve_cw_cache k = kve_cw_cache_of(a, c);
     if (d->src_slots) { /* the entry's bytes from another slot of the row, as stored */
@@ -318,7 +318,7 @@ KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_
             d->src_slots[(size_t)t * d->slots_stride_token + (size_t)h * d->slots_stride_head];
         size_t sp, si;
         int why = 0;
-        if (kve_cw_locate(d, row, from, &sp, &si, &why))
+        if (kve_cw_locate(&d->pages, row, from, &sp, &si, &why))
             kve_cw_move_entry(k, h, sp, si, page, in, lane, g);
         else if (c == 0 && lane == 0)
             kve_raise(a->errors, why, t, h);
@@ -374,9 +374,9 @@ KVE_FN void kve_cw_move_item(const kve_cache_write_args *a, uint64_t w, uint32_t
     const int32_t *pair = d->moves + 2 * ((size_t)list * d->max_moves + k);
     size_t sp, si, dp, di;
     int why = KVE_DEV_ERR_CW_SLOT;
-    int row_ok = d->page_table == KVE_PAGES_FLAT || (row >= 0 && (uint32_t)row < d->n_rows);
-    if (!row_ok || !kve_cw_locate(d, row, pair[0], &sp, &si, &why) ||
-        !kve_cw_locate(d, row, pair[1], &dp, &di, &why)) {
+    int row_ok = d->pages.kind == KVE_PAGES_FLAT || (row >= 0 && (uint32_t)row < d->pages.n_rows);
+    if (!row_ok || !kve_cw_locate(&d->pages, row, pair[0], &sp, &si, &why) ||
+        !kve_cw_locate(&d->pages, row, pair[1], &dp, &di, &why)) {
         if (lane == 0)
             kve_raise(a->errors, KVE_DEV_ERR_CW_MOVE, i, h);
         return;

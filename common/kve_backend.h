@@ -214,8 +214,27 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
                              tokens before its round */
 } kve_plan_refusal;
-/* Words of a kve_plan_refusal, for messages (plan_refusal.c). */
-const char *kve_plan_refusal_text(uint32_t why);
+/* A refusal in words, the one table the CPU's message and the device's
+ * (KVE_DEV_ERR_STATE_CALL) read: what "rows[i] = r" does. @p draft: 1 for
+ * kve_state_draft, 0 for an append, -1 when unknown (the device). */
+static inline const char *kve_plan_refusal_text(uint32_t why, int draft)
+{
+    static const char *const text[] = {"accepted",
+                                       "must be 0..max_seqs-1",
+                                       "holds no sequence",
+                                       "is listed twice among the call's rows with tokens",
+                                       "has n_new[i] > max_new",
+                                       "would pass position 2^31-1",
+                                       "brings the call past out->max_tokens tokens",
+                                       /* (parenthesized: one element, for clang's
+                                        * -Wstring-concatenation) */
+                                       ("would run two rounds, or take more than the window W "
+                                        "of its tokens before its round (a KVE_SCORED state)")};
+    if (why == KVE_PLAN_TOO_MANY && draft)
+        return draft > 0 ? "has n_draft[i] > max_draft"
+                         : "has n_new[i] > max_new (n_draft[i] > max_draft)";
+    return why < sizeof text / sizeof *text ? text[why] : "refused";
+}
 
 /*
  * One wave's plan of an append (docs/GPU.md "CUDA graphs"), all in backend

@@ -37,37 +37,26 @@ static inline kve_status kve_check_i32(const char *what, uint64_t value)
     return KVE_OK;
 }
 
-/* The page-table fields kve_cache_write_desc and kve_key_cache share. */
-typedef struct kve_pages_view {
-    kve_page_table page_table;
-    uint32_t page_size, n_pages, n_rows, blocks_per_row;
-    const int32_t *block_table, *indptr, *indices, *last_page_len;
-} kve_pages_view;
-#define KVE_PAGES_VIEW(d)                                                                        \
-    ((kve_pages_view){(d)->page_table, (d)->page_size, (d)->n_pages, (d)->n_rows,              \
-                      (d)->blocks_per_row, (d)->block_table, (d)->indptr, (d)->indices,          \
-                      (d)->last_page_len})
-
 /* A page table's shape: its kind, sizes and the arrays its kind reads;
- * messages name the field as @p what.field ("desc", "desc.keys"). */
-static inline kve_status kve_check_pages(const char *what, const kve_pages_view *p)
+ * messages name the field as @p what.field ("desc.pages", "desc.keys.pages"). */
+static inline kve_status kve_check_pages(const char *what, const kve_page_table *p)
 {
-    KVE_RETURN_ERROR_IF(p->page_table < KVE_PAGES_NONE || p->page_table > KVE_PAGES_FLAT,
-                        KVE_ERR_INVALID, "%s.page_table = %d: not a kve_page_table value", what,
-                        (int)p->page_table);
+    KVE_RETURN_ERROR_IF(p->kind < KVE_PAGES_NONE || p->kind > KVE_PAGES_FLAT,
+                        KVE_ERR_INVALID, "%s.kind = %d: not a kve_page_kind value", what,
+                        (int)p->kind);
     KVE_RETURN_ERROR_IF(p->page_size == 0, KVE_ERR_RANGE, "%s.page_size = 0: must be >= 1", what);
     KVE_RETURN_ERROR_IF(p->n_pages == 0, KVE_ERR_RANGE, "%s.n_pages = 0: must be >= 1", what);
-    KVE_RETURN_ERROR_IF(p->page_table != KVE_PAGES_FLAT && p->n_rows == 0, KVE_ERR_RANGE,
+    KVE_RETURN_ERROR_IF(p->kind != KVE_PAGES_FLAT && p->n_rows == 0, KVE_ERR_RANGE,
                         "%s.n_rows = 0: must be >= 1", what);
-    KVE_RETURN_ERROR_IF(p->page_table == KVE_PAGES_NONE && p->n_rows > p->n_pages, KVE_ERR_RANGE,
+    KVE_RETURN_ERROR_IF(p->kind == KVE_PAGES_NONE && p->n_rows > p->n_pages, KVE_ERR_RANGE,
                         "%s.n_rows = %u: with KVE_PAGES_NONE row r is page r, and n_pages = %u",
                         what, p->n_rows, p->n_pages);
-    if (p->page_table == KVE_PAGES_BLOCK_TABLE) {
+    if (p->kind == KVE_PAGES_BLOCK_TABLE) {
         KVE_RETURN_ERROR_IF(!p->block_table, KVE_ERR_NULL, "%s.block_table is NULL", what);
         KVE_RETURN_ERROR_IF(p->blocks_per_row == 0, KVE_ERR_RANGE,
                             "%s.blocks_per_row = 0: must be >= 1", what);
     }
-    if (p->page_table == KVE_PAGES_INDPTR) {
+    if (p->kind == KVE_PAGES_INDPTR) {
         KVE_RETURN_ERROR_IF(!p->indptr, KVE_ERR_NULL, "%s.indptr is NULL", what);
         KVE_RETURN_ERROR_IF(!p->indices, KVE_ERR_NULL, "%s.indices is NULL", what);
         KVE_RETURN_ERROR_IF(!p->last_page_len, KVE_ERR_NULL, "%s.last_page_len is NULL", what);

@@ -45,7 +45,6 @@
 
 typedef struct kve_score_args {
     kve_score_desc d;        /* validated; on the device d.rows is the uploaded copy */
-    kve_cache_write_desc pg; /* the key cache's page table, for kve_cw_locate */
     size_t stride_page, stride_slot, stride_head; /* resolved byte strides */
     uint32_t nf;             /* frequencies, head_dim / 2 */
     uint32_t hpt;            /* KV heads per table */
@@ -96,10 +95,10 @@ KVE_FN const unsigned char *kve_score_locate_key(const kve_score_args *a, const 
                                           uint32_t slot, uint32_t h, int *why)
 {
     int64_t s = slot;
-    if (a->pg.page_table == KVE_PAGES_FLAT)
-        s += (int64_t)r->cache_row * a->pg.page_size;
+    if (a->d.keys.pages.kind == KVE_PAGES_FLAT)
+        s += (int64_t)r->cache_row * a->d.keys.pages.page_size;
     size_t page, in;
-    if (!kve_cw_locate(&a->pg, r->cache_row, s, &page, &in, why))
+    if (!kve_cw_locate(&a->d.keys.pages, r->cache_row, s, &page, &in, why))
         return NULL;
     return (const unsigned char *)a->d.keys.base + page * a->stride_page + in * a->stride_slot +
            (size_t)h * a->stride_head;
@@ -228,18 +227,6 @@ static inline void kve_score_args_init(kve_score_args *a, const kve_score_desc *
 {
     const kve_key_cache *k = &d->keys;
     a->d = *d;
-    kve_cache_write_desc pg;
-    memset(&pg, 0, sizeof pg);
-    pg.page_size = k->page_size;
-    pg.n_pages = k->n_pages;
-    pg.page_table = k->page_table;
-    pg.n_rows = k->n_rows;
-    pg.block_table = k->block_table;
-    pg.blocks_per_row = k->blocks_per_row;
-    pg.indptr = k->indptr;
-    pg.indices = k->indices;
-    pg.last_page_len = k->last_page_len;
-    a->pg = pg;
     a->stride_page = k->stride_page;
     a->stride_slot = k->stride_slot;
     a->stride_head = k->stride_head;

@@ -32,7 +32,7 @@ static size_t kve_or(size_t a, size_t b) { return a ? a : b; }
 static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out)
 {
     *out = *in;
-    size_t h = in->n_heads, ps = in->page_size;
+    size_t h = in->n_heads, ps = in->pages.page_size;
     int nhd = in->layout == KVE_LAYOUT_NHD;
     for (uint32_t c = 0; c < in->n_caches; c++) {
         kve_cache_part *p = &out->part[c];
@@ -85,7 +85,7 @@ static kve_status kve_dst_span(const kve_cache_write_desc *d, const kve_cache_wr
                                uint32_t c, size_t *out)
 {
     const kve_cache_part *p = &r->part[c];
-    const size_t extent[3] = {r->n_pages, r->page_size, r->n_heads},
+    const size_t extent[3] = {r->pages.n_pages, r->pages.page_size, r->n_heads},
                  stride[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head};
     int order[3] = {0, 1, 2};
     for (int i = 1; i < 3; i++)
@@ -160,7 +160,7 @@ static int kve_dst_meet(const kve_cache_write_desc *r, uint32_t c, uint32_t k, s
     const kve_cache_part *a = &r->part[c], *b = &r->part[k];
     if (!kve_overlap(r->dst[c], span_c, r->dst[k], span_k))
         return 0;
-    size_t ext[3] = {r->n_pages, r->page_size, r->n_heads},
+    size_t ext[3] = {r->pages.n_pages, r->pages.page_size, r->n_heads},
            st[3] = {a->dst_stride_page, a->dst_stride_slot, a->dst_stride_head},
            st_b[3] = {b->dst_stride_page, b->dst_stride_slot, b->dst_stride_head};
     for (int i = 0; i < 3; i++) /* a dim of one entry has no stride to compare */
@@ -232,23 +232,22 @@ static kve_status kve_check_shape(const kve_cache_write_desc *d)
                         "desc.n_caches = %u: must be 1..%d", d->n_caches, KVE_MAX_CACHES);
     KVE_RETURN_ERROR_IF(d->layout != KVE_LAYOUT_NHD && d->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.layout = %d: not a kve_cache_layout value", (int)d->layout);
-    kve_pages_view pages = KVE_PAGES_VIEW(d);
-    KVE_TRY(kve_check_pages("desc", &pages));
+    KVE_TRY(kve_check_pages("desc.pages", &d->pages));
     for (uint32_t c = 0; c < d->n_caches; c++) {
         KVE_TRY(kve_check_part(d, c));
         size_t dense, es = kve_dtype_size(d->part[c].dst_dtype);
         size_t dim = d->part[c].dim ? d->part[c].dim : d->entry_bytes / es;
         KVE_RETURN_ERROR_IF(kve_mul(dim, 4, &dense) || kve_mul(dense, d->n_heads, &dense) ||
-                                kve_mul(dense, d->page_size, &dense),
+                                kve_mul(dense, d->pages.page_size, &dense),
                             KVE_ERR_OVERFLOW,
                             "desc: cache %u's entry (%zu elements) x n_heads %u x page_size %u "
                             "overflows",
-                            c, dim, d->n_heads, d->page_size);
+                            c, dim, d->n_heads, d->pages.page_size);
         KVE_RETURN_ERROR_IF(!d->src[c] && !d->src_slots, KVE_ERR_NULL,
                             "desc.src[%u] is NULL (and desc.src_slots too)", c);
         KVE_RETURN_ERROR_IF(!d->dst[c], KVE_ERR_NULL, "desc.dst[%u] is NULL", c);
     }
-    KVE_RETURN_ERROR_IF(d->page_table != KVE_PAGES_FLAT && !d->token_row, KVE_ERR_NULL,
+    KVE_RETURN_ERROR_IF(d->pages.kind != KVE_PAGES_FLAT && !d->token_row, KVE_ERR_NULL,
                         "desc.token_row is NULL");
     KVE_RETURN_ERROR_IF(!d->slots, KVE_ERR_NULL, "desc.slots is NULL");
     KVE_RETURN_ERROR_IF(d->slots_stride_token == 0, KVE_ERR_RANGE,
@@ -341,13 +340,13 @@ static kve_status kve_check_lists(const kve_cache_write_desc *d)
  * decreases, whichever rows the call's slots use (the header's promise). */
 static kve_status kve_check_indptr(const kve_cache_write_desc *d)
 {
-    KVE_RETURN_ERROR_IF(d->indptr[0] != 0, KVE_ERR_RANGE,
-                        "desc.indptr[0] = %d: must be 0 (row 0's pages start indices)",
-                        d->indptr[0]);
-    for (uint32_t r = 0; r < d->n_rows; r++)
-        KVE_RETURN_ERROR_IF(d->indptr[r + 1] < d->indptr[r], KVE_ERR_RANGE,
-                            "desc.indptr[%u] = %d, indptr[%u] = %d: indptr must not decrease", r,
-                            d->indptr[r], r + 1, d->indptr[r + 1]);
+    KVE_RETURN_ERROR_IF(d->pages.indptr[0] != 0, KVE_ERR_RANGE,
+                        "desc.pages.indptr[0] = %d: must be 0 (row 0's pages start indices)",
+                        d->pages.indptr[0]);
+    for (uint32_t r = 0; r < d->pages.n_rows; r++)
+        KVE_RETURN_ERROR_IF(d->pages.indptr[r + 1] < d->pages.indptr[r], KVE_ERR_RANGE,
+                            "desc.pages.indptr[%u] = %d, indptr[%u] = %d: indptr must not decrease", r,
+                            d->pages.indptr[r], r + 1, d->pages.indptr[r + 1]);
     return KVE_OK;
 }
 
@@ -377,15 +376,15 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, const kve_slot_r
                                  int64_t slot)
 {
     kve_cw_place at;
-    int fault = kve_cw_lookup(d, row, slot, &at);
+    int fault = kve_cw_lookup(&d->pages, row, slot, &at);
     if (fault == KVE_CW_FOUND)
         return KVE_OK;
     int32_t lo = 0, hi = 0, last = 0, end = 0;
-    if (d->page_table == KVE_PAGES_INDPTR) {
-        lo = d->indptr[row];
-        hi = d->indptr[row + 1];
-        last = d->last_page_len[row];
-        end = d->indptr[d->n_rows];
+    if (d->pages.kind == KVE_PAGES_INDPTR) {
+        lo = d->pages.indptr[row];
+        hi = d->pages.indptr[row + 1];
+        last = d->pages.last_page_len[row];
+        end = d->pages.indptr[d->pages.n_rows];
     }
     static const char *const rules[] = {"page_size", "blocks_per_row * page_size",
                                         "the row's length by indptr and last_page_len",
@@ -395,46 +394,46 @@ static kve_status kve_check_slot(const kve_cache_write_desc *d, const kve_slot_r
     switch (fault) {
     case KVE_CW_INDPTR_FIRST:
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.indptr[0] = %d: must be 0 (row 0's pages start indices; %s uses "
+                             "desc.pages.indptr[0] = %d: must be 0 (row 0's pages start indices; %s uses "
                              "row %d)",
-                             d->indptr[0], name, row);
+                             d->pages.indptr[0], name, row);
     case KVE_CW_INDPTR_ORDER:
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
+                             "desc.pages.indptr[%d] = %d, indptr[%d] = %d: row %d ends before it starts "
                              "(indptr must not decrease)",
                              row, lo, row + 1, hi, row);
     case KVE_CW_INDPTR_END:
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.indptr[%d] = %d, indptr[%u] = %d: row %d ends past "
+                             "desc.pages.indptr[%d] = %d, indptr[%u] = %d: row %d ends past "
                              "indptr[n_rows], the length of indices",
-                             row + 1, hi, d->n_rows, end, row);
+                             row + 1, hi, d->pages.n_rows, end, row);
     case KVE_CW_LAST_LEN:
         return kve_error_set(KVE_ERR_RANGE,
-                             "desc.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
-                             d->page_size);
+                             "desc.pages.last_page_len[%d] = %d: must be 1..page_size (%u)", row, last,
+                             d->pages.page_size);
     case KVE_CW_SLOT:
         /* A round's moves read slots past the row's new length, up to its
          * capacity: an indptr sized for n_valid does not reach them. */
         return kve_error_set(KVE_ERR_RANGE, "%s = %lld: must be %s0..%lld (%s, row %d)%s", name,
                              (long long)slot, ref->move ? "" : "-1 or ", (long long)at.limit - 1,
-                             rules[d->page_table], row,
-                             ref->move && d->page_table == KVE_PAGES_INDPTR
+                             rules[d->pages.kind], row,
+                             ref->move && d->pages.kind == KVE_PAGES_INDPTR
                                  ? "; a round moves entries from slots up to the row's capacity, "
                                    "so describe every reserved page of the row to kve_cache_write "
                                    "(docs/INTEGRATION.md, FlashInfer)"
                                  : "");
     default: /* KVE_CW_PAGE */
         return kve_error_set(KVE_ERR_RANGE,
-                             "page %lld of row %d, slot %lld (%s, from desc.%s): must be 0..%u",
+                             "page %lld of row %d, slot %lld (%s, from desc.pages.%s): must be 0..%u",
                              (long long)at.page, row, (long long)slot, name,
-                             d->page_table == KVE_PAGES_BLOCK_TABLE ? "block_table" : "indices",
-                             d->n_pages - 1);
+                             d->pages.kind == KVE_PAGES_BLOCK_TABLE ? "block_table" : "indices",
+                             d->pages.n_pages - 1);
     }
 }
 
 static kve_status kve_check_contents(const kve_cache_write_desc *d)
 {
-    int flat = d->page_table == KVE_PAGES_FLAT;
+    int flat = d->pages.kind == KVE_PAGES_FLAT;
     for (uint32_t t = 0; t < d->n_tokens; t++) {
         int32_t row = -1;
         int row_read = flat; /* the row is read once a slot needs it: padding needs none */
@@ -446,10 +445,10 @@ static kve_status kve_check_contents(const kve_cache_write_desc *d)
                 continue;
             if (!row_read) {
                 row = d->token_row[t];
-                KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->n_rows, KVE_ERR_RANGE,
+                KVE_RETURN_ERROR_IF(row < 0 || (uint32_t)row >= d->pages.n_rows, KVE_ERR_RANGE,
                                     "desc.token_row[%u] = %d: must be 0..%u (n_rows - 1) for a "
                                     "token with a slot (head %u: %lld)",
-                                    t, row, d->n_rows - 1, h, (long long)slot);
+                                    t, row, d->pages.n_rows - 1, h, (long long)slot);
                 row_read = 1;
             }
             const kve_slot_ref ref = {t, h, 0, 0, 0, 0};
@@ -481,11 +480,11 @@ static kve_status kve_check_moves(const kve_cache_write_desc *d, int contents)
                                 i, h, n, d->max_moves);
             pairs |= n;
         }
-        KVE_RETURN_ERROR_IF(pairs && d->page_table != KVE_PAGES_FLAT &&
-                                (row < 0 || (uint32_t)row >= d->n_rows),
+        KVE_RETURN_ERROR_IF(pairs && d->pages.kind != KVE_PAGES_FLAT &&
+                                (row < 0 || (uint32_t)row >= d->pages.n_rows),
                             KVE_ERR_RANGE,
                             "desc.move_row[%u] = %d: must be 0..%u (n_rows - 1)", i, row,
-                            d->n_rows - 1);
+                            d->pages.n_rows - 1);
         for (uint32_t h = 0; h < d->n_heads; h++) {
             size_t list = (size_t)i * d->moves_stride_row + (size_t)h * d->moves_stride_head;
             uint32_t n = d->n_moves[list];
@@ -517,7 +516,7 @@ kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc)
         KVE_TRY(kve_check_moves(&r, ctx->ops->host_memory));
     if (ctx->ops->host_memory)
         KVE_TRY(kve_check_contents(&r));
-    if (ctx->ops->host_memory && r.page_table == KVE_PAGES_INDPTR)
+    if (ctx->ops->host_memory && r.pages.kind == KVE_PAGES_INDPTR)
         KVE_TRY(kve_check_indptr(&r));
     if (r.n_tokens == 0 && (!r.moves || !r.n_move_rows))
         return KVE_OK;

@@ -55,6 +55,10 @@ struct kve_state {
     kve_state_work *work;
     kve_state_job *jobs;
     uint32_t *host_call; /* [3 * max_seqs]: a call's rows, n_new (uploaded), the mirror's bases */
+    /* [max_seqs] each: the scoring calls' due rows (kve_score's host rows)
+     * and kve_state_score's rows seen, so no scoring call allocates */
+    kve_score_row *score_rows;
+    uint8_t *score_seen;
     void *host;          /* the one host allocation behind rows (at first), jobs, work, host_call */
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;

@@ -29,10 +29,9 @@ static kve_status kve_check_keys(const kve_key_cache *k)
     KVE_RETURN_ERROR_IF(k->n_heads == 0, KVE_ERR_RANGE, "desc.keys.n_heads = 0: must be >= 1");
     KVE_RETURN_ERROR_IF(k->layout != KVE_LAYOUT_NHD && k->layout != KVE_LAYOUT_HND, KVE_ERR_INVALID,
                         "desc.keys.layout = %d: not a kve_cache_layout value", (int)k->layout);
-    kve_pages_view pages = KVE_PAGES_VIEW(k);
-    KVE_TRY(kve_check_pages("desc.keys", &pages));
-    KVE_RETURN_ERROR_IF(k->page_size > INT32_MAX, KVE_ERR_RANGE,
-                        "desc.keys.page_size = %u: must be <= 2^31-1", k->page_size);
+    KVE_TRY(kve_check_pages("desc.keys.pages", &k->pages));
+    KVE_RETURN_ERROR_IF(k->pages.page_size > INT32_MAX, KVE_ERR_RANGE,
+                        "desc.keys.pages.page_size = %u: must be <= 2^31-1", k->pages.page_size);
     return KVE_OK;
 }
 
@@ -40,11 +39,11 @@ static kve_status kve_check_keys(const kve_key_cache *k)
 static kve_status kve_resolve_keys(kve_key_cache *k)
 {
     size_t es = kve_dtype_size(k->dtype), e = (size_t)k->head_dim * es, h = k->n_heads,
-           ps = k->page_size, big;
+           ps = k->pages.page_size, big;
     int nhd = k->layout == KVE_LAYOUT_NHD;
     KVE_RETURN_ERROR_IF(kve_mul(ps, h, &big) || kve_mul(big, e, &big), KVE_ERR_OVERFLOW,
                         "desc.keys: page_size %u x n_heads %u x head_dim %u overflows",
-                        k->page_size, k->n_heads, k->head_dim);
+                        k->pages.page_size, k->n_heads, k->head_dim);
     k->stride_head = kve_or(k->stride_head, nhd ? e : ps * e);
     k->stride_slot = kve_or(k->stride_slot, nhd ? h * e : e);
     k->stride_page = kve_or(k->stride_page, ps * h * e);
@@ -56,12 +55,12 @@ static kve_status kve_resolve_keys(kve_key_cache *k)
     size_t a;
     KVE_RETURN_ERROR_IF(kve_rows_span(h, k->stride_head, e, 1, &a) ||
                             kve_rows_span(ps, k->stride_slot, a, 1, &a) ||
-                            kve_rows_span(k->n_pages, k->stride_page, a, 1, &a) ||
+                            kve_rows_span(k->pages.n_pages, k->stride_page, a, 1, &a) ||
                             (uintptr_t)k->base > UINTPTR_MAX - a,
                         KVE_ERR_OVERFLOW,
                         "desc.keys: strides (page %zu, slot %zu, head %zu) overflow the address "
                         "space over %u pages",
-                        k->stride_page, k->stride_slot, k->stride_head, k->n_pages);
+                        k->stride_page, k->stride_slot, k->stride_head, k->pages.n_pages);
     return KVE_OK;
 }
 
@@ -143,12 +142,12 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
                                "desc.scores_stride_table = %zu < desc.rows[%u].n_slots = %u: "
                                "output rows overlap",
                                d->scores_stride_table, i, r->n_slots);
-        else if (d->keys.page_table != KVE_PAGES_FLAT &&
-                 (r->cache_row < 0 || (uint32_t)r->cache_row >= d->keys.n_rows))
+        else if (d->keys.pages.kind != KVE_PAGES_FLAT &&
+                 (r->cache_row < 0 || (uint32_t)r->cache_row >= d->keys.pages.n_rows))
             st = kve_error_set(KVE_ERR_RANGE,
-                               "desc.rows[%u].cache_row = %d: must be 0..%u (keys.n_rows - 1)", i,
-                               r->cache_row, d->keys.n_rows - 1);
-        else if (d->keys.page_table == KVE_PAGES_FLAT && r->cache_row < 0)
+                               "desc.rows[%u].cache_row = %d: must be 0..%u (keys.pages.n_rows - 1)", i,
+                               r->cache_row, d->keys.pages.n_rows - 1);
+        else if (d->keys.pages.kind == KVE_PAGES_FLAT && r->cache_row < 0)
             st = kve_error_set(KVE_ERR_RANGE, "desc.rows[%u].cache_row = %d: must be >= 0", i,
                                r->cache_row);
         else if (r->table_offset > SIZE_MAX / 2 || r->scores_offset > SIZE_MAX / 2 ||
@@ -184,7 +183,7 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
  * length in slots only cuts the last ones off). Heads do not matter. */
 static int kve_row_all_keys(const kve_score_args *a, const kve_score_row *r)
 {
-    uint64_t ps = a->pg.page_size;
+    uint64_t ps = a->d.keys.pages.page_size;
     for (uint64_t end = ps; end - ps < r->n_slots; end += ps) {
         int why = 0;
         if (!kve_score_locate_key(a, r, (uint32_t)(end < r->n_slots ? end : r->n_slots) - 1, 0,
@@ -225,7 +224,7 @@ static kve_status kve_check_contents(const kve_score_desc *d)
                                         i, r->cache_row, s,
                                         why == KVE_DEV_ERR_CW_PAGE ? "its page is not a page"
                                                                    : "not a slot of its row",
-                                        d->keys.page_size, d->keys.n_pages);
+                                        d->keys.pages.page_size, d->keys.pages.n_pages);
             }
         }
     }
@@ -324,6 +323,36 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     return KVE_OK;
 }
 
+/* The checks both scoring entry points make, in one wording. */
+static kve_status kve_state_score_args(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
+                                       const uint32_t *n_new, uint32_t table_layer,
+                                       const kve_score_desc *desc, const float *scores)
+{
+    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
+                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
+    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
+    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
+    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
+                        "table_layer = %u: the state has %u table layers", table_layer,
+                        s->table_layers);
+    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
+                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
+                        s->d.n_heads);
+    return KVE_OK;
+}
+
+/* The one scoring step of both entry points on host rows: the @p n due
+ * rows in s->score_rows (host memory, the state's scratch) scored by one
+ * kve_score call over the state's tables. */
+static kve_status kve_state_score_due(kve_state *s, const kve_score_desc *d, uint32_t n)
+{
+    kve_score_desc h = *d;
+    h.n_rows = n;
+    h.rows = s->score_rows;
+    return n ? kve_score(s->ctx, &h) : KVE_OK;
+}
+
 kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                            const uint32_t *n_new, uint32_t table_layer, const kve_score_desc *desc,
                            float *scores, size_t scores_stride_row, size_t scores_stride_table)
@@ -334,23 +363,13 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     KVE_TRY(kve_state_mirror(s));
     if (n_rows == 0)
         return KVE_OK;
-    KVE_RETURN_ERROR_IF(!rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer, s->table_layers);
-    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
-                        "n_rows = %u: the state holds %u rows", n_rows, s->d.max_seqs);
-    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
-                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
-                        s->d.n_heads);
-    size_t need;
+    KVE_TRY(kve_state_score_args(s, n_rows, rows, n_new, table_layer, desc, scores));
+    size_t need = 0;
     KVE_TRY(kve_state_scores_rows(s, 1, scores_stride_row, scores_stride_table, &need));
-    kve_score_row *sr = (kve_score_row *)calloc(n_rows, sizeof *sr);
-    uint8_t *seen = (uint8_t *)calloc(s->d.max_seqs, 1);
-    kve_status st = sr && seen ? KVE_OK
-                               : kve_error_set(KVE_ERR_NOMEM, "kve_state_score: cannot allocate "
-                                                              "%u rows", n_rows);
+    kve_score_row *sr = s->score_rows;
+    uint8_t *seen = s->score_seen;
+    memset(seen, 0, s->d.max_seqs);
+    kve_status st = KVE_OK;
     uint32_t n = 0;
     for (uint32_t i = 0; st == KVE_OK && i < n_rows; i++) {
         int due = 0;
@@ -366,21 +385,16 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
             n += due;
         }
     }
-    if (st == KVE_OK) {
-        kve_score_desc d = *desc;
-        d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
-        d.n_rows = n;
-        d.rows = sr;
-        d.slot_pos = s->slot_pos;
-        d.slot_pos_stride_table = 0;
-        d.scores = scores;
-        d.scores_stride_table = scores_stride_table;
-        d.cache_rows = NULL;
-        st = n ? kve_score(s->ctx, &d) : KVE_OK;
-    }
-    free(sr);
-    free(seen);
-    return st;
+    if (st != KVE_OK)
+        return st;
+    kve_score_desc d = *desc;
+    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
+    d.slot_pos = s->slot_pos;
+    d.slot_pos_stride_table = 0;
+    d.scores = scores;
+    d.scores_stride_table = scores_stride_table;
+    d.cache_rows = NULL;
+    return kve_state_score_due(s, &d, n);
 }
 
 /* The CPU (host memory): the list read where it lies, scored as
@@ -388,18 +402,11 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
 static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *d,
                                             const kve_score_list *l)
 {
-    kve_score_row *sr = (kve_score_row *)calloc(d->n_rows ? d->n_rows : 1, sizeof *sr);
-    KVE_RETURN_ERROR_IF(!sr, KVE_ERR_NOMEM, "kve_state_score_device: cannot allocate %u rows",
-                        d->n_rows);
     uint32_t n = 0;
     for (uint32_t i = 0; i < d->n_rows; i++)
-        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table, &sr[n]);
-    kve_score_desc h = *d;
-    h.n_rows = n;
-    h.rows = sr;
-    kve_status st = n ? kve_score(s->ctx, &h) : KVE_OK;
-    free(sr);
-    return st;
+        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table,
+                                          &s->score_rows[n]);
+    return kve_state_score_due(s, d, n);
 }
 
 kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint32_t *rows,
@@ -410,30 +417,20 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
     kve_state *s = state;
     KVE_CHECK_STATE(s);
     KVE_RETURN_ERROR_IF(!desc, KVE_ERR_NULL, "desc is NULL");
-    KVE_RETURN_ERROR_IF(n_rows > s->d.max_seqs, KVE_ERR_RANGE,
-                        "n_rows = %u: more than max_seqs = %u", n_rows, s->d.max_seqs);
-    KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
-    KVE_RETURN_ERROR_IF(!scores, KVE_ERR_NULL, "scores is NULL");
-    KVE_RETURN_ERROR_IF(table_layer >= s->table_layers, KVE_ERR_RANGE,
-                        "table_layer = %u: the state has %u table layers", table_layer,
-                        s->table_layers);
-    KVE_RETURN_ERROR_IF(desc->keys.n_heads != s->d.n_heads, KVE_ERR_RANGE,
-                        "desc.keys.n_heads = %u: the state has %u KV heads", desc->keys.n_heads,
-                        s->d.n_heads);
+    KVE_TRY(kve_state_score_args(s, n_rows, rows, n_new, table_layer, desc, scores));
     KVE_RETURN_ERROR_IF(desc->cache_rows, KVE_ERR_INVALID,
                         "desc.cache_rows is not NULL: kve_state_score_device reads call row i's "
                         "keys from row i of the key cache's page table");
-    KVE_RETURN_ERROR_IF(desc->keys.page_table != KVE_PAGES_FLAT && desc->keys.n_rows < n_rows,
+    KVE_RETURN_ERROR_IF(desc->keys.pages.kind != KVE_PAGES_FLAT && desc->keys.pages.n_rows < n_rows,
                         KVE_ERR_RANGE,
-                        "desc.keys.n_rows = %u: call row i reads row i of the page table, and "
+                        "desc.keys.pages.n_rows = %u: call row i reads row i of the page table, and "
                         "the call has n_rows = %u",
-                        desc->keys.n_rows, n_rows);
+                        desc->keys.pages.n_rows, n_rows);
     KVE_RETURN_ERROR_IF(scores_stride_table < s->d.max_slots, KVE_ERR_RANGE,
                         "scores_stride_table = %zu: below max_slots = %u (any row may be due: "
                         "which is known on the device only)",
                         scores_stride_table, s->d.max_slots);
-    size_t need, span;
+    size_t need = 0, span;
     KVE_TRY(kve_state_scores_rows(s, n_rows > 1, scores_stride_row, scores_stride_table, &need));
     KVE_RETURN_ERROR_IF(n_rows && kve_rows_span(n_rows, scores_stride_row, need, sizeof(float),
                                                 &span),

@@ -198,8 +198,9 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                         memory, KVE_ALLOC_ALIGN);
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
-    void *host = calloc(n + 1, sizeof(kve_state_row) + KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
-                                   sizeof(kve_state_work) + 3 * sizeof(uint32_t));
+    void *host = calloc(n + 1, sizeof(kve_state_row) + sizeof(kve_score_row) +
+                                   KVE_STATE_JOB_SETS * sizeof(kve_state_job) +
+                                   sizeof(kve_state_work) + 3 * sizeof(uint32_t) + 1);
     if (!s || !host) {
         free(s);
         free(host);
@@ -212,9 +213,11 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     *s = plan;
     s->host = host;
     s->rows = (kve_state_row *)host; /* 8-byte aligned sizes first */
-    s->jobs = (kve_state_job *)(s->rows + n);
+    s->score_rows = (kve_score_row *)(s->rows + n);
+    s->jobs = (kve_state_job *)(s->score_rows + n);
     s->work = (kve_state_work *)(s->jobs + KVE_STATE_JOB_SETS * n);
     s->host_call = (uint32_t *)(s->work + n);
+    s->score_seen = (uint8_t *)(s->host_call + 3 * n);
     s->free_runs = (kve_pool_run *)malloc((n + 1) * sizeof(kve_pool_run));
     if (!s->free_runs) {
         free(host);

@@ -26,8 +26,8 @@ extern "C" {
 #define KVE_API
 #endif
 
-#define KVE_VERSION_MAJOR 1
-#define KVE_VERSION_MINOR 7
+#define KVE_VERSION_MAJOR 2
+#define KVE_VERSION_MINOR 0
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 2
@@ -808,8 +808,8 @@ typedef enum kve_cache_layout {
     KVE_LAYOUT_HND = 1  /**< [pages][heads][page_size][entry]: FlashInfer's HND */
 } kve_cache_layout;
 
-/** How a (row, slot) finds its page. */
-typedef enum kve_page_table {
+/** How a (row, slot) finds its page: kve_page_table.kind. */
+typedef enum kve_page_kind {
     /** page = row, one page of page_size slots per sequence: with HND, the
      *  contiguous [seq][head][slot][entry] cache */
     KVE_PAGES_NONE = 0,
@@ -826,6 +826,27 @@ typedef enum kve_page_table {
      *  n_pages * page_size - 1); token_row, n_rows and the tables are unused
      *  (token_row may be NULL) */
     KVE_PAGES_FLAT = 3
+} kve_page_kind;
+
+/**
+ * A paged cache's page table, one type for kve_cache_write's destinations
+ * and the scorers' kve_key_cache: slot s of row r lies in page
+ * lookup(r, s) (by kind) at in-page slot s % page_size. Arrays are backend
+ * memory; fields a kind does not read are ignored.
+ */
+typedef struct kve_page_table {
+    kve_page_kind kind;
+    uint32_t page_size;         /**< slots per page (vLLM's block_size) */
+    uint32_t n_pages;           /**< pages in the cache */
+    uint32_t n_rows;            /**< rows of the table (with NONE, <= n_pages; FLAT: unused) */
+    const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row] */
+    uint32_t blocks_per_row;
+    /** INDPTR: [n_rows + 1], indptr[0] = 0 and non-decreasing: row r's
+     *  pages are indices[indptr[r] .. indptr[r+1]) */
+    const int32_t *indptr;
+    /** INDPTR: page ids, [indptr[n_rows]] entries (read only through indptr) */
+    const int32_t *indices;
+    const int32_t *last_page_len; /**< INDPTR: [n_rows] */
 } kve_page_table;
 
 /** Element types of kve_cache_write's sources and caches. */
@@ -908,8 +929,7 @@ typedef struct kve_cache_write_desc {
     void *dst[KVE_MAX_CACHES];
     kve_cache_layout layout;
     size_t dst_stride_page, dst_stride_slot, dst_stride_head;
-    uint32_t page_size;         /**< slots per page (vLLM's block_size) */
-    uint32_t n_pages;           /**< pages in each cache */
+    kve_page_table pages;       /**< every cache's page table (page = its page ids) */
     /** int64 slots; slots_stride_head = 0 gives every head the same slot
      *  (shared heads). One layer of kve_state_append's slot_mapping is
      *  slots = mapping + tl * max_tokens * table_heads (out->max_tokens),
@@ -917,17 +937,8 @@ typedef struct kve_cache_write_desc {
      *  table_heads, slots_stride_head = table_heads > 1. */
     const int64_t *slots;
     size_t slots_stride_token, slots_stride_head;
-    const int32_t *token_row;   /**< [n_tokens]: each token's row, 0 .. n_rows-1 (not FLAT) */
-    uint32_t n_rows;            /**< rows of the page table (with NONE, <= n_pages; FLAT: unused) */
-    kve_page_table page_table;
-    const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row] */
-    uint32_t blocks_per_row;
-    /** INDPTR: [n_rows + 1], indptr[0] = 0 and non-decreasing: row r's
-     *  pages are indices[indptr[r] .. indptr[r+1]) */
-    const int32_t *indptr;
-    /** INDPTR: page ids, [indptr[n_rows]] entries (read only through indptr) */
-    const int32_t *indices;
-    const int32_t *last_page_len; /**< INDPTR: [n_rows] */
+    /** [n_tokens]: each token's row, 0 .. pages.n_rows-1 (not FLAT) */
+    const int32_t *token_row;
     /** Optional moves, run before any write (NULL = none): list (i, h) for
      *  move row i < n_move_rows and cache head h is L = i * moves_stride_row
      *  + h * moves_stride_head; its n_moves[L] pairs (src, dst) at moves + 2
@@ -1041,13 +1052,7 @@ typedef struct kve_key_cache {
     uint32_t n_heads;      /**< KV heads in the cache (a shard's) */
     kve_cache_layout layout;
     size_t stride_page, stride_slot, stride_head;
-    uint32_t page_size;    /**< slots per page */
-    uint32_t n_pages;      /**< pages in the cache */
-    kve_page_table page_table;
-    uint32_t n_rows;       /**< rows of the page table (not FLAT) */
-    const int32_t *block_table; /**< BLOCK_TABLE: [n_rows][blocks_per_row], backend memory */
-    uint32_t blocks_per_row;
-    const int32_t *indptr, *indices, *last_page_len; /**< INDPTR, backend memory */
+    kve_page_table pages;  /**< as kve_cache_write's */
 } kve_key_cache;
 
 /** TriAttention's inputs for one layer (backend memory unless said). */

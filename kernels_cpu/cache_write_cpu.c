@@ -19,7 +19,7 @@ static inline size_t kve_slot_at(const kve_cache_write_desc *d, const kve_cache_
                                  int32_t row, int64_t slot)
 {
     kve_cw_place at;
-    kve_cw_lookup(d, row, slot, &at);
+    kve_cw_lookup(&d->pages, row, slot, &at);
     return (size_t)at.page * p->dst_stride_page + at.in * p->dst_stride_slot;
 }
 
@@ -113,7 +113,7 @@ static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
 {
     (void)thread;
     const kve_cache_write_desc *d = ((const kve_cw_call *)arg)->d;
-    int flat = d->page_table == KVE_PAGES_FLAT;
+    int flat = d->pages.kind == KVE_PAGES_FLAT;
     for (size_t t = lo; t < hi; t++) {
         /* padding (every slot -1) never reads its row */
         for (uint32_t h = 0; h < d->n_heads; h++) {
@@ -122,9 +122,9 @@ static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
                 continue;
             int32_t row = flat ? 0 : d->token_row[t];
             kve_cw_place at, from = {0, 0, 0};
-            kve_cw_lookup(d, row, slot, &at); /* validated: found */
+            kve_cw_lookup(&d->pages, row, slot, &at); /* validated: found */
             if (d->src_slots) /* validated: found, and written by nothing in the call */
-                kve_cw_lookup(d, row,
+                kve_cw_lookup(&d->pages, row,
                               d->src_slots[t * d->slots_stride_token +
                                            (size_t)h * d->slots_stride_head],
                               &from);

@@ -37,7 +37,7 @@ typedef struct kve_score_scratch {
 static int kve_score_addresses(const kve_score_args *a, const kve_score_row *r, uint32_t h,
                                const uint32_t *cand, uint32_t n, const unsigned char **kp)
 {
-    uint64_t ps = a->pg.page_size, end = 0;
+    uint64_t ps = a->d.keys.pages.page_size, end = 0;
     const unsigned char *base = NULL;
     uint32_t first = 0;
     for (uint32_t c = 0; c < n; c++) {

@@ -414,7 +414,8 @@ typedef enum kve_dev_err_call {
  * host checks (frontend/validate.c, frontend/cache_write.c), each with the call
  * that raises it, whether its detail orders records of the same head too,
  * and the status and message it becomes. The message takes the record's
- * head (unsigned long long), then its detail (unsigned). */
+ * head (unsigned long long), then its detail (unsigned), then a string
+ * (a refusal's words; "" for other kinds). */
 typedef struct kve_dev_err_rank {
     kve_dev_err_kind kind;
     kve_dev_err_call call;
@@ -445,13 +446,9 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
         {KVE_DEV_ERR_CSLOT_RANGE, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
          "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the device)"},
         {KVE_DEV_ERR_STATE_CALL, KVE_DEV_CALL_STATE, 0, KVE_ERR_INVALID,
-         "cache state append (or draft) refused at call row %llu, reason %u (1: rows[i] >= "
-         "max_seqs; 2: the row holds no sequence; 3: the row is listed twice; 4: n_new[i] > "
-         "max_new (n_draft[i] > max_draft); 5: the "
-         "row would pass position 2^31-1; 6: more tokens than out->max_tokens; 7: a "
-         "KVE_SCORED state's row would run two rounds, or take more than W tokens before "
-         "its round) (checked on the "
-         "device); the state is unchanged and the call's outputs hold no tokens"},
+         "cache state append (or draft) refused at call row %llu, reason %u: the row %s "
+         "(checked on the device); the state is unchanged and the call's outputs hold no "
+         "tokens"},
         {KVE_DEV_ERR_STATE_SLOT, KVE_DEV_CALL_STATE, 0, KVE_ERR_INTERNAL,
          "cache state row %llu, table %u: a freed slot or a slot_mapping entry lies outside the "
          "table, skipped (checked on the device); rebuild the row with kve_state_rebuild"},
@@ -469,7 +466,7 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "which must be ascending and 1..page_size, or n_pages * page_size for flat slots) "
          "(checked on the device; or desc.src_slots there)"},
         {KVE_DEV_ERR_CW_PAGE, KVE_DEV_CALL_CACHE_WRITE, 1, KVE_ERR_RANGE,
-         "desc.slots[token %llu][head %u]: its page (desc.block_table or desc.indices) must be "
+         "desc.slots[token %llu][head %u]: its page (desc.pages.block_table or desc.pages.indices) must be "
          "0..n_pages-1 (checked on the device; or desc.src_slots there)"},
         {KVE_DEV_ERR_SC_KEY, KVE_DEV_CALL_SCORE, 1, KVE_ERR_RANGE,
          "kve_score: row %llu, slot %u: a candidate's slot or its page lies outside desc.keys "
@@ -509,8 +506,10 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
     if (best < 0)
         return KVE_OK;
     const kve_dev_err_rank *r = &kve_dev_err_ranks()[best];
-    return set_error(r->status, r->fmt, (unsigned long long)(rec[r->kind] >> 32),
-                     (unsigned)rec[r->kind]);
+    unsigned detail = (unsigned)rec[r->kind];
+    /* the planner's words (kve_plan_refusal_text) for a refusal; others take two arguments */
+    return set_error(r->status, r->fmt, (unsigned long long)(rec[r->kind] >> 32), detail,
+                     r->kind == KVE_DEV_ERR_STATE_CALL ? kve_plan_refusal_text(detail, -1) : "");
 }
 
 #endif /* KVE_LAUNCH_H */

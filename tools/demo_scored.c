@@ -22,7 +22,7 @@ int kve_demo_scored_available(kve_context *ctx, const char **why)
     memset(&d, 0, sizeof d);
     d.scorer = KVE_SCORER_KNORM;
     d.keys = (kve_key_cache){.base = &d, .dtype = KVE_DTYPE_F32, .head_dim = 2, .n_heads = 1,
-                             .page_size = 1, .n_pages = 1, .n_rows = 1};
+                             .pages.page_size = 1, .pages.n_pages = 1, .pages.n_rows = 1};
     kve_status st = kve_score(ctx, &d); /* no rows: validation, then the backend's support */
     snprintf(msg, sizeof msg, "%s: %s", kve_status_string(st), kve_last_error());
     *why = msg;
@@ -101,8 +101,8 @@ kve_status kve_demo_score_due(kve_demo_scorer *s, kve_state *state, const kve_de
                                  .dtype = KVE_DTYPE_BF16, .head_dim = (uint32_t)(o->entry / 2),
                                  .n_heads = o->heads, .layout = KVE_LAYOUT_NHD,
                                  .stride_page = row_bytes * s->capacity, .stride_slot = row_bytes,
-                                 .stride_head = o->entry, .page_size = s->capacity, .n_pages = 1,
-                                 .page_table = KVE_PAGES_NONE, .n_rows = 1};
+                                 .stride_head = o->entry, .pages.page_size = s->capacity, .pages.n_pages = 1,
+                                 .pages.kind = KVE_PAGES_NONE, .pages.n_rows = 1};
         if (s->kind == KVE_ARM_TRI) {
             size_t per_layer = (size_t)o->heads * KVE_DEMO_GROUP * half;
             d.tri.group = KVE_DEMO_GROUP;

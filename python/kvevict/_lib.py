@@ -101,16 +101,20 @@ class CachePart(ctypes.Structure):
                 ("scale", vp), ("scale_per_head", u32)]
 
 
+class PageTable(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("page_size", u32), ("n_pages", u32), ("n_rows", u32),
+                ("block_table", vp), ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
+                ("last_page_len", vp)]
+
+
 class CacheWriteDesc(ctypes.Structure):
     _fields_ = [("n_tokens", u32), ("n_heads", u32), ("entry_bytes", sz), ("n_caches", u32),
                 ("src", vp * MAX_CACHES), ("src_stride_token", sz), ("src_stride_head", sz),
                 ("dst", vp * MAX_CACHES), ("layout", ctypes.c_int),
                 ("dst_stride_page", sz), ("dst_stride_slot", sz), ("dst_stride_head", sz),
-                ("page_size", u32), ("n_pages", u32), ("slots", vp),
+                ("pages", PageTable), ("slots", vp),
                 ("slots_stride_token", sz), ("slots_stride_head", sz), ("token_row", vp),
-                ("n_rows", u32), ("page_table", ctypes.c_int), ("block_table", vp),
-                ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
-                ("last_page_len", vp), ("moves", vp), ("n_moves", vp), ("n_move_rows", u32),
+                ("moves", vp), ("n_moves", vp), ("n_move_rows", u32),
                 ("max_moves", u32), ("moves_stride_row", sz), ("moves_stride_head", sz),
                 ("move_row", vp), ("part", CachePart * MAX_CACHES), ("src_slots", vp)]
 
@@ -155,10 +159,7 @@ class CompactDesc(ctypes.Structure):
 class KeyCache(ctypes.Structure):
     _fields_ = [("base", vp), ("dtype", ctypes.c_int), ("head_dim", u32), ("n_heads", u32),
                 ("layout", ctypes.c_int), ("stride_page", sz), ("stride_slot", sz),
-                ("stride_head", sz), ("page_size", u32), ("n_pages", u32),
-                ("page_table", ctypes.c_int), ("n_rows", u32), ("block_table", vp),
-                ("blocks_per_row", u32), ("indptr", vp), ("indices", vp),
-                ("last_page_len", vp)]
+                ("stride_head", sz), ("pages", PageTable)]
 
 
 class TriParams(ctypes.Structure):

@@ -122,10 +122,10 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     kv.dense_tail(3)
     kv.no_broadcast()  # the library takes a zero stride for the dense default
     nhd = layout == "nhd"
-    k = d.keys
+    k, pt = d.keys, d.keys.pages
     k.base, k.dtype, k.head_dim = kv.ptr, _arrays.KVE_DTYPES[kv.dtype], kv.shape[3]
-    k.n_pages, k.layout = kv.shape[0], _LAYOUTS[layout]
-    k.page_size, k.n_heads = (kv.shape[1], kv.shape[2]) if nhd else (kv.shape[2], kv.shape[1])
+    pt.n_pages, k.layout = kv.shape[0], _LAYOUTS[layout]
+    pt.page_size, k.n_heads = (kv.shape[1], kv.shape[2]) if nhd else (kv.shape[2], kv.shape[1])
     k.stride_page = kv.strides[0]
     k.stride_slot, k.stride_head = (kv.strides[1], kv.strides[2]) if nhd else \
         (kv.strides[2], kv.strides[1])
@@ -133,21 +133,21 @@ def _fill_desc(ctx: Any, d: "_lib.ScoreDesc", keys: Any, layout: str, scorer: st
     if block_table is not None:
         bt = _arrays.View(block_table, "block_table", "int32", 2, const=True)
         bt.contiguous()
-        k.page_table, k.block_table = 1, bt.ptr
-        k.n_rows, k.blocks_per_row = bt.shape
+        pt.kind, pt.block_table = 1, bt.ptr
+        pt.n_rows, pt.blocks_per_row = bt.shape
         views.append(bt)
     elif indptr is not None:
         ip = [_arrays.View(x, n, "int32", 1, const=True) for x, n in
               ((indptr, "indptr"), (indices, "indices"), (last_page_len, "last_page_len"))]
         for v in ip:
             v.contiguous()
-        k.page_table, k.n_rows = 2, _write.paged_rows(*ip)
-        k.indptr, k.indices, k.last_page_len = ip[0].ptr, ip[1].ptr, ip[2].ptr
+        pt.kind, pt.n_rows = 2, _write.paged_rows(*ip)
+        pt.indptr, pt.indices, pt.last_page_len = ip[0].ptr, ip[1].ptr, ip[2].ptr
         views += ip
     elif flat:
-        k.page_table = 3
+        pt.kind = 3
     else:
-        k.page_table, k.n_rows = 0, k.n_pages
+        pt.kind, pt.n_rows = 0, pt.n_pages
     d.scorer = SCORERS[scorer]
     d.flags = (ZNORM if znorm else 0) | (ACCUMULATE if accumulate else 0)
     d.weight = weight

@@ -160,7 +160,7 @@ def _describe_slots(d: Any, views: list, slots: Any, n: int, layout: str,
         raise ValueError("slots: shape %s, expected (%d, %d), (%d, 1) or (%d,)"
                          % (slot_v.shape, tokens, heads, tokens, tokens))
     d.n_tokens, d.n_heads, d.n_caches = tokens, heads, n
-    d.layout, d.page_size, d.n_pages = _LAYOUTS[layout], page_size, pages
+    d.layout, d.pages.page_size, d.pages.n_pages = _LAYOUTS[layout], page_size, pages
     d.slots = slot_v.ptr
     d.slots_stride_token = slot_v.strides[0] // 8
     d.slots_stride_head = slot_v.strides[1] // 8 if len(slot_v.shape) == 2 and \
@@ -183,7 +183,7 @@ def _describe_page_table(d: Any, views: list, token_row: Any, arrays: Sequence[A
         if tables:
             raise ValueError("%s given without token_row: flat slots need no table"
                              % ", ".join(tables))
-        d.page_table = 3  # KVE_PAGES_FLAT
+        d.pages.kind = 3  # KVE_PAGES_FLAT
         return
     row_v = _arrays.View(token_row, "token_row", "int32", 1, const=True)
     row_v.contiguous()
@@ -192,17 +192,18 @@ def _describe_page_table(d: Any, views: list, token_row: Any, arrays: Sequence[A
     d.token_row = row_v.ptr
     if "block_table" in tables:
         bt = tables["block_table"]
-        d.page_table, d.block_table = 1, bt.ptr
-        d.n_rows, d.blocks_per_row = bt.shape
+        d.pages.kind, d.pages.block_table = 1, bt.ptr
+        d.pages.n_rows, d.pages.blocks_per_row = bt.shape
     elif "indptr" in tables:
         if "indices" not in tables or "last_page_len" not in tables:
             raise ValueError("indptr needs indices and last_page_len")
-        d.page_table = 2
-        d.n_rows = paged_rows(tables["indptr"], tables["indices"], tables["last_page_len"])
-        d.indptr, d.indices = tables["indptr"].ptr, tables["indices"].ptr
-        d.last_page_len = tables["last_page_len"].ptr
+        pt = d.pages
+        pt.kind = 2
+        pt.n_rows = paged_rows(tables["indptr"], tables["indices"], tables["last_page_len"])
+        pt.indptr, pt.indices = tables["indptr"].ptr, tables["indices"].ptr
+        pt.last_page_len = tables["last_page_len"].ptr
     else:
-        d.page_table, d.n_rows = 0, pages
+        d.pages.kind, d.pages.n_rows = 0, pages
 
 
 def _describe_moves(d: Any, views: list, moves: Any, n_moves: Any, move_row: Any,

@@ -34,16 +34,16 @@ static inline void cw_bad_case_init(cw_bad_case *c)
                                    .src = {c->src, c->src},
                                    .dst = {c->k, c->v},
                                    .layout = KVE_LAYOUT_NHD,
-                                   .page_size = 2,
-                                   .n_pages = 4,
+                                   .pages.page_size = 2,
+                                   .pages.n_pages = 4,
                                    .slots = c->slots,
                                    .slots_stride_token = 2,
                                    .slots_stride_head = 1,
                                    .token_row = c->token_row,
-                                   .n_rows = 2,
-                                   .page_table = KVE_PAGES_BLOCK_TABLE,
-                                   .block_table = c->bt,
-                                   .blocks_per_row = 2};
+                                   .pages.n_rows = 2,
+                                   .pages.kind = KVE_PAGES_BLOCK_TABLE,
+                                   .pages.block_table = c->bt,
+                                   .pages.blocks_per_row = 2};
 }
 
 #endif

@@ -25,10 +25,10 @@ static kve_score_desc base_desc(void)
     d.keys.head_dim = 2;
     d.keys.n_heads = 1;
     d.keys.layout = KVE_LAYOUT_HND;
-    d.keys.page_size = 8;
-    d.keys.n_pages = 1;
-    d.keys.page_table = KVE_PAGES_NONE;
-    d.keys.n_rows = 1;
+    d.keys.pages.page_size = 8;
+    d.keys.pages.n_pages = 1;
+    d.keys.pages.kind = KVE_PAGES_NONE;
+    d.keys.pages.n_rows = 1;
     g_row = (kve_score_row){0, 0, 8, 1, 1, 6, 0, 0};
     d.n_rows = 1;
     d.rows = &g_row;

@@ -348,15 +348,15 @@ START_TEST(score_bad_arguments)
     CASE(d.keys.head_dim = 1024, KVE_ERR_RANGE, "desc.keys.head_dim");
     CASE(d.keys.n_heads = 0, KVE_ERR_RANGE, "desc.keys.n_heads");
     CASE(d.keys.layout = 2, KVE_ERR_INVALID, "desc.keys.layout");
-    CASE(d.keys.page_table = 4, KVE_ERR_INVALID, "desc.keys.page_table");
-    CASE(d.keys.page_size = 0, KVE_ERR_RANGE, "desc.keys.page_size");
-    CASE(d.keys.n_pages = 0, KVE_ERR_RANGE, "desc.keys.n_pages");
-    CASE(d.keys.n_rows = 0, KVE_ERR_RANGE, "desc.keys.n_rows");
-    CASE(d.keys.n_rows = 2, KVE_ERR_RANGE, "desc.keys.n_rows");
-    CASE(d.keys.page_table = KVE_PAGES_BLOCK_TABLE, KVE_ERR_NULL, "desc.keys.block_table");
-    CASE(d.keys.page_table = KVE_PAGES_INDPTR, KVE_ERR_NULL, "desc.keys.indptr");
+    CASE(d.keys.pages.kind = 4, KVE_ERR_INVALID, "desc.keys.pages.kind");
+    CASE(d.keys.pages.page_size = 0, KVE_ERR_RANGE, "desc.keys.pages.page_size");
+    CASE(d.keys.pages.n_pages = 0, KVE_ERR_RANGE, "desc.keys.pages.n_pages");
+    CASE(d.keys.pages.n_rows = 0, KVE_ERR_RANGE, "desc.keys.pages.n_rows");
+    CASE(d.keys.pages.n_rows = 2, KVE_ERR_RANGE, "desc.keys.pages.n_rows");
+    CASE(d.keys.pages.kind = KVE_PAGES_BLOCK_TABLE, KVE_ERR_NULL, "desc.keys.pages.block_table");
+    CASE(d.keys.pages.kind = KVE_PAGES_INDPTR, KVE_ERR_NULL, "desc.keys.pages.indptr");
     CASE(d.keys.base = (const char *)g_keys + 2, KVE_ERR_INVALID, "desc.keys.base");
-    CASE(d.keys.stride_page = (SIZE_MAX / 2) & ~(size_t)3; d.keys.n_pages = 4; d.keys.n_rows = 1,
+    CASE(d.keys.stride_page = (SIZE_MAX / 2) & ~(size_t)3; d.keys.pages.n_pages = 4; d.keys.pages.n_rows = 1,
          KVE_ERR_OVERFLOW, "desc.keys");
     CASE(d.heads_per_table = 3, KVE_ERR_RANGE, "desc.heads_per_table");
     CASE(d.rows = NULL, KVE_ERR_NULL, "desc.rows");
@@ -364,12 +364,12 @@ START_TEST(score_bad_arguments)
     CASE(d.scores = NULL, KVE_ERR_NULL, "desc.scores");
     CASE(g_row.cache_row = 1, KVE_ERR_RANGE, "desc.rows[0].cache_row");
     CASE(g_row.n_slots = 0x80000000u, KVE_ERR_RANGE, "desc.rows[0].n_slots");
-    CASE(d.keys.page_size = 4; d.keys.n_pages = 2, KVE_ERR_RANGE, "slot 4: not a slot of its row");
+    CASE(d.keys.pages.page_size = 4; d.keys.pages.n_pages = 2, KVE_ERR_RANGE, "slot 4: not a slot of its row");
     CASE(g_tab[3] = -2, KVE_ERR_RANGE, "desc.slot_pos[row 0][table 0][slot 3]");
     g_tab[3] = 3;
     /* two rows writing one output row */
     kve_score_row two[2];
-    CASE(two[0] = two[1] = g_row; d.rows = two; d.n_rows = 2; d.keys.n_rows = 1;
+    CASE(two[0] = two[1] = g_row; d.rows = two; d.n_rows = 2; d.keys.pages.n_rows = 1;
          two[1].cache_row = 0, KVE_ERR_ALIAS, "output rows overlap");
     /* TriAttention's own fields */
     float qm[4] = {1, 0, 1, 0}, qa[2] = {1, 1}, off = NAN;

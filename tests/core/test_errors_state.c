@@ -195,8 +195,8 @@ static void expect_bad_write_descs(kve_context *ctx, cw_bad_case *c)
     d.slots_stride_token = 0;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.slots_stride_token = 0");
     d = c->ok;
-    d.block_table = NULL;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_NULL, "desc.block_table");
+    d.pages.block_table = NULL;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_NULL, "desc.pages.block_table");
 }
 
 /* Bad contents of the valid descriptor's arrays: a token's row, a slot, a
@@ -224,10 +224,10 @@ static void expect_bad_write_indptr(kve_context *ctx, cw_bad_case *c, const kve_
     c->last[1] = 1; /* row 1 is one slot long; slot 3 is past it */
     EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "0..2 (the row's length");
     c->last[1] = 0;
-    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.last_page_len[1] = 0");
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.pages.last_page_len[1] = 0");
     c->last[1] = 2;
     c->ip[1] = 4;
-    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.indptr[1] = 4, indptr[2] = 3");
+    EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE, "desc.pages.indptr[1] = 4, indptr[2] = 3");
     c->ip[1] = 1;
 }
 
@@ -260,10 +260,10 @@ static void expect_bad_write_moves(kve_context *ctx, cw_bad_case *c,
     EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE,
                "desc.moves[move row 0][head 1][pair 0].dst = -1: must be 0..3");
     mv[5] = 2;
-    d->page_table = KVE_PAGES_BLOCK_TABLE;
+    d->pages.kind = KVE_PAGES_BLOCK_TABLE;
     c->bt[3] = 9; /* row 1's second page, which slot 3 lies on */
     EXPECT_ERR(kve_cache_write(ctx, d), KVE_ERR_RANGE,
-               "(desc.moves[move row 0][head 1][pair 0].src, from desc.block_table)");
+               "(desc.moves[move row 0][head 1][pair 0].src, from desc.pages.block_table)");
     c->bt[3] = 3;
 }
 
@@ -276,16 +276,16 @@ START_TEST(cache_write_bad_input)
     expect_bad_write_descs(ctx, &c);
     expect_bad_write_contents(ctx, &c);
     kve_cache_write_desc d = c.ok;
-    d.page_table = KVE_PAGES_INDPTR;
-    d.indptr = c.ip;
-    d.indices = c.bt;
-    d.last_page_len = c.last;
+    d.pages.kind = KVE_PAGES_INDPTR;
+    d.pages.indptr = c.ip;
+    d.pages.indices = c.bt;
+    d.pages.last_page_len = c.last;
     expect_bad_write_indptr(ctx, &c, &d);
     expect_bad_write_moves(ctx, &c, &d);
     d = c.ok;
-    d.page_table = KVE_PAGES_NONE;
-    d.n_rows = 5;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.n_rows = 5");
+    d.pages.kind = KVE_PAGES_NONE;
+    d.pages.n_rows = 5;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.pages.n_rows = 5");
     kve_context_destroy(ctx);
 }
 END_TEST
@@ -302,9 +302,9 @@ START_TEST(cache_write_type_errors)
     int32_t row = 0;
     kve_cache_write_desc ok = {.n_tokens = 1, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
                                .src = {src}, .dst = {dst}, .layout = KVE_LAYOUT_NHD,
-                               .page_size = PS, .n_pages = P, .slots = &slot,
-                               .slots_stride_token = 1, .token_row = &row, .n_rows = 1,
-                               .page_table = KVE_PAGES_NONE};
+                               .pages.page_size = PS, .pages.n_pages = P, .slots = &slot,
+                               .slots_stride_token = 1, .token_row = &row, .pages.n_rows = 1,
+                               .pages.kind = KVE_PAGES_NONE};
     ok.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16};
     KT_OK(kve_cache_write(ctx, &ok));
     kve_cache_write_desc d = ok;
@@ -426,8 +426,8 @@ START_TEST(state_score_bad_arguments)
     kve_schedule_capacity(&sd.schedule, 4, &cap);
     float out[2 * 64];
     kve_score_desc d = base_desc();
-    d.keys.n_rows = 2;
-    d.keys.n_pages = 2;
+    d.keys.pages.n_rows = 2;
+    d.keys.pages.n_pages = 2;
     struct {
         uint32_t n, layer;
         const uint32_t *rows;
@@ -488,9 +488,9 @@ static void sd_case_open(sd_case *c)
         (&c->keys[0][0][0])[i] = (float)(i % 7) - 3.0f;
     c->d = base_desc();
     c->d.keys.base = c->keys;
-    c->d.keys.page_size = 16;
-    c->d.keys.n_pages = 2;
-    c->d.keys.n_rows = 2;
+    c->d.keys.pages.page_size = 16;
+    c->d.keys.pages.n_pages = 2;
+    c->d.keys.pages.n_rows = 2;
     c->d.rows = NULL;
     c->d.n_rows = 0;
 }
@@ -564,12 +564,12 @@ START_TEST(state_score_device_bad_arguments)
     /* a page table of one row for a call of two: call row 1 reads row 1 */
     int32_t blocks[2] = {0, 1};
     bad = d;
-    bad.keys.page_table = KVE_PAGES_BLOCK_TABLE;
-    bad.keys.block_table = blocks;
-    bad.keys.blocks_per_row = 1;
-    bad.keys.n_rows = 1;
+    bad.keys.pages.kind = KVE_PAGES_BLOCK_TABLE;
+    bad.keys.pages.block_table = blocks;
+    bad.keys.pages.blocks_per_row = 1;
+    bad.keys.pages.n_rows = 1;
     SD_BAD(kve_state_score_device(s, 2, rows, n_new, 0, &bad, buf, SR, ST), KVE_ERR_RANGE,
-           "desc.keys.n_rows = 1: call row i reads row i of the page table, and the call has "
+           "desc.keys.pages.n_rows = 1: call row i reads row i of the page table, and the call has "
            "n_rows = 2");
     /* the scores of any row: scores_stride_table >= max_slots (20), not
      * just the due row's capacity (16) */
@@ -605,8 +605,8 @@ START_TEST(state_score_device_bad_arguments)
     KT_OK(kve_state_score_device(s, 1, rows + 1, n_new, 0, &d, buf, 0, ST));
     KT_OK(kve_state_score_device(s, 0, NULL, NULL, 0, &d, buf, 0, ST));
     bad = d;
-    bad.keys.page_table = KVE_PAGES_FLAT;
-    bad.keys.n_rows = 0;
+    bad.keys.pages.kind = KVE_PAGES_FLAT;
+    bad.keys.pages.n_rows = 0;
     uint32_t skip_rows[2] = {UINT32_MAX, 1}, skip_new[2] = {0, 3};
     KT_OK(kve_state_score_device(s, 2, skip_rows, skip_new, 0, &bad, buf, SR, ST));
     uint32_t two_rounds[2] = {5, 17}; /* row 0: 2 rounds; row 1: 16 tokens before its round */

@@ -126,23 +126,23 @@ START_TEST(checks_when_nothing_written)
     cw_bad_case c;
     cw_bad_case_init(&c);
     kve_cache_write_desc d = c.ok;
-    d.page_table = KVE_PAGES_INDPTR;
-    d.n_rows = 3;
-    d.indptr = c.ip;
-    d.indices = c.bt;
-    d.last_page_len = c.last;
+    d.pages.kind = KVE_PAGES_INDPTR;
+    d.pages.n_rows = 3;
+    d.pages.indptr = c.ip;
+    d.pages.indices = c.bt;
+    d.pages.last_page_len = c.last;
     const int32_t ip[4] = {0, 2, 2, 3}; /* row 0: 2 pages, row 1: none, row 2: 1 */
     memcpy(c.ip, ip, sizeof ip);
     c.token_row[1] = 0; /* both tokens in row 0, slots 0..3 */
     KT_OK(kve_cache_write(ctx, &d));
     c.ip[2] = 1; /* {0, 2, 1, 3}: row 0 is consistent, row 1 decreases */
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
-               "desc.indptr[1] = 2, indptr[2] = 1: indptr must not decrease");
+               "desc.pages.indptr[1] = 2, indptr[2] = 1: indptr must not decrease");
     c.ip[2] = 2;
     for (int i = 0; i < 4; i++)
         c.slots[i] = -1; /* every token padding, no moves */
     c.ip[0] = 1;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[0] = 1: must be 0");
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.pages.indptr[0] = 1: must be 0");
     c.ip[0] = 0;
     KT_OK(kve_cache_write(ctx, &d));
     d.dst_stride_slot = 4; /* two heads of 4 bytes in 4 */
@@ -172,11 +172,11 @@ START_TEST(alias_names_the_field)
                               .dst = {k},
                               .layout = KVE_LAYOUT_NHD,
                               .dst_stride_slot = 4, /* slots at 0, 4, 8; pages 6 apart */
-                              .page_size = 3,
-                              .n_pages = 2,
+                              .pages.page_size = 3,
+                              .pages.n_pages = 2,
                               .slots = slots,
                               .slots_stride_token = 1,
-                              .page_table = KVE_PAGES_FLAT};
+                              .pages.kind = KVE_PAGES_FLAT};
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS,
                "desc.dst_stride_page = 0 (the dense 6 bytes of cache 0) and desc.dst_stride_slot "
                "= 4 interleave");
@@ -199,8 +199,8 @@ START_TEST(moves_limits)
     int32_t mv[2 * 2] = {2, 0, 3, 1}; /* head 0: slot 2 -> 0; head 1: 3 -> 1 */
     uint32_t n_mv[2] = {1, 1};
     kve_cache_write_desc d = c.ok;
-    d.page_table = KVE_PAGES_FLAT;
-    d.n_rows = 0;
+    d.pages.kind = KVE_PAGES_FLAT;
+    d.pages.n_rows = 0;
     d.n_tokens = 0;
     with_moves(&d, mv, n_mv, 1, 1);
     for (int i = 0; i < (int)sizeof c.k; i++)
@@ -213,8 +213,8 @@ START_TEST(moves_limits)
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "exceeds max_moves = 0");
     n_mv[0] = n_mv[1] = 0;
     KT_OK(kve_cache_write(ctx, &d));
-    d.page_table = KVE_PAGES_BLOCK_TABLE;
-    d.n_rows = 2;
+    d.pages.kind = KVE_PAGES_BLOCK_TABLE;
+    d.pages.n_rows = 2;
     KT_OK(kve_cache_write(ctx, &d));
     /* a state's step of no new tokens: kve_state_max_moves says 0 */
     kve_state_desc sd = ks_desc(0, 1, 1, 2, 12, 4, 4, 64);

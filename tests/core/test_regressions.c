@@ -124,26 +124,26 @@ START_TEST(cache_write_indptr_checked)
                               .src = {src},
                               .dst = {k},
                               .layout = KVE_LAYOUT_NHD,
-                              .page_size = 1,
-                              .n_pages = 8,
+                              .pages.page_size = 1,
+                              .pages.n_pages = 8,
                               .slots = slots,
                               .slots_stride_token = 1,
                               .token_row = token_row,
-                              .n_rows = 2,
-                              .page_table = KVE_PAGES_INDPTR,
-                              .indptr = indptr,
-                              .indices = indices,
-                              .last_page_len = last};
+                              .pages.n_rows = 2,
+                              .pages.kind = KVE_PAGES_INDPTR,
+                              .pages.indptr = indptr,
+                              .pages.indices = indices,
+                              .pages.last_page_len = last};
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
-               "desc.indptr[1] = 5, indptr[2] = 3: row 0 ends past indptr[n_rows]");
+               "desc.pages.indptr[1] = 5, indptr[2] = 3: row 0 ends past indptr[n_rows]");
     token_row[0] = 1; /* row 1 = indptr[1..2]: ends before it starts */
     slots[0] = 0;
     EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE,
-               "desc.indptr[1] = 5, indptr[2] = 3: row 1 ends before it starts");
+               "desc.pages.indptr[1] = 5, indptr[2] = 3: row 1 ends before it starts");
     token_row[0] = 0;
     indptr[0] = 1; /* rows must start at indices[0] */
     indptr[1] = 2;
-    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.indptr[0] = 1: must be 0");
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_RANGE, "desc.pages.indptr[0] = 1: must be 0");
     indptr[0] = 0;
     indptr[1] = 5;
     indptr[2] = 5;

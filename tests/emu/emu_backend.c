@@ -460,15 +460,15 @@ static kve_status emu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     if (kve_emu_launch_fails("kve_cache_write_kernel"))
         return KVE_OK;
     kve_emu_fault f;
-    if (d->page_table != KVE_PAGES_NONE && kve_emu_take(KVE_EMU_FAULT_PAGE, &f)) {
-        int blocks = d->page_table == KVE_PAGES_BLOCK_TABLE;
-        const int32_t *table = blocks ? d->block_table : d->indices;
-        size_t n = blocks ? (size_t)d->n_rows * d->blocks_per_row : (size_t)d->indptr[d->n_rows];
+    if (d->pages.kind != KVE_PAGES_NONE && kve_emu_take(KVE_EMU_FAULT_PAGE, &f)) {
+        int blocks = d->pages.kind == KVE_PAGES_BLOCK_TABLE;
+        const int32_t *table = blocks ? d->pages.block_table : d->pages.indices;
+        size_t n = blocks ? (size_t)d->pages.n_rows * d->pages.blocks_per_row : (size_t)d->pages.indptr[d->pages.n_rows];
         int32_t *bad = kve_emu_corrupt(table, n, &f);
         if (!bad)
             return KVE_ERR_INTERNAL;
         kve_cache_write_desc t = *d;
-        *(blocks ? &t.block_table : &t.indices) = bad;
+        *(blocks ? &t.pages.block_table : &t.pages.indices) = bad;
         kve_status st = kve_emu_cache_write(pool, kve_emu_lim.max_grid, &t, &kve_emu_records,
                                             &kve_emu_unit);
         free(bad);

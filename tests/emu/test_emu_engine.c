@@ -295,7 +295,7 @@ START_TEST(test_cache_write_random)
         ck_assert_int_eq(kve_case_cache_write(&c, &rng, &lim), 0);
         kve_check_cache_write(&c, &rng, 0);
         units[kve_emu_context_last_unit()]++;
-        flat += c.cw.page_table == KVE_PAGES_FLAT;
+        flat += c.cw.pages.kind == KVE_PAGES_FLAT;
         pair += c.cw_pair;
         scaled += c.cw.part[0].scale != NULL;
         kve_case_free(&c);
@@ -367,13 +367,13 @@ static void kve_cl_run(kve_context *ctx, const int64_t *slots, const int32_t *mo
     w.dst[0] = dev[2];
     w.dst[1] = dev[3];
     w.layout = KVE_LAYOUT_HND; /* [row][head][slot][entry] */
-    w.page_size = KVE_CL_SLOTS;
-    w.n_pages = w.n_rows = KVE_CL_ROWS;
+    w.pages.page_size = KVE_CL_SLOTS;
+    w.pages.n_pages = w.pages.n_rows = KVE_CL_ROWS;
     w.slots = dev[4];
     w.slots_stride_token = KVE_CL_HEADS;
     w.slots_stride_head = 1;
     w.token_row = dev[5];
-    w.page_table = KVE_PAGES_NONE;
+    w.pages.kind = KVE_PAGES_NONE;
     w.moves = dev[6];
     w.n_moves = dev[7];
     w.n_move_rows = KVE_CL_ROWS;

@@ -165,11 +165,11 @@ static void write_case_make(uint64_t *rng, write_case *w)
     }
     w->d = (kve_cache_write_desc){.n_tokens = T, .n_heads = H, .entry_bytes = E, .n_caches = 2,
                                   .src = {w->src, w->src}, .dst = {w->k, w->v},
-                                  .layout = KVE_LAYOUT_NHD, .page_size = PS, .n_pages = PAGES,
+                                  .layout = KVE_LAYOUT_NHD, .pages.page_size = PS, .pages.n_pages = PAGES,
                                   .slots = w->slots, .slots_stride_token = H,
                                   .slots_stride_head = 1, .token_row = w->token_row,
-                                  .n_rows = ROWS, .page_table = KVE_PAGES_BLOCK_TABLE,
-                                  .block_table = w->block_table, .blocks_per_row = BPR};
+                                  .pages.n_rows = ROWS, .pages.kind = KVE_PAGES_BLOCK_TABLE,
+                                  .pages.block_table = w->block_table, .pages.blocks_per_row = BPR};
 }
 
 /* The first (token, head) whose slot lies in block @p index of the table. */
@@ -193,7 +193,7 @@ static void expect_write_recovered(write_case *w)
     ref.d.dst[1] = ref.v;
     ref.d.slots = ref.slots;
     ref.d.token_row = ref.token_row;
-    ref.d.block_table = ref.block_table;
+    ref.d.pages.block_table = ref.block_table;
     memset(w->k, 0, sizeof w->k);
     memset(w->v, 0, sizeof w->v);
     KT_OK(kve_cache_write(kve_ref, &ref.d));
@@ -260,11 +260,11 @@ START_TEST(device_indptr_within_indices)
     for (int i = 0; i < 3; i++)
         indices[i] = i;
     kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 1, .entry_bytes = 4, .n_caches = 1,
-                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 1,
-                              .n_pages = 8, .slots = slots, .slots_stride_token = 1,
-                              .token_row = token_row, .n_rows = 2,
-                              .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
-                              .indices = indices, .last_page_len = last};
+                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .pages.page_size = 1,
+                              .pages.n_pages = 8, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .pages.n_rows = 2,
+                              .pages.kind = KVE_PAGES_INDPTR, .pages.indptr = indptr,
+                              .pages.indices = indices, .pages.last_page_len = last};
     KT_OK(kve_cache_write(kve_emu, &d));
     expect_sync(KVE_ERR_RANGE, "desc.slots[token 0][head 0]: must be -1 or a slot");
     indptr[2] = 5; /* now indices needs 5 entries */
@@ -272,7 +272,7 @@ START_TEST(device_indptr_within_indices)
     indices = (int32_t *)malloc(5 * sizeof *indices);
     for (int i = 0; i < 5; i++)
         indices[i] = 7 - i;
-    d.indices = indices;
+    d.pages.indices = indices;
     KT_OK(kve_cache_write(kve_emu, &d));
     expect_sync(KVE_OK, "");
     ck_assert(!memcmp(k + 3 * 4, src, 4)); /* slot 4 is page indices[4] = 3 */
@@ -293,11 +293,11 @@ START_TEST(device_move_past_indptr)
     int32_t mv[4] = {2, 0, 0, 0};
     uint32_t n_mv[1] = {1};
     kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 1, .entry_bytes = 4, .n_caches = 1,
-                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 2,
-                              .n_pages = 4, .slots = slots, .slots_stride_token = 1,
-                              .token_row = token_row, .n_rows = 1,
-                              .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
-                              .indices = indices, .last_page_len = last, .moves = mv,
+                              .src = {src}, .dst = {k}, .layout = KVE_LAYOUT_NHD, .pages.page_size = 2,
+                              .pages.n_pages = 4, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .pages.n_rows = 1,
+                              .pages.kind = KVE_PAGES_INDPTR, .pages.indptr = indptr,
+                              .pages.indices = indices, .pages.last_page_len = last, .moves = mv,
                               .n_moves = n_mv, .n_move_rows = 1, .max_moves = 2};
     KT_OK(kve_cache_write(kve_emu, &d));
     expect_sync(KVE_OK, "");
@@ -335,11 +335,11 @@ START_TEST(device_src_slots_entry_checked)
     int64_t slots[2] = {1, 999}, from[2] = {0, -1};
     int32_t token_row[1] = {0}, bt[2] = {0, 1};
     kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 2, .entry_bytes = 4, .n_caches = 1,
-                              .dst = {k}, .layout = KVE_LAYOUT_NHD, .page_size = 2,
-                              .n_pages = 2, .slots = slots, .slots_stride_token = 2,
-                              .slots_stride_head = 1, .token_row = token_row, .n_rows = 1,
-                              .page_table = KVE_PAGES_BLOCK_TABLE, .block_table = bt,
-                              .blocks_per_row = 2, .src_slots = from};
+                              .dst = {k}, .layout = KVE_LAYOUT_NHD, .pages.page_size = 2,
+                              .pages.n_pages = 2, .slots = slots, .slots_stride_token = 2,
+                              .slots_stride_head = 1, .token_row = token_row, .pages.n_rows = 1,
+                              .pages.kind = KVE_PAGES_BLOCK_TABLE, .pages.block_table = bt,
+                              .pages.blocks_per_row = 2, .src_slots = from};
     KT_OK(kve_cache_write(kve_emu, &d));
     expect_sync(KVE_ERR_RANGE, "desc.slots[token 0][head 1]");
     slots[1] = 3;

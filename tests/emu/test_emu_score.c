@@ -68,7 +68,7 @@ static void kve_compare(const char *what, uint64_t seed, const kve_score_case *c
             KVE_EXPECT(0, "%s, case %llu (scorer %d, flags %u, dtype %d, dim %u, table %d): "
                           "score[%zu] = %.9g, CPU %.9g, bound %.3g", what,
                        (unsigned long long)seed, c->d.scorer, c->d.flags, c->d.keys.dtype,
-                       c->d.keys.head_dim, c->d.keys.page_table, i, got[i], want[i], tol[i]);
+                       c->d.keys.head_dim, c->d.keys.pages.kind, i, got[i], want[i], tol[i]);
             break;
         }
     }
@@ -110,13 +110,13 @@ static void kve_device_page_error(kve_emu_pool *pool)
     for (uint64_t seed = 1;; seed++) {
         kve_score_case c;
         kve_score_case_make(&c, seed, 1);
-        if (c.d.keys.page_table != KVE_PAGES_BLOCK_TABLE || c.rows[0].n_slots < 40 ||
+        if (c.d.keys.pages.kind != KVE_PAGES_BLOCK_TABLE || c.rows[0].n_slots < 40 ||
             c.rows[0].window > 4) {
             kve_score_case_free(&c);
             continue;
         }
-        for (uint32_t b = 0; b < c.d.keys.blocks_per_row; b++)
-            c.pages[b] = (int32_t)c.d.keys.n_pages + 5;
+        for (uint32_t b = 0; b < c.d.keys.pages.blocks_per_row; b++)
+            c.pages[b] = (int32_t)c.d.keys.pages.n_pages + 5;
         kve_context *emu = kve_emu_context_create();
         kve_emu_context_use(pool, 3, NULL);
         kve_status st = kve_score(emu, &c.d);
@@ -158,12 +158,12 @@ static void kve_many_rows_one_launch(kve_emu_pool *pool)
     d.keys.head_dim = DIM;
     d.keys.n_heads = HEADS;
     d.keys.layout = KVE_LAYOUT_NHD;
-    d.keys.page_size = PAGE;
-    d.keys.n_pages = ROWS * BLOCKS;
-    d.keys.page_table = KVE_PAGES_BLOCK_TABLE;
-    d.keys.block_table = pages;
-    d.keys.blocks_per_row = BLOCKS;
-    d.keys.n_rows = ROWS;
+    d.keys.pages.page_size = PAGE;
+    d.keys.pages.n_pages = ROWS * BLOCKS;
+    d.keys.pages.kind = KVE_PAGES_BLOCK_TABLE;
+    d.keys.pages.block_table = pages;
+    d.keys.pages.blocks_per_row = BLOCKS;
+    d.keys.pages.n_rows = ROWS;
     for (uint32_t r = 0; r < ROWS; r++) {
         kve_score_row *row = &rows[r];
         memset(row, 0, sizeof *row);
@@ -230,14 +230,14 @@ static void kve_one_row_knorm(kve_score_case *c, const float *keys, uint32_t dim
     k->head_dim = dim;
     k->n_heads = 1;
     k->layout = KVE_LAYOUT_NHD;
-    k->page_size = n;
-    k->n_pages = 1;
+    k->pages.page_size = n;
+    k->pages.n_pages = 1;
     k->stride_head = k->stride_slot = dim * 4;
     k->stride_page = (size_t)n * dim * 4;
-    k->page_table = KVE_PAGES_BLOCK_TABLE;
-    k->block_table = page;
-    k->blocks_per_row = 1;
-    k->n_rows = 1;
+    k->pages.kind = KVE_PAGES_BLOCK_TABLE;
+    k->pages.block_table = page;
+    k->pages.blocks_per_row = 1;
+    k->pages.n_rows = 1;
     for (uint32_t i = 0; i < n; i++)
         tab[i] = (int32_t)i;
     d->n_rows = 1;

@@ -49,15 +49,15 @@ static int decode_shape(fz_bytes *in, kve_cache_write_desc *d)
     d->layout = sel < 250 ? (kve_cache_layout)(sel & 1) : (kve_cache_layout)(2 + (sel & 1));
     sel = fz_u8(in);
     /* 3 is KVE_PAGES_FLAT, which this harness does not model: 4 and 5 are not tables */
-    d->page_table = sel < 250 ? (kve_page_table)(sel % 3) : (kve_page_table)(4 + (sel & 1));
-    d->page_size = fz_u8(in) < 250 ? 1 + fz_below(in, 8) : 0;
-    d->n_pages = fz_u8(in) < 250 ? 1 + fz_below(in, 6) : 0;
-    d->n_rows = fz_u8(in) < 250 ? 1 + fz_below(in, 4) : 0;
-    if (d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages && fz_u8(in) < 200)
-        d->n_rows = d->n_pages;
+    d->pages.kind = sel < 250 ? (kve_page_kind)(sel % 3) : (kve_page_kind)(4 + (sel & 1));
+    d->pages.page_size = fz_u8(in) < 250 ? 1 + fz_below(in, 8) : 0;
+    d->pages.n_pages = fz_u8(in) < 250 ? 1 + fz_below(in, 6) : 0;
+    d->pages.n_rows = fz_u8(in) < 250 ? 1 + fz_below(in, 4) : 0;
+    if (d->pages.kind == KVE_PAGES_NONE && d->pages.n_rows > d->pages.n_pages && fz_u8(in) < 200)
+        d->pages.n_rows = d->pages.n_pages;
     return !d->n_heads || !d->entry_bytes || d->n_caches < 1 || d->n_caches > KVE_MAX_CACHES ||
-           (unsigned)d->layout > 1 || (unsigned)d->page_table > 3 || !d->page_size ||
-           !d->n_pages || !d->n_rows || (d->page_table == KVE_PAGES_NONE && d->n_rows > d->n_pages);
+           (unsigned)d->layout > 1 || (unsigned)d->pages.kind > 3 || !d->pages.page_size ||
+           !d->pages.n_pages || !d->pages.n_rows || (d->pages.kind == KVE_PAGES_NONE && d->pages.n_rows > d->pages.n_pages);
 }
 
 /* Strides as the header resolves 0: the layout's dense values. Destination
@@ -66,7 +66,7 @@ static int decode_shape(fz_bytes *in, kve_cache_write_desc *d)
 static void decode_strides(fz_bytes *in, cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;
-    size_t e = d->entry_bytes, H = d->n_heads, ps = d->page_size, T = d->n_tokens;
+    size_t e = d->entry_bytes, H = d->n_heads, ps = d->pages.page_size, T = d->n_tokens;
     int nhd = d->layout == KVE_LAYOUT_NHD;
     d->src_stride_head = pick_stride(in, e, &c->exact);
     c->s_head = d->src_stride_head ? d->src_stride_head : e;
@@ -94,7 +94,7 @@ static void decode_strides(fz_bytes *in, cw_case *c)
     c->d_head = nhd ? v_inner : v_mid;
     c->d_slot = nhd ? v_mid : v_inner;
     c->src_span = T ? (T - 1) * c->s_tok + (H - 1) * c->s_head + e : 0;
-    c->dst_span = (d->n_pages - 1) * c->d_page + (ps - 1) * c->d_slot + (H - 1) * c->d_head + e;
+    c->dst_span = (d->pages.n_pages - 1) * c->d_page + (ps - 1) * c->d_slot + (H - 1) * c->d_head + e;
 }
 
 /* The caches' bytes from the input's seed (read where the harness always
@@ -122,17 +122,17 @@ static void fill_caches(cw_case *c)
 static void decode_pages(fz_bytes *in, cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;
-    uint32_t R = d->n_rows, ps = d->page_size;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        d->blocks_per_row = fz_u8(in) < 250 ? 1 + fz_below(in, 3) : 0;
-        size_t len = (size_t)R * d->blocks_per_row;
+    uint32_t R = d->pages.n_rows, ps = d->pages.page_size;
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE) {
+        d->pages.blocks_per_row = fz_u8(in) < 250 ? 1 + fz_below(in, 3) : 0;
+        size_t len = (size_t)R * d->pages.blocks_per_row;
         c->block_table = (int32_t *)fz_alloc(len * 4, 0);
         for (size_t k = 0; k < len; k++)
-            c->block_table[k] = pick_i32(in, d->n_pages);
+            c->block_table[k] = pick_i32(in, d->pages.n_pages);
         for (uint32_t r = 0; r < R; r++)
-            c->row_limit[r] = (int64_t)d->blocks_per_row * ps;
-        c->bad |= !d->blocks_per_row;
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
+            c->row_limit[r] = (int64_t)d->pages.blocks_per_row * ps;
+        c->bad |= !d->pages.blocks_per_row;
+    } else if (d->pages.kind == KVE_PAGES_INDPTR) {
         int32_t *indptr = c->indptr = (int32_t *)fz_alloc((R + 1) * 4, 0);
         int32_t *last = c->last = (int32_t *)fz_alloc(R * 4, 0);
         indptr[0] = 0;
@@ -156,7 +156,7 @@ static void decode_pages(fz_bytes *in, cw_case *c)
         size_t n_ind = indptr[R] > 0 ? (size_t)indptr[R] : 0;
         c->indices = (int32_t *)fz_alloc(n_ind * 4, 0);
         for (size_t k = 0; k < n_ind; k++)
-            c->indices[k] = pick_i32(in, d->n_pages);
+            c->indices[k] = pick_i32(in, d->pages.n_pages);
         for (uint32_t r = 0; r < R; r++) {
             int32_t len = indptr[r + 1] - indptr[r];
             c->row_limit[r] = len > 0 ? (int64_t)(len - 1) * ps + last[r] : 0;
@@ -164,10 +164,10 @@ static void decode_pages(fz_bytes *in, cw_case *c)
     } else
         for (uint32_t r = 0; r < R; r++)
             c->row_limit[r] = ps;
-    d->block_table = c->block_table;
-    d->indptr = c->indptr;
-    d->indices = c->indices;
-    d->last_page_len = c->last;
+    d->pages.block_table = c->block_table;
+    d->pages.indptr = c->indptr;
+    d->pages.indices = c->indices;
+    d->pages.last_page_len = c->last;
 }
 
 /* Tokens: rows and slots, mostly in range. */
@@ -175,7 +175,7 @@ static void decode_tokens(fz_bytes *in, cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;
     size_t T = d->n_tokens, H = d->n_heads;
-    uint32_t R = d->n_rows;
+    uint32_t R = d->pages.n_rows;
     uint8_t sel = fz_u8(in);
     d->slots_stride_token = sel < 250 ? 1 + fz_below(in, 5) : sel < 252 ? 0 : fz_huge_stride(sel);
     sel = fz_u8(in);
@@ -211,7 +211,7 @@ static void decode_tokens(fz_bytes *in, cw_case *c)
 static void decode_moves(fz_bytes *in, cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;
-    uint32_t R = d->n_rows, H = d->n_heads;
+    uint32_t R = d->pages.n_rows, H = d->n_heads;
     if (fz_u8(in) < 128)
         return;
     d->n_move_rows = fz_below(in, R + 2);

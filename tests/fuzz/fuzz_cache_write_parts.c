@@ -84,7 +84,7 @@ void decode_parts(fz_bytes *in, cw_case *c)
         size_t se = dim * ss, de = dim * ds;
         if (fz_u8(in) >= 144) { /* its own strides, each nested on the resolved inner ones */
             int nhd = d->layout == KVE_LAYOUT_NHD;
-            size_t n_inner = nhd ? H : d->page_size, n_mid = nhd ? d->page_size : H;
+            size_t n_inner = nhd ? H : d->pages.page_size, n_mid = nhd ? d->pages.page_size : H;
             p->src_stride_head = pick_part_stride(in, se, ss);
             size_t sh = p->src_stride_head   ? p->src_stride_head
                         : d->src_stride_head ? d->src_stride_head
@@ -126,7 +126,7 @@ void decode_parts(fz_bytes *in, cw_case *c)
 void resolve_parts(cw_case *c)
 {
     kve_cache_write_desc *d = &c->d;
-    size_t H = d->n_heads, ps = d->page_size;
+    size_t H = d->n_heads, ps = d->pages.page_size;
     int nhd = d->layout == KVE_LAYOUT_NHD;
     for (uint32_t k = 0; k < d->n_caches; k++) {
         const kve_cache_part *p = &d->part[k];
@@ -158,7 +158,7 @@ void resolve_parts(cw_case *c)
         size_t T = d->n_tokens;
         g->src_span = T ? (T - 1) * g->s_tok + (H - 1) * g->s_head + g->se : 0;
         g->dst_span =
-            (d->n_pages - 1) * g->d_page + (ps - 1) * g->d_slot + (H - 1) * g->d_head + g->de;
+            (d->pages.n_pages - 1) * g->d_page + (ps - 1) * g->d_slot + (H - 1) * g->d_head + g->de;
     }
 }
 

@@ -11,10 +11,10 @@
 static int dst_overlaps(const cw_case *c, uint32_t k)
 {
     const cw_cache *g = &c->g[k];
-    size_t ps = c->d.page_size, H = c->d.n_heads;
-    size_t n = c->d.n_pages * ps * H, i = 0;
+    size_t ps = c->d.pages.page_size, H = c->d.n_heads;
+    size_t n = c->d.pages.n_pages * ps * H, i = 0;
     size_t *off = (size_t *)malloc(n * sizeof *off);
-    for (size_t p = 0; p < c->d.n_pages; p++)
+    for (size_t p = 0; p < c->d.pages.n_pages; p++)
         for (size_t s = 0; s < ps; s++)
             for (size_t h = 0; h < H; h++)
                 off[i++] = p * g->d_page + s * g->d_slot + h * g->d_head;
@@ -32,7 +32,7 @@ static int dst_overlaps(const cw_case *c, uint32_t k)
 static int dst_nested(const cw_case *c, uint32_t k)
 {
     const cw_cache *g = &c->g[k];
-    size_t ext[3] = {c->d.n_pages, c->d.page_size, c->d.n_heads},
+    size_t ext[3] = {c->d.pages.n_pages, c->d.pages.page_size, c->d.n_heads},
            st[3] = {g->d_page, g->d_slot, g->d_head};
     int used[3] = {0, 0, 0};
     size_t span = g->de;
@@ -71,37 +71,37 @@ void check_geometry(cw_case *c)
 static int64_t ref_page(const cw_case *c, int32_t row, int64_t s)
 {
     const kve_cache_write_desc *d = &c->d;
-    if (d->page_table == KVE_PAGES_INDPTR) {
+    if (d->pages.kind == KVE_PAGES_INDPTR) {
         int32_t lo = c->indptr[row], hi = c->indptr[row + 1];
-        if (lo < 0 || hi < lo || (hi > lo && (c->last[row] < 1 || (uint32_t)c->last[row] > d->page_size)))
+        if (lo < 0 || hi < lo || (hi > lo && (c->last[row] < 1 || (uint32_t)c->last[row] > d->pages.page_size)))
             return -1;
     }
     if (s < 0 || s >= c->row_limit[row])
         return -1;
     int64_t page = row;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
-        page = c->block_table[(size_t)row * d->blocks_per_row + (size_t)(s / d->page_size)];
-    else if (d->page_table == KVE_PAGES_INDPTR) {
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE)
+        page = c->block_table[(size_t)row * d->pages.blocks_per_row + (size_t)(s / d->pages.page_size)];
+    else if (d->pages.kind == KVE_PAGES_INDPTR) {
         /* indices holds indptr[n_rows] ids: a row past them is an error */
-        int64_t k = c->indptr[row] + s / (int64_t)d->page_size;
-        if (k >= c->indptr[d->n_rows])
+        int64_t k = c->indptr[row] + s / (int64_t)d->pages.page_size;
+        if (k >= c->indptr[d->pages.n_rows])
             return -1;
         page = c->indices[k];
     }
-    return page < 0 || page >= d->n_pages ? -1 : page;
+    return page < 0 || page >= d->pages.n_pages ? -1 : page;
 }
 
 /* Logical entry (page, in-page slot, head): what conflicts are counted in. */
 static size_t entry_index(const cw_case *c, int64_t page, int64_t s, size_t h)
 {
-    return ((size_t)page * c->d.page_size + (size_t)(s % c->d.page_size)) * c->d.n_heads + h;
+    return ((size_t)page * c->d.pages.page_size + (size_t)(s % c->d.pages.page_size)) * c->d.n_heads + h;
 }
 
 /* Byte offset of that entry in cache k. */
 static size_t entry_at(const cw_case *c, uint32_t k, int64_t page, int64_t s, size_t h)
 {
     const cw_cache *g = &c->g[k];
-    return (size_t)page * g->d_page + (size_t)(s % c->d.page_size) * g->d_slot + h * g->d_head;
+    return (size_t)page * g->d_page + (size_t)(s % c->d.pages.page_size) * g->d_slot + h * g->d_head;
 }
 
 /* The reference's moves: every valid pair's entry, in every cache (its
@@ -128,8 +128,8 @@ static void reference_moves(cw_case *c, uint8_t *hit, size_t n_entries)
         uint32_t any = 0;
         for (uint32_t h = 0; h < d->n_heads; h++)
             any |= d->n_moves[i * d->moves_stride_row + h * d->moves_stride_head];
-        c->bad |= any && d->page_table != KVE_PAGES_FLAT &&
-                  (row < 0 || (uint32_t)row >= d->n_rows);
+        c->bad |= any && d->pages.kind != KVE_PAGES_FLAT &&
+                  (row < 0 || (uint32_t)row >= d->pages.n_rows);
         for (uint32_t h = 0; h < d->n_heads && !c->bad; h++) {
             size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
             uint32_t n = d->n_moves[l];
@@ -191,7 +191,7 @@ static void mark_move_dests(const cw_case *c, uint8_t *dest)
             any |= d->n_moves[i * d->moves_stride_row + h * d->moves_stride_head];
         if (!any)
             continue; /* a padding move row: nothing moves, its row is not read */
-        if (d->page_table != KVE_PAGES_FLAT && (row < 0 || (uint32_t)row >= d->n_rows))
+        if (d->pages.kind != KVE_PAGES_FLAT && (row < 0 || (uint32_t)row >= d->pages.n_rows))
             return;
         for (uint32_t h = 0; h < d->n_heads; h++) {
             size_t l = i * d->moves_stride_row + h * d->moves_stride_head;
@@ -209,7 +209,7 @@ static void mark_move_dests(const cw_case *c, uint8_t *dest)
 void reference_write(cw_case *c)
 {
     const kve_cache_write_desc *d = &c->d;
-    size_t H = d->n_heads, n_entries = c->n_entries = (size_t)d->n_pages * d->page_size * H;
+    size_t H = d->n_heads, n_entries = c->n_entries = (size_t)d->pages.n_pages * d->pages.page_size * H;
     uint8_t *hit = (uint8_t *)calloc(n_entries + 1, 1);
     c->amb = (uint8_t *)calloc(n_entries + 1, 1);
     uint8_t *dest = (uint8_t *)calloc(n_entries + 1, 1); /* every entry the call writes */
@@ -226,7 +226,7 @@ void reference_write(cw_case *c)
         }
         if (padding)
             continue;
-        if (row < 0 || (uint32_t)row >= d->n_rows) {
+        if (row < 0 || (uint32_t)row >= d->pages.n_rows) {
             c->bad = 1;
             break;
         }
@@ -301,7 +301,7 @@ void check_write(cw_case *c, kve_status st)
         for (uint32_t k = 0; k < c->d.n_caches; k++) {
             for (size_t e = 0; e < c->n_entries; e++)
                 if (c->amb[e]) {
-                    size_t h = e % c->d.n_heads, ps = c->d.page_size;
+                    size_t h = e % c->d.n_heads, ps = c->d.pages.page_size;
                     size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
                                          (int64_t)(e / c->d.n_heads % ps), h);
                     memcpy(c->ref[k] + at, c->dst[k] + at, c->g[k].de);

@@ -60,13 +60,13 @@ static int fz_keys(fz_bytes *in, kve_score_desc *d, fz_score_bufs *f, uint64_t *
     k->head_dim = fz_u8(in) < 248 ? 2 * (1 + fz_below(in, 8)) : fz_count(in, 600);
     k->n_heads = fz_u8(in) < 250 ? 1 + fz_below(in, 3) : 0;
     k->layout = (kve_cache_layout)(fz_u8(in) < 252 ? fz_below(in, 2) : 2);
-    k->page_table = (kve_page_table)(fz_u8(in) < 252 ? fz_below(in, 4) : 4);
-    k->page_size = fz_u8(in) < 250 ? 1 + fz_below(in, 12) : 0;
-    k->n_pages = fz_u8(in) < 250 ? 1 + fz_below(in, 8) : 0;
-    k->n_rows = fz_u8(in) < 250 ? 1 + fz_below(in, 4) : 0;
+    k->pages.kind = (kve_page_kind)(fz_u8(in) < 252 ? fz_below(in, 4) : 4);
+    k->pages.page_size = fz_u8(in) < 250 ? 1 + fz_below(in, 12) : 0;
+    k->pages.n_pages = fz_u8(in) < 250 ? 1 + fz_below(in, 8) : 0;
+    k->pages.n_rows = fz_u8(in) < 250 ? 1 + fz_below(in, 4) : 0;
     size_t es = k->dtype == KVE_DTYPE_F32 ? 4 : 2;
-    size_t e = (size_t)k->head_dim * es, ps = k->page_size, h = k->n_heads;
-    if ((size_t)k->n_pages * ps * h * e > ((size_t)1 << 22))
+    size_t e = (size_t)k->head_dim * es, ps = k->pages.page_size, h = k->n_heads;
+    if ((size_t)k->pages.n_pages * ps * h * e > ((size_t)1 << 22))
         return 0;
     if (fz_u8(in) > 240)
         k->stride_slot = fz_below(in, 64);
@@ -75,31 +75,31 @@ static int fz_keys(fz_bytes *in, kve_score_desc *d, fz_score_bufs *f, uint64_t *
     int nhd = k->layout == KVE_LAYOUT_NHD;
     size_t sp = ps * h * e, ss = k->stride_slot ? k->stride_slot : nhd ? h * e : e,
            sh = nhd ? e : ps * e;
-    size_t bytes = k->n_pages && ps && h && e
-                       ? (k->n_pages - 1) * sp + (ps - 1) * ss + (h - 1) * sh + e
+    size_t bytes = k->pages.n_pages && ps && h && e
+                       ? (k->pages.n_pages - 1) * sp + (ps - 1) * ss + (h - 1) * sh + e
                        : 0;
     f->keys = fz_alloc(bytes, 0);
     for (size_t i = 0; f->keys && i < bytes; i++) /* small finite values, sometimes any bits */
         ((uint8_t *)f->keys)[i] = (uint8_t)(i % es == es - 1 ? 0x3c ^ (fz_mix(mix) & 0x81)
                                                              : fz_mix(mix));
     k->base = f->keys;
-    size_t n_ids = (size_t)k->n_rows * 4;
+    size_t n_ids = (size_t)k->pages.n_rows * 4;
     f->pages = (int32_t *)fz_alloc(n_ids * 4, 0);
     for (size_t i = 0; f->pages && i < n_ids; i++)
-        f->pages[i] = fz_u8(in) < 250 ? (int32_t)fz_below(in, k->n_pages) : -1;
-    if (k->page_table == KVE_PAGES_BLOCK_TABLE) {
-        k->block_table = f->pages;
-        k->blocks_per_row = fz_u8(in) < 250 ? 4 : 0;
-    } else if (k->page_table == KVE_PAGES_INDPTR) {
-        f->indptr = (int32_t *)fz_alloc((k->n_rows + 1) * 4, 0);
-        f->last = (int32_t *)fz_alloc(k->n_rows * 4, 0);
-        for (uint32_t r = 0; r <= k->n_rows; r++)
+        f->pages[i] = fz_u8(in) < 250 ? (int32_t)fz_below(in, k->pages.n_pages) : -1;
+    if (k->pages.kind == KVE_PAGES_BLOCK_TABLE) {
+        k->pages.block_table = f->pages;
+        k->pages.blocks_per_row = fz_u8(in) < 250 ? 4 : 0;
+    } else if (k->pages.kind == KVE_PAGES_INDPTR) {
+        f->indptr = (int32_t *)fz_alloc((k->pages.n_rows + 1) * 4, 0);
+        f->last = (int32_t *)fz_alloc(k->pages.n_rows * 4, 0);
+        for (uint32_t r = 0; r <= k->pages.n_rows; r++)
             f->indptr[r] = (int32_t)(r * 4) - (fz_u8(in) > 250);
-        for (uint32_t r = 0; r < k->n_rows; r++)
-            f->last[r] = (int32_t)fz_below(in, k->page_size + 2);
-        k->indices = f->pages;
-        k->indptr = f->indptr;
-        k->last_page_len = f->last;
+        for (uint32_t r = 0; r < k->pages.n_rows; r++)
+            f->last[r] = (int32_t)fz_below(in, k->pages.page_size + 2);
+        k->pages.indices = f->pages;
+        k->pages.indptr = f->indptr;
+        k->pages.last_page_len = f->last;
     }
     return f->keys && f->pages;
 }
@@ -128,7 +128,7 @@ static int fz_rows(fz_bytes *in, kve_score_desc *d, fz_score_bufs *f, size_t *n_
         row->prompt_len = fz_below(in, 40);
         row->window = fz_below(in, 20);
         row->round_start = fz_u32(in);
-        row->cache_row = fz_u8(in) < 250 ? (int32_t)fz_below(in, d->keys.n_rows + 1) : -1;
+        row->cache_row = fz_u8(in) < 250 ? (int32_t)fz_below(in, d->keys.pages.n_rows + 1) : -1;
         if (row->n_slots > stride)
             row->table_stride = (uint32_t)stride; /* with several tables: refused (overlap) */
     }
@@ -207,7 +207,7 @@ static int fz_restride_keys(fz_bytes *in, const kve_score_desc *d, kve_score_des
     static const int32_t cache_rows[4] = {-7, 99, -1, 3};
     kve_key_cache *k = &d2->keys;
     size_t es = fz_dtype_size(k->dtype), e = (size_t)k->head_dim * es, h = k->n_heads,
-           ps = k->page_size;
+           ps = k->pages.page_size;
     uint8_t pads = fz_u8(in);
     size_t p_in = (pads & 3) * es, p_mid = ((pads >> 2) & 3) * es, p_page = ((pads >> 4) & 3) * es;
     if (pads >= 0xfc)
@@ -222,7 +222,7 @@ static int fz_restride_keys(fz_bytes *in, const kve_score_desc *d, kve_score_des
         sh = ps * ss + p_mid;
         sp = h * sh + p_page;
     }
-    size_t bytes = (k->n_pages - 1) * sp + (ps - 1) * ss + (h - 1) * sh + e;
+    size_t bytes = (k->pages.n_pages - 1) * sp + (ps - 1) * ss + (h - 1) * sh + e;
     if (bytes > ((size_t)1 << 23))
         return 0;
     f->keys2 = fz_alloc(bytes, 0);
@@ -230,7 +230,7 @@ static int fz_restride_keys(fz_bytes *in, const kve_score_desc *d, kve_score_des
         return 0;
     for (size_t i = 0; i < bytes; i++)
         ((uint8_t *)f->keys2)[i] = (uint8_t)fz_mix(mix); /* gaps: any bits */
-    for (size_t pg = 0; pg < k->n_pages; pg++)
+    for (size_t pg = 0; pg < k->pages.n_pages; pg++)
         for (size_t sl = 0; sl < ps; sl++)
             for (uint32_t hd = 0; hd < h; hd++)
                 memcpy((uint8_t *)f->keys2 + pg * sp + sl * ss + hd * sh,
@@ -291,7 +291,7 @@ static void fz_second_call(fz_bytes *in, kve_context *ctx, const kve_score_desc 
 {
     kve_score_desc d2 = *d;
     const kve_key_cache *k = &d2.keys;
-    if (fz_u8(in) < 64 || !k->n_pages || !k->page_size || !k->n_heads || !k->head_dim)
+    if (fz_u8(in) < 64 || !k->pages.n_pages || !k->pages.page_size || !k->n_heads || !k->head_dim)
         return;
     if (!fz_restride_keys(in, d, &d2, f, mix))
         return;

@@ -59,7 +59,7 @@ static double fz_elem(const unsigned char *p, kve_dtype t)
 /* The key cache's byte strides, zeros resolved to the layout's dense ones. */
 static void fz_strides(const kve_key_cache *k, size_t *sp, size_t *ss, size_t *sh)
 {
-    size_t e = (size_t)k->head_dim * fz_dtype_size(k->dtype), h = k->n_heads, ps = k->page_size;
+    size_t e = (size_t)k->head_dim * fz_dtype_size(k->dtype), h = k->n_heads, ps = k->pages.page_size;
     int nhd = k->layout == KVE_LAYOUT_NHD;
     *sh = k->stride_head ? k->stride_head : nhd ? e : ps * e;
     *ss = k->stride_slot ? k->stride_slot : nhd ? h * e : e;
@@ -70,10 +70,10 @@ static void fz_strides(const kve_key_cache *k, size_t *sp, size_t *ss, size_t *s
  * decreasing. */
 static int fz_indptr_ok(const kve_key_cache *k)
 {
-    if (k->indptr[0] != 0)
+    if (k->pages.indptr[0] != 0)
         return 0;
-    for (uint32_t r = 0; r < k->n_rows; r++)
-        if (k->indptr[r + 1] < k->indptr[r])
+    for (uint32_t r = 0; r < k->pages.n_rows; r++)
+        if (k->pages.indptr[r + 1] < k->pages.indptr[r])
             return 0;
     return 1;
 }
@@ -84,37 +84,37 @@ static int fz_indptr_ok(const kve_key_cache *k)
  * indptr against kve_cache_write's rule). @p row is valid for the table. */
 static int fz_locate(const kve_key_cache *k, int32_t row, uint32_t slot, size_t *page, size_t *in)
 {
-    uint64_t ps = k->page_size;
+    uint64_t ps = k->pages.page_size;
     *in = (size_t)(slot % ps);
-    switch (k->page_table) {
+    switch (k->pages.kind) {
     case KVE_PAGES_FLAT: {
         uint64_t flat = (uint64_t)row * ps + slot;
         *page = (size_t)(flat / ps);
-        return flat / ps < k->n_pages;
+        return flat / ps < k->pages.n_pages;
     }
     case KVE_PAGES_NONE:
         *page = (size_t)row;
         return slot < ps;
     case KVE_PAGES_BLOCK_TABLE: {
-        if (slot / ps >= k->blocks_per_row)
+        if (slot / ps >= k->pages.blocks_per_row)
             return 0;
-        int32_t pg = k->block_table[(size_t)row * k->blocks_per_row + slot / ps];
+        int32_t pg = k->pages.block_table[(size_t)row * k->pages.blocks_per_row + slot / ps];
         *page = (size_t)pg;
-        return pg >= 0 && (uint32_t)pg < k->n_pages;
+        return pg >= 0 && (uint32_t)pg < k->pages.n_pages;
     }
     case KVE_PAGES_INDPTR: {
         if (!fz_indptr_ok(k))
             return -1;
-        int32_t lo = k->indptr[row], hi = k->indptr[row + 1], last = k->last_page_len[row];
+        int32_t lo = k->pages.indptr[row], hi = k->pages.indptr[row + 1], last = k->pages.last_page_len[row];
         if (hi == lo)
             return 0;
         if (last < 1 || (uint32_t)last > ps)
             return -1;
         if ((uint64_t)slot >= (uint64_t)(hi - lo - 1) * ps + (uint64_t)last)
             return 0;
-        int32_t pg = k->indices[lo + slot / ps];
+        int32_t pg = k->pages.indices[lo + slot / ps];
         *page = (size_t)pg;
-        return pg >= 0 && (uint32_t)pg < k->n_pages;
+        return pg >= 0 && (uint32_t)pg < k->pages.n_pages;
     }
     }
     return -1;
@@ -179,17 +179,17 @@ static int fz_key_cache_valid(const kve_score_desc *d)
         return 0;
     if (k->head_dim < 2 || k->head_dim % 2 || k->head_dim > 2 * KVE_SCORE_MAX_FREQS)
         return 0;
-    if ((unsigned)k->layout > KVE_LAYOUT_HND || (unsigned)k->page_table > KVE_PAGES_FLAT)
+    if ((unsigned)k->layout > KVE_LAYOUT_HND || (unsigned)k->pages.kind > KVE_PAGES_FLAT)
         return 0;
-    if (!k->base || k->n_heads == 0 || k->page_size == 0 || k->n_pages == 0)
+    if (!k->base || k->n_heads == 0 || k->pages.page_size == 0 || k->pages.n_pages == 0)
         return -1;
-    if (k->page_table != KVE_PAGES_FLAT && k->n_rows == 0)
+    if (k->pages.kind != KVE_PAGES_FLAT && k->pages.n_rows == 0)
         return -1;
-    if (k->page_table == KVE_PAGES_NONE && k->n_rows > k->n_pages)
+    if (k->pages.kind == KVE_PAGES_NONE && k->pages.n_rows > k->pages.n_pages)
         return 0;
-    if (k->page_table == KVE_PAGES_BLOCK_TABLE && (!k->block_table || !k->blocks_per_row))
+    if (k->pages.kind == KVE_PAGES_BLOCK_TABLE && (!k->pages.block_table || !k->pages.blocks_per_row))
         return -1;
-    if (k->page_table == KVE_PAGES_INDPTR && (!k->indptr || !k->indices || !k->last_page_len))
+    if (k->pages.kind == KVE_PAGES_INDPTR && (!k->pages.indptr || !k->pages.indices || !k->pages.last_page_len))
         return -1;
     size_t es = fz_dtype_size(k->dtype);
     if ((k->stride_page | k->stride_slot | k->stride_head) % es)
@@ -271,8 +271,8 @@ static int fz_row_valid(const kve_score_desc *d, uint32_t i, uint32_t n_tables)
         return 0;
     if (n_tables > 1 && r->n_slots && (ts < r->n_slots || d->scores_stride_table < r->n_slots))
         return 0;
-    if (k->page_table == KVE_PAGES_FLAT ? r->cache_row < 0
-                                        : r->cache_row < 0 || (uint32_t)r->cache_row >= k->n_rows)
+    if (k->pages.kind == KVE_PAGES_FLAT ? r->cache_row < 0
+                                        : r->cache_row < 0 || (uint32_t)r->cache_row >= k->pages.n_rows)
         return 0;
     if (fz_outputs_meet(d, i, n_tables))
         return 0;

@@ -87,26 +87,26 @@ static void fz_state_key_cache(fz_bytes *in, fz_scored_state *s, const kve_state
     k->layout = (kve_cache_layout)fz_below(in, 2);
     uint8_t pt = fz_u8(in);
     uint32_t short_by = pt >= 240; /* a slot or a page short: some candidates not in the cache */
-    k->n_rows = sd->max_seqs;
+    k->pages.n_rows = sd->max_seqs;
     if (pt % 3 == 1) {
-        k->page_table = KVE_PAGES_BLOCK_TABLE;
-        k->page_size = 1 + fz_below(in, 4);
-        k->blocks_per_row = (sd->max_slots + k->page_size - 1) / k->page_size - short_by;
-        if (!k->blocks_per_row)
-            k->blocks_per_row = 1;
-        k->n_pages = k->n_rows * k->blocks_per_row;
-        s->blocks = (int32_t *)fz_alloc((size_t)k->n_pages * 4, 0);
-        for (uint32_t i = 0; i < k->n_pages; i++)
-            s->blocks[i] = (int32_t)(fz_mix(mix) % k->n_pages);
+        k->pages.kind = KVE_PAGES_BLOCK_TABLE;
+        k->pages.page_size = 1 + fz_below(in, 4);
+        k->pages.blocks_per_row = (sd->max_slots + k->pages.page_size - 1) / k->pages.page_size - short_by;
+        if (!k->pages.blocks_per_row)
+            k->pages.blocks_per_row = 1;
+        k->pages.n_pages = k->pages.n_rows * k->pages.blocks_per_row;
+        s->blocks = (int32_t *)fz_alloc((size_t)k->pages.n_pages * 4, 0);
+        for (uint32_t i = 0; i < k->pages.n_pages; i++)
+            s->blocks[i] = (int32_t)(fz_mix(mix) % k->pages.n_pages);
         if (pt >= 230 && pt < 240)
-            s->blocks[fz_below(in, k->n_pages)] = (int32_t)k->n_pages; /* not a page */
-        k->block_table = s->blocks;
+            s->blocks[fz_below(in, k->pages.n_pages)] = (int32_t)k->pages.n_pages; /* not a page */
+        k->pages.block_table = s->blocks;
     } else {
-        k->page_table = pt % 3 ? KVE_PAGES_FLAT : KVE_PAGES_NONE;
-        k->page_size = sd->max_slots - (short_by && sd->max_slots > 1);
-        k->n_pages = k->n_rows;
+        k->pages.kind = pt % 3 ? KVE_PAGES_FLAT : KVE_PAGES_NONE;
+        k->pages.page_size = sd->max_slots - (short_by && sd->max_slots > 1);
+        k->pages.n_pages = k->pages.n_rows;
     }
-    size_t es = fz_dtype_size(k->dtype), bytes = (size_t)k->n_pages * k->page_size * k->n_heads *
+    size_t es = fz_dtype_size(k->dtype), bytes = (size_t)k->pages.n_pages * k->pages.page_size * k->n_heads *
                                                    k->head_dim * es;
     s->keys = fz_alloc(bytes, 0);
     for (size_t i = 0; i < bytes; i++)
@@ -415,7 +415,7 @@ static void fz_check_state_score_device(kve_context *ctx, const fz_scored_state 
     fz_state_args a = fz_args_of(s, c, &d, NULL);
     int args_ok = a.st && a.desc && a.rows && a.n_new && (c->bad <= 240 || (c->bad & 15) != 11) &&
                   c->tl < s->lay.table_layers && d.keys.n_heads == s->n_heads && !d.cache_rows &&
-                  (d.keys.page_table == KVE_PAGES_FLAT || d.keys.n_rows >= c->n_call) &&
+                  (d.keys.pages.kind == KVE_PAGES_FLAT || d.keys.pages.n_rows >= c->n_call) &&
                   st >= s->lay.max_slots && (c->n_call < 2 || sr >= tables * st) &&
                   span * 4 <= SIZE_MAX;
     int group_only = args_ok && !fz_group_fits(s, &d); /* refused for its group alone */

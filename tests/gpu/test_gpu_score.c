@@ -59,16 +59,16 @@ static void run_case(kve_context *cpu, kve_context *g, uint64_t seed)
     kve_key_cache *k = &d.keys;
     size_t es = k->dtype == KVE_DTYPE_F32 ? 4 : 2;
     size_t nf = k->head_dim / 2, nq = (size_t)k->n_heads * d.tri.group;
-    size_t blocks = k->blocks_per_row ? k->blocks_per_row : 1;
-    k->base = to_dev(g, c.keys, (size_t)k->n_pages * k->page_size * k->n_heads * k->head_dim * es,
+    size_t blocks = k->pages.blocks_per_row ? k->pages.blocks_per_row : 1;
+    k->base = to_dev(g, c.keys, (size_t)k->pages.n_pages * k->pages.page_size * k->n_heads * k->head_dim * es,
                      bufs, &n);
-    k->block_table = (const int32_t *)to_dev(g, k->block_table, (size_t)k->n_rows * blocks * 4,
+    k->pages.block_table = (const int32_t *)to_dev(g, k->pages.block_table, (size_t)k->pages.n_rows * blocks * 4,
                                              bufs, &n);
     /* indptr's last entry counts the indices (blocks_per_row is 0 there) */
-    size_t n_indices = k->indptr ? (size_t)k->indptr[k->n_rows] : 0;
-    k->indices = (const int32_t *)to_dev(g, k->indices, n_indices * 4, bufs, &n);
-    k->indptr = (const int32_t *)to_dev(g, k->indptr, (k->n_rows + 1) * 4, bufs, &n);
-    k->last_page_len = (const int32_t *)to_dev(g, k->last_page_len, k->n_rows * 4, bufs, &n);
+    size_t n_indices = k->pages.indptr ? (size_t)k->pages.indptr[k->pages.n_rows] : 0;
+    k->pages.indices = (const int32_t *)to_dev(g, k->pages.indices, n_indices * 4, bufs, &n);
+    k->pages.indptr = (const int32_t *)to_dev(g, k->pages.indptr, (k->pages.n_rows + 1) * 4, bufs, &n);
+    k->pages.last_page_len = (const int32_t *)to_dev(g, k->pages.last_page_len, k->pages.n_rows * 4, bufs, &n);
     d.tri.q_mean = (const float *)to_dev(g, c.q_mean, nq * nf * 8, bufs, &n);
     d.tri.q_abs_mean = (const float *)to_dev(g, c.q_abs, nq * nf * 4, bufs, &n);
     d.tri.omega = (const float *)to_dev(g, c.omega, nf * 4, bufs, &n);

@@ -40,18 +40,18 @@ typedef struct {
 
 static void kve_cw_page_table(uint64_t *rng, kve_cache_write_desc *d, kve_cw_pages *p)
 {
-    uint32_t ps = d->page_size, R = d->n_rows;
+    uint32_t ps = d->pages.page_size, R = d->pages.n_rows;
     uint32_t perm[CW_ROWS * 4 + 4];
     memset(p, 0, sizeof *p);
-    if (d->page_table == KVE_PAGES_NONE) {
-        d->n_pages = R + kve_rand_below(rng, 3);
+    if (d->pages.kind == KVE_PAGES_NONE) {
+        d->pages.n_pages = R + kve_rand_below(rng, 3);
         for (uint32_t r = 0; r < R; r++)
             p->len[r] = ps;
         return;
     }
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE) {
-        d->blocks_per_row = 1 + kve_rand_below(rng, 4);
-        p->n_pt = R * d->blocks_per_row;
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE) {
+        d->pages.blocks_per_row = 1 + kve_rand_below(rng, 4);
+        p->n_pt = R * d->pages.blocks_per_row;
     } else {
         for (uint32_t r = 0; r < R; r++) {
             uint32_t k = kve_rand_below(rng, 4);
@@ -61,15 +61,15 @@ static void kve_cw_page_table(uint64_t *rng, kve_cache_write_desc *d, kve_cw_pag
         }
         p->n_pt = (uint32_t)p->indptr[R];
     }
-    d->n_pages = p->n_pt + kve_rand_below(rng, 3) + (p->n_pt == 0);
-    kve_rand_perm(rng, perm, d->n_pages); /* distinct pages: no two rows share one */
+    d->pages.n_pages = p->n_pt + kve_rand_below(rng, 3) + (p->n_pt == 0);
+    kve_rand_perm(rng, perm, d->pages.n_pages); /* distinct pages: no two rows share one */
     memcpy(p->pages, perm, p->n_pt * sizeof *perm);
-    for (uint32_t r = 0; r < R && d->page_table == KVE_PAGES_BLOCK_TABLE; r++) {
+    for (uint32_t r = 0; r < R && d->pages.kind == KVE_PAGES_BLOCK_TABLE; r++) {
         /* some rows use fewer blocks; the rest of their table is padding */
         uint32_t used =
-            kve_chance(rng, 30) ? kve_rand_below(rng, d->blocks_per_row + 1) : d->blocks_per_row;
-        for (uint32_t b = used; b < d->blocks_per_row; b++)
-            p->pages[r * d->blocks_per_row + b] = -1;
+            kve_chance(rng, 30) ? kve_rand_below(rng, d->pages.blocks_per_row + 1) : d->pages.blocks_per_row;
+        for (uint32_t b = used; b < d->pages.blocks_per_row; b++)
+            p->pages[r * d->pages.blocks_per_row + b] = -1;
         p->len[r] = used * ps;
     }
 }
@@ -83,11 +83,11 @@ static void kve_cw_slots(uint64_t *rng, const kve_cache_write_desc *d, const kve
     static uint32_t perm[CW_ROWS][CW_HEADS][CW_LEN];
     uint32_t used[CW_ROWS][CW_HEADS];
     memset(used, 0, sizeof used);
-    for (uint32_t r = 0; r < d->n_rows; r++)
+    for (uint32_t r = 0; r < d->pages.n_rows; r++)
         for (uint32_t h = 0; h < heads; h++)
             kve_rand_perm(rng, perm[r][h], p->len[r]);
     for (uint32_t t = 0; t < d->n_tokens; t++) {
-        uint32_t r = kve_rand_below(rng, d->n_rows);
+        uint32_t r = kve_rand_below(rng, d->pages.n_rows);
         token_row[t] = (int32_t)r;
         for (uint32_t h = 0; h < heads; h++) {
             uint32_t i = used[r][h]++;
@@ -127,11 +127,11 @@ typedef struct kve_cw_dst_strides {
 static size_t kve_cw_dst_span(uint64_t *rng, const kve_cache_write_desc *d, size_t e, size_t a,
                               int pair, kve_cw_dst_strides *st, size_t *half)
 {
-    size_t H = d->n_heads, ps = d->page_size;
+    size_t H = d->n_heads, ps = d->pages.page_size;
     int nhd = d->layout == KVE_LAYOUT_NHD;
     if (!pair && kve_chance(rng, 50)) {
         st->page = st->slot = st->head = 0;
-        return d->n_pages * ps * H * e;
+        return d->pages.n_pages * ps * H * e;
     }
     if (nhd) {
         st->head = e + kve_cw_pad(rng);
@@ -145,7 +145,7 @@ static size_t kve_cw_dst_span(uint64_t *rng, const kve_cache_write_desc *d, size
     *half = st->page;
     if (pair)
         st->page *= 2;
-    return (d->n_pages - 1) * st->page + (ps - 1) * st->slot + (H - 1) * st->head + e +
+    return (d->pages.n_pages - 1) * st->page + (ps - 1) * st->slot + (H - 1) * st->head + e +
            (pair ? *half : 0);
 }
 
@@ -192,12 +192,12 @@ static void kve_cw_flatten(kve_cache_write_desc *d, const kve_cw_pages *p, int64
         for (uint32_t h = 0; h < heads; h++) {
             int64_t *s = &slots[t * d->slots_stride_token + h * d->slots_stride_head];
             if (*s >= 0)
-                *s = (int64_t)p->pages[(size_t)token_row[t] * d->blocks_per_row +
-                                       (size_t)(*s / d->page_size)] *
-                         d->page_size +
-                     *s % d->page_size;
+                *s = (int64_t)p->pages[(size_t)token_row[t] * d->pages.blocks_per_row +
+                                       (size_t)(*s / d->pages.page_size)] *
+                         d->pages.page_size +
+                     *s % d->pages.page_size;
         }
-    d->page_table = KVE_PAGES_FLAT;
+    d->pages.kind = KVE_PAGES_FLAT;
 }
 
 /* vLLM's padding: a token with no slot may carry any row. */
@@ -211,7 +211,7 @@ static void kve_cw_pad_rows(uint64_t *rng, const kve_cache_write_desc *d, const 
             any |= slots[t * d->slots_stride_token + h * d->slots_stride_head] != -1;
         if (!any && kve_chance(rng, 60))
             token_row[t] = kve_chance(rng, 50) ? -1 - (int32_t)kve_rand_below(rng, 1000)
-                                               : (int32_t)(d->n_rows + kve_rand_below(rng, 9));
+                                               : (int32_t)(d->pages.n_rows + kve_rand_below(rng, 9));
     }
 }
 
@@ -223,27 +223,27 @@ static void kve_cw_break(uint64_t *rng, const kve_cache_write_desc *d, const kve
     int32_t *token_row = (int32_t *)c->master[kve_cw_buf(d, CW_TOKEN_ROW)];
     int64_t *slots = (int64_t *)c->master[kve_cw_buf(d, CW_SLOTS)];
     int32_t *pages = (int32_t *)c->master[kve_cw_buf(d, CW_PAGES)];
-    uint32_t t = kve_rand_below(rng, d->n_tokens), R = d->n_rows, what = kve_rand_below(rng, 4);
+    uint32_t t = kve_rand_below(rng, d->n_tokens), R = d->pages.n_rows, what = kve_rand_below(rng, 4);
     if (what == 0) {
         token_row[t] = kve_chance(rng, 50) ? -1 - (int32_t)kve_rand_below(rng, 3)
                                            : (int32_t)(R + kve_rand_below(rng, 3));
-    } else if (what == 1 || d->page_table == KVE_PAGES_NONE) {
+    } else if (what == 1 || d->pages.kind == KVE_PAGES_NONE) {
         static const int64_t low[] = {-2, -3, -17, -1000, INT64_MIN / 2};
         uint32_t h = d->slots_stride_head ? kve_rand_below(rng, d->n_heads) : 0;
         int64_t *s = &slots[t * d->slots_stride_token + h * d->slots_stride_head];
-        int64_t len = d->page_table == KVE_PAGES_FLAT ? (int64_t)d->n_pages * d->page_size
+        int64_t len = d->pages.kind == KVE_PAGES_FLAT ? (int64_t)d->pages.n_pages * d->pages.page_size
                                                       : (int64_t)p->len[token_row[t]];
         *s = kve_chance(rng, 50) ? low[kve_rand_below(rng, 5)] : len + kve_rand_below(rng, 3);
     } else if (what == 2 && p->n_pt) {
         pages[kve_rand_below(rng, p->n_pt)] = kve_chance(rng, 50)
                                                   ? -1 - (int32_t)kve_rand_below(rng, 3)
-                                                  : (int32_t)(d->n_pages + kve_rand_below(rng, 3));
-    } else if (d->page_table == KVE_PAGES_INDPTR) {
+                                                  : (int32_t)(d->pages.n_pages + kve_rand_below(rng, 3));
+    } else if (d->pages.kind == KVE_PAGES_INDPTR) {
         int32_t *indptr = (int32_t *)c->master[kve_cw_buf(d, CW_INDPTR)];
         int32_t *last = (int32_t *)c->master[kve_cw_buf(d, CW_LAST)];
         uint32_t r = kve_rand_below(rng, R);
         if (kve_chance(rng, 50))
-            last[r] = kve_chance(rng, 50) ? 0 : (int32_t)(d->page_size + 1);
+            last[r] = kve_chance(rng, 50) ? 0 : (int32_t)(d->pages.page_size + 1);
         else
             indptr[r + 1] = indptr[r] - 1; /* descending; every read stays in indices */
     }
@@ -265,9 +265,9 @@ static size_t kve_cw_shape(kve_cache_write_desc *d, uint64_t *rng, const kve_cw_
     d->layout = kve_chance(rng, 50) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
     /* flat slots are made as block-table ones, then translated */
     *flat = kve_chance(rng, 20);
-    d->page_table = *flat ? KVE_PAGES_BLOCK_TABLE : (kve_page_table)kve_rand_below(rng, 3);
-    d->page_size = kve_chance(rng, 20) ? 16 : 1 + kve_rand_below(rng, 6);
-    d->n_rows = 1 + kve_rand_below(rng, CW_ROWS);
+    d->pages.kind = *flat ? KVE_PAGES_BLOCK_TABLE : (kve_page_kind)kve_rand_below(rng, 3);
+    d->pages.page_size = kve_chance(rng, 20) ? 16 : 1 + kve_rand_below(rng, 6);
+    d->pages.n_rows = 1 + kve_rand_below(rng, CW_ROWS);
     kve_cw_page_table(rng, d, p);
     int shared = kve_chance(rng, 25), by_head = !shared && kve_chance(rng, 20);
     d->slots_stride_head = shared ? 0 : by_head ? d->n_tokens + kve_rand_below(rng, 3) : 1;
@@ -297,9 +297,9 @@ static void kve_cw_dst_part(uint64_t *rng, kve_cache_write_desc *d, kve_cw_layou
     l->span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, l->pair && k == 0, &st, &half);
     if (!l->typed && !l->pair && k > 0 && !st.page) { /* dense, spelled out */
         int nhd = d->layout == KVE_LAYOUT_NHD;
-        st.head = nhd ? de : d->page_size * de;
+        st.head = nhd ? de : d->pages.page_size * de;
         st.slot = nhd ? d->n_heads * de : de;
-        st.page = d->page_size * d->n_heads * de;
+        st.page = d->pages.page_size * d->n_heads * de;
     }
     if (wide && !l->pair)
         d->dst_stride_page = st.page, d->dst_stride_slot = st.slot, d->dst_stride_head = st.head;
@@ -368,8 +368,8 @@ static int kve_cw_buffers(kve_case *c, uint64_t *rng, const kve_cw_layout *l,
         d->dst[k] = (void *)(uintptr_t)dst_off[k];
     }
     if (kve_case_add(c, n_slots * 8) || kve_case_add(c, d->n_tokens * 4) ||
-        kve_case_add(c, (p->n_pt + 1) * 4) || kve_case_add(c, (d->n_rows + 1) * 4) ||
-        kve_case_add(c, d->n_rows * 4) || kve_case_add(c, d->n_caches * CW_HEADS * 4))
+        kve_case_add(c, (p->n_pt + 1) * 4) || kve_case_add(c, (d->pages.n_rows + 1) * 4) ||
+        kve_case_add(c, d->pages.n_rows * 4) || kve_case_add(c, d->n_caches * CW_HEADS * 4))
         return -1;
     float *scales = (float *)c->master[kve_cw_buf(d, CW_SCALES)];
     for (uint32_t i = 0; i < d->n_caches * CW_HEADS; i++) /* 2^-8 .. 2^7, odd mantissas */
@@ -389,8 +389,8 @@ static void kve_cw_label(kve_case *c)
                       "dst strides %zu/%zu/%zu",
                       d->n_tokens, d->n_heads, d->entry_bytes, d->n_caches,
                       c->cw_pair ? " (0 and 1 in one tensor)" : "",
-                      d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->page_table],
-                      d->page_size, d->n_rows, d->n_pages, d->slots_stride_token,
+                      d->layout == KVE_LAYOUT_NHD ? "NHD" : "HND", tables[d->pages.kind],
+                      d->pages.page_size, d->pages.n_rows, d->pages.n_pages, d->slots_stride_token,
                       d->slots_stride_head, d->src_stride_token, d->src_stride_head,
                       d->dst_stride_page, d->dst_stride_slot, d->dst_stride_head);
     for (uint32_t k = 0; k < d->n_caches && at > 0 && (size_t)at < sizeof c->label; k++) {
@@ -427,8 +427,8 @@ int kve_case_cache_write(kve_case *c, uint64_t *rng, const kve_cw_limits *lim)
     if (flat)
         kve_cw_flatten(d, &p, slots, token_row);
     memcpy(c->master[kve_cw_buf(d, CW_PAGES)], p.pages, p.n_pt * 4);
-    memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->n_rows + 1) * 4);
-    memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->n_rows * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_INDPTR)], p.indptr, (d->pages.n_rows + 1) * 4);
+    memcpy(c->master[kve_cw_buf(d, CW_LAST)], p.last, d->pages.n_rows * 4);
     uint32_t breaks = lim->errors ? 1 + kve_rand_below(rng, 2) : 0;
     for (uint32_t i = 0; i < breaks; i++)
         kve_cw_break(rng, d, &p, c);
@@ -448,16 +448,16 @@ void kve_case_bind_cache_write(const kve_case *c, const kve_case_bufs *bufs,
             d->part[k].scale = (const float *)bufs->p[kve_cw_buf(d, CW_SCALES)] + k * CW_HEADS;
     }
     d->slots = (const int64_t *)bufs->p[kve_cw_buf(d, CW_SLOTS)];
-    d->token_row = d->page_table == KVE_PAGES_FLAT
+    d->token_row = d->pages.kind == KVE_PAGES_FLAT
                        ? NULL
                        : (const int32_t *)bufs->p[kve_cw_buf(d, CW_TOKEN_ROW)];
     const int32_t *pages = (const int32_t *)bufs->p[kve_cw_buf(d, CW_PAGES)];
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
-        d->block_table = pages;
-    if (d->page_table == KVE_PAGES_INDPTR) {
-        d->indices = pages;
-        d->indptr = (const int32_t *)bufs->p[kve_cw_buf(d, CW_INDPTR)];
-        d->last_page_len = (const int32_t *)bufs->p[kve_cw_buf(d, CW_LAST)];
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE)
+        d->pages.block_table = pages;
+    if (d->pages.kind == KVE_PAGES_INDPTR) {
+        d->pages.indices = pages;
+        d->pages.indptr = (const int32_t *)bufs->p[kve_cw_buf(d, CW_INDPTR)];
+        d->pages.last_page_len = (const int32_t *)bufs->p[kve_cw_buf(d, CW_LAST)];
     }
 }
 
@@ -526,9 +526,9 @@ int kve_cw_check_blame(kve_context *cpu, const kve_case *c, const char *msg, cha
     /* A decreasing indptr is one check of the whole call on the host, before
      * any token; the device, which cannot read indptr from the host, meets
      * it as some token's slot beyond its row's length. */
-    if (d->page_table == KVE_PAGES_INDPTR) {
+    if (d->pages.kind == KVE_PAGES_INDPTR) {
         const int32_t *ip = (const int32_t *)c->master[kve_cw_buf(d, CW_INDPTR)];
-        for (uint32_t r = 0; r < d->n_rows; r++)
+        for (uint32_t r = 0; r < d->pages.n_rows; r++)
             if (ip[r + 1] < ip[r])
                 return 0;
     }

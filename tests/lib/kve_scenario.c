@@ -253,12 +253,12 @@ static kve_status kve_sc_write(kve_sc_run *r, const kve_side *sd, size_t total, 
     w.n_caches = 1;
     w.src[0] = sd->src;
     w.layout = KVE_LAYOUT_HND; /* contiguous [row][head][slot][entry] */
-    w.page_size = d->max_slots;
-    w.n_pages = w.n_rows = d->max_seqs;
+    w.pages.page_size = d->max_slots;
+    w.pages.n_pages = w.pages.n_rows = d->max_seqs;
     w.slots_stride_token = r->th;
     w.slots_stride_head = r->th > 1; /* shared heads: one slot for every head */
     w.token_row = sd->token_row;
-    w.page_table = KVE_PAGES_NONE;
+    w.pages.kind = KVE_PAGES_NONE;
     w.n_move_rows = n_rows;
     w.max_moves = r->max_moves;
     w.moves_stride_row = r->th;

@@ -93,7 +93,7 @@ static inline void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slot
 {
     kve_key_cache *k = &c->d.keys;
     size_t es = k->dtype == KVE_DTYPE_F32 ? 4 : 2, e = k->head_dim * es;
-    size_t ps = k->page_size, h = k->n_heads, bytes = (size_t)k->n_pages * ps * h * e;
+    size_t ps = k->pages.page_size, h = k->n_heads, bytes = (size_t)k->pages.n_pages * ps * h * e;
     c->keys = (unsigned char *)malloc(bytes);
     for (size_t i = 0; i < bytes / es; i++)
         kve_sc_store(c->keys + i * es, k->dtype, 2.0f * kve_sc_unit(x));
@@ -102,32 +102,32 @@ static inline void kve_sc_keys(kve_score_case *c, uint64_t *x, uint32_t max_slot
     k->stride_head = nhd ? e : ps * e;
     k->stride_slot = nhd ? h * e : e;
     k->stride_page = ps * h * e;
-    uint32_t blocks = (max_slots + k->page_size - 1) / k->page_size;
+    uint32_t blocks = (max_slots + k->pages.page_size - 1) / k->pages.page_size;
     blocks = blocks ? blocks : 1;
     uint32_t n = c->d.n_rows;
-    if (k->page_table == KVE_PAGES_BLOCK_TABLE) {
+    if (k->pages.kind == KVE_PAGES_BLOCK_TABLE) {
         c->pages = (int32_t *)malloc((size_t)n * blocks * 4);
         for (size_t i = 0; i < (size_t)n * blocks; i++)
-            c->pages[i] = (int32_t)((i * 7 + 3) % k->n_pages);
-        k->block_table = c->pages;
-        k->blocks_per_row = blocks;
-        k->n_rows = n;
-    } else if (k->page_table == KVE_PAGES_INDPTR) {
+            c->pages[i] = (int32_t)((i * 7 + 3) % k->pages.n_pages);
+        k->pages.block_table = c->pages;
+        k->pages.blocks_per_row = blocks;
+        k->pages.n_rows = n;
+    } else if (k->pages.kind == KVE_PAGES_INDPTR) {
         c->pages = (int32_t *)malloc((size_t)n * blocks * 4);
         c->indptr = (int32_t *)malloc((n + 1) * 4);
         c->last = (int32_t *)malloc(n * 4);
         for (size_t i = 0; i < (size_t)n * blocks; i++)
-            c->pages[i] = (int32_t)((i * 5 + 1) % k->n_pages);
+            c->pages[i] = (int32_t)((i * 5 + 1) % k->pages.n_pages);
         for (uint32_t r = 0; r <= n; r++)
             c->indptr[r] = (int32_t)(r * blocks);
         for (uint32_t r = 0; r < n; r++)
-            c->last[r] = (int32_t)k->page_size;
-        k->indices = c->pages;
-        k->indptr = c->indptr;
-        k->last_page_len = c->last;
-        k->n_rows = n;
-    } else if (k->page_table == KVE_PAGES_NONE) {
-        k->n_rows = n;
+            c->last[r] = (int32_t)k->pages.page_size;
+        k->pages.indices = c->pages;
+        k->pages.indptr = c->indptr;
+        k->pages.last_page_len = c->last;
+        k->pages.n_rows = n;
+    } else if (k->pages.kind == KVE_PAGES_NONE) {
+        k->pages.n_rows = n;
     }
 }
 
@@ -191,7 +191,7 @@ static inline void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri
     k->head_dim = dims[kve_sc_below(&x, 7)];
     k->n_heads = 1 + kve_sc_below(&x, 4);
     k->layout = kve_sc_below(&x, 2) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
-    k->page_table = (kve_page_table)kve_sc_below(&x, 4);
+    k->pages.kind = (kve_page_kind)kve_sc_below(&x, 4);
     d->heads_per_table = kve_sc_below(&x, 3) == 0 ? k->n_heads : kve_sc_below(&x, 2);
     uint32_t hpt = d->heads_per_table ? d->heads_per_table : 1, tables = k->n_heads / hpt;
     d->n_rows = 1 + kve_sc_below(&x, 5);
@@ -200,11 +200,11 @@ static inline void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri
         n_slot[r] = kve_sc_below(&x, 8) == 0 ? 0 : 1 + kve_sc_below(&x, 180);
         max_slots = n_slot[r] > max_slots ? n_slot[r] : max_slots;
     }
-    k->page_size = k->page_table == KVE_PAGES_NONE ? (max_slots ? max_slots : 1)
+    k->pages.page_size = k->pages.kind == KVE_PAGES_NONE ? (max_slots ? max_slots : 1)
                                                    : 1 + kve_sc_below(&x, 24);
-    uint32_t blocks = (max_slots + k->page_size - 1) / k->page_size;
-    k->n_pages = k->page_table == KVE_PAGES_NONE ? d->n_rows
-                 : k->page_table == KVE_PAGES_FLAT ? d->n_rows * (blocks ? blocks : 1)
+    uint32_t blocks = (max_slots + k->pages.page_size - 1) / k->pages.page_size;
+    k->pages.n_pages = k->pages.kind == KVE_PAGES_NONE ? d->n_rows
+                 : k->pages.kind == KVE_PAGES_FLAT ? d->n_rows * (blocks ? blocks : 1)
                                                    : 3 + kve_sc_below(&x, 40);
     size_t stride = max_slots + kve_sc_below(&x, 5), per_row = stride * tables;
     c->tabs = (int32_t *)malloc((per_row * d->n_rows + 1) * 4);
@@ -220,7 +220,7 @@ static inline void kve_score_case_make(kve_score_case *c, uint64_t seed, int tri
         row->prompt_len = kve_sc_below(&x, n_tok / 2 + 1);
         row->window = kve_sc_below(&x, 3) ? kve_sc_below(&x, 20) : 0;
         row->round_start = n_tok + kve_sc_below(&x, 3) * 1000003u;
-        row->cache_row = k->page_table == KVE_PAGES_FLAT ? (int32_t)(r * (blocks ? blocks : 1))
+        row->cache_row = k->pages.kind == KVE_PAGES_FLAT ? (int32_t)(r * (blocks ? blocks : 1))
                                                          : (int32_t)r;
         for (uint32_t t = 0; t < tables; t++)
             kve_sc_table(&x, c->tabs + r * per_row + t * stride, n_slot[r], n_tok);

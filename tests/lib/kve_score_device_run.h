@@ -33,7 +33,7 @@ typedef struct sd_cfg {
     uint32_t budget, window, interval, max_slots, prompt_max;
     kve_scorer scorer;
     kve_dtype dtype;
-    kve_page_table pages;
+    kve_page_kind pages;
 } sd_cfg;
 
 /* A state on a context with its key cache, TriAttention inputs, call
@@ -180,13 +180,13 @@ static kve_score_desc sd_desc(const sd_rig *g)
     d.keys.head_dim = c->dim;
     d.keys.n_heads = c->heads;
     d.keys.layout = KVE_LAYOUT_NHD;
-    d.keys.page_size = sd_page(c);
-    d.keys.n_pages = sd_pages(c);
-    d.keys.page_table = c->pages;
-    d.keys.n_rows = c->rows;
+    d.keys.pages.page_size = sd_page(c);
+    d.keys.pages.n_pages = sd_pages(c);
+    d.keys.pages.kind = c->pages;
+    d.keys.pages.n_rows = c->rows;
     if (c->pages == KVE_PAGES_BLOCK_TABLE) {
-        d.keys.block_table = g->bt;
-        d.keys.blocks_per_row = sd_bpr(c);
+        d.keys.pages.block_table = g->bt;
+        d.keys.pages.blocks_per_row = sd_bpr(c);
     }
     d.tri.group = c->group;
     d.tri.q_mean = g->q_mean;

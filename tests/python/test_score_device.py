@@ -174,7 +174,7 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: self.score(cache_row=[1, 0]), ValueError,
                      "cache_row: not taken by score_device")
         e = self.refused(lambda: self.score(block_table=self.bt[:1]), kvevict.KvevictError,
-                         "desc.keys.n_rows = 1: call row i reads row i of the page table")
+                         "desc.keys.pages.n_rows = 1: call row i reads row i of the page table")
         self.assertEqual(e.name, "KVE_ERR_RANGE")
         self.refused(lambda: self.score(rows=self.rows.astype(np.int64)), TypeError,
                      "rows: dtype int64, expected int32 or uint32")

@@ -123,14 +123,14 @@ static inline kve_cache_write_desc kd_desc(const kd_cache *c, uint32_t l, uint32
     d.src[0] = c->src;
     d.dst[0] = c->cache[l];
     d.layout = KVE_LAYOUT_NHD;
-    d.page_size = c->ps;
-    d.n_pages = KD_ROWS;
+    d.pages.page_size = c->ps;
+    d.pages.n_pages = KD_ROWS;
     d.slots = s->b.slot_mapping + (size_t)l * s->b.max_tokens * c->th;
     d.slots_stride_token = c->th;
     d.slots_stride_head = c->th > 1;
     d.token_row = c->token_row;
-    d.n_rows = KD_ROWS;
-    d.page_table = KVE_PAGES_NONE;
+    d.pages.n_rows = KD_ROWS;
+    d.pages.kind = KVE_PAGES_NONE;
     return d;
 }
 

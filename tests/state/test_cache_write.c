@@ -26,10 +26,10 @@ static void fill(uint64_t *rng, unsigned char *p, size_t n)
 static size_t ref_offset(const cw_case *c, int32_t row, int64_t slot, uint32_t h)
 {
     const kve_cache_write_desc *d = &c->d;
-    size_t ps = d->page_size, H = d->n_heads, E = d->entry_bytes, page = (size_t)row;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
-        page = (size_t)c->pages[(size_t)row * d->blocks_per_row + (size_t)slot / ps];
-    else if (d->page_table == KVE_PAGES_INDPTR)
+    size_t ps = d->pages.page_size, H = d->n_heads, E = d->entry_bytes, page = (size_t)row;
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE)
+        page = (size_t)c->pages[(size_t)row * d->pages.blocks_per_row + (size_t)slot / ps];
+    else if (d->pages.kind == KVE_PAGES_INDPTR)
         page = (size_t)c->pages[c->indptr[row] + (size_t)slot / ps];
     size_t in = (size_t)slot % ps;
     size_t sp = d->dst_stride_page ? d->dst_stride_page : ps * H * E;
@@ -131,17 +131,17 @@ START_TEST(layout_nhd_block_table)
                                  .n_heads = 3,
                                  .entry_bytes = 6,
                                  .layout = KVE_LAYOUT_NHD,
-                                 .page_size = 4,
-                                 .n_pages = 20,
-                                 .n_rows = 3,
-                                 .page_table = KVE_PAGES_BLOCK_TABLE,
-                                 .blocks_per_row = 5};
+                                 .pages.page_size = 4,
+                                 .pages.n_pages = 20,
+                                 .pages.n_rows = 3,
+                                 .pages.kind = KVE_PAGES_BLOCK_TABLE,
+                                 .pages.blocks_per_row = 5};
     c.pages = (int32_t *)malloc(15 * 4);
     for (int i = 0; i < 15; i++) /* distinct pages, scattered */
         c.pages[i] = (int32_t)((i * 7 + 3) % 20);
     const uint32_t len[3] = {20, 20, 20};
     cw_slots(&c, &rng, len, 3, _i);
-    c.d.block_table = c.pages;
+    c.d.pages.block_table = c.pages;
     cw_alloc(&c, 14 * 3 * 6, 20 * 4 * 3 * 6);
     run_case(ctx, &c, &rng);
     cw_free(&c);
@@ -160,10 +160,10 @@ START_TEST(layout_hnd_indptr)
                                  .n_heads = 2,
                                  .entry_bytes = 130,
                                  .layout = KVE_LAYOUT_HND,
-                                 .page_size = 3,
-                                 .n_pages = 10,
-                                 .n_rows = 3,
-                                 .page_table = KVE_PAGES_INDPTR};
+                                 .pages.page_size = 3,
+                                 .pages.n_pages = 10,
+                                 .pages.n_rows = 3,
+                                 .pages.kind = KVE_PAGES_INDPTR};
     const int32_t ip[4] = {0, 2, 5, 6}, last[3] = {2, 3, 1};
     memcpy(c.indptr, ip, sizeof ip);
     memcpy(c.last, last, sizeof last);
@@ -172,9 +172,9 @@ START_TEST(layout_hnd_indptr)
     memcpy(c.pages, idx, sizeof idx);
     const uint32_t len[3] = {5, 9, 1};
     cw_slots(&c, &rng, len, 3, 0);
-    c.d.indptr = c.indptr;
-    c.d.indices = c.pages;
-    c.d.last_page_len = c.last;
+    c.d.pages.indptr = c.indptr;
+    c.d.pages.indices = c.pages;
+    c.d.pages.last_page_len = c.last;
     cw_alloc(&c, 9 * 2 * 130, 10 * 2 * 3 * 130);
     run_case(ctx, &c, &rng);
     cw_free(&c);
@@ -195,10 +195,10 @@ START_TEST(layout_contiguous_and_strided)
                                      .n_heads = 4,
                                      .entry_bytes = 1 + 7 * variant,
                                      .layout = variant ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND,
-                                     .page_size = 16,
-                                     .n_pages = 4,
-                                     .n_rows = 4,
-                                     .page_table = KVE_PAGES_NONE};
+                                     .pages.page_size = 16,
+                                     .pages.n_pages = 4,
+                                     .pages.n_rows = 4,
+                                     .pages.kind = KVE_PAGES_NONE};
         size_t E = c.d.entry_bytes, dst = 4 * 16 * 4 * E;
         size_t src = 12 * 4 * E;
         if (variant) {
@@ -303,16 +303,16 @@ static kve_cache_write_desc drive_write_desc(const kve_cw_drive *dw, uint32_t ta
         .src = {tag},
         .dst = {cache},
         .layout = KVE_LAYOUT_NHD,
-        .page_size = DW_PAGE,
-        .n_pages = 2 * DW_ROWS * DW_BPR,
+        .pages.page_size = DW_PAGE,
+        .pages.n_pages = 2 * DW_ROWS * DW_BPR,
         .slots = b->slot_mapping + (size_t)table_layer * DW_MAX_TOKENS * th,
         .slots_stride_token = th,
         .slots_stride_head = th > 1,
         .token_row = token_row,
-        .n_rows = DW_ROWS,
-        .page_table = KVE_PAGES_BLOCK_TABLE,
-        .block_table = dw->bt,
-        .blocks_per_row = DW_BPR,
+        .pages.n_rows = DW_ROWS,
+        .pages.kind = KVE_PAGES_BLOCK_TABLE,
+        .pages.block_table = dw->bt,
+        .pages.blocks_per_row = DW_BPR,
         .moves = b->moves + (size_t)table_layer * 2 * th * b->max_moves * 2,
         .n_moves = b->n_moves + (size_t)table_layer * 2 * th,
         .n_move_rows = 2,
@@ -348,18 +348,18 @@ static uint32_t drive_indptr_pages(kve_context *ctx, const kve_cw_drive *dw,
     for (uint32_t r = 0, n = 0; r < DW_ROWS; r++)
         for (int32_t p = 0; p < ip_valid[r + 1] - ip_valid[r]; p++)
             idx_valid[n++] = dw->bt[r * BPR + p];
-    w->page_table = KVE_PAGES_INDPTR;
-    w->block_table = NULL;
-    w->blocks_per_row = 0;
-    w->indptr = ip_valid;
-    w->indices = idx_valid;
-    w->last_page_len = last_valid;
+    w->pages.kind = KVE_PAGES_INDPTR;
+    w->pages.block_table = NULL;
+    w->pages.blocks_per_row = 0;
+    w->pages.indptr = ip_valid;
+    w->pages.indices = idx_valid;
+    w->pages.last_page_len = last_valid;
     if (past)
         EXPECT_ERR(kve_cache_write(ctx, w), KVE_ERR_RANGE,
                    "describe every reserved page of the row to kve_cache_write");
-    w->indptr = ip_all;
-    w->indices = dw->bt;
-    w->last_page_len = last_all;
+    w->pages.indptr = ip_all;
+    w->pages.indices = dw->bt;
+    w->pages.last_page_len = last_all;
     return past;
 }
 
@@ -448,8 +448,8 @@ START_TEST(moves_alone_read_no_source)
     uint32_t n_moves[1] = {1};
     kve_cache_write_desc d = {.n_tokens = 0, .n_heads = 1, .entry_bytes = 8, .n_caches = 1,
                               .src = {cache}, .dst = {cache}, .layout = KVE_LAYOUT_NHD,
-                              .page_size = 4, .n_pages = 1, .slots = slots, .slots_stride_token = 1,
-                              .token_row = token_row, .n_rows = 1, .page_table = KVE_PAGES_NONE,
+                              .pages.page_size = 4, .pages.n_pages = 1, .slots = slots, .slots_stride_token = 1,
+                              .token_row = token_row, .pages.n_rows = 1, .pages.kind = KVE_PAGES_NONE,
                               .moves = moves, .n_moves = n_moves, .n_move_rows = 1,
                               .max_moves = 1, .moves_stride_row = 1};
     KT_OK(kve_cache_write(ctx, &d));

@@ -43,10 +43,10 @@ START_TEST(kv_one_tensor)
     kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 2,
                               .src = {k, v}, .dst = {cache[0][0], cache[0][1]},
                               .layout = hnd ? KVE_LAYOUT_HND : KVE_LAYOUT_NHD,
-                              .dst_stride_page = sizeof cache[0], .page_size = PS, .n_pages = P,
+                              .dst_stride_page = sizeof cache[0], .pages.page_size = PS, .pages.n_pages = P,
                               .slots = slots, .slots_stride_token = 1, .token_row = row,
-                              .n_rows = 2, .page_table = KVE_PAGES_INDPTR, .indptr = indptr,
-                              .indices = indices, .last_page_len = last};
+                              .pages.n_rows = 2, .pages.kind = KVE_PAGES_INDPTR, .pages.indptr = indptr,
+                              .pages.indices = indices, .pages.last_page_len = last};
     for (int c = 0; c < 2; c++)
         d.part[c].src_dtype = d.part[c].dst_dtype = KVE_DTYPE_F16;
     KT_OK(kve_cache_write(ctx, &d));
@@ -93,10 +93,10 @@ static void check_mla_parts(kve_context *ctx, uint64_t *rng, const int32_t *bt, 
     }
     kve_cache_write_desc d = {.n_tokens = T, .n_heads = 1, .n_caches = 2, .src = {lat, rope},
                               .dst = {cache, &cache[0][0][LAT]}, .layout = KVE_LAYOUT_NHD,
-                              .dst_stride_page = PS * W, .dst_stride_slot = W, .page_size = PS,
-                              .n_pages = P, .slots = slots, .slots_stride_token = 1,
-                              .token_row = row, .n_rows = 2, .page_table = KVE_PAGES_BLOCK_TABLE,
-                              .block_table = bt, .blocks_per_row = 3};
+                              .dst_stride_page = PS * W, .dst_stride_slot = W, .pages.page_size = PS,
+                              .pages.n_pages = P, .slots = slots, .slots_stride_token = 1,
+                              .token_row = row, .pages.n_rows = 2, .pages.kind = KVE_PAGES_BLOCK_TABLE,
+                              .pages.block_table = bt, .pages.blocks_per_row = 3};
     d.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_BF16, .dst_dtype = KVE_DTYPE_FP8_E4M3,
                                  .convert = 1, .dim = LAT, .scale = &scale};
     d.part[1] = (kve_cache_part){.src_dtype = KVE_DTYPE_F16, .dst_dtype = KVE_DTYPE_F16,
@@ -140,11 +140,11 @@ static void check_head_dims(kve_context *ctx, uint64_t *rng, const int32_t *bt, 
                                                          KVE_DTYPE_FP8_E5M2, 1, vs[h]);
         }
     kve_cache_write_desc kv = {.n_tokens = T, .n_heads = H, .n_caches = 2, .src = {k, v},
-                               .dst = {kc, vc}, .layout = KVE_LAYOUT_NHD, .page_size = PS,
-                               .n_pages = P, .slots = &hs[0][0], .slots_stride_token = H,
-                               .slots_stride_head = 1, .token_row = row, .n_rows = 2,
-                               .page_table = KVE_PAGES_BLOCK_TABLE, .block_table = bt,
-                               .blocks_per_row = 3};
+                               .dst = {kc, vc}, .layout = KVE_LAYOUT_NHD, .pages.page_size = PS,
+                               .pages.n_pages = P, .slots = &hs[0][0], .slots_stride_token = H,
+                               .slots_stride_head = 1, .token_row = row, .pages.n_rows = 2,
+                               .pages.kind = KVE_PAGES_BLOCK_TABLE, .pages.block_table = bt,
+                               .pages.blocks_per_row = 3};
     kv.part[0] = (kve_cache_part){.src_dtype = KVE_DTYPE_F32, .dst_dtype = KVE_DTYPE_F16,
                                   .convert = 1, .dim = 8};
     kv.part[1] = (kve_cache_part){.src_dtype = KVE_DTYPE_F32, .dst_dtype = KVE_DTYPE_FP8_E5M2,
@@ -185,8 +185,8 @@ START_TEST(flat_slots_and_padding)
             memcpy(want[map[t] / PS][map[t] % PS], key[t], sizeof key[t]);
     kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .entry_bytes = 2 * D, .n_caches = 1,
                               .src = {key}, .dst = {cache}, .layout = KVE_LAYOUT_NHD,
-                              .page_size = PS, .n_pages = P, .slots = map,
-                              .slots_stride_token = 1, .page_table = KVE_PAGES_FLAT};
+                              .pages.page_size = PS, .pages.n_pages = P, .slots = map,
+                              .slots_stride_token = 1, .pages.kind = KVE_PAGES_FLAT};
     KT_OK(kve_cache_write(ctx, &d));
     ck_assert(memcmp(cache, want, sizeof cache) == 0);
     map[3] = P * PS;
@@ -197,10 +197,10 @@ START_TEST(flat_slots_and_padding)
     /* block table: padded tokens carry any row */
     int32_t bt[2] = {3, 1}, row[T] = {0, -5, 1, 1, 99, 0, 0};
     int64_t ls[T] = {1, -1, 4, 5, -1, 2, 3};
-    d.page_table = KVE_PAGES_BLOCK_TABLE;
-    d.block_table = bt;
-    d.blocks_per_row = 2;
-    d.n_rows = 1;
+    d.pages.kind = KVE_PAGES_BLOCK_TABLE;
+    d.pages.block_table = bt;
+    d.pages.blocks_per_row = 2;
+    d.pages.n_rows = 1;
     d.token_row = row;
     d.slots = ls;
     row[2] = row[3] = 0;
@@ -252,10 +252,10 @@ START_TEST(overlap_entry_by_entry)
         int32_t row = 0;
         kve_cache_write_desc d = {.n_tokens = 1, .n_heads = ext[2], .n_caches = 2,
                                   .src = {src, src}, .dst = {buf, buf + delta},
-                                  .layout = KVE_LAYOUT_NHD, .page_size = ext[1],
-                                  .n_pages = ext[0], .slots = &slot, .slots_stride_token = 1,
-                                  .token_row = &row, .n_rows = 1,
-                                  .page_table = KVE_PAGES_NONE};
+                                  .layout = KVE_LAYOUT_NHD, .pages.page_size = ext[1],
+                                  .pages.n_pages = ext[0], .slots = &slot, .slots_stride_token = 1,
+                                  .token_row = &row, .pages.n_rows = 1,
+                                  .pages.kind = KVE_PAGES_NONE};
         for (int c = 0; c < 2; c++)
             d.part[c] = (kve_cache_part){.dim = (uint32_t)e[c], .dst_stride_page = st[0],
                                          .dst_stride_slot = st[1], .dst_stride_head = st[2]};

@@ -15,9 +15,9 @@ static kve_status convert_n(kve_context *ctx, const void *src, kve_dtype st, voi
     int64_t slot = 0;
     int32_t row = 0;
     kve_cache_write_desc d = {.n_tokens = 1, .n_heads = 1, .n_caches = 1, .src = {src},
-                              .dst = {out}, .layout = KVE_LAYOUT_NHD, .page_size = 1,
-                              .n_pages = 1, .slots = &slot, .slots_stride_token = 1,
-                              .token_row = &row, .n_rows = 1, .page_table = KVE_PAGES_NONE};
+                              .dst = {out}, .layout = KVE_LAYOUT_NHD, .pages.page_size = 1,
+                              .pages.n_pages = 1, .slots = &slot, .slots_stride_token = 1,
+                              .token_row = &row, .pages.n_rows = 1, .pages.kind = KVE_PAGES_NONE};
     d.part[0] = (kve_cache_part){.src_dtype = st, .dst_dtype = dt, .convert = 1, .dim = n,
                                  .scale = scale};
     return kve_cache_write(ctx, &d);
@@ -147,11 +147,11 @@ static size_t lt_offset(const kve_cache_write_desc *d, const int32_t *pages, con
                         uint32_t c, int32_t row, int64_t slot, uint32_t h)
 {
     size_t page = (size_t)row, in = (size_t)slot % PS;
-    if (d->page_table == KVE_PAGES_BLOCK_TABLE)
+    if (d->pages.kind == KVE_PAGES_BLOCK_TABLE)
         page = (size_t)pages[row * BPR + slot / PS];
-    else if (d->page_table == KVE_PAGES_INDPTR)
+    else if (d->pages.kind == KVE_PAGES_INDPTR)
         page = (size_t)pages[ip[row] + slot / PS];
-    else if (d->page_table == KVE_PAGES_FLAT)
+    else if (d->pages.kind == KVE_PAGES_FLAT)
         page = (size_t)slot / PS;
     size_t e = (size_t)d->part[c].dim * kr_size(d->part[c].dst_dtype);
     size_t sp = d->part[c].dst_stride_page ? d->part[c].dst_stride_page : PS * H * e;
@@ -162,7 +162,7 @@ static size_t lt_offset(const kve_cache_write_desc *d, const int32_t *pages, con
 /* The pages scattered over the pool; T tokens spread over the rows, some
  * padding (token_row < 0); per (row, head) distinct slots below the row's
  * length under @p pt (global slot ids with KVE_PAGES_FLAT), some -1. */
-static void lt_tables(uint64_t *rng, kve_page_table pt, int32_t *pages, int32_t *token_row,
+static void lt_tables(uint64_t *rng, kve_page_kind pt, int32_t *pages, int32_t *token_row,
                       int64_t *slots)
 {
     uint32_t perm[PAGES];
@@ -197,7 +197,7 @@ static void lt_tables(uint64_t *rng, kve_page_table pt, int32_t *pages, int32_t 
 }
 
 /* Two caches (dims 5 and 3) of each combo pair, random bits as sources. */
-static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_table pt,
+static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_kind pt,
                         const type_combo *ck, const type_combo *cv, uint64_t *rng)
 {
     const type_combo *cc[2] = {ck, cv};
@@ -208,12 +208,12 @@ static void layouts_run(kve_context *ctx, kve_cache_layout layout, kve_page_tabl
     unsigned char *src[2], *dst[2], *ref[2];
     lt_tables(rng, pt, pages, token_row, slots);
     kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .n_caches = 2, .layout = layout,
-                              .page_size = PS, .n_pages = PAGES, .slots = slots,
+                              .pages.page_size = PS, .pages.n_pages = PAGES, .slots = slots,
                               .slots_stride_token = H, .slots_stride_head = 1,
                               .token_row = pt == KVE_PAGES_FLAT ? NULL : token_row,
-                              .n_rows = ROWS, .page_table = pt, .block_table = pages,
-                              .blocks_per_row = BPR, .indptr = ip, .indices = pages,
-                              .last_page_len = last};
+                              .pages.n_rows = ROWS, .pages.kind = pt, .pages.block_table = pages,
+                              .pages.blocks_per_row = BPR, .pages.indptr = ip, .pages.indices = pages,
+                              .pages.last_page_len = last};
     size_t dst_bytes[2];
     for (int c = 0; c < 2; c++) {
         kve_cache_part *p = &d.part[c];
@@ -271,7 +271,7 @@ START_TEST(layouts_types_tables)
     for (int layout = 0; layout < 2; layout++)
         for (int pt = 0; pt < 4; pt++)
             for (int k = 0; k < NC; k++)
-                layouts_run(ctx, (kve_cache_layout)layout, (kve_page_table)pt, &combos[k],
+                layouts_run(ctx, (kve_cache_layout)layout, (kve_page_kind)pt, &combos[k],
                             &combos[(k + 1 + (uint32_t)_i) % NC], &rng);
     kve_context_destroy(ctx);
 }

@@ -195,14 +195,14 @@ START_TEST(cache_write_src_slots)
     d.part[0].src_dtype = d.part[0].dst_dtype = KVE_DTYPE_F16;
     d.part[0].dim = 1; /* converting parts copy stored bytes too: no conversion here */
     d.layout = KVE_LAYOUT_NHD;
-    d.page_size = PS;
-    d.n_pages = ROWS;
+    d.pages.page_size = PS;
+    d.pages.n_pages = ROWS;
     d.slots = &slots[0][0];
     d.slots_stride_token = H;
     d.slots_stride_head = 1;
     d.token_row = token_row;
-    d.n_rows = ROWS;
-    d.page_table = KVE_PAGES_NONE;
+    d.pages.n_rows = ROWS;
+    d.pages.kind = KVE_PAGES_NONE;
     d.moves = &moves[0][0][0][0];
     d.n_moves = &n_moves[0][0];
     d.n_move_rows = ROWS;

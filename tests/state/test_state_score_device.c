@@ -77,10 +77,10 @@ static void sdv_open(sdv_case *c, kve_context *ctx, uint64_t *rng)
     k->head_dim = dims[kt_below(rng, 5)];
     k->n_heads = c->sd.n_heads;
     k->layout = kt_below(rng, 2) ? KVE_LAYOUT_NHD : KVE_LAYOUT_HND;
-    k->page_table = (kve_page_table)kt_below(rng, 4);
-    int paged = k->page_table == KVE_PAGES_BLOCK_TABLE || k->page_table == KVE_PAGES_INDPTR;
-    k->page_size = paged ? 1 + kt_below(rng, 8) : c->sd.max_slots;
-    k->n_pages = paged ? 3 + kt_below(rng, 20) : c->sd.max_seqs;
+    k->pages.kind = (kve_page_kind)kt_below(rng, 4);
+    int paged = k->pages.kind == KVE_PAGES_BLOCK_TABLE || k->pages.kind == KVE_PAGES_INDPTR;
+    k->pages.page_size = paged ? 1 + kt_below(rng, 8) : c->sd.max_slots;
+    k->pages.n_pages = paged ? 3 + kt_below(rng, 20) : c->sd.max_seqs;
     d->n_rows = c->sd.max_seqs; /* the page table's rows (kve_sc_keys) */
     uint64_t x = kt_next(rng) | 1;
     kve_sc_keys(&c->kc, &x, c->sd.max_slots);
@@ -226,7 +226,7 @@ static void sdv_scores(sdv_case *c, uint32_t n, const uint32_t *rows, const uint
                       "iter %d, table layer %u: element %zu (call row %zu) is %a, reference %a "
                       "(scorer %d, flags %u, page table %d, dtype %d)",
                       iter, tl, e, e / s_row, (double)dev[e % len], (double)ref[e % len],
-                      (int)c->kc.d.scorer, c->kc.d.flags, (int)c->kc.d.keys.page_table,
+                      (int)c->kc.d.scorer, c->kc.d.flags, (int)c->kc.d.keys.pages.kind,
                       (int)c->kc.d.keys.dtype);
     }
     for (uint32_t i = 0; i < n; i++) {

@@ -79,10 +79,10 @@ static uint64_t iteration(kve_context *ctx, kve_state *state, uint32_t it)
     static _Thread_local uint8_t paged[4 * 8 * HEADS * ENTRY];
     memset(paged, (int)(it & 0xff), sizeof paged);
     kve_cache_write_desc w = {.n_tokens = 16, .n_heads = HEADS, .entry_bytes = ENTRY,
-                              .n_caches = 1, .layout = KVE_LAYOUT_NHD, .page_size = 8,
-                              .n_pages = 4, .slots = g_map, .slots_stride_token = HEADS,
-                              .slots_stride_head = 1, .token_row = g_rows, .n_rows = 4,
-                              .page_table = KVE_PAGES_NONE};
+                              .n_caches = 1, .layout = KVE_LAYOUT_NHD, .pages.page_size = 8,
+                              .pages.n_pages = 4, .slots = g_map, .slots_stride_token = HEADS,
+                              .slots_stride_head = 1, .token_row = g_rows, .pages.n_rows = 4,
+                              .pages.kind = KVE_PAGES_NONE};
     w.src[0] = g_src;
     w.dst[0] = paged;
     CHECK(kve_cache_write(ctx, &w));
