@@ -241,5 +241,5 @@ def check(status: int, call: str) -> None:
 _v = u32()
 check(lib.kve_version(ctypes.byref(_v)), "kve_version")
 VERSION = (_v.value // 10000, _v.value // 100 % 100, _v.value % 100)
-if VERSION[0] != 1:
-    raise OSError("%s is kvevict %d.%d.%d; this package needs 1.x" % ((LIBRARY_PATH,) + VERSION))
+if VERSION[0] != 2:
+    raise OSError("%s is kvevict %d.%d.%d; this package needs 2.x" % ((LIBRARY_PATH,) + VERSION))
