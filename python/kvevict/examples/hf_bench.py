@@ -250,11 +250,8 @@ def parse_args(argv=None):
             ap.error("--%s %d: expected a positive integer" % (k, getattr(a, k)))
     if a.warmup < 0:
         ap.error("--warmup %d: expected an integer >= 0" % a.warmup)
-    a.device = torch.device(a.device)
-    if a.device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device %s: torch sees no CUDA device" % a.device)
-    a.dtype = getattr(torch, a.dtype) if a.dtype else (
-        torch.bfloat16 if a.device.type == "cuda" else torch.float32)
+    from .serve_bench import device_and_dtype
+    device_and_dtype(ap, a)
     return a
 
 

@@ -417,6 +417,13 @@ def parse_args(argv=None):
         ap.error("--warmup / --window: expected integers >= 0")
     if a.prompts and not a.model:
         ap.error("--prompts needs --model DIR (its tokenizer)")
+    device_and_dtype(ap, a)
+    return a
+
+
+def device_and_dtype(ap, a):
+    """a.device and a.dtype (None: bfloat16 on CUDA, else float32) as torch
+    objects, a bad or absent device a usage error; serve_bench and hf_bench."""
     try:
         a.device = torch.device(a.device)
     except RuntimeError as e:
@@ -425,7 +432,6 @@ def parse_args(argv=None):
         ap.error("--device %s: torch sees no CUDA device" % a.device)
     a.dtype = getattr(torch, a.dtype) if a.dtype else (
         torch.bfloat16 if a.device.type == "cuda" else torch.float32)
-    return a
 
 
 def main(argv=None):
