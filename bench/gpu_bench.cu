@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KVE_EXPERIMENTAL /* the scored step's kve_state_score_device */
 #include "kvevict.h"
 #include "bench_step.h"
 

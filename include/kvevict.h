@@ -9,6 +9,14 @@
  * Memory: pointers marked "backend memory" are host memory for the CPU
  * backend and device memory for CUDA/HIP (allocate it with kve_alloc() or
  * the vendor runtime). GPU calls are ordered on the context's stream.
+ *
+ * Sections, by use: 0 basics, 1 one-shot eviction, 2 the engine's cache
+ * state, 3 cache writes, 4 scorers, 5 audit: the stable API, to which
+ * semantic versioning applies (a minor release only adds to it). 6, the
+ * experimental API, is declared only when KVE_EXPERIMENTAL is defined and
+ * may change or go in any minor release (docs/INTEGRATION.md "Stable and
+ * experimental API"). A comment gives a call's contract; the docs it names,
+ * the rest.
  */
 #ifndef KVEVICT_H
 #define KVEVICT_H
@@ -26,6 +34,7 @@ extern "C" {
 #define KVE_API
 #endif
 
+/** This header's version (kve_version() gives the running library's). */
 #define KVE_VERSION_MAJOR 2
 #define KVE_VERSION_MINOR 0
 #define KVE_VERSION_PATCH 0
@@ -38,9 +47,15 @@ extern "C" {
 /** Version of the cache state's slot placement (docs/SPEC.md "Placement"). */
 #define KVE_PLACEMENT_VERSION 1
 
-/* ------------------------------------------------------------------ */
-/* Status and errors                                                   */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* 0. Basics: status and version, backends and contexts, memory        */
+/* ================================================================== */
+/*
+ * What every caller needs first: the status each call returns and the
+ * message behind it, the library's version, a context (a backend with its
+ * threads, ISA, device and stream), and the helpers that allocate and copy
+ * the backend memory the other sections take.
+ */
 
 /** Status codes. Numeric values are stable across releases. */
 typedef enum kve_status {
@@ -72,10 +87,7 @@ KVE_API const char *kve_last_error(void);
 /** Library version as MAJOR*10000 + MINOR*100 + PATCH. Always KVE_OK. */
 KVE_API kve_status kve_version(uint32_t *out_version);
 
-/* ------------------------------------------------------------------ */
-/* Backends and contexts                                               */
-/* ------------------------------------------------------------------ */
-
+/** Where a context runs. */
 typedef enum kve_backend {
     KVE_BACKEND_AUTO = 0, /**< $KVE_BACKEND if set, else CUDA, HIP, CPU: first available */
     KVE_BACKEND_CPU = 1,
@@ -128,8 +140,7 @@ typedef struct kve_context kve_context;
  * Create a context on @p backend. AUTO honours $KVE_BACKEND (a bad value is
  * KVE_ERR_ENV, not a fallback), then picks the first available of CUDA, HIP,
  * CPU. The CPU ISA starts as AUTO (honouring $KVE_CPU_ISA), threads as 0
- * (OpenMP's default), device 0 and the default stream.
- * @pre out != NULL.
+ * (OpenMP's default), device 0 and the default stream. @pre out != NULL.
  * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend cannot run here;
  *         KVE_ERR_ENV, KVE_ERR_INVALID, KVE_ERR_NOMEM, KVE_ERR_DEVICE.
  */
@@ -168,17 +179,19 @@ KVE_API kve_status kve_context_get_cpu_isa(const kve_context *ctx, kve_cpu_isa *
  * the default stream: set a stream of the new device after this call.
  */
 KVE_API kve_status kve_context_set_device(kve_context *ctx, int device);
+/** The device index in use. */
 KVE_API kve_status kve_context_get_device(const kve_context *ctx, int *out);
 
 /** Stream (cudaStream_t / hipStream_t; NULL = default). Ignored on the CPU. */
 KVE_API kve_status kve_context_set_stream(kve_context *ctx, void *stream);
+/** The stream set (NULL: the default stream). */
 KVE_API kve_status kve_context_get_stream(const kve_context *ctx, void **out);
 
 /** Wait until all work queued on the context's stream has finished. */
 KVE_API kve_status kve_context_synchronize(kve_context *ctx);
 
-/* Memory helpers (not for hot paths: they may allocate or synchronize). */
-
+/** kve_copy's direction. The memory helpers below are not for hot paths:
+ *  they may allocate or synchronize. */
 typedef enum kve_copy_kind {
     KVE_COPY_HOST_TO_BACKEND = 0,
     KVE_COPY_BACKEND_TO_HOST = 1,
@@ -196,9 +209,15 @@ KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
 KVE_API kve_status kve_copy(kve_context *ctx, void *dst, const void *src, size_t bytes,
                             kve_copy_kind kind);
 
-/* ------------------------------------------------------------------ */
-/* Keys                                                                */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* 1. One-shot eviction: keys, kve_evict, compaction                   */
+/* ================================================================== */
+/*
+ * Evict a batch of slot tables in one call, keeping nothing between calls:
+ * keys (kve_keys), every head's keep-set (kve_evict), kept entries moved to
+ * the front (kve_compact), for engines that compact their caches
+ * (docs/INTEGRATION.md "HF transformers (compaction)").
+ */
 
 /** Mode switches (docs/SPEC.md "Key"). */
 enum {
@@ -215,6 +234,7 @@ enum {
      *  (kve_keys rejects it); refused together with KVE_PERSISTENT. */
     KVE_SCORED = 1u << 4
 };
+/** The flags kve_keys takes. */
 #define KVE_KEY_FLAGS (KVE_PERSISTENT | KVE_SHARED_HEADS | KVE_SHARED_LAYERS)
 
 /** The logical coordinates of one random draw. */
@@ -234,10 +254,6 @@ typedef struct kve_coord {
  */
 KVE_API kve_status kve_keys(kve_context *ctx, uint64_t seed, uint32_t flags,
                             const kve_coord *coords, size_t n, uint64_t *keys);
-
-/* ------------------------------------------------------------------ */
-/* Eviction                                                            */
-/* ------------------------------------------------------------------ */
 
 /** One sequence of a batch. */
 typedef struct kve_seq {
@@ -267,10 +283,9 @@ typedef struct kve_batch {
     const int32_t *slot_pos; /**< position held by each slot, -1 = empty; backend memory */
     size_t slot_pos_stride;  /**< elements between heads' rows, >= n_slots */
     /** KVE_SCORED only (else ignored): float scores, backend memory; head i's
-     *  score of slot t at scores[i * scores_stride + t]. Read only at the
-     *  candidates of heads that evict (SPEC "Scored selection"); a NaN there
-     *  is refused (KVE_ERR_INVALID naming head and slot), +-inf is allowed,
-     *  -0.0 equals +0.0. */
+     *  score of slot t at scores[i * scores_stride + t], read only at the
+     *  candidates of heads that evict; a NaN there is KVE_ERR_INVALID naming
+     *  head and slot (docs/SPEC.md "Scored selection": inf, -0.0). */
     const float *scores;
     size_t scores_stride;    /**< elements between heads' score rows, >= n_slots */
 } kve_batch;
@@ -312,32 +327,18 @@ KVE_API kve_status kve_evict_workspace_size(kve_context *ctx, const kve_batch *b
                                             size_t *out_bytes);
 
 /**
- * Evict, for every head of @p batch, per docs/SPEC.md "One head's eviction".
- * slot_pos is only read. The arguments are checked before any work starts
- * (NULL pointers, sizes that overflow, strides that make rows overlap); the
- * tables' contents are checked head by head in the pass that evicts:
- * positions < -1, (unless KVE_TRUSTED_SLOTS) duplicate positions in a head,
- * and with KVE_SCORED a NaN score at a candidate (CPU backend; GPU backends
- * check on the device and report through kve_context_synchronize(), the
- * head's outputs then written with the NaN ranked as -inf). The
- * error names the lowest head with a problem, and in it the slot_pos problem
- * before a NaN score, whatever the thread count.
- * With KVE_SCORED the keep-set is the scored one (SPEC "Scored selection");
- * the counts, outputs, over-budget flag and digests are defined as for keys
- * (round_digest and run_digest still sum the evicted tokens' elements).
+ * Evict, for every head of @p batch, per docs/SPEC.md "One head's eviction"
+ * (with KVE_SCORED, "Scored selection"). slot_pos and scores are only read.
+ * Arguments are checked first; table contents (positions < -1, duplicates,
+ * NaN scores) head by head, on a GPU at kve_context_synchronize()
+ * (docs/INTEGRATION.md "kve_evict").
  * @param workspace backend memory of kve_evict_workspace_size() bytes, or NULL
  *        with workspace_bytes == 0 to let the library allocate (not hot-path).
- * @return KVE_OK (read head_flags for over-budget heads), or an error: then
- *         the outputs are unspecified (an argument error writes none; a
- *         content error may leave other heads' outputs written, including
- *         additions to run_digest). slot_pos and scores are never written.
+ * @return KVE_OK (read head_flags for over-budget heads), or an error, the
+ *         lowest head's: then the outputs are unspecified.
  */
 KVE_API kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
                              void *workspace, size_t workspace_bytes);
-
-/* ------------------------------------------------------------------ */
-/* Compaction                                                          */
-/* ------------------------------------------------------------------ */
 
 /**
  * A strided cache: the entry of (sequence s, layer l, head h, slot t) starts
@@ -349,7 +350,7 @@ typedef struct kve_cache_view {
     size_t stride_seq, stride_layer, stride_head, stride_slot;
 } kve_cache_view;
 
-/** Most caches one kve_compact() call moves (K and V, or more). */
+/** Most caches one kve_compact() or kve_cache_write() call moves (K and V, or more). */
 #define KVE_MAX_CACHES 8
 
 /**
@@ -379,50 +380,14 @@ typedef struct kve_compact_desc {
  */
 KVE_API kve_status kve_compact(kve_context *ctx, const kve_compact_desc *desc);
 
-/* ------------------------------------------------------------------ */
-/* Digest                                                              */
-/* ------------------------------------------------------------------ */
-
-/**
- * The spec's digest (docs/SPEC.md "Digest") of a batch's keep-sets. A head's
- * keep-set is the valid positions of its slot_pos, less the slots listed in
- * @p evicted (kve_evict's output) when @p evicted is not NULL.
- * @param evicted optional kve_evict_out whose evicted/n_evicted are read.
- */
-KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
-                              const kve_evict_out *evicted, uint64_t *out_digest);
-
-/* ------------------------------------------------------------------ */
-/* Engine integration                                                  */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* 2. The engine's cache state                                         */
+/* ================================================================== */
 /*
- * A cache state runs docs/SPEC.md "Schedule" for a batch of sequences, with
- * every head's slot table in backend memory, and keeps the placement of
- * docs/SPEC.md "Placement": after every call, each head of a row holds its
- * n_valid tokens in slots 0 .. n_valid - 1 (the same n_valid in every
- * head), the tokens the call appended last, in position order, every other
- * one older. A stock attention kernel given n_valid as the sequence's KV
- * length and a bottom-right causal mask therefore attends to exactly the
- * keep-set, also for steps of several tokens, as long as every head holds
- * every token of the step: always for a step of at most W + 1 generated
- * tokens of a row. A longer step that crosses a round may evict some of its
- * own tokens (slot_mapping -1); no single mask is then exact, so split such
- * steps into appends of at most W + 1 tokens. At each step it tells the
- * engine where every head writes each new token (the slot mapping) and
- * which cached entries a round moved down into freed slots (the move
- * lists); kve_cache_write runs the moves, then writes the new K/V rows.
- * docs/INTEGRATION.md wires both into vLLM, FlashInfer, HF transformers
- * and llama.cpp.
- *
- * Timing: a token that finds its sequence's heads full (capacity C valid
- * slots each) first triggers one eviction round. So after n tokens a
- * sequence has had max(0, ceil((n - C) / r)) rounds, and n_valid = n for
- * n <= C, else C - r + ((n - C - 1) mod r) + 1.
- *
- * Sharing modes shrink the tables: with KVE_SHARED_HEADS all heads of a
- * layer share one table, with KVE_SHARED_LAYERS all layers do (both: one
- * table per sequence, the layout of engines whose cache cells span every
- * head and layer). Tables are indexed (table layer, table head).
+ * A cache state runs docs/SPEC.md "Schedule" and "Placement" for rows of
+ * sequences, its slot tables in backend memory: each step maps every head's
+ * new tokens to slots and lists a round's moves, so attention over slots
+ * 0 .. n_valid - 1 sees exactly the keep-set (docs/INTEGRATION.md "The model").
  */
 
 /** When and how a cache state evicts (docs/SPEC.md "Schedule"). */
@@ -460,23 +425,20 @@ typedef struct kve_state_desc {
      *  capacity (kve_schedule_capacity) fits; >= the capacity of an empty
      *  prompt. */
     uint32_t max_slots;
-    /** Slots per table shared by all rows: a row takes its capacity C from
-     *  this pool at admission and gives it back at retirement, so the state's
-     *  memory follows what the rows hold, not max_seqs x max_slots. A
-     *  sequence is admitted when C slots are free (the rows' tables are
-     *  moved together when no single run of them is). 0: max_seqs x
-     *  max_slots (every row fits at any time); else >= max_slots. */
+    /** Slots per table shared by all rows, each taking its capacity at
+     *  admission and giving it back at retirement (docs/INTEGRATION.md "The
+     *  model"). 0: max_seqs x max_slots (every row fits at any time); else
+     *  >= max_slots. */
     uint64_t pool_slots;
     /** D: the most draft tokens a row may carry in a speculative step
-     *  (kve_state_draft; docs/SPEC.md "Speculative steps"); 0 = none. Each
-     *  row's cache then holds capacity + D slots: draft token i of a row
-     *  lives at slot capacity + i (in every head), outside the slot tables,
-     *  which never hold drafts. max_slots + D <= 2^31-1. */
+     *  (experimental kve_state_draft; docs/SPEC.md "Speculative steps"); 0 =
+     *  none. A row's draft token i lives at slot capacity + i of every head,
+     *  outside its tables. max_slots + D <= 2^31-1. */
     uint32_t max_draft;
     /** The largest query-head group (TriAttention's tri.group; 1 for the
-     *  other scorers) kve_state_score_device will score with; its scratch
-     *  is sized from it at creation, so no call allocates. 0 = 1 for a
-     *  KVE_SCORED state, else none (every call refused). */
+     *  other scorers) the experimental kve_state_score_device scores with,
+     *  its scratch sized from it at creation. 0 = 1 for a KVE_SCORED state,
+     *  else none (every call refused). */
     uint32_t score_group;
 } kve_state_desc;
 
@@ -499,8 +461,7 @@ KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc 
  * destroys it, if still there).
  * @param memory backend memory of kve_state_memory_size() bytes, 256-byte
  *        aligned (as kve_alloc returns it), kept by the state until
- *        destroyed; or NULL with memory_bytes == 0 to let the library
- *        allocate.
+ *        destroyed; or NULL with memory_bytes == 0 to let the library allocate.
  * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID (desc, or
  *         memory not 256-byte aligned), KVE_ERR_OVERFLOW (desc),
  *         KVE_ERR_WORKSPACE (memory too small), KVE_ERR_NOMEM.
@@ -537,11 +498,9 @@ KVE_API kve_status kve_state_retire(kve_state *state, uint32_t row);
 typedef struct kve_step_buffers {
     /** int64 [table_layers][max_tokens][table_heads]: the slot, within the
      *  token's row (0 .. capacity-1), where each head writes each token of
-     *  the call (tokens numbered row by row in the call's order). -1 = skip:
-     *  the token was evicted again within the call (only possible when a
-     *  call carries more than W + 1 generated tokens of a row across a
-     *  round; the bottom-right mask is then not exact for that row).
-     *  NULL: no mapping. */
+     *  the call (numbered row by row in the call's order); -1 = skip, the
+     *  token evicted again within the call (a step of more than W + 1
+     *  tokens of a row across a round). NULL: no mapping. */
     int64_t *slot_mapping;
     uint32_t max_tokens; /**< tokens slot_mapping holds per table layer */
     /** int32 [table_layers][max_rows][table_heads][max_moves][2]: for call
@@ -552,14 +511,11 @@ typedef struct kve_step_buffers {
     uint32_t *n_moves;  /**< uint32 [table_layers][max_rows][table_heads]: pairs per list */
     uint32_t max_rows;  /**< rows the move lists hold; >= n_rows */
     uint32_t max_moves; /**< pairs per list; >= kve_state_max_moves() of the call's largest n_new */
-    /** INPUT, KVE_SCORED states only (else ignored): float backend memory.
-     *  For call row i (rows[i]) and table (tl, th), the score of slot t as
-     *  the row's tables are BEFORE the call is at scores + i *
-     *  scores_stride_row + (tl * table_heads + th) * scores_stride_table + t.
-     *  Read only for rows whose round runs in the call, only at candidates
-     *  (a NaN there: KVE_ERR_INVALID on the CPU, the state unchanged;
-     *  reported by kve_context_synchronize on a GPU, where the round ranks
-     *  it as -inf, so the state stays whole). */
+    /** INPUT, KVE_SCORED states only (else ignored): float backend memory,
+     *  the score of slot t of call row i's table (tl, th), as the tables are
+     *  BEFORE the call, at scores + i * scores_stride_row + (tl * table_heads
+     *  + th) * scores_stride_table + t. Read only at the candidates of rows
+     *  whose round runs; a NaN there: docs/SPEC.md "Scored selection". */
     const float *scores;
     size_t scores_stride_row;   /**< elements between call rows, >= tables x scores_stride_table */
     size_t scores_stride_table; /**< elements between a row's tables, >= the row's capacity */
@@ -575,119 +531,31 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
 
 /**
  * Append tokens: row rows[i] receives n_new[i] tokens (its next positions),
- * and the call's tokens are numbered row by row in that order (vLLM's
- * query_start_loc). A token that finds its row full first evicts one round;
- * the round's placement moves kept entries down into freed slots (at most r
- * per head), reported in the move lists. Stream-ordered on the backend, no
- * host synchronization; nothing is allocated.
+ * numbered row by row in that order; a token that finds its row full first
+ * evicts a round (docs/INTEGRATION.md "kve_state_append"). Stream-ordered,
+ * no host synchronization, nothing allocated.
  * @param rows, n_new [n_rows], host memory; rows active and distinct;
  *        n_rows <= max_seqs (else KVE_ERR_RANGE).
- * @param out where the mapping and move lists go, or NULL to advance the
- *        state alone (then the caller keeps no cache for these rows). In a
- *        KVE_SCORED state it carries the scores (required, with out->scores
- *        non-NULL, when a row's round runs in the call).
- * Scored states (KVE_SCORED): a call runs at most one round per row, and a
- * row whose round runs receives at most W tokens before it
- * (kve_state_rounds_due tells which rows are due), so that every candidate
- * was cached before the call and is scored from the cache; otherwise
- * KVE_ERR_INVALID naming the row, its tokens and the window.
- * @return KVE_OK, or an error with the state unchanged (every argument is
- *         checked first; should the backend itself fail mid-way, rebuild the
- *         call's rows with kve_state_rebuild).
+ * @param out the mapping and move lists (and a KVE_SCORED state's scores),
+ *        or NULL to advance the state alone (the caller keeps no cache).
+ * @return KVE_OK, or an error with the state unchanged.
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                     const uint32_t *n_new, const kve_step_buffers *out);
 
 /**
- * kve_state_append with its rows planned on the backend, for a step an
- * engine captures in a CUDA or HIP graph and replays: @p rows and @p n_new
- * are backend memory the engine rewrites before each replay, and every
- * launch (its kernels and grids) depends on n_rows, max_new and the state's
- * shape alone, never on which rows round, how many tokens are padding or
- * how many entries move. The call reads nothing back, allocates nothing and
- * does not synchronize; the rows' bookkeeping (lengths, rounds, positions,
- * digests) advances in backend memory, so a replay advances it exactly as
- * an eager call does. Host-side calls that need it (kve_state_get_seq,
- * kve_state_admit, kve_state_append, ...) read it back first (waiting for
- * the stream): make them outside the captured region. docs/INTEGRATION.md
- * "CUDA graphs" shows a captured step.
- * @param rows, n_new [n_rows], backend memory: call row i appends n_new[i]
- *        <= max_new tokens to state row rows[i]; a call row with n_new[i] =
- *        0 is padding (rows[i] is not read). Rows with tokens must be
- *        active and distinct. Tokens are numbered row by row as in
- *        kve_state_append.
- * @param max_new the most tokens a row may bring (the captured shape):
- *        out->max_moves >= kve_state_max_moves(max_new).
- * Checks that need the data (rows, activity, repeats, n_new, positions,
- * out->max_tokens) run on the device: a refused call changes nothing, maps
- * its tokens to -1, empties its move lists, and kve_context_synchronize
- * reports it (KVE_ERR_INVALID, naming the call row and the reason); on the
- * CPU backend the call writes the same outputs and returns that error
- * itself: KVE_ERR_RANGE for a range check (row, n_new, position,
- * max_tokens), KVE_ERR_INVALID for a free or repeated row (or reason 7).
- * Every entry of the shape (n_rows x max_new, up to out->max_tokens) that
- * carries no token maps to -1. On the CPU the work follows the tokens; on
- * a GPU the launches follow max_new.
- * A KVE_SCORED state's planned append reads out->scores as kve_state_append
- * does, written by kve_state_score_device from the same rows and n_new
- * before it: out->scores_stride_table >= desc.max_slots (which rows are due
- * is known on the device only); a row that would run two rounds, or take
- * more than W tokens before its round, refuses the call (reason 7). A NaN
- * at a candidate is raised by the eviction on the device (reported by
- * kve_context_synchronize) and ranked there as -inf, so the round still
- * evicts r candidates and the state stays whole; on the CPU backend the
- * call refuses it itself (KVE_ERR_INVALID, state unchanged).
- * @return KVE_OK; KVE_ERR_NULL (also out->scores of a scored state);
- *         KVE_ERR_RANGE (n_rows > max_seqs, max_new, out's sizes; CPU: a
- *         range refusal); KVE_ERR_OVERFLOW (a scored state's scores span);
- *         KVE_ERR_INVALID (CPU: a free or repeated row, reason 7, or a NaN
- *         score at a candidate).
+ * kve_state_append planned on the backend, for a step captured in a CUDA or
+ * HIP graph: launches depend on n_rows, max_new and the state's shape
+ * alone; nothing is read back, allocated or waited for (docs/INTEGRATION.md
+ * "CUDA graphs": padding, refusals, statuses, scored states).
+ * @param rows, n_new [n_rows], backend memory; n_new[i] = 0 is padding.
+ * @param max_new the most tokens a row may bring: out->max_moves >=
+ *        kve_state_max_moves(max_new). Data checks run on the device.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE; KVE_ERR_OVERFLOW; KVE_ERR_INVALID.
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,
                                            const uint32_t *rows, const uint32_t *n_new,
                                            uint32_t max_new, const kve_step_buffers *out);
-
-/**
- * Tentative tokens of a speculative step (docs/SPEC.md "Speculative
- * steps"): call row i carries n_draft[i] draft tokens of state row rows[i],
- * which go to the row's draft slots, outside its tables: draft token k of
- * the row at slot capacity + k of every head (kve_state_seq_info.
- * draft_first). The call writes out->slot_mapping for the draft tokens
- * (numbered row by row as in kve_state_append) and empties the move lists;
- * it changes nothing else: no round runs, the tables, lengths, rounds and
- * digests stay as they are. The engine verifies the drafts (attention over
- * the row's n_valid slots and its draft slots, causal among the drafts),
- * then commits the accepted ones with an ordinary kve_state_append (or
- * kve_state_append_device) of n_accept tokens, and copies their entries
- * from the draft slots to the slots that append maps them to with one
- * kve_cache_write (desc.src_slots), the append's moves in the same call.
- * The state after the commit is a function of the accepted tokens alone, so
- * kve_state_rebuild and replays of the accepted steps reproduce it.
- * Planned on the backend like kve_state_append_device: every launch
- * depends on n_rows, max_draft and the state's shape alone, nothing is read
- * back, so a CUDA or HIP graph can capture it.
- * @param rows, n_draft [n_rows], backend memory: a call row with n_draft[i]
- *        = 0 is padding (rows[i] is not read); rows with drafts must be
- *        active and distinct.
- * @param max_draft the most drafts a row may bring (the captured shape), <=
- *        desc.max_draft.
- * @param out mapping (optional) and move lists (optional; emptied, no
- *        moves); scores are not read. As in kve_state_append_device, every
- *        entry of the shape (n_rows x max_draft, up to out->max_tokens)
- *        that carries no draft maps to -1.
- * Checks that need the data (rows, activity, repeats, n_draft[i] <=
- * max_draft, out->max_tokens) run on the device as in
- * kve_state_append_device: a refused call maps its tokens to -1, empties
- * its move lists and is reported by kve_context_synchronize; on the CPU
- * backend the call writes the same outputs and returns that error itself,
- * with the same statuses.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
- *         max_draft past desc.max_draft, out->max_rows); KVE_ERR_INVALID
- *         when the state was created with max_draft = 0.
- */
-KVE_API kve_status kve_state_draft(kve_state *state, uint32_t n_rows, const uint32_t *rows,
-                                   const uint32_t *n_draft, uint32_t max_draft,
-                                   const kve_step_buffers *out);
 
 /**
  * Rounds each row would run in a kve_state_append of @p n_new tokens:
@@ -703,32 +571,14 @@ KVE_API kve_status kve_state_rounds_due(const kve_state *state, uint32_t n_rows,
                                         uint32_t *out_due);
 
 /**
- * Recompute row @p row (free or not; its old content is dropped) from the
- * ids alone: the exact tables a sequence has after kve_state_admit(seq_id,
- * prompt_len) and appends of @p steps[0 .. n_steps) tokens (the placement
- * depends on how the calls met the rounds). For preemption, migration and
- * recovery. Fresh keys replay every round on the backend; persistent keys
- * hash each token once and pick each round's evictions from a heap, on the
- * host.
- * @param steps host memory, the sizes of the appends since admission
- *        (summing to n_tokens); NULL with n_steps 0: the prompt in one
- *        append, then one token per append.
- * @param slot_mapping optional (NULL with mapping_len 0): int64 backend
- *        memory [table_layers][n_tokens][table_heads], the slot holding each
- *        position 0..n_tokens-1 in each head, or -1 where it was evicted.
- *        Every slot 0 .. n_valid - 1 of every head is named exactly once, so
- *        a recompute prefill written through kve_cache_write with it
- *        rewrites the row's whole valid region: no byte the sequence did not
- *        write stays visible.
- * A KVE_SCORED state's rounds depend on the cache contents, not on ids: its
- * rows are rebuilt only up to their first round (KVE_ERR_INVALID when
- * n_tokens would run one).
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (row, prompt_len, n_tokens,
- *         mapping_len, or a pool without room for the capacity even with
- *         the row's own slots back); KVE_ERR_INVALID; KVE_ERR_NOMEM.
- *         Argument and pool refusals come before the row is touched, so it
- *         keeps its sequence; a failure mid-way (the backend's, or
- *         KVE_ERR_NOMEM) leaves the row freed.
+ * Recompute row @p row (its old content dropped) from the ids alone: the
+ * tables after kve_state_admit(seq_id, prompt_len) and appends of
+ * @p steps[0 .. n_steps) tokens (NULL, 0: the prompt, then one token each),
+ * summing to n_tokens (docs/INTEGRATION.md "Preemption and recovery").
+ * @param slot_mapping optional (NULL, 0): int64 backend memory
+ *        [table_layers][n_tokens][table_heads], each position's slot or -1.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE; KVE_ERR_INVALID (also a
+ *         KVE_SCORED row past its first round); KVE_ERR_NOMEM.
  */
 KVE_API kve_status kve_state_rebuild(kve_state *state, uint32_t row, uint64_t seq_id,
                                      uint32_t prompt_len, uint32_t n_tokens,
@@ -753,54 +603,19 @@ typedef struct kve_state_layout {
     uint64_t pool_slots; /**< as resolved: slots per table in the pool */
 } kve_state_layout;
 
+/** The state's layout. A row's tables may move within the pool at an
+ *  admission: read its table_offset (kve_state_get_seq) anew after one. */
 KVE_API kve_status kve_state_get_layout(const kve_state *state, kve_state_layout *out);
 
-/** One row of a state: the host's copy of its bookkeeping, no device access
- *  until a call was planned with kve_state_append_device (then read back
- *  first, waiting for the stream: not inside a captured region). */
-typedef struct kve_state_seq_info {
-    uint32_t active;     /**< 1 when the row holds a sequence */
-    uint32_t prompt_len; /**< P */
-    uint64_t seq_id;
-    uint32_t capacity;   /**< C = max(B, P + W) + r slots per head */
-    uint32_t n_tokens;   /**< tokens appended: positions 0 .. n_tokens-1 */
-    uint32_t round;      /**< eviction rounds so far */
-    uint32_t n_valid;    /**< valid slots, the same in every head */
-    /** = n_valid: the KV length to give attention (slots 0 .. n_used-1 are
-     *  exactly the valid ones). */
-    uint32_t n_used;
-    /** elements from kve_state_layout.slot_pos to the row's first table (its
-     *  place in the pool, while active) */
-    uint64_t table_offset;
-    /** = capacity: the row's first draft slot (kve_state_draft); its draft
-     *  token i lives at slot draft_first + i < draft_first + max_draft */
-    uint32_t draft_first;
-    uint32_t max_draft; /**< D of the state's desc: draft slots a row has */
-} kve_state_seq_info;
-
-KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
-                                   kve_state_seq_info *out);
-
-/**
- * Copy row @p row's slot tables to host memory @p out [table_layers]
- * [table_heads][max_slots] (out_len >= row_elems; slots past the row's
- * capacity read -1). Not for hot paths.
- * @return KVE_ERR_INVALID when the row holds no sequence.
+/* ================================================================== */
+/* 3. Cache writes                                                     */
+/* ================================================================== */
+/*
+ * Write a step's new K/V rows into the engine's own paged or contiguous
+ * caches at the slots the state mapped, after running the round's moves:
+ * the drop-in for vLLM's reshape_and_cache_flash and FlashInfer's
+ * append_paged_kv_cache (docs/INTEGRATION.md "The engines' own write calls").
  */
-/**
- * Copy row @p row's running digest (docs/SPEC.md §11) to @p out: the wrapping
- * sum over every round the row has run of its tables' evicted tokens'
- * elements, each weighted by the KV heads its table stands for; 0 before the
- * first round. The eviction kernels add to it as they evict (no extra pass,
- * no host synchronization); admit and rebuild set it (rebuild to what the
- * uninterrupted row would hold). Log it at retire: the shards' values sum
- * to the unsharded model's. Synchronizes with the backend: not for hot paths.
- * @return KVE_ERR_INVALID when the row holds no sequence.
- */
-KVE_API kve_status kve_state_read_digest(kve_state *state, uint32_t row, uint64_t *out);
-
-KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,
-                                        size_t out_len);
 
 /** Byte layout inside a page of a paged cache. */
 typedef enum kve_cache_layout {
@@ -817,9 +632,8 @@ typedef enum kve_page_kind {
     KVE_PAGES_BLOCK_TABLE = 1,
     /** FlashInfer: page = indices[indptr[row] + slot / page_size], and
      *  slot < (indptr[row+1] - indptr[row] - 1) * page_size + last_page_len[row]
-     *  for every slot, the moves' included: a state's round moves entries
-     *  from slots up to the row's capacity, so describe each row's reserved
-     *  pages to the write, not attention's n_valid (docs/INTEGRATION.md) */
+     *  for every slot, the moves' included: describe each row's reserved
+     *  pages, not attention's n_valid (docs/INTEGRATION.md "FlashInfer") */
     KVE_PAGES_INDPTR = 2,
     /** vLLM's reshape_and_cache_flash slot_mapping: slots are global, page =
      *  slot / page_size and slot % page_size the offset in it (0 ..
@@ -861,22 +675,10 @@ typedef enum kve_dtype {
 
 /**
  * One cache's own element types, entry size, strides and fp8 scale in a
- * kve_cache_write_desc. A zeroed part (the default) makes its cache take
- * the desc-wide entry_bytes and strides and copy bytes, as before parts
- * existed.
- *
- * Conversion (convert = 1): every element becomes
- *     dst = convert(float(src) / scale)
- * (vLLM's stored = convert(src / scale); no division without a scale), the
- * division an IEEE binary32 one and convert rounding to nearest, ties to
- * even. fp8 results saturate as vLLM's (CUDA's __NV_SATFINITE): a finite
- * value beyond the largest, and an infinity, become +-max (448, 57344).
- * f16 and bf16 results follow IEEE (and torch's .to()): beyond the largest
- * finite value is +-inf. Underflow keeps the sign (+-0); subnormals of every
- * type are kept and produced. Any NaN becomes the destination's canonical
- * NaN, all ones and sign clear: 0x7FFFFFFF, 0x7FFF, 0x7F (CUDA's).
- * Without conversion (convert = 0) the two types must be equal and the
- * bytes are copied, NaN payloads included.
+ * kve_cache_write_desc; zeroed (the default), its cache takes the desc-wide
+ * entry_bytes and strides and copies bytes. With convert = 1 every element
+ * becomes convert(float(src) / scale), rounded to nearest even, saturating
+ * fp8 as vLLM does (docs/INTEGRATION.md "Conversion").
  */
 typedef struct kve_cache_part {
     kve_dtype src_dtype;    /**< element type of this cache's source */
@@ -899,24 +701,13 @@ typedef struct kve_cache_part {
 } kve_cache_part;
 
 /**
- * New K/V rows and the caches they go into. Entry (token t, head h) of
- * src[c] starts at src[c] + t * src_stride_token + h * src_stride_head;
- * it is written to slot s = slots[t * slots_stride_token + h *
- * slots_stride_head] (skipped when s = -1) of row token_row[t] of dst[c],
- * at byte dst[c] + page * dst_stride_page + (s % page_size) *
- * dst_stride_slot + h * dst_stride_head. Byte strides of 0 take the dense
- * value of the layout. All pointers are backend memory. part[c] gives
- * cache c its own types, entry size and strides (kve_cache_part).
- *
- * Caches may share one tensor: FlashInfer's [pages][2][page_size][heads]
- * [dim] is dst[0] = base, dst[1] = base + page_size * heads * dim * size,
- * dst_stride_page twice the dense one; MLA's [pages][page_size][latent +
- * rope] is two caches with their own dim at base and base + latent * size.
- * Caches with equal strides are checked entry by entry; others must not
- * overlap at all.
- *
- * Padding (vLLM): a token whose slot is -1 in every head is skipped whole,
- * and its token_row is not read.
+ * New K/V rows and the caches they go into (all pointers backend memory).
+ * Entry (token t, head h) of src[c], at src[c] + t * src_stride_token +
+ * h * src_stride_head, goes to slot s = slots[t * slots_stride_token +
+ * h * slots_stride_head] (skipped when -1) of row token_row[t] of dst[c],
+ * at dst[c] + page * dst_stride_page + (s % page_size) * dst_stride_slot +
+ * h * dst_stride_head. Byte strides of 0 take the layout's dense value.
+ * Shared tensors, MLA, padding: docs/INTEGRATION.md "kve_cache_write".
  */
 typedef struct kve_cache_write_desc {
     uint32_t n_tokens;          /**< may be 0 when there are moves */
@@ -931,28 +722,21 @@ typedef struct kve_cache_write_desc {
     size_t dst_stride_page, dst_stride_slot, dst_stride_head;
     kve_page_table pages;       /**< every cache's page table (page = its page ids) */
     /** int64 slots; slots_stride_head = 0 gives every head the same slot
-     *  (shared heads). One layer of kve_state_append's slot_mapping is
-     *  slots = mapping + tl * max_tokens * table_heads (out->max_tokens),
-     *  slots_stride_token =
+     *  (shared heads). Table layer tl of kve_state_append's mapping: slots =
+     *  slot_mapping + tl * max_tokens * table_heads, slots_stride_token =
      *  table_heads, slots_stride_head = table_heads > 1. */
     const int64_t *slots;
     size_t slots_stride_token, slots_stride_head;
     /** [n_tokens]: each token's row, 0 .. pages.n_rows-1 (not FLAT) */
     const int32_t *token_row;
-    /** Optional moves, run before any write (NULL = none): list (i, h) for
-     *  move row i < n_move_rows and cache head h is L = i * moves_stride_row
-     *  + h * moves_stride_head; its n_moves[L] pairs (src, dst) at moves + 2
-     *  * max_moves * L move, in every cache, the entry at slot src of page
-     *  table row move_row[i] (i when move_row is NULL) to slot dst. One layer
-     *  of kve_state_append's buffers: moves + tl * max_rows * table_heads *
-     *  max_moves * 2, n_moves + tl * max_rows * table_heads, moves_stride_row
-     *  = table_heads, moves_stride_head = table_heads > 1. Every move reads
-     *  the cache as it was before the call: within a list no slot is both a
-     *  source and a destination (what the state produces), sources are
-     *  distinct and so are destinations. */
+    /** Optional moves, run before any write (NULL = none): list (i, h) is
+     *  L = i * moves_stride_row + h * moves_stride_head, its n_moves[L]
+     *  pairs (src, dst) at moves + 2 * max_moves * L move the entry at slot
+     *  src of page-table row move_row[i] (i when NULL) to slot dst, in every
+     *  cache (docs/INTEGRATION.md "kve_cache_write": rules, state slices). */
     const int32_t *moves;
-    const uint32_t *n_moves;
-    uint32_t n_move_rows;
+    const uint32_t *n_moves;    /**< pairs per list */
+    uint32_t n_move_rows;       /**< move rows i of the call */
     /** pairs per list; 0 (kve_state_max_moves of a step without tokens):
      *  lists of no pair, every count 0 */
     uint32_t max_moves;
@@ -961,58 +745,37 @@ typedef struct kve_cache_write_desc {
      *  lists are all empty (a planned call's padding row) is not checked. */
     const int32_t *move_row;
     kve_cache_part part[KVE_MAX_CACHES]; /**< per cache; zeroed = desc-wide values, bytes */
-    /** Optional (NULL = none), int64, shaped and strided as slots: when set,
-     *  entry (token t, head h) is copied, in every cache, from slot
-     *  src_slots[t * slots_stride_token + h * slots_stride_head] of the same
-     *  row (token_row[t]), the stored bytes as they are, instead of from
-     *  src[c] (src, its strides and the parts' source types are then
-     *  unused; src may be NULL); -1 there skips the write (not the
-     *  entry's checks of token_row, slot and page). A speculative
-     *  step's commit (kve_state_draft): draft slots to the slots the append
-     *  mapped them to. @pre a source slot is the destination of no write
-     *  and no move of the call (draft slots, >= capacity, never are). */
+    /** Optional (NULL = none), int64, shaped and strided as slots: entry
+     *  (t, h) is copied, stored bytes as they are, from this slot of the
+     *  same row instead of from src (-1: no write); the commit of the
+     *  experimental kve_state_draft (docs/INTEGRATION.md "kve_cache_write"). */
     const int64_t *src_slots;
 } kve_cache_write_desc;
 
 /**
- * Move the entries a round moved, then write new K/V rows into paged or
- * contiguous caches at per-head slots: the drop-in for vLLM's
- * reshape_and_cache_flash (and FlashInfer's append_paged_kv_cache) under
- * the state's placement. Stream-ordered; the moves and the writes are one
- * launch on a GPU, its grid set by the desc's shape alone. Checks shapes,
- * strides (no two destination entries overlap, no source overlaps a
- * destination; a cache's page, slot and head strides must nest, each
- * stepping past the entries inside it, so interleaved strides are refused
- * with KVE_ERR_ALIAS even where no entries meet; sizes the strides give
- * past SIZE_MAX bytes: KVE_ERR_OVERFLOW) and, on backends with host memory,
- * every token_row, slot, page id, move row (of lists not empty), move
- * count and moved slot, and
- * with KVE_PAGES_INDPTR that indptr starts at 0 and never decreases (so
- * indices is read only within its indptr[n_rows] entries). All of it is
- * checked even when nothing is written (no tokens or only padding, no
- * moves).
- * @pre no two (token, head) pairs target the same destination entry.
- * @pre with moves, no page is shared by two page-table rows of the call
- * where one row's move reads or writes a slot the other row's token writes
- * (a GPU orders a move and a write of the same row and slot within its one
- * launch; across rows that share a page it could not). The cache state's
- * moves only touch slots of their own row's generated tokens, never a
- * shared prefix page.
- * @return KVE_OK; KVE_ERR_UNAVAILABLE when the backend lacks this operation.
+ * Run the moves, then write the new K/V rows of @p desc, stream-ordered (one
+ * launch on a GPU, its grid set by the desc's shape). Checks shapes and
+ * strides, and on backends with host memory every row, slot, page and
+ * move, even when nothing is written (docs/INTEGRATION.md "kve_cache_write").
+ * @pre no two (token, head) pairs target the same destination entry; with
+ *      moves, no page shared by two rows where one's move meets the other's
+ *      write.
+ * @return KVE_OK; KVE_ERR_NULL, KVE_ERR_RANGE, KVE_ERR_INVALID, KVE_ERR_ALIAS,
+ *         KVE_ERR_OVERFLOW; KVE_ERR_UNAVAILABLE when the backend lacks it.
  */
 KVE_API kve_status kve_cache_write(kve_context *ctx, const kve_cache_write_desc *desc);
 
-/* ------------------------------------------------------------------ */
-/* Scoring (built-in scorers for KVE_SCORED selection)                 */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* 4. Scorers (built-in scores for KVE_SCORED selection)               */
+/* ================================================================== */
 /*
  * A scorer reads post-RoPE keys from a K cache (described as kve_cache_write
  * describes its destination) and writes one float per slot of each slot
  * table: higher = more worth keeping (what scored selection keeps). One
- * layer per call; docs/SCORERS.md gives the formulas, the calibration file
- * and the tolerances.
+ * layer per call; docs/SCORERS.md gives the formulas, file and tolerances.
  */
 
+/** The built-in scorers: kve_score_desc.scorer. */
 typedef enum kve_scorer {
     /** kvpress's KnormPress: score = -||k||_2 (the smallest norms are kept) */
     KVE_SCORER_KNORM = 1,
@@ -1092,15 +855,12 @@ typedef struct kve_score_row {
 } kve_score_row;
 
 /**
- * A scoring call: n_rows rows, each with n_tables = n_heads /
- * heads_per_table slot tables (table t at slot_pos + table_offset + t *
- * the row's table stride, one int32 position per slot, -1 empty) and as many
- * output rows (scores + scores_offset + t * scores_stride_table). Table t
- * stands for KV heads t * heads_per_table .. (t+1) * heads_per_table - 1 of
- * the cache (1 per table, or n_heads for shared heads): its score is the
- * max over those heads' query heads (TriAttention; KV heads for K-norm).
- * Only candidate slots get a score; every other slot < n_slots gets 0 (or
- * is left as it is with KVE_SCORE_ACCUMULATE).
+ * A scoring call: n_rows rows, each with n_heads / heads_per_table slot
+ * tables (table t at slot_pos + table_offset + t * the row's table stride,
+ * int32 positions, -1 empty) and as many output rows (scores +
+ * scores_offset + t * scores_stride_table). Table t's score is the max over
+ * its KV heads' query heads (docs/SCORERS.md "Candidates, normalization,
+ * aggregation"); non-candidate slots < n_slots get 0 (ACCUMULATE: kept).
  */
 typedef struct kve_score_desc {
     kve_scorer scorer;
@@ -1134,67 +894,17 @@ typedef struct kve_score_desc {
 KVE_API kve_status kve_score(kve_context *ctx, const kve_score_desc *desc);
 
 /**
- * Scores for a KVE_SCORED cache state's next append, in exactly the layout
- * kve_step_buffers.scores reads: for call row i (rows[i]) and table (tl =
- * table_layer, th), at scores + i * scores_stride_row + (tl * table_heads +
- * th) * scores_stride_table + slot, scored over the row's slots as they are
- * before the call. Only rows whose round runs when they receive n_new[i]
- * tokens are written; their candidates are the round's (the window less
- * the tokens the call brings before the round) and t0 the position of the
- * token that triggers it. desc gives the scorer, flags, weight, keys and
- * TriAttention inputs (its rows, slot_pos, scores and strides are ignored;
- * heads_per_table is the state's). Call once per table layer; with
- * KVE_SHARED_LAYERS, once per model layer with KVE_SCORE_ACCUMULATE and
- * weight 1/layers after zeroing the buffer. Each call uploads its row list
- * and reads the rows' bookkeeping on the host: for a step captured in a
- * graph, kve_state_score_device gives the same scores from device memory.
- * @param rows, n_new [n_rows], host memory, as for kve_state_append.
+ * Scores for a KVE_SCORED state's next kve_state_append of @p n_new tokens
+ * to @p rows (host memory), in kve_step_buffers.scores' layout, for table
+ * layer @p table_layer, written only for the rows whose round runs. desc
+ * gives scorer, flags, weight, keys and tri; its rows, slot_pos, scores and
+ * strides are ignored (docs/SCORERS.md "Scoring a cache state").
+ * @param scores backend memory, strided as kve_step_buffers.scores.
  */
 KVE_API kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                    const uint32_t *n_new, uint32_t table_layer,
                                    const kve_score_desc *desc, float *scores,
                                    size_t scores_stride_row, size_t scores_stride_table);
-
-/**
- * kve_state_score for a step planned on the device (docs/GPU.md "CUDA
- * graphs"): the same scores, in the same layout, from the call's rows and
- * counts in backend memory, the buffers the step's kve_state_append_device
- * then reads, and the rows' bookkeeping the planner keeps in backend
- * memory. Which rows are due is decided on the device, by the planner's
- * own rule, so one launch scores every due row of the call for one table
- * layer; nothing is read back, uploaded or waited for, and the launch
- * depends on n_rows and the state's shape alone, so a CUDA or HIP graph can
- * capture it (score every table layer, then append). Call row i is scored
- * when its round runs in this call under KVE_SCORED's rules (one round, at
- * most W tokens before it); padding (n_new[i] = 0), a row that holds no
- * sequence or would break those rules is skipped, and the append refuses
- * the call. A row listed twice is scored for both call rows (the append
- * refuses that call too). Call row i's keys are row i of desc.keys' page
- * table (desc.cache_rows must be NULL).
- * Its scratch is part of the state's memory, sized by desc.score_group: a
- * call with a larger group (TriAttention's tri.group) is refused
- * (KVE_ERR_RANGE naming desc.score_group); nothing is allocated or freed
- * after creation. The scratch, like the state's other
- * buffers, is used in the order of the context's stream: keep a state's
- * calls on one stream. On the CPU backend the rows are read where they lie
- * and scored as kve_state_score scores them. A state without KVE_SCORED
- * created with score_group >= 1 is scored alike (its append reads no
- * scores). n_rows = 0 checks desc and writes nothing.
- * @param rows, n_new [n_rows], backend memory.
- * @param scores_stride_table >= desc.max_slots (any row may be due);
- *        scores_stride_row >= tables x scores_stride_table when n_rows > 1.
- * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows > max_seqs,
- *         table_layer, desc.keys.n_heads or n_rows past the page table's,
- *         strides, desc.tri.group past the state's desc.score_group);
- *         KVE_ERR_INVALID (desc, desc.cache_rows given); KVE_ERR_OVERFLOW
- *         (scores_stride_table x tables, the call's scores in bytes);
- *         KVE_ERR_UNAVAILABLE when the backend lacks it.
- */
-KVE_API kve_status kve_state_score_device(kve_state *state, uint32_t n_rows,
-                                          const uint32_t *rows, const uint32_t *n_new,
-                                          uint32_t table_layer, const kve_score_desc *desc,
-                                          float *scores, size_t scores_stride_row,
-                                          size_t scores_stride_table);
 
 /** TriAttention calibration (docs/SCORERS.md "Calibration file"), host memory. */
 typedef struct kve_triattention_stats {
@@ -1219,7 +929,123 @@ KVE_API kve_status kve_triattention_stats_load(const char *path, kve_triattentio
 /** Free the arrays of @p stats (NULL accepted) and zero it. Returns KVE_OK. */
 KVE_API kve_status kve_triattention_stats_free(kve_triattention_stats *stats);
 
+/* ================================================================== */
+/* 5. Audit: digests, a row's bookkeeping, its tables                  */
+/* ================================================================== */
+/*
+ * Read back what was kept, to compare runs, backends and shards: the spec's
+ * digest of a batch's keep-sets, a state row's bookkeeping and running
+ * digest, and a copy of its slot tables. These may synchronize: not for
+ * hot paths, nor inside a captured graph.
+ */
+
+/**
+ * The spec's digest (docs/SPEC.md "Digest") of a batch's keep-sets. A head's
+ * keep-set is the valid positions of its slot_pos, less the slots listed in
+ * @p evicted (kve_evict's output) when @p evicted is not NULL.
+ * @param evicted optional kve_evict_out whose evicted/n_evicted are read.
+ */
+KVE_API kve_status kve_digest(kve_context *ctx, const kve_batch *batch,
+                              const kve_evict_out *evicted, uint64_t *out_digest);
+
+/** One row of a state: the host's copy of its bookkeeping, no device access
+ *  until a call was planned with kve_state_append_device (then read back
+ *  first, waiting for the stream: not inside a captured region). */
+typedef struct kve_state_seq_info {
+    uint32_t active;     /**< 1 when the row holds a sequence */
+    uint32_t prompt_len; /**< P */
+    uint64_t seq_id;
+    uint32_t capacity;   /**< C = max(B, P + W) + r slots per head */
+    uint32_t n_tokens;   /**< tokens appended: positions 0 .. n_tokens-1 */
+    uint32_t round;      /**< eviction rounds so far */
+    uint32_t n_valid;    /**< valid slots, the same in every head */
+    /** = n_valid: the KV length to give attention (slots 0 .. n_used-1 are
+     *  exactly the valid ones). */
+    uint32_t n_used;
+    /** elements from kve_state_layout.slot_pos to the row's first table (its
+     *  place in the pool, while active) */
+    uint64_t table_offset;
+    /** = capacity: the row's first draft slot (experimental kve_state_draft);
+     *  its draft token i lives at slot draft_first + i < draft_first + max_draft */
+    uint32_t draft_first;
+    uint32_t max_draft; /**< D of the state's desc: draft slots a row has */
+} kve_state_seq_info;
+
+/** Row @p row's bookkeeping (a free row: active = 0). */
+KVE_API kve_status kve_state_get_seq(const kve_state *state, uint32_t row,
+                                   kve_state_seq_info *out);
+
+/**
+ * Copy row @p row's running digest (docs/SPEC.md §11) to @p out: the wrapping
+ * sum over the row's rounds of its tables' evicted tokens' elements, each
+ * weighted by the KV heads its table stands for; 0 before the first round.
+ * The eviction kernels add to it as they evict (no extra pass or wait);
+ * admit and rebuild set it (rebuild: to the uninterrupted row's). Log it at
+ * retire: shards' values sum to the unsharded model's. Synchronizes.
+ * @return KVE_ERR_INVALID when the row holds no sequence.
+ */
+KVE_API kve_status kve_state_read_digest(kve_state *state, uint32_t row, uint64_t *out);
+
+/**
+ * Copy row @p row's slot tables to host memory @p out [table_layers]
+ * [table_heads][max_slots] (out_len >= row_elems; slots past the row's
+ * capacity read -1). Not for hot paths.
+ * @return KVE_ERR_INVALID when the row holds no sequence.
+ */
+KVE_API kve_status kve_state_read_slots(kve_state *state, uint32_t row, int32_t *out,
+                                        size_t out_len);
+
 #ifdef __cplusplus
 }
 #endif
 #endif /* KVEVICT_H */
+
+/* ================================================================== */
+/* 6. Experimental API                                                 */
+/* ================================================================== */
+/*
+ * Declared only when KVE_EXPERIMENTAL is defined before this header is
+ * included: new calls that may change or go in any minor release, outside
+ * semantic versioning. Opt in knowingly and pin the library's minor version
+ * (docs/INTEGRATION.md "Stable and experimental API").
+ */
+#if defined(KVE_EXPERIMENTAL) && !defined(KVEVICT_H_EXPERIMENTAL)
+#define KVEVICT_H_EXPERIMENTAL
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * A speculative step's draft tokens (docs/SPEC.md "Speculative steps"): call
+ * row i's n_draft[i] drafts go to state row rows[i]'s draft slots (token k
+ * at slot capacity + k); out->slot_mapping gets them, move lists are
+ * emptied, nothing else changes (docs/INTEGRATION.md "Speculative decoding").
+ * @param rows, n_draft [n_rows], backend memory; n_draft[i] = 0 is padding.
+ * @param max_draft the most drafts a row brings, <= desc.max_draft.
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE (n_rows, max_draft,
+ *         out->max_rows); KVE_ERR_INVALID (a state without max_draft).
+ */
+KVE_API kve_status kve_state_draft(kve_state *state, uint32_t n_rows, const uint32_t *rows,
+                                   const uint32_t *n_draft, uint32_t max_draft,
+                                   const kve_step_buffers *out);
+
+/**
+ * kve_state_score for a step planned on the device: the same scores, in the
+ * same layout, from the rows and counts in backend memory that the step's
+ * kve_state_append_device reads; one launch per table layer, due rows
+ * decided on the device, capturable (docs/SCORERS.md "Scoring a cache state").
+ * @param scores_stride_table >= desc.max_slots (any row may be due).
+ * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE; KVE_ERR_INVALID;
+ *         KVE_ERR_OVERFLOW; KVE_ERR_UNAVAILABLE.
+ */
+KVE_API kve_status kve_state_score_device(kve_state *state, uint32_t n_rows,
+                                          const uint32_t *rows, const uint32_t *n_new,
+                                          uint32_t table_layer, const kve_score_desc *desc,
+                                          float *scores, size_t scores_stride_row,
+                                          size_t scores_stride_table);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVE_EXPERIMENTAL */

@@ -8,9 +8,12 @@ include_guard(GLOBAL)
 # kve_score_case.h; kve_cases' too, whose sources tests/lib/CMakeLists.txt
 # compiles) and the generated golden tables of tests/golden, for every
 # suite through its include path.
+# The suites test the experimental API too: every target linking kve_testlib
+# sees include/kvevict.h's KVE_EXPERIMENTAL section.
 add_library(kve_testlib INTERFACE)
 target_include_directories(kve_testlib INTERFACE
   ${PROJECT_SOURCE_DIR}/tests/lib ${PROJECT_SOURCE_DIR}/tests/golden)
+target_compile_definitions(kve_testlib INTERFACE KVE_EXPERIMENTAL)
 
 # ${PROJECT_BINARY_DIR}/kve_gpu_test_targets.txt: the build targets the
 # tests labelled gpu or gpu-load run (a command's first word that is a
