@@ -855,11 +855,12 @@ typedef struct kve_score_row {
 } kve_score_row;
 
 /**
- * A scoring call: n_rows rows, each with n_heads / heads_per_table slot
- * tables (table t at slot_pos + table_offset + t * the row's table stride,
- * int32 positions, -1 empty) and as many output rows (scores +
- * scores_offset + t * scores_stride_table). Table t's score is the max over
- * its KV heads' query heads (docs/SCORERS.md "Candidates, normalization,
+ * A scoring call: n_rows rows, each with n_tables = n_heads / heads_per_table
+ * slot tables (table t at slot_pos + table_offset + t * the row's table
+ * stride, int32 positions, -1 empty) and as many output rows (scores +
+ * scores_offset + t * scores_stride_table). Table t stands for KV heads
+ * t * heads_per_table .. (t+1) * heads_per_table - 1, its score the max over
+ * their query heads (docs/SCORERS.md "Candidates, normalization,
  * aggregation"); non-candidate slots < n_slots get 0 (ACCUMULATE: kept).
  */
 typedef struct kve_score_desc {
