@@ -207,16 +207,16 @@ static kve_status gpu_state_plan(kve_context *ctx, const kve_state_plan *p)
 }
 
 /* One launch over the uploaded jobs, sized by the state's shape bound:
- * the job interpreter (a thread per item), or for a wave's rounds the
- * round kernel (a block per table). */
-static kve_status gpu_state_jobs(kve_context *ctx, const kve_state_update *u, int round)
+ * the job interpreter (a thread per item), or for a wave's rounds
+ * (u->rounds) the round kernel (a block per table). */
+static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     if (!u->n_jobs)
         return KVE_OK;
     kve_gpu *g = kve_gpu_of(ctx);
     kve_state_args a = kve_state_args_make(u, g->errors);
-    if (round)
+    if (u->rounds)
         KVE_LAUNCH(ctx, kve_state_round_kernel, kve_state_args,
                    kve_state_round_plan_grid(&g->limits, u), KVE_ROUND_THREADS, 0, a);
     else
@@ -224,16 +224,6 @@ static kve_status gpu_state_jobs(kve_context *ctx, const kve_state_update *u, in
                    kve_state_plan_grid(&g->limits, u, KVE_STATE_THREADS), KVE_STATE_THREADS, 0,
                    a);
     return KVE_OK;
-}
-
-static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
-{
-    return gpu_state_jobs(ctx, u, 0);
-}
-
-static kve_status gpu_state_round(kve_context *ctx, const kve_state_update *u)
-{
-    return gpu_state_jobs(ctx, u, 1);
 }
 
 /* One launch over every call row (rows not due return at once), planned
@@ -268,42 +258,40 @@ static kve_status kve_gpu_grow(kve_context *ctx, void **buf, size_t *have, size_
     return KVE_OK;
 }
 
-/* One upload of the call's rows, then one launch whatever n_rows
- * (kve_score_plan). The scratch is the context's: the upload waits for the
- * previous call's launch, which may have gone to another stream. */
-static kve_status gpu_score(kve_context *ctx, const kve_score_desc *d)
+/* One launch whatever n_rows (kve_score_plan), after one upload of the
+ * given rows. With the state's scratch (c->scratch) nothing is allocated or
+ * waited for, and a listed call uploads nothing, so a graph can capture
+ * it; the context's scratch (kve_score) grows as calls need, and the
+ * upload waits for the previous call's launch, which may have gone to
+ * another stream. */
+static kve_status gpu_score(kve_context *ctx, const kve_score_call *c)
 {
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    kve_score_plan p = kve_score_plan_make(&g->limits, d, KVE_SCORE_THREADS);
-    KVE_GPU_CHECK(p.scratch_bytes == SIZE_MAX, KVE_ERR_NOMEM,
-                  "kve_score: the raw scores of %u rows of up to %u slots exceed the address space",
-                  d->n_rows, p.max_slots);
-    KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_scratch, &g->score_scratch_bytes,
-                         p.scratch_bytes, 0, "malloc (scorer scratch)"));
-    KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_arrived, &g->score_arrived_bytes,
-                         p.arrived_bytes, 1, "malloc (scorer counters)"));
-    KVE_GPU_TRY(cudaStreamWaitEvent(kve_stream(ctx), g->score_done, 0),
-                "stream wait (the previous scorer launch)");
-    KVE_TRY(kve_gpu_upload(ctx, g->score_scratch, d->rows, p.rows_bytes, "memcpy (scorer rows)"));
+    kve_score_plan p = kve_score_plan_make(&g->limits, c, KVE_SCORE_THREADS);
+    unsigned char *scratch = (unsigned char *)c->scratch;
+    uint32_t *arrived = c->arrived;
+    if (!scratch) {
+        KVE_GPU_CHECK(p.scratch_bytes == SIZE_MAX, KVE_ERR_NOMEM,
+                      "kve_score: the raw scores of %u rows of up to %u slots exceed the address "
+                      "space",
+                      c->d.n_rows, p.max_slots);
+        KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_scratch, &g->score_scratch_bytes,
+                             p.scratch_bytes, 0, "malloc (scorer scratch)"));
+        KVE_TRY(kve_gpu_grow(ctx, (void **)&g->score_arrived, &g->score_arrived_bytes,
+                             p.arrived_bytes, 1, "malloc (scorer counters)"));
+        KVE_GPU_TRY(cudaStreamWaitEvent(kve_stream(ctx), g->score_done, 0),
+                    "stream wait (the previous scorer launch)");
+        scratch = g->score_scratch;
+        arrived = g->score_arrived;
+    }
+    if (p.rows_bytes)
+        KVE_TRY(kve_gpu_upload(ctx, scratch, c->d.rows, p.rows_bytes, "memcpy (scorer rows)"));
     kve_score_args a;
-    kve_score_args_make(d, &p, g->score_scratch, g->score_arrived, g->errors, &a);
+    kve_score_args_make(c, &p, scratch, arrived, g->errors, &a);
     KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
-    KVE_GPU_TRY(cudaEventRecord(g->score_done, kve_stream(ctx)), "event record (scorer)");
-    return KVE_OK;
-}
-
-/* A state's call scored from its device row list: one launch, nothing
- * uploaded, allocated or waited for (the scratch is the state's, used in
- * its stream's order), so a graph can capture it. */
-static kve_status gpu_state_score(kve_context *ctx, const kve_state_score_call *c)
-{
-    KVE_TRY(kve_gpu_enter(ctx));
-    kve_gpu *g = kve_gpu_of(ctx);
-    kve_score_plan p = kve_state_score_plan_make(&g->limits, c, KVE_SCORE_THREADS);
-    kve_score_args a;
-    kve_state_score_args_make(c, &p, g->errors, &a);
-    KVE_LAUNCH(ctx, kve_score_kernel, kve_score_args, p.grid, KVE_SCORE_THREADS, p.smem, a);
+    if (!c->scratch)
+        KVE_GPU_TRY(cudaEventRecord(g->score_done, kve_stream(ctx)), "event record (scorer)");
     return KVE_OK;
 }
 
@@ -344,10 +332,8 @@ static const kve_backend_ops kve_gpu_ops = {
     .cache_write = gpu_cache_write,
     .state_evict = gpu_state_evict,
     .upload = gpu_upload,
-    .state_round = gpu_state_round,
     .score = gpu_score,
     .state_plan = gpu_state_plan,
-    .state_score = gpu_state_score,
 };
 
 KVE_GPU_EXPORT const kve_backend_ops *kve_backend_entry_v1(const kve_host_services *host)

@@ -5,10 +5,10 @@
  *
  *   1. the job protocol: what the cache state (frontend/state*.c) asks of a
  *      backend — one operation running a list of small jobs on the state's
- *      tables (state_update), optionally one placing rounds a block per
- *      table (state_round), one evicting the rows of an append that are
- *      due (state_evict), and the cache write (which also runs the moves the
- *      jobs list); the job interpreter is common/state_body.h;
+ *      tables (state_update; a wave's rounds a block per table on a GPU),
+ *      one evicting the rows of an append that are due (state_evict), and
+ *      the cache write (which also runs the moves the jobs list); the job
+ *      interpreter is common/state_body.h;
  *   2. struct kve_context, which every public call receives;
  *   3. kve_backend_ops, the table a backend fills (designated initializers).
  *
@@ -28,7 +28,7 @@
 #include "kve_handle.h"
 #include "kvevict.h"
 
-#define KVE_BACKEND_ABI_VERSION 4u /* 2: state_evict, upload; 3: state_plan, state_round; 4: state_score */
+#define KVE_BACKEND_ABI_VERSION 5u /* 5: one score op (kve_score_call); rounds in state_update */
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 /* ---- 1. The job protocol ---------------------------------------------- */
@@ -126,6 +126,9 @@ typedef struct kve_state_update {
     uint32_t n_jobs;
     const kve_state_job *jobs;
     uint64_t work; /* items the launch is sized for (>= the jobs' items) */
+    /* 1: every job is a ROUND job (a wave's rounds): a GPU runs each table's
+     * round with a block of threads (kernels_cuda/round_body.h) */
+    uint32_t rounds;
 } kve_state_update;
 
 /*
@@ -173,20 +176,28 @@ typedef struct kve_score_list {
 } kve_score_list;
 
 /*
- * kve_state_score_device on a backend without host memory: the desc
- * validated with its key strides resolved (rows NULL; n_rows, slot_pos,
- * scores and scores_stride_table the call's), the list, and the state's
- * scoring scratch: raw [n_rows][tables a layer][query heads][max_slots]
- * floats and one counter per (call row, table of the layer), zeros between
- * calls. One launch whose size depends on n_rows and the state's shape.
+ * One call of the op score (common/score_body.h's rule, every backend): d
+ * validated, its key strides resolved, d.n_rows call rows, each
+ *   given:  list.rows NULL, row i is d.rows[i] (host memory): kve_score, and
+ *           kve_state_score's due rows, found on the host; or
+ *   listed: list.rows not NULL (kve_state_score_device): row i is found where
+ *           the list lies (kve_score_list_row), max_slots every row's length;
+ *           only backends without host memory get these (on host memory the
+ *           front end finds the rows and checks them as kve_score does).
+ * scratch: NULL, the backend's own (grown as calls need; kve_score only),
+ * or the state's, sized at creation and used in its stream's order, so the
+ * call allocates nothing: in backend memory the given rows' copy, then the
+ * raw scores (kve_score_scratch_bytes), with the counters at arrived (zeros
+ * between calls); in host memory room for n_rows kve_score_row (the rows a
+ * listed call finds).
  */
-typedef struct kve_state_score_call {
+typedef struct kve_score_call {
     kve_score_desc d;
     kve_score_list list;
-    uint32_t max_slots; /* the state's: tiles of the grid, raw's stride */
-    float *raw;
+    uint32_t max_slots;
+    void *scratch;
     uint32_t *arrived;
-} kve_state_score_call;
+} kve_score_call;
 
 
 /* Sets of jobs a wave plans, n_rows jobs each, in this order: set k of
@@ -334,21 +345,13 @@ typedef struct kve_backend_ops {
      * stream (copy waits): @p src may be reused once it returns (a GPU's
      * driver stages pageable memory before returning). The state's jobs. */
     kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
-    /* state_update for a list of ROUND jobs only (other kinds are not run):
-     * the same results, on a GPU a block per table (kernels_cuda/round_body.h).
-     * NULL: the front end runs the rounds through state_update. */
-    kve_status (*state_round)(kve_context *ctx, const kve_state_update *update);
-    /* kve_score (common/score_body.h): desc validated, key strides
-     * resolved, rows in host memory. NULL: KVE_ERR_UNAVAILABLE. */
-    kve_status (*score)(kve_context *ctx, const kve_score_desc *desc);
+    /* The scorers (kve_score_call above), one launch. NULL:
+     * KVE_ERR_UNAVAILABLE. */
+    kve_status (*score)(kve_context *ctx, const kve_score_call *call);
     /* One wave's plan of an append (kve_state_plan above), one launch of
      * one block; a refusal is raised on the device (host memory: returned,
      * with its message). */
     kve_status (*state_plan)(kve_context *ctx, const kve_state_plan *plan);
-    /* A cache state's scores read from its device row list (kve_state_score_call
-     * above), one launch. NULL: only host-memory backends score that way
-     * (the front end reads the rows and calls score). */
-    kve_status (*state_score)(kve_context *ctx, const kve_state_score_call *call);
 } kve_backend_ops;
 
 /* Services the core lends a backend loaded at run time. */

@@ -257,6 +257,23 @@ static inline size_t kve_score_raw_floats(uint64_t n_rows, uint64_t n_tables, ui
     return (size_t)n;
 }
 
+/* A scorer's scratch in backend memory (kve_score_call) for @p n_rows rows:
+ * the given rows' copy (n_rows kve_score_row) at 0, the raw scores at
+ * *@p raw_at; its bytes (SIZE_MAX: past the address space). The counters
+ * (n_rows x n_tables) lie apart. */
+#define KVE_SCORE_SCRATCH_ALIGN 256u
+static inline size_t kve_score_scratch_bytes(uint64_t n_rows, uint64_t n_tables, uint64_t nq,
+                                             uint64_t max_slots, size_t *raw_at)
+{
+    size_t raw = kve_score_raw_floats(n_rows, n_tables, nq, max_slots), bytes;
+    *raw_at = n_rows > SIZE_MAX / 2 / sizeof(kve_score_row)
+                  ? SIZE_MAX / 2
+                  : KVE_ALIGN_UP(n_rows * sizeof(kve_score_row), KVE_SCORE_SCRATCH_ALIGN);
+    if (raw == SIZE_MAX || __builtin_add_overflow(raw * sizeof(float), *raw_at, &bytes))
+        return SIZE_MAX;
+    return bytes;
+}
+
 /* Call row @p ri's scoring row: the desc's, or on a state's device list
  * (kve_score_list) its round's, its key cache row ri. Returns 0 when the
  * row has nothing to score (no slots; on the list: padding, a row that is

@@ -20,7 +20,7 @@ enum kve_state_part {
     KVE_PART_WORKSPACE, /* the eviction's workspace */
     KVE_PART_DIGESTS,   /* running digests, one a row */
     KVE_PART_ROWS,      /* the planner's: rows, work, call rows, n_new, bases, marks, refusal */
-    KVE_PART_SCORE,     /* kve_state_score_device's scratch (backends without host memory) */
+    KVE_PART_SCORE,     /* the scorer's scratch (backends without host memory) */
     KVE_STATE_PARTS
 };
 
@@ -63,10 +63,10 @@ struct kve_state {
     kve_pool_run *free_runs; /* [max_seqs + 1], by start */
     uint32_t n_runs;
     uint64_t digest_weight; /* KV heads one table stands for (SPEC §11) */
-    /* kve_state_score_device's scratch (KVE_PART_SCORE of the state's
-     * memory, sized at creation for score_group; NULL on host memory):
-     * raw scores for max_seqs rows, then the counters (zeros between
-     * calls). score_group: desc.score_group, 0 resolved. */
+    /* The scorer's scratch (KVE_PART_SCORE of the state's memory, sized at
+     * creation for score_group; NULL on host memory): score_raw_bytes of
+     * rows and raw scores (kve_score_scratch_bytes), then the counters
+     * (zeros between calls). score_group: desc.score_group, 0 resolved. */
     void *score_scratch;
     size_t score_raw_bytes;
     uint32_t score_group;
@@ -104,8 +104,8 @@ kve_status kve_state_upload(kve_state *s, uint32_t n_jobs);
  * launch sized for @p work items, with the call's outputs (NULL: none). */
 kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
                             const kve_step_buffers *out);
-/* kve_state_launch of uploaded ROUND jobs: through the backend's
- * state_round when it has one (a block per table on a GPU). */
+/* kve_state_launch of uploaded ROUND jobs (kve_state_update.rounds: a
+ * block per table on a GPU). */
 kve_status kve_state_launch_round(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
                                   const kve_step_buffers *out);
 /* kve_state_upload, then kve_state_launch of them all. */

@@ -276,7 +276,8 @@ kve_status kve_score(kve_context *ctx, const kve_score_desc *desc)
                         "kve_score: the %s backend does not implement it yet", ctx->ops->name);
     if (r.n_rows == 0)
         return KVE_OK;
-    return ctx->ops->score(ctx, &r);
+    kve_score_call c = {.d = r}; /* given rows, the backend's own scratch */
+    return ctx->ops->score(ctx, &c);
 }
 
 /* The scores' rows of a state call: tables x scores_stride_table elements
@@ -323,7 +324,7 @@ static kve_status kve_state_score_row(const kve_state *s, uint32_t i, uint32_t r
     return KVE_OK;
 }
 
-/* The checks both scoring entry points make, in one wording. */
+/* The checks both state entry points make, in one wording. */
 static kve_status kve_state_score_args(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                        const uint32_t *n_new, uint32_t table_layer,
                                        const kve_score_desc *desc, const float *scores)
@@ -342,15 +343,51 @@ static kve_status kve_state_score_args(const kve_state *s, uint32_t n_rows, cons
     return KVE_OK;
 }
 
-/* The one scoring step of both entry points on host rows: the @p n due
- * rows in s->score_rows (host memory, the state's scratch) scored by one
- * kve_score call over the state's tables. */
-static kve_status kve_state_score_due(kve_state *s, const kve_score_desc *d, uint32_t n)
+/* The desc of a state call over the state's tables, checked as kve_score
+ * checks it (with @p n given rows at @p given, their contents on host
+ * memory) into *@p v; with @p fixed (kve_state_score_device, which may be
+ * captured) its query-head group must fit the state's scoring scratch. */
+static kve_status kve_state_score_desc(const kve_state *s, const kve_score_desc *desc,
+                                       const kve_score_row *given, uint32_t n, float *scores,
+                                       size_t scores_stride_table, int fixed, kve_score_desc *v)
 {
-    kve_score_desc h = *d;
-    h.n_rows = n;
-    h.rows = s->score_rows;
-    return n ? kve_score(s->ctx, &h) : KVE_OK;
+    kve_score_desc d = *desc;
+    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
+    d.n_rows = n;
+    d.rows = given;
+    d.slot_pos = s->slot_pos;
+    d.slot_pos_stride_table = 0;
+    d.scores = scores;
+    d.scores_stride_table = scores_stride_table;
+    d.cache_rows = NULL;
+    KVE_TRY(kve_score_validate(s->ctx, &d, v));
+    uint32_t group = v->scorer == KVE_SCORER_TRIATTENTION ? v->tri.group : 1;
+    KVE_RETURN_ERROR_IF(fixed && group > s->score_group, KVE_ERR_RANGE,
+                        "%u query heads per KV head (%s), but the state was created with "
+                        "desc.score_group = %u: its scoring scratch is sized then, so no scoring "
+                        "call allocates (create it with desc.score_group >= %u)",
+                        group, v->scorer == KVE_SCORER_TRIATTENTION ? "desc.tri.group" : "one",
+                        s->d.score_group, group);
+    KVE_RETURN_ERROR_IF(!s->ctx->ops->score, KVE_ERR_UNAVAILABLE,
+                        "the %s backend does not implement the scorers", s->ctx->ops->name);
+    return KVE_OK;
+}
+
+/* The one scoring step of both state entry points: call @p c through the
+ * op score with the state's scratch (sized at creation for score_group:
+ * nothing is allocated). A group past it (only kve_state_score takes one)
+ * is scored in the backend's own scratch, as kve_score is. */
+static kve_status kve_state_score_run(kve_state *s, kve_score_call *c)
+{
+    if (c->d.n_rows == 0)
+        return KVE_OK;
+    uint32_t group = c->d.scorer == KVE_SCORER_TRIATTENTION ? c->d.tri.group : 1;
+    c->max_slots = s->d.max_slots;
+    if (s->score_scratch && group <= s->score_group) {
+        c->scratch = s->score_scratch;
+        c->arrived = (uint32_t *)((unsigned char *)s->score_scratch + s->score_raw_bytes);
+    }
+    return s->ctx->ops->score(s->ctx, c);
 }
 
 kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *rows,
@@ -387,26 +424,9 @@ kve_status kve_state_score(kve_state *state, uint32_t n_rows, const uint32_t *ro
     }
     if (st != KVE_OK)
         return st;
-    kve_score_desc d = *desc;
-    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
-    d.slot_pos = s->slot_pos;
-    d.slot_pos_stride_table = 0;
-    d.scores = scores;
-    d.scores_stride_table = scores_stride_table;
-    d.cache_rows = NULL;
-    return kve_state_score_due(s, &d, n);
-}
-
-/* The CPU (host memory): the list read where it lies, scored as
- * kve_state_score scores it. */
-static kve_status kve_state_score_host_list(kve_state *s, const kve_score_desc *d,
-                                            const kve_score_list *l)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < d->n_rows; i++)
-        n += (uint32_t)kve_score_list_row(l, i, s->table_heads, d->scores_stride_table,
-                                          &s->score_rows[n]);
-    return kve_state_score_due(s, d, n);
+    kve_score_call c = {.max_slots = 0};
+    KVE_TRY(kve_state_score_desc(s, desc, sr, n, scores, scores_stride_table, 0, &c.d));
+    return kve_state_score_run(s, &c);
 }
 
 kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint32_t *rows,
@@ -438,35 +458,24 @@ kve_status kve_state_score_device(kve_state *state, uint32_t n_rows, const uint3
                         "scores_stride_row = %zu: the scores of %u call rows overflow size_t "
                         "bytes",
                         scores_stride_row, n_rows);
-    kve_score_desc d = *desc;
-    d.heads_per_table = s->table_heads == 1 ? s->d.n_heads : 1;
-    d.n_rows = 0;
-    d.rows = NULL;
-    kve_score_desc v;
-    KVE_TRY(kve_score_validate(s->ctx, &d, &v)); /* scorer, keys, TriAttention inputs */
-    uint32_t group = v.scorer == KVE_SCORER_TRIATTENTION ? v.tri.group : 1;
-    KVE_RETURN_ERROR_IF(group > s->score_group, KVE_ERR_RANGE,
-                        "kve_state_score_device: %u query heads per KV head (%s), but the state "
-                        "was created with desc.score_group = %u: its scoring scratch is sized "
-                        "then, so no call allocates (create it with desc.score_group >= %u)",
-                        group, v.scorer == KVE_SCORER_TRIATTENTION ? "desc.tri.group" : "one",
-                        s->d.score_group, group);
+    kve_score_call c = {.max_slots = 0};
+    KVE_TRY(kve_state_score_desc(s, desc, NULL, 0, scores, scores_stride_table, 1, &c.d));
     if (n_rows == 0)
         return KVE_OK;
-    v.n_rows = n_rows;
-    v.slot_pos = s->slot_pos;
-    v.slot_pos_stride_table = 0;
-    v.scores = scores;
-    v.scores_stride_table = scores_stride_table;
     kve_score_list l = {rows,          n_new,       s->dev_rows,          s->tables,
                         s->d.max_seqs, s->d.schedule.window, s->d.schedule.interval,
                         table_layer,   scores_stride_row};
-    if (s->ctx->ops->host_memory)
-        return kve_state_score_host_list(s, &v, &l);
-    KVE_RETURN_ERROR_IF(!s->ctx->ops->state_score, KVE_ERR_UNAVAILABLE,
-                        "kve_state_score_device: the %s backend does not implement it",
-                        s->ctx->ops->name);
-    kve_state_score_call c = {v, l, s->d.max_slots, (float *)s->score_scratch,
-                         (uint32_t *)((unsigned char *)s->score_scratch + s->score_raw_bytes)};
-    return s->ctx->ops->state_score(s->ctx, &c);
+    if (!s->ctx->ops->host_memory) {
+        c.d.n_rows = n_rows; /* listed: found on the device */
+        c.list = l;
+        return kve_state_score_run(s, &c);
+    }
+    /* Host memory: the list read where it lies, its rows checked as given. */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_rows; i++)
+        n += (uint32_t)kve_score_list_row(&l, i, s->table_heads, scores_stride_table,
+                                          &s->score_rows[n]);
+    KVE_TRY(
+        kve_state_score_desc(s, desc, s->score_rows, n, scores, scores_stride_table, 1, &c.d));
+    return kve_state_score_run(s, &c);
 }

@@ -16,6 +16,7 @@
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
+#include "score_body.h"
 #include "state_body.h"
 
 kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uint32_t *out_slots)
@@ -43,10 +44,11 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
     return KVE_OK;
 }
 
-/* kve_state_score_device's scratch for desc.score_group (0: 1 for a
- * KVE_SCORED state, else none): raw scores of max_seqs rows x table_heads
- * x query heads a table x max_slots floats, then a counter per (row,
- * table of a layer); none on host memory, where rows are scored in place. */
+/* The scorer's scratch for desc.score_group (0: 1 for a KVE_SCORED state,
+ * else none; kve_score_call): for max_seqs rows x table_heads x query heads
+ * a table x max_slots, the given rows' copy and the raw scores
+ * (kve_score_scratch_bytes), then a counter per (row, table of a layer);
+ * none on host memory, where rows are scored in place. */
 static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d, kve_state *s,
                                        size_t *bytes)
 {
@@ -54,18 +56,16 @@ static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d
     *bytes = 0;
     if (!s->score_group || ctx->ops->host_memory)
         return KVE_OK;
-    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq, n;
-    KVE_RETURN_ERROR_IF(__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq) ||
-                            __builtin_mul_overflow((uint64_t)d->max_seqs * s->table_heads, nq,
-                                                   &n) ||
-                            __builtin_mul_overflow(n, (uint64_t)d->max_slots * 4, &n) ||
-                            n > SIZE_MAX / 2,
-                        KVE_ERR_OVERFLOW,
+    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
+    size_t raw_at, n = SIZE_MAX;
+    if (!__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq))
+        n = kve_score_scratch_bytes(d->max_seqs, s->table_heads, nq, d->max_slots, &raw_at);
+    KVE_RETURN_ERROR_IF(n > SIZE_MAX / 2, KVE_ERR_OVERFLOW,
                         "desc.score_group = %u: the scorer's scratch (%u rows x %zu tables x "
                         "%llu query heads x %u slots of floats) overflows",
                         d->score_group, d->max_seqs, (size_t)s->table_heads,
                         (unsigned long long)hpt * s->score_group, d->max_slots);
-    s->score_raw_bytes = KVE_ALIGN_UP((size_t)n, 256);
+    s->score_raw_bytes = KVE_ALIGN_UP(n, 256);
     *bytes = s->score_raw_bytes + (size_t)d->max_seqs * s->table_heads * 4;
     return KVE_OK;
 }
@@ -320,10 +320,10 @@ kve_status kve_state_upload(kve_state *s, uint32_t n_jobs)
                   : KVE_OK;
 }
 
-/* Uploaded jobs [first, first + n_jobs) through @p op (state_update's signature). */
+/* Uploaded jobs [first, first + n_jobs) through state_update (@p rounds:
+ * all of them ROUND jobs). */
 static kve_status kve_state_launch_op(kve_state *s, uint32_t first, uint32_t n_jobs,
-                                      uint64_t work, const kve_step_buffers *out,
-                                      kve_status (*op)(kve_context *, const kve_state_update *))
+                                      uint64_t work, const kve_step_buffers *out, uint32_t rounds)
 {
     if (n_jobs == 0)
         return KVE_OK;
@@ -334,7 +334,8 @@ static kve_status kve_state_launch_op(kve_state *s, uint32_t first, uint32_t n_j
                           .run_digest = s->run_digest,
                           .n_jobs = n_jobs,
                           .jobs = s->dev_jobs + first,
-                          .work = work};
+                          .work = work,
+                          .rounds = rounds};
     if (out) {
         u.mapping = out->slot_mapping;
         u.map_layer_stride = (size_t)out->max_tokens * s->table_heads;
@@ -343,21 +344,19 @@ static kve_status kve_state_launch_op(kve_state *s, uint32_t first, uint32_t n_j
         u.move_rows = out->max_rows;
         u.max_moves = out->max_moves;
     }
-    return op(s->ctx, &u);
+    return s->ctx->ops->state_update(s->ctx, &u);
 }
 
 kve_status kve_state_launch(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
                             const kve_step_buffers *out)
 {
-    return kve_state_launch_op(s, first, n_jobs, work, out, s->ctx->ops->state_update);
+    return kve_state_launch_op(s, first, n_jobs, work, out, 0);
 }
 
 kve_status kve_state_launch_round(kve_state *s, uint32_t first, uint32_t n_jobs, uint64_t work,
                                   const kve_step_buffers *out)
 {
-    const kve_backend_ops *o = s->ctx->ops;
-    return kve_state_launch_op(s, first, n_jobs, work, out,
-                               o->state_round ? o->state_round : o->state_update);
+    return kve_state_launch_op(s, first, n_jobs, work, out, 1);
 }
 
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out)

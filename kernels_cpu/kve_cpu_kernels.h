@@ -182,7 +182,8 @@ kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e
 struct kve_state_plan;
 kve_status kve_cpu_state_plan(kve_context *ctx, const struct kve_state_plan *p);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
-kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *desc);
+struct kve_score_call;
+kve_status kve_cpu_score(kve_context *ctx, const struct kve_score_call *call);
 /* The compaction (backends/cpu_compact.c). */
 kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d);
 

@@ -196,7 +196,7 @@ typedef struct {
     const kve_score_kernels *kk;
     uint32_t max_slots;
     const double *phase;
-} kve_score_call;
+} kve_cpu_score_job;
 
 enum { KVE_SCORE_NOMEM = 1, KVE_SCORE_BAD = 2 };
 
@@ -204,7 +204,7 @@ enum { KVE_SCORE_NOMEM = 1, KVE_SCORE_BAD = 2 };
 static int kve_score_range(void *arg, size_t lo, size_t hi, int thread)
 {
     (void)thread;
-    const kve_score_call *c = (const kve_score_call *)arg;
+    const kve_cpu_score_job *c = (const kve_cpu_score_job *)arg;
     kve_score_scratch w;
     int got = kve_score_scratch_alloc(&w, c->a, c->max_slots) ? 0 : KVE_SCORE_NOMEM;
     for (size_t it = lo; it < hi && !got; it++)
@@ -215,8 +215,12 @@ static int kve_score_range(void *arg, size_t lo, size_t hi, int thread)
     return got;
 }
 
-kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
+kve_status kve_cpu_score(kve_context *ctx, const kve_score_call *call)
 {
+    /* host memory: the front end gives every row (it reads a state's list
+     * where it lies, and checks the rows' contents) */
+    KVE_RETURN_ERROR_IF(call->list.rows, KVE_ERR_INTERNAL, "kve_score: a listed call on the CPU");
+    const kve_score_desc *d = &call->d;
     kve_score_args a;
     kve_score_args_init(&a, d, NULL);
     uint32_t max_slots = 0;
@@ -240,7 +244,7 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_desc *d)
                 kve_score_phase(&a, f, t0, phase + i * per_row + 2 * f);
         }
     }
-    kve_score_call c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
+    kve_cpu_score_job c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
     int got = kve_cpu_parallel(ctx->threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
     free(phase);
     KVE_RETURN_ERROR_IF(got & KVE_SCORE_NOMEM, KVE_ERR_NOMEM,

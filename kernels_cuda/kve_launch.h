@@ -232,8 +232,9 @@ KVE_HOST_FN uint32_t kve_state_plan_grid(const kve_launch_limits *lim, const kve
     return kve_launch_grid(u->work, threads, lim->max_grid);
 }
 
-/* state_round's grid (kve_state_round_grid: one block per table of the
- * call's rows): u->work blocks, the call's rows x tables, capped. */
+/* The round kernel's grid (state_update of a wave's rounds,
+ * kve_state_round_grid: one block per table of the call's rows): u->work
+ * blocks, the call's rows x tables, capped. */
 KVE_HOST_FN uint32_t kve_state_round_plan_grid(const kve_launch_limits *lim,
                                                const kve_state_update *u)
 {
@@ -310,92 +311,61 @@ KVE_HOST_FN kve_cache_write_plan kve_cache_write_plan_make(const kve_launch_limi
 }
 
 #define KVE_SCORE_THREADS 256u
-#define KVE_SCORE_SCRATCH_ALIGN 256u
 
 /*
- * kve_score's one launch (score_body.h's grid): one block of @p threads per
- * (row, KV head, tile of @p threads slots), the tiles of the longest row
- * for every row; the shared memory a block takes; and the device memory
- * the call needs: its rows (uploaded, one copy per call) and the raw
- * scores in one scratch, the counters per (row, table) in another, which
- * holds zeros between calls (the tails put them back).
+ * The op score's one launch (score_body.h's grid; kve_score_call): one
+ * block of @p threads per (row, KV head, tile of @p threads slots), the
+ * tiles of the longest row (a listed call: max_slots, so the launch
+ * follows from the shape alone) for every row; the shared memory a block
+ * takes; and the device memory the call needs: the scratch (the given rows'
+ * copy, one upload a call, then the raw scores: kve_score_scratch_bytes)
+ * and the counters per (row, table), zeros between calls (the tails put
+ * them back).
  */
 typedef struct kve_score_plan {
     uint32_t grid;
     size_t smem;
     uint32_t tiles, max_slots;
-    size_t rows_bytes;     /* the rows, at the scratch's start */
+    size_t rows_bytes;     /* the given rows to upload, at the scratch's start (listed: 0) */
     size_t raw_at;         /* the raw scores' offset in the scratch */
     size_t scratch_bytes;  /* SIZE_MAX: more than the address space */
     size_t arrived_bytes;  /* the counters */
 } kve_score_plan;
 
 KVE_HOST_FN kve_score_plan kve_score_plan_make(const kve_launch_limits *lim,
-                                               const kve_score_desc *d, uint32_t threads)
+                                               const kve_score_call *c, uint32_t threads)
 {
+    const kve_score_desc *d = &c->d;
+    int listed = c->list.rows != NULL;
     kve_score_args a;
     kve_score_args_init(&a, d, NULL);
     kve_score_plan p;
-    p.max_slots = 0;
-    for (uint32_t i = 0; i < d->n_rows; i++)
+    p.max_slots = listed ? c->max_slots : 0;
+    for (uint32_t i = 0; !listed && i < d->n_rows; i++)
         p.max_slots = d->rows[i].n_slots > p.max_slots ? d->rows[i].n_slots : p.max_slots;
     p.tiles = p.max_slots ? (p.max_slots + threads - 1) / threads : 1;
     p.grid = kve_launch_grid((uint64_t)d->n_rows * d->keys.n_heads * p.tiles, 1, lim->max_grid);
     p.smem = kve_score_smem_bytes(a.group, a.nq, a.nf, threads);
-    size_t tables = (size_t)d->n_rows * a.n_tables, raw;
-    p.rows_bytes = (size_t)d->n_rows * sizeof(kve_score_row);
-    p.raw_at = KVE_ALIGN_UP(p.rows_bytes, KVE_SCORE_SCRATCH_ALIGN);
-    p.arrived_bytes = tables * sizeof(uint32_t);
-    if (__builtin_mul_overflow(tables * a.nq, (size_t)p.max_slots * sizeof(float), &raw) ||
-        __builtin_add_overflow(raw, p.raw_at, &p.scratch_bytes))
-        p.scratch_bytes = SIZE_MAX;
+    p.rows_bytes = listed ? 0 : (size_t)d->n_rows * sizeof(kve_score_row);
+    p.scratch_bytes = kve_score_scratch_bytes(d->n_rows, a.n_tables, a.nq, p.max_slots, &p.raw_at);
+    p.arrived_bytes = (size_t)d->n_rows * a.n_tables * sizeof(uint32_t);
     return p;
 }
 
-/* Arguments of the launch of plan @p p: the rows uploaded at @p scratch's
- * start, the raw scores after them, the counters at @p arrived. */
-KVE_HOST_FN void kve_score_args_make(const kve_score_desc *d, const kve_score_plan *p,
+/* Arguments of the launch of plan @p p: the given rows uploaded at
+ * @p scratch's start (a listed call reads its list), the raw scores after
+ * them, the counters at @p arrived. */
+KVE_HOST_FN void kve_score_args_make(const kve_score_call *c, const kve_score_plan *p,
                                      unsigned char *scratch, uint32_t *arrived, uint64_t *errors,
                                      kve_score_args *a)
 {
-    kve_score_args_init(a, d, errors);
-    a->d.rows = (const kve_score_row *)scratch;
+    kve_score_args_init(a, &c->d, errors);
+    if (!c->list.rows)
+        a->d.rows = (const kve_score_row *)scratch;
     a->tiles = p->tiles;
     a->max_slots = p->max_slots;
     a->raw = (float *)(scratch + p->raw_at);
     a->arrived = arrived;
-}
-
-/* kve_state_score_device's one launch (kve_state_score_call): the same grid
- * for the call's n_rows rows with the state's max_slots as every row's
- * length, so its size follows from the shape alone; the scratch is the
- * state's. */
-KVE_HOST_FN kve_score_plan kve_state_score_plan_make(const kve_launch_limits *lim,
-                                                     const kve_state_score_call *c, uint32_t threads)
-{
-    kve_score_args a;
-    kve_score_args_init(&a, &c->d, NULL);
-    kve_score_plan p;
-    p.max_slots = c->max_slots;
-    p.tiles = p.max_slots ? (p.max_slots + threads - 1) / threads : 1;
-    p.grid = kve_launch_grid((uint64_t)c->d.n_rows * c->d.keys.n_heads * p.tiles, 1, lim->max_grid);
-    p.smem = kve_score_smem_bytes(a.group, a.nq, a.nf, threads);
-    p.rows_bytes = p.raw_at = 0;
-    p.scratch_bytes = kve_score_raw_floats(c->d.n_rows, a.n_tables, a.nq, p.max_slots);
-    p.scratch_bytes = p.scratch_bytes == SIZE_MAX ? SIZE_MAX : p.scratch_bytes * sizeof(float);
-    p.arrived_bytes = (size_t)c->d.n_rows * a.n_tables * sizeof(uint32_t);
-    return p;
-}
-
-/* Arguments of the launch of plan @p p for a state's call @p c. */
-KVE_HOST_FN void kve_state_score_args_make(const kve_state_score_call *c, const kve_score_plan *p,
-                                           uint64_t *errors, kve_score_args *a)
-{
-    kve_score_args_init(a, &c->d, errors);
-    a->tiles = p->tiles;
-    a->max_slots = p->max_slots;
-    a->raw = c->raw;
-    a->arrived = c->arrived;
     a->list = c->list;
 }
 

@@ -195,7 +195,6 @@ static void kve_emu_log_evict(const char *what, const kve_evict_plan *p)
 typedef enum {
     KVE_NODE_PLAN,
     KVE_NODE_UPDATE,
-    KVE_NODE_ROUND,
     KVE_NODE_EVICT,
     KVE_NODE_WRITE,
     KVE_NODE_SCORE,
@@ -215,7 +214,7 @@ typedef struct kve_emu_node {
         kve_state_update update;
         kve_state_evict evict;
         kve_cache_write_desc write;
-        kve_state_score_call score;
+        kve_score_call score;
         kve_emu_copy_node copy;
     } a;
 } kve_emu_node;
@@ -339,11 +338,15 @@ static kve_status emu_upload(kve_context *ctx, void *dst, const void *src, size_
     return kve_emu_cpu->copy(ctx, dst, src, bytes, KVE_COPY_HOST_TO_BACKEND);
 }
 
+static kve_status emu_state_round(kve_context *ctx, const kve_state_update *u);
+
 static kve_status emu_state_update(kve_context *ctx, const kve_state_update *u)
 {
     (void)ctx;
     if (!u->n_jobs)
         return KVE_OK;
+    if (u->rounds)
+        return emu_state_round(ctx, u);
     kve_emu_node node = {KVE_NODE_UPDATE, {.update = *u}};
     if (kve_emu_record(ctx, &node, "a launch of kve_state_kernel"))
         return KVE_OK;
@@ -397,14 +400,12 @@ static kve_status emu_state_plan(kve_context *ctx, const kve_state_plan *p)
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
 }
 
-/* state_round: logged as the GPU driver plans it (gpu_state_round). */
+/* state_update of a wave's rounds: logged as the GPU driver plans it (the
+ * round kernel, a block per table). */
 static kve_status emu_state_round(kve_context *ctx, const kve_state_update *u)
 {
-    (void)ctx;
-    if (!u->n_jobs)
-        return KVE_OK;
     kve_emu_log_add("kve_state_round_kernel", kve_state_round_plan_grid(&kve_emu_lim, u), 0);
-    kve_emu_node node = {KVE_NODE_ROUND, {.update = *u}};
+    kve_emu_node node = {KVE_NODE_UPDATE, {.update = *u}};
     if (kve_emu_record(ctx, &node, "a launch of kve_state_round_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_state_round_kernel"))
@@ -514,49 +515,42 @@ static void kve_emu_score_free(kve_context *ctx)
     kve_emu_score_scratch_bytes = kve_emu_score_arrived_bytes = 0;
 }
 
-/* As gpu_score: the rows uploaded once, then one launch, whatever n_rows. */
-static kve_status emu_score(kve_context *ctx, const kve_score_desc *d)
+/* As gpu_score: one launch whatever n_rows, after one upload of the given
+ * rows; the context's scratch (kve_score) grown as calls need, the state's
+ * (c->scratch) taken as it is, so a listed call allocates and uploads
+ * nothing and a graph records it. */
+static kve_status emu_score(kve_context *ctx, const kve_score_call *c)
 {
     uint32_t nt, ws;
     kve_emu_pool *pool = kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now);
     kve_emu_pool_shape(pool, &nt, &ws);
-    kve_score_plan p = kve_score_plan_make(&kve_emu_lim, d, nt);
-    if (p.scratch_bytes == SIZE_MAX)
-        return KVE_ERR_NOMEM;
-    KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_scratch, &kve_emu_score_scratch_bytes,
-                         p.scratch_bytes, 0));
-    KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_arrived, &kve_emu_score_arrived_bytes,
-                         p.arrived_bytes, 1));
-    KVE_TRY(emu_upload(ctx, kve_emu_score_scratch, d->rows, p.rows_bytes));
+    kve_score_plan p = kve_score_plan_make(&kve_emu_lim, c, nt);
+    unsigned char *scratch = (unsigned char *)c->scratch;
+    uint32_t *arrived = c->arrived;
+    if (!scratch) {
+        if (p.scratch_bytes == SIZE_MAX)
+            return KVE_ERR_NOMEM;
+        KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_scratch, &kve_emu_score_scratch_bytes,
+                             p.scratch_bytes, 0));
+        KVE_TRY(kve_emu_grow(ctx, (void **)&kve_emu_score_arrived, &kve_emu_score_arrived_bytes,
+                             p.arrived_bytes, 1));
+        scratch = kve_emu_score_scratch;
+        arrived = kve_emu_score_arrived;
+    }
+    if (p.rows_bytes)
+        KVE_TRY(emu_upload(ctx, scratch, c->d.rows, p.rows_bytes));
     kve_emu_log_add("kve_score_kernel", p.grid, p.smem);
     if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
         kve_emu_log[kve_emu_log_n - 1].threads = nt;
-    if (kve_emu_launch_fails("kve_score_kernel"))
-        return KVE_OK;
-    return kve_emu_score(pool, &p, d, kve_emu_score_scratch, kve_emu_score_arrived,
-                         &kve_emu_records)
-               ? KVE_ERR_INTERNAL
-               : KVE_OK;
-}
-
-/* As gpu_state_score: one launch from the state's device row list, nothing
- * uploaded or allocated (a graph records it). */
-static kve_status emu_state_score(kve_context *ctx, const kve_state_score_call *c)
-{
-    (void)ctx;
-    uint32_t nt, ws;
-    kve_emu_pool *pool = kve_emu_pool_for(KVE_SCORE_THREADS, kve_emu_pool_now);
-    kve_emu_pool_shape(pool, &nt, &ws);
-    kve_score_plan p = kve_state_score_plan_make(&kve_emu_lim, c, nt);
-    kve_emu_log_add("kve_score_kernel", p.grid, p.smem);
-    if (kve_emu_log && kve_emu_log_n <= kve_emu_log_cap)
-        kve_emu_log[kve_emu_log_n - 1].threads = nt;
+    /* a given call's rows are host memory: only its upload is refused in a
+     * capture (above); a listed call is recorded */
     kve_emu_node node = {KVE_NODE_SCORE, {.score = *c}};
-    if (kve_emu_record(ctx, &node, "a launch of kve_score_kernel"))
+    if (c->list.rows && kve_emu_record(ctx, &node, "a launch of kve_score_kernel"))
         return KVE_OK;
     if (kve_emu_launch_fails("kve_score_kernel"))
         return KVE_OK;
-    return kve_emu_state_score(pool, &p, c, &kve_emu_records) ? KVE_ERR_INTERNAL : KVE_OK;
+    return kve_emu_score(pool, &p, c, scratch, arrived, &kve_emu_records) ? KVE_ERR_INTERNAL
+                                                                           : KVE_OK;
 }
 
 static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
@@ -689,8 +683,6 @@ static const kve_backend_ops kve_emu_ops = {
     .state_evict = emu_state_evict,
     .upload = emu_upload,
     .state_plan = emu_state_plan,
-    .state_score = emu_state_score,
-    .state_round = emu_state_round,
     .score = emu_score,
 };
 
@@ -730,9 +722,8 @@ kve_status kve_emu_graph_replay(kve_context *ctx, const kve_emu_graph *g)
         const kve_emu_node *n = &g->nodes[i];
         kve_status st = n->kind == KVE_NODE_PLAN     ? emu_state_plan(ctx, &n->a.plan)
                         : n->kind == KVE_NODE_UPDATE ? emu_state_update(ctx, &n->a.update)
-                        : n->kind == KVE_NODE_ROUND  ? emu_state_round(ctx, &n->a.update)
                         : n->kind == KVE_NODE_EVICT  ? emu_state_evict(ctx, &n->a.evict)
-                        : n->kind == KVE_NODE_SCORE  ? emu_state_score(ctx, &n->a.score)
+                        : n->kind == KVE_NODE_SCORE  ? emu_score(ctx, &n->a.score)
                         : n->kind == KVE_NODE_COPY
                             ? kve_emu_cpu->copy(ctx, n->a.copy.dst, n->a.copy.src, n->a.copy.bytes,
                                                 KVE_COPY_BACKEND_TO_BACKEND)

@@ -396,20 +396,11 @@ static void kve_emu_score_body(kve_tc *tc, unsigned char *smem, void *arg)
     kve_score_grid(tc, smem, (const kve_score_args *)arg);
 }
 
-int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_desc *d,
+int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_call *c,
                   unsigned char *scratch, uint32_t *arrived, kve_emu_errors *e)
 {
     static kve_score_args a; /* as a kernel's parameters: off the stack */
-    kve_score_args_make(d, p, scratch, arrived, e->rec, &a);
-    return kve_emu_run(pool, "kve_score_kernel", p->grid, p->smem, kve_emu_score_body, &a, NULL,
-                       0);
-}
-
-int kve_emu_state_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_state_score_call *c,
-                        kve_emu_errors *e)
-{
-    static kve_score_args a; /* as a kernel's parameters: off the stack */
-    kve_state_score_args_make(c, p, e->rec, &a);
+    kve_score_args_make(c, p, scratch, arrived, e->rec, &a);
     return kve_emu_run(pool, "kve_score_kernel", p->grid, p->smem, kve_emu_score_body, &a, NULL,
                        0);
 }

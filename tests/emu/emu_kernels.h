@@ -100,18 +100,12 @@ kve_status kve_emu_cache_write(kve_emu_pool *pool, uint32_t max_grid,
                                const kve_cache_write_desc *d, kve_emu_errors *e,
                                uint32_t *unit_used);
 
-/* The backend op score's one launch for a validated desc with resolved
- * strides, as plan @p p (kve_score_plan_make, for the pool's block size)
- * says: its rows already uploaded at @p scratch's start (p->scratch_bytes
- * of device memory), the counters at @p arrived (p->arrived_bytes, zeros). */
-int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_desc *d,
+/* The backend op score's one launch for call @p c (kve_score_call), as plan
+ * @p p (kve_score_plan_make, for the pool's block size) says: a given
+ * call's rows already uploaded at @p scratch's start (p->scratch_bytes of
+ * device memory), the counters at @p arrived (p->arrived_bytes, zeros). */
+int kve_emu_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_score_call *c,
                   unsigned char *scratch, uint32_t *arrived, kve_emu_errors *e);
-
-/* A cache state's call scored from its device row list (kve_state_score_call,
- * kve_state_score_plan_make for the pool's block size): the state's
- * scratch and counters in @p c. */
-int kve_emu_state_score(kve_emu_pool *pool, const kve_score_plan *p, const kve_state_score_call *c,
-                        kve_emu_errors *e);
 
 /* A case of kve_cases.h over @p bufs: eviction or compaction. */
 int kve_emu_run_case(kve_emu_pool *pool, uint32_t grid, int global_scratch, const kve_case *c,
