@@ -436,9 +436,10 @@ typedef struct kve_state_desc {
      *  outside its tables. max_slots + D <= 2^31-1. */
     uint32_t max_draft;
     /** The largest query-head group (TriAttention's tri.group; 1 for the
-     *  other scorers) the experimental kve_state_score_device scores with,
-     *  its scratch sized from it at creation. 0 = 1 for a KVE_SCORED state,
-     *  else none (every call refused). */
+     *  other scorers) the state's scorer scratch is sized for at creation:
+     *  the experimental kve_state_score_device refuses more, and on a GPU
+     *  kve_state_score scores more in the context's scratch. 0 = 1 for a
+     *  KVE_SCORED state, else none. */
     uint32_t score_group;
 } kve_state_desc;
 
@@ -449,9 +450,9 @@ typedef struct kve_state kve_state;
  * Backend memory a state with @p desc needs on @p ctx: its pool of slot
  * tables and of freed-slot lists (2 x tables x pool_slots int32, tables =
  * table_layers x table_heads), one kve_seq per row, the eviction
- * workspace and, on a GPU, kve_state_score_device's scratch (max_seqs x
- * table_heads x query heads a table (score_group x heads_per_table) x
- * max_slots floats).
+ * workspace and, on a GPU, the scorer's scratch (max_seqs x table_heads x
+ * query heads a table (score_group x heads_per_table) x max_slots floats,
+ * and max_seqs kve_score_row).
  */
 KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
                                          size_t *out_bytes);
