@@ -1,7 +1,7 @@
 /*
  * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
- * the planner (common/state_body.h) on one thread, its refusal worded by
- * kve_plan_refusal_text (common/kve_backend.h). (state_update is the job
+ * the planner (common/state_body.h) on one thread, its refusal's status and
+ * words those of kve_plan_refusal_status and _text (common/kve_backend.h). (state_update is the job
  * kernel, kernels_cpu/state_jobs_cpu.c; state_evict runs the driver's own
  * evict, backends/cpu.c.)
  */
@@ -17,11 +17,7 @@ kve_status kve_cpu_state_plan(kve_context *ctx, const kve_state_plan *p)
     (void)ctx;
     uint32_t at = 0, why = kve_state_plan_serial(p, &at);
     if (p->wave == 0 && why != KVE_PLAN_OK)
-        return kve_error_set(why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS ||
-                                     why == KVE_PLAN_POSITION || why == KVE_PLAN_TOO_MANY
-                                 ? KVE_ERR_RANGE
-                                 : KVE_ERR_INVALID,
-                             "%s: rows[%u] = %u (%s[%u] = %u) %s",
+        return kve_error_set(kve_plan_refusal_status(why), "%s: rows[%u] = %u (%s[%u] = %u) %s",
                              p->draft ? "kve_state_draft" : "kve_state_append_device", at,
                              p->call_rows[at], p->draft ? "n_draft" : "n_new", at,
                              p->call_new[at], kve_plan_refusal_text(why, p->draft ? 1 : 0));

@@ -225,6 +225,15 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
                              tokens before its round */
 } kve_plan_refusal;
+/* A refusal's status, the same on every backend: KVE_ERR_RANGE for a
+ * number past its bound, KVE_ERR_INVALID for a row in the wrong state. */
+static inline kve_status kve_plan_refusal_status(uint32_t why)
+{
+    return why == KVE_PLAN_ROW_RANGE || why == KVE_PLAN_TOKENS || why == KVE_PLAN_POSITION ||
+                   why == KVE_PLAN_TOO_MANY
+               ? KVE_ERR_RANGE
+               : KVE_ERR_INVALID;
+}
 /* A refusal in words, the one table the CPU's message and the device's
  * (KVE_DEV_ERR_STATE_CALL) read: what "rows[i] = r" does. @p draft: 1 for
  * kve_state_draft, 0 for an append, -1 when unknown (the device). */

@@ -415,7 +415,7 @@ KVE_HOST_FN const kve_dev_err_rank *kve_dev_err_ranks(void)
          "position (checked on the device)"},
         {KVE_DEV_ERR_CSLOT_RANGE, KVE_DEV_CALL_COMPACT, 0, KVE_ERR_RANGE,
          "desc.slot_pos[head %llu][slot %u] < -1: must be >= -1 (checked on the device)"},
-        {KVE_DEV_ERR_STATE_CALL, KVE_DEV_CALL_STATE, 0, KVE_ERR_INVALID,
+        {KVE_DEV_ERR_STATE_CALL, KVE_DEV_CALL_STATE, 0, KVE_ERR_INVALID, /* kve_plan_refusal_status */
          "cache state append (or draft) refused at call row %llu, reason %u: the row %s "
          "(checked on the device); the state is unchanged and the call's outputs hold no "
          "tokens"},
@@ -477,8 +477,11 @@ KVE_HOST_FN kve_status kve_dev_errors_status(const uint64_t *rec, kve_set_error_
         return KVE_OK;
     const kve_dev_err_rank *r = &kve_dev_err_ranks()[best];
     unsigned detail = (unsigned)rec[r->kind];
-    /* the planner's words (kve_plan_refusal_text) for a refusal; others take two arguments */
-    return set_error(r->status, r->fmt, (unsigned long long)(rec[r->kind] >> 32), detail,
+    /* a refusal: the planner's status and words (kve_plan_refusal_status,
+     * _text), as on the CPU; others take two arguments */
+    kve_status status = r->kind == KVE_DEV_ERR_STATE_CALL ? kve_plan_refusal_status(detail)
+                                                          : r->status;
+    return set_error(status, r->fmt, (unsigned long long)(rec[r->kind] >> 32), detail,
                      r->kind == KVE_DEV_ERR_STATE_CALL ? kve_plan_refusal_text(detail, -1) : "");
 }
 

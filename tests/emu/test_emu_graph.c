@@ -373,7 +373,7 @@ END_TEST
 
 /* Each refusal of the planner: the state as it was, the call's mapping -1
  * and its move lists empty (on the CPU too); reported at synchronize on the
- * device, returned on the CPU. */
+ * device, returned on the CPU, with the same status. */
 START_TEST(test_graph_refusals)
 {
     kve_emu_context_device_plan(64);
@@ -419,6 +419,11 @@ START_TEST(test_graph_refusals)
                 continue;
             }
             ck_assert_int_ne(got, KVE_OK);
+            /* one status per reason, the device's as the CPU's */
+            ck_assert_msg(got == kve_plan_refusal_status(cases[k].reason),
+                          "case %zu %s: %s, want %s", k, dev ? "device" : "CPU",
+                          kve_status_string(got),
+                          kve_status_string(kve_plan_refusal_status(cases[k].reason)));
             char want[64];
             if (dev)
                 snprintf(want, sizeof want, "reason %u", cases[k].reason);
