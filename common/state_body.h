@@ -29,6 +29,7 @@
 #include "evict_body.h"
 #include "kve_backend.h"
 #include "kve_device.h"
+#include "placement_body.h" /* kve_round_table, kve_final_table */
 #include "state_rows_body.h"
 
 typedef struct kve_state_args {
@@ -50,108 +51,6 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
     case KVE_JOB_MOVES_CLEAR: return u->moves ? tables : 0;
     case KVE_JOB_ROUND: return j->count ? tables : 0;
     default: return 0; /* EVICT: data of kve_state_evict */
-    }
-}
-
-/* Compose one step of an old token into a move list (pairs src, dst, in
- * cache slots as they were before the call): the token at @p a moves to
- * @p b, or is evicted when b = -1. Only the first @p earlier pairs (those
- * of the call's earlier rounds) can end at @p a: a round's own pairs go
- * from above its bound to holes below it, each source once. Returns 1 when
- * the list is full. */
-KVE_FN int kve_moves_compose(int32_t *mv, uint32_t *n, uint32_t cap, uint32_t earlier, int32_t a,
-                             int32_t b)
-{
-    for (uint32_t k = 0; k < earlier; k++) {
-        if (mv[2 * k + 1] != a)
-            continue;
-        if (b >= 0) {
-            mv[2 * k + 1] = b; /* moved before in this call: only where it ends changes */
-        } else {
-            --*n;
-            mv[2 * k] = mv[2 * *n];
-            mv[2 * k + 1] = mv[2 * *n + 1];
-        }
-        return 0;
-    }
-    if (b < 0)
-        return 0; /* evicted where it was written: nothing to move */
-    if (*n >= cap)
-        return 1;
-    mv[2 * *n] = a;
-    mv[2 * *n + 1] = b;
-    ++*n;
-    return 0;
-}
-
-/*
- * One round's placement of one full table (docs/SPEC.md "Placement"):
- * sp[0 .. C) all valid, the tokens at positions >= pos0 (the current call's)
- * forming the top block in position order; ev[0 .. r) the evicted slots,
- * ascending. Afterwards slots 0 .. C - r - 1 are valid: the old survivors
- * below (those above fill the holes, lowest to lowest), then the call's
- * survivors in position order; slots C - r .. C - 1 are -1. When @p mv is
- * not NULL every old token that moves is composed into the list. Returns 0;
- * 1 when ev is not ascending within 0 .. C - 1 or the list overflows (the
- * table may then be partly placed).
- */
-KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t r, int32_t pos0,
-                           int32_t *mv, uint32_t *n_mv, uint32_t cap)
-{
-    for (uint32_t i = 0; i < r; i++)
-        if (ev[i] < 0 || (uint32_t)ev[i] >= C || (i && ev[i] <= ev[i - 1]))
-            return 1;
-    uint32_t M = 0, e_old = 0, holes = 0;
-    while (M < C && sp[C - 1 - M] >= pos0)
-        M++;
-    while (e_old < r && (uint32_t)ev[e_old] < C - M)
-        e_old++;
-    uint32_t bound = C - M - e_old; /* old survivors end here; the call's follow */
-    while (holes < e_old && (uint32_t)ev[holes] < bound)
-        holes++;
-    int bad = 0;
-    for (uint32_t i = 0; mv && i < e_old; i++) /* removals keep earlier rounds' pairs first */
-        bad |= kve_moves_compose(mv, n_mv, cap, *n_mv, ev[i], -1);
-    uint32_t earlier = mv ? *n_mv : 0; /* the pairs of the call's earlier rounds */
-    uint32_t j = holes, h = 0;
-    for (uint32_t s = bound; s < C - M; s++) {
-        if (j < e_old && (uint32_t)ev[j] == s) {
-            j++;
-            continue;
-        }
-        if (h >= holes)
-            return 1;
-        int32_t d = ev[h++];
-        sp[d] = sp[s];
-        if (mv)
-            bad |= kve_moves_compose(mv, n_mv, cap, earlier, (int32_t)s, d);
-    }
-    /* The call's survivors move down (destination <= source, ascending). */
-    uint32_t i = 0;
-    for (uint32_t s = C - M; s < C; s++) {
-        if (j < r && (uint32_t)ev[j] == s) {
-            j++;
-            continue;
-        }
-        sp[bound + i++] = sp[s];
-    }
-    for (uint32_t s = C - r; s < C; s++)
-        sp[s] = -1;
-    return bad;
-}
-
-/* The call's final mapping in one table (FINAL): tokens i < count at
- * positions pos0 + i, held in the top block of sp[0 .. n_valid); map entry
- * of token i at map[i * stride]. */
-KVE_FN void kve_final_table(const int32_t *sp, uint32_t n_valid, int32_t pos0, uint32_t count,
-                            int64_t *map, size_t stride)
-{
-    for (uint32_t i = 0; i < count; i++)
-        map[(size_t)i * stride] = -1;
-    for (uint32_t s = n_valid; s-- > 0 && sp[s] >= pos0;) {
-        uint32_t i = (uint32_t)(sp[s] - pos0);
-        if (i < count)
-            map[(size_t)i * stride] = s;
     }
 }
 
