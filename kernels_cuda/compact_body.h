@@ -17,7 +17,7 @@
 #ifndef KVE_COMPACT_BODY_H
 #define KVE_COMPACT_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kvevict.h"
 #include "placement_body.h" /* kve_slots_lower */
 

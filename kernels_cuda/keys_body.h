@@ -6,7 +6,7 @@
 #ifndef KVE_KEYS_BODY_H
 #define KVE_KEYS_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kve_key.h"
 #include "kvevict.h"
 

@@ -25,7 +25,7 @@
 #define KVE_ROUND_BODY_H
 
 #include "placement_body.h"
-#include "state_body.h"
+#include "state_grid.h" /* kve_state_args, kve_move_list */
 
 /* Evicted slots of a round the shared buffer holds (4 KiB); more: serial. */
 #define KVE_ROUND_EV_MAX 1024u

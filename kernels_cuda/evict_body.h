@@ -20,7 +20,7 @@
 #ifndef KVE_EVICT_BODY_H
 #define KVE_EVICT_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kve_key.h"
 #include "kvevict.h"
 
