@@ -1,6 +1,6 @@
 /*
  * compact_body.h — kve_compact() on the device, written once for CUDA, HIP
- * and the host emulator (kve_device.h). Two kernels, in stream order:
+ * and the host emulator (kve_thread.h). Two kernels, in stream order:
  *
  *   move   one block per (head, cache): the kept entries, in slot order, to
  *          entries 0..kept-1, in 16-, 4- or 1-byte units

@@ -1,7 +1,7 @@
 /*
  * keys_body.h — kve_keys(): the spec's key of each coordinate, one thread
  * per coordinate (grid-stride), written once for CUDA, HIP and the host
- * emulator (kve_device.h).
+ * emulator (kve_thread.h).
  */
 #ifndef KVE_KEYS_BODY_H
 #define KVE_KEYS_BODY_H
