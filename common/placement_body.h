@@ -53,14 +53,30 @@ typedef struct kve_round_split {
     uint32_t low, e_old, bound, holes;
 } kve_round_split;
 
-/* The split of a round whose call block starts at slot @p low, ev valid. */
-KVE_FN kve_round_split kve_round_split_of(const int32_t *ev, uint32_t r, uint32_t low)
+/* The first index of the ascending slots ev[lo .. hi) whose slot is >= @p t,
+ * as kve_slots_lower, found by a walk from lo when @p walk is 1: on one
+ * thread, for the few slots a round evicts, a walk whose branches the CPU
+ * predicts is cheaper than a binary search (the CPU's decode step runs a
+ * round per table). @p walk is a constant at every call. */
+KVE_FN uint32_t kve_slots_lower_by(const int32_t *ev, uint32_t lo, uint32_t hi, uint32_t t,
+                                   int walk)
+{
+    if (!walk)
+        return kve_slots_lower(ev, lo, hi, t);
+    while (lo < hi && (uint32_t)ev[lo] < t)
+        lo++;
+    return lo;
+}
+
+/* The split of a round whose call block starts at slot @p low, ev valid;
+ * @p walk as kve_slots_lower_by's (1 on one thread, 0 for a block). */
+KVE_FN kve_round_split kve_round_split_of(const int32_t *ev, uint32_t r, uint32_t low, int walk)
 {
     kve_round_split p;
     p.low = low;
-    p.e_old = kve_slots_lower(ev, 0, r, low);
+    p.e_old = kve_slots_lower_by(ev, 0, r, low, walk);
     p.bound = low - p.e_old;
-    p.holes = kve_slots_lower(ev, 0, p.e_old, p.bound);
+    p.holes = kve_slots_lower_by(ev, 0, p.e_old, p.bound, walk);
     return p;
 }
 
@@ -123,7 +139,7 @@ KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t 
     uint32_t low = C;
     while (low > 0 && sp[low - 1] >= pos0)
         low--;
-    kve_round_split p = kve_round_split_of(ev, r, low);
+    kve_round_split p = kve_round_split_of(ev, r, low, 1);
     int bad = 0;
     for (uint32_t i = 0; mv && i < p.e_old; i++) /* removals keep earlier rounds' pairs first */
         bad |= kve_moves_compose(mv, n_mv, cap, *n_mv, ev[i], -1);

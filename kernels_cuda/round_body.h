@@ -82,7 +82,7 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
         if (low || top <= nt)
             break;
     }
-    kve_round_split p = kve_round_split_of(e, r, low);
+    kve_round_split p = kve_round_split_of(e, r, low, 0);
     uint32_t e_old = p.e_old, bound = p.bound, holes = p.holes;
     /* Old survivors: slots bound .. low not evicted, `holes` of them; the
      * k-th fills hole ev[k] and is the list's k-th pair (it was empty). */
