@@ -12,7 +12,7 @@
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
-#include "kve_validate.h"
+#include "kve_scores_check.h"
 #include "kve_util.h"
 #include "state_body.h" /* kve_state_evict_row */
 

@@ -23,10 +23,10 @@
  * them; the source is written by nothing in the call (the API's
  * precondition), so it reads the same whenever it is read.
  *
- * The state's moves run in the same launch (kve_cache_write_grid): a move
- * out of a slot the call writes is made by that slot's write item just
- * before its write, every other move by a move item of its own; the grid
- * depends on the call's shape only.
+ * The state's moves run in the same launch (kve_cache_write_grid,
+ * kernels_cuda/cache_write_grid.h): a move out of a slot the call writes is
+ * made by that slot's write item just before its write, every other move by
+ * a move item of its own; the grid depends on the call's shape only.
  */
 #ifndef KVE_CACHE_WRITE_BODY_H
 #define KVE_CACHE_WRITE_BODY_H
@@ -385,36 +385,6 @@ KVE_FN void kve_cw_move_item(const kve_cache_write_args *a, uint64_t w, uint32_t
         return;
     for (uint32_t c = 0; c < d->n_caches; c++) {
         kve_cw_move_entry(kve_cw_cache_of(a, c), h, sp, si, dp, di, lane, a->group);
-    }
-}
-
-/*
- * The kernel, one launch per call: a->entries write items (cache, token,
- * head), then a->move_entries move items (move row, head, pair), one group
- * each, grid-stride. Consecutive groups take consecutive heads, then
- * tokens (pairs), so a dense source is read in order.
- *
- * Order without a grid-wide barrier: every move reads the cache as it was
- * before the call, and a write may land in a slot a move reads (a round
- * frees the top slots, moves the kept entries above the bound down into
- * holes, and the step's tokens are written into freed slots). So a move
- * out of a slot the call writes is made by that slot's write item, by the
- * same lanes that then overwrite it, each lane first reading the bytes it
- * writes later; every other move is made by its move item, which reads and
- * writes slots no write item touches. Moves share no slot among
- * themselves (the API's precondition), and no two writes share one, so
- * each destination byte has one writer and the result is the CPU's moves
- * then writes, whatever the launch.
- */
-KVE_FN void kve_cache_write_grid(kve_tc *tc, const kve_cache_write_args *a)
-{
-    uint32_t g = a->group, per_block = tc->nt / g, lane = tc->tid % g;
-    uint64_t step = (uint64_t)tc->nb * per_block, total = a->entries + a->move_entries;
-    for (uint64_t w = (uint64_t)tc->bid * per_block + tc->tid / g; w < total; w += step) {
-        if (w < a->entries)
-            kve_cw_write_item(a, w, lane);
-        else
-            kve_cw_move_item(a, w - a->entries, lane);
     }
 }
 

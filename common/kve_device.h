@@ -1,16 +1,12 @@
 /*
- * kve_device.h — the vendor shim every kernel body is written against. A
- * body (evict_body.h, compact_body.h, keys_body.h, state_body.h,
- * cache_write_body.h, convert_body.h, score_body.h) compiles three ways:
- *
- *   CUDA (nvcc)   threadIdx/blockDim, __syncthreads, __shfl_up_sync
- *   HIP (hipcc)   the same names, __shfl_up; warpSize is 32 or 64 per target
- *   C11 (host)    the emulator of tests/emu: a block's threads are fibers
- *                 run in phases from barrier to barrier, a shuffle goes
- *                 through a shared buffer
- *
- * Bodies see their launch only through a kve_tc, and the warp width only as
- * tc->ws: nothing assumes 32 (AMD's CDNA wavefronts are 64 wide).
+ * kve_device.h — the qualifiers every shared rule (common/) is written with,
+ * for CUDA (nvcc), HIP (hipcc) and C11 (the CPU, the front end, the host
+ * emulator of tests/emu): KVE_FN, KVE_HD_FN, KVE_ON_GPU, KVE_UNROLL,
+ * KVE_RESTRICT; the relaxed atomics and the error records (kve_raise) that
+ * the job interpreter raises on the CPU too; the 16-byte vector of the
+ * cache write's copies. A kernel's thread context (kve_tc, barriers,
+ * shuffles, the block scan) is kernels_cuda/kve_thread.h's: nothing in
+ * common/ takes one.
  */
 #ifndef KVE_DEVICE_H
 #define KVE_DEVICE_H
@@ -22,53 +18,11 @@
 #define KVE_ON_GPU 1
 #endif
 
-/* Most warps in a block: 1024 threads of 32 lanes. */
-#define KVE_MAX_WARPS 32u
-
-struct kve_emu_block; /* tests/emu/emu_harness.c */
-
-/* One thread's view of its launch. */
-typedef struct kve_tc {
-    uint32_t tid, nt; /* thread in the block, threads per block */
-    uint32_t ws;      /* warp width, from the device (it divides nt) */
-    uint32_t bid, nb; /* block in the grid, blocks in the grid */
-#ifndef KVE_ON_GPU
-    struct kve_emu_block *emu;
-    uint32_t xturn; /* which shuffle buffer this thread uses next */
-#endif
-} kve_tc;
-
 #ifdef KVE_ON_GPU
 
 #define KVE_FN static __device__ __forceinline__
 #define KVE_UNROLL _Pragma("unroll") /* loops over constant trip counts */
 #define KVE_HD_FN static __host__ __device__ __forceinline__ /* sizes both sides use */
-
-#define KVE_TC_INIT(tc)                                                                          \
-    do {                                                                                         \
-        (tc).tid = threadIdx.x;                                                                  \
-        (tc).nt = blockDim.x;                                                                    \
-        (tc).ws = (uint32_t)warpSize;                                                            \
-        (tc).bid = blockIdx.x;                                                                   \
-        (tc).nb = gridDim.x;                                                                     \
-    } while (0)
-
-KVE_FN void kve_sync(kve_tc *tc)
-{
-    (void)tc;
-    __syncthreads();
-}
-
-/* Lane l gets lane l-d's value (its own when l < d); every lane calls it. */
-KVE_FN uint64_t kve_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d)
-{
-    (void)tc;
-#if defined(__HIPCC__)
-    return __shfl_up((unsigned long long)v, d);
-#else
-    return __shfl_up_sync(0xffffffffu, (unsigned long long)v, d);
-#endif
-}
 
 KVE_FN uint32_t kve_atomic_add_u32(uint32_t *p, uint32_t v)
 {
@@ -99,38 +53,13 @@ KVE_FN uint32_t kve_vec16_word(kve_vec16 v, uint32_t i)
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* Orders this thread's earlier writes before its later ones for every
- * block of the grid (a block publishing results to the last block). */
-KVE_FN void kve_fence(void) { __threadfence(); }
-
 #define KVE_RESTRICT __restrict__
-
-/* Four int32 at p (16-byte aligned) in one load. */
-KVE_FN void kve_load_i32x4(const int32_t *KVE_RESTRICT p, int32_t out[4])
-{
-    int4 q = *(const int4 *)p;
-    out[0] = q.x;
-    out[1] = q.y;
-    out[2] = q.z;
-    out[3] = q.w;
-}
 
 #else /* host emulation */
 
 #define KVE_FN static inline
 #define KVE_HD_FN static inline
 #define KVE_UNROLL
-
-/* The emulator's barrier and shuffle (tests/emu/emu_harness.c). */
-void kve_emu_sync(kve_tc *tc);
-uint64_t kve_emu_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d);
-
-KVE_FN void kve_sync(kve_tc *tc) { kve_emu_sync(tc); }
-
-KVE_FN uint64_t kve_shfl_up_u64(kve_tc *tc, uint64_t v, uint32_t d)
-{
-    return kve_emu_shfl_up_u64(tc, v, d);
-}
 
 KVE_FN uint32_t kve_atomic_add_u32(uint32_t *p, uint32_t v)
 {
@@ -165,45 +94,9 @@ typedef struct kve_vec16 {
 KVE_FN kve_vec16 kve_vec16_zero(void) { return (kve_vec16){{0, 0, 0, 0}}; }
 KVE_FN uint32_t kve_vec16_word(kve_vec16 v, uint32_t i) { return v.w[i]; }
 
-KVE_FN void kve_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-
 #define KVE_RESTRICT restrict
 
-KVE_FN void kve_load_i32x4(const int32_t *KVE_RESTRICT p, int32_t out[4])
-{
-    for (int i = 0; i < 4; i++)
-        out[i] = p[i];
-}
-
 #endif
-
-/*
- * Exclusive prefix sum of @p v over the block, in thread order; *total gets
- * the block's sum. Warp-level shuffles of width tc->ws, then the warp sums
- * through @p wsum (KVE_MAX_WARPS words of shared memory). Every thread of
- * the block calls it; nt must be a multiple of ws.
- */
-KVE_FN uint64_t kve_block_exscan(kve_tc *tc, uint64_t *wsum, uint64_t v, uint64_t *total)
-{
-    uint32_t lane = tc->tid % tc->ws, warp = tc->tid / tc->ws, nw = tc->nt / tc->ws;
-    uint64_t x = v;
-    for (uint32_t d = 1; d < tc->ws; d <<= 1) {
-        uint64_t y = kve_shfl_up_u64(tc, x, d);
-        if (lane >= d)
-            x += y;
-    }
-    kve_sync(tc); /* the previous scan's readers are done with wsum */
-    if (lane == tc->ws - 1)
-        wsum[warp] = x;
-    kve_sync(tc);
-    uint64_t before = 0, all = 0;
-    for (uint32_t w = 0; w < nw; w++) {
-        before += w < warp ? wsum[w] : 0;
-        all += wsum[w];
-    }
-    *total = all;
-    return before + x - v;
-}
 
 /* Error records a kernel raises in device memory, one u64 per kind: the
  * smallest (head << 32 | detail) seen, all ones when none. The host reads

@@ -1,23 +1,22 @@
 /*
- * state_body.h — the backend op state_update (common/kve_backend.h) on the
- * device, written once for CUDA, HIP and the host emulator (kve_device.h);
- * the CPU backend (kernels_cpu/state_jobs_cpu.c) runs the same job
- * interpreter (kve_state_job_run), the host rebuild the same rounds.
+ * state_body.h — the rules of the backend op state_update
+ * (common/kve_backend.h) every backend runs alike: the one job interpreter
+ * (kve_state_job_run: the CPU backend's kernels_cpu/state_jobs_cpu.c, the
+ * GPU's and the emulator's kve_state_grid of kernels_cuda/state_grid.h),
+ * a wave's eviction row (kve_state_evict_row) and the planner
+ * (kve_state_plan_serial; the devices' one-block form is state_grid.h's).
+ * A round's placement is common/placement_body.h's.
  *
- * The jobs of one call are independent and each writes its own elements:
- * a job's items (one per table and token, table and slot, or table) go to
- * a group of blocks, the launch's blocks shared evenly among the jobs (a
- * block takes several jobs in turn when there are more jobs than blocks),
- * and the group's threads take the items in turn. Each item writes slots,
- * mapping entries and move lists that no other item touches, so the result
- * does not depend on the launch or on the order threads run in. A round
- * (ROUND) and a call's final mapping (FINAL) are one item per table, run in
- * order by one thread: they touch at most C + count elements of that table.
+ * Each item of a job (one per table and token, table and slot, or table)
+ * writes slots, mapping entries and move lists that no other item touches,
+ * so the result does not depend on how items are spread or on the order
+ * threads run in. A round (ROUND) and a call's final mapping (FINAL) are
+ * one item per table, run in order by one thread: they touch at most
+ * C + count elements of that table.
  *
  * The jobs are read from backend memory (the state uploads them, stream-
  * ordered): a launch's arguments are pointers and counts that depend on the
- * call's shape only. The eviction of a wave (kve_state_evict) runs
- * kve_evict_head over a row list the same way, below.
+ * call's shape only.
  *
  * Slots read from device memory (freed lists) and the job's sizes are
  * bounds-checked: a table they do not fit is left alone and raises
@@ -26,15 +25,10 @@
 #ifndef KVE_STATE_BODY_H
 #define KVE_STATE_BODY_H
 
-#include "evict_body.h"
 #include "kve_backend.h"
 #include "kve_device.h"
+#include "placement_body.h" /* kve_round_table, kve_final_table */
 #include "state_rows_body.h"
-
-typedef struct kve_state_args {
-    kve_state_update u; /* u.n_jobs >= 1, u.jobs in backend memory */
-    uint64_t *errors;   /* [KVE_DEV_ERR_KINDS] */
-} kve_state_args;
 
 /* Items of one job: its elements over every table (SEQ: one; EVICT, and
  * ROUND and FINAL of count 0: none). */
@@ -50,108 +44,6 @@ KVE_HD_FN uint64_t kve_state_job_items(const kve_state_update *u, const kve_stat
     case KVE_JOB_MOVES_CLEAR: return u->moves ? tables : 0;
     case KVE_JOB_ROUND: return j->count ? tables : 0;
     default: return 0; /* EVICT: data of kve_state_evict */
-    }
-}
-
-/* Compose one step of an old token into a move list (pairs src, dst, in
- * cache slots as they were before the call): the token at @p a moves to
- * @p b, or is evicted when b = -1. Only the first @p earlier pairs (those
- * of the call's earlier rounds) can end at @p a: a round's own pairs go
- * from above its bound to holes below it, each source once. Returns 1 when
- * the list is full. */
-KVE_FN int kve_moves_compose(int32_t *mv, uint32_t *n, uint32_t cap, uint32_t earlier, int32_t a,
-                             int32_t b)
-{
-    for (uint32_t k = 0; k < earlier; k++) {
-        if (mv[2 * k + 1] != a)
-            continue;
-        if (b >= 0) {
-            mv[2 * k + 1] = b; /* moved before in this call: only where it ends changes */
-        } else {
-            --*n;
-            mv[2 * k] = mv[2 * *n];
-            mv[2 * k + 1] = mv[2 * *n + 1];
-        }
-        return 0;
-    }
-    if (b < 0)
-        return 0; /* evicted where it was written: nothing to move */
-    if (*n >= cap)
-        return 1;
-    mv[2 * *n] = a;
-    mv[2 * *n + 1] = b;
-    ++*n;
-    return 0;
-}
-
-/*
- * One round's placement of one full table (docs/SPEC.md "Placement"):
- * sp[0 .. C) all valid, the tokens at positions >= pos0 (the current call's)
- * forming the top block in position order; ev[0 .. r) the evicted slots,
- * ascending. Afterwards slots 0 .. C - r - 1 are valid: the old survivors
- * below (those above fill the holes, lowest to lowest), then the call's
- * survivors in position order; slots C - r .. C - 1 are -1. When @p mv is
- * not NULL every old token that moves is composed into the list. Returns 0;
- * 1 when ev is not ascending within 0 .. C - 1 or the list overflows (the
- * table may then be partly placed).
- */
-KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t r, int32_t pos0,
-                           int32_t *mv, uint32_t *n_mv, uint32_t cap)
-{
-    for (uint32_t i = 0; i < r; i++)
-        if (ev[i] < 0 || (uint32_t)ev[i] >= C || (i && ev[i] <= ev[i - 1]))
-            return 1;
-    uint32_t M = 0, e_old = 0, holes = 0;
-    while (M < C && sp[C - 1 - M] >= pos0)
-        M++;
-    while (e_old < r && (uint32_t)ev[e_old] < C - M)
-        e_old++;
-    uint32_t bound = C - M - e_old; /* old survivors end here; the call's follow */
-    while (holes < e_old && (uint32_t)ev[holes] < bound)
-        holes++;
-    int bad = 0;
-    for (uint32_t i = 0; mv && i < e_old; i++) /* removals keep earlier rounds' pairs first */
-        bad |= kve_moves_compose(mv, n_mv, cap, *n_mv, ev[i], -1);
-    uint32_t earlier = mv ? *n_mv : 0; /* the pairs of the call's earlier rounds */
-    uint32_t j = holes, h = 0;
-    for (uint32_t s = bound; s < C - M; s++) {
-        if (j < e_old && (uint32_t)ev[j] == s) {
-            j++;
-            continue;
-        }
-        if (h >= holes)
-            return 1;
-        int32_t d = ev[h++];
-        sp[d] = sp[s];
-        if (mv)
-            bad |= kve_moves_compose(mv, n_mv, cap, earlier, (int32_t)s, d);
-    }
-    /* The call's survivors move down (destination <= source, ascending). */
-    uint32_t i = 0;
-    for (uint32_t s = C - M; s < C; s++) {
-        if (j < r && (uint32_t)ev[j] == s) {
-            j++;
-            continue;
-        }
-        sp[bound + i++] = sp[s];
-    }
-    for (uint32_t s = C - r; s < C; s++)
-        sp[s] = -1;
-    return bad;
-}
-
-/* The call's final mapping in one table (FINAL): tokens i < count at
- * positions pos0 + i, held in the top block of sp[0 .. n_valid); map entry
- * of token i at map[i * stride]. */
-KVE_FN void kve_final_table(const int32_t *sp, uint32_t n_valid, int32_t pos0, uint32_t count,
-                            int64_t *map, size_t stride)
-{
-    for (uint32_t i = 0; i < count; i++)
-        map[(size_t)i * stride] = -1;
-    for (uint32_t s = n_valid; s-- > 0 && sp[s] >= pos0;) {
-        uint32_t i = (uint32_t)(sp[s] - pos0);
-        if (i < count)
-            map[(size_t)i * stride] = s;
     }
 }
 
@@ -217,7 +109,7 @@ KVE_FN int kve_state_item_run(const kve_state_update *u, const kve_state_job *j,
     }
 }
 
-/* The one job interpreter (the device kernel below and the CPU backend's
+/* The one job interpreter (the device grid, state_grid.h, and the CPU backend's
  * state_update): items first, first + step, ... of job @p j. Returns how
  * many of them had to leave their table alone, each raised as
  * KVE_DEV_ERR_STATE_SLOT in @p errors when that is not NULL. */
@@ -235,17 +127,6 @@ KVE_FN uint64_t kve_state_job_run(const kve_state_update *u, const kve_state_job
         }
     }
     return bad;
-}
-
-/* The kernel: the launch's blocks shared among the jobs (see above). */
-KVE_FN void kve_state_grid(kve_tc *tc, const kve_state_args *a)
-{
-    uint32_t n = a->u.n_jobs, per = tc->nb >= n ? tc->nb / n : 1, groups = tc->nb / per;
-    if (tc->bid >= groups * per)
-        return;
-    uint64_t step = (uint64_t)per * tc->nt, first = (uint64_t)(tc->bid % per) * tc->nt + tc->tid;
-    for (uint32_t j = tc->bid / per; j < n; j += groups)
-        kve_state_job_run(&a->u, &a->u.jobs[j], first, step, a->errors);
 }
 
 /* kve_evict's batch and outputs for call row @p i of @p e, whose list
@@ -266,41 +147,6 @@ KVE_HD_FN void kve_state_evict_row(const kve_state_evict *e, uint32_t i, const k
                          e->n_kept + i * tables, NULL, NULL, 0, NULL, e->run_digest + j->row,
                          e->run_digest_weight};
     *o = out;
-}
-
-/* Arguments of the wave's eviction kernel: scratch as kve_evict_args's,
- * sized for e.b.n_slots. */
-typedef struct kve_state_evict_args {
-    kve_state_evict e;
-    unsigned char *scratch;
-    size_t scratch_stride;
-    uint64_t *errors; /* [KVE_DEV_ERR_KINDS] */
-} kve_state_evict_args;
-
-/* The wave's eviction kernel: head h is table h % tables of call row h /
- * tables, grid-stride over blocks; a row that is not due costs its blocks
- * one read. @p dyn_smem as kve_evict_grid's. */
-KVE_FN void kve_state_evict_grid(kve_tc *tc, kve_evict_smem *sm, const kve_state_evict_args *sa,
-                                 unsigned char *dyn_smem)
-{
-    const kve_state_evict *e = &sa->e;
-    unsigned char *scratch =
-        sa->scratch ? sa->scratch + (size_t)tc->bid * sa->scratch_stride : dyn_smem;
-    uint64_t tables = (uint64_t)e->b.n_layers * e->b.n_heads, heads = tables * e->b.n_seqs;
-    for (uint64_t h = tc->bid; h < heads; h += tc->nb) {
-        uint32_t i = (uint32_t)(h / tables);
-        const kve_state_job *j = &e->rows[i];
-        if (!j->count)
-            continue; /* the whole block skips: h is the block's */
-        kve_evict_args a;
-        kve_state_evict_row(e, i, j, &a.b, &a.o);
-        a.heads = tables;
-        a.scratch = NULL; /* scratch is passed on its own */
-        a.scratch_stride = 0;
-        a.errors = sa->errors;
-        kve_evict_head(tc, sm, &a, h % tables, scratch);
-        kve_sync(tc); /* shared memory is reused by the next head */
-    }
 }
 
 /* ---- the planner (kve_state_plan, kve_backend.h) --------------------------- */
@@ -456,75 +302,6 @@ KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
     for (uint32_t i = 0; i < p->n_rows; i++)
         kve_plan_row(p, i, refusal != KVE_PLAN_OK);
     return refusal;
-}
-
-/* The planner's shared memory: the scan's warp sums. */
-typedef struct kve_plan_smem {
-    uint64_t wsum[KVE_MAX_WARPS];
-} kve_plan_smem;
-
-/* The planner on one block (the devices): the serial planner's result,
- * rows in turn over the block's threads; the refusal is raised in
- * @p errors as KVE_DEV_ERR_STATE_CALL (the lowest call row's). */
-KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_plan *p,
-                                 uint64_t *errors)
-{
-    if (p->wave == 0) {
-        if (tc->tid == 0)
-            *p->refused = KVE_PLAN_OK;
-        kve_sync(tc);
-        uint64_t carry = 0;
-        for (uint32_t c = 0; c < p->n_rows; c += tc->nt) {
-            uint32_t i = c + tc->tid, n = i < p->n_rows ? p->call_new[i] : 0;
-            uint64_t total, base = carry + kve_block_exscan(tc, sm->wsum, n, &total);
-            carry += total;
-            if (i >= p->n_rows)
-                continue;
-            uint32_t why = kve_plan_check(p, i);
-            p->call_base[i] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
-            if (!why && base + n > p->max_tokens)
-                why = KVE_PLAN_TOKENS;
-            if (!why && n)
-                kve_atomic_add_u32(&p->marks[p->call_rows[i]], 1);
-            if (why) {
-                kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, why);
-                kve_atomic_max_u32(p->refused, why);
-            }
-        }
-        if (tc->tid == 0)
-            p->call_base[p->n_rows] = carry < 0xffffffffu ? (uint32_t)carry : 0xffffffffu;
-        kve_sync(tc); /* every mark counted, the call's tokens known */
-        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
-            if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
-                kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);
-                kve_atomic_max_u32(p->refused, KVE_PLAN_TWICE);
-            }
-        kve_sync(tc); /* every mark read, the refusal known */
-        int refused = *p->refused != KVE_PLAN_OK;
-        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt) {
-            if (!p->call_new[i] || p->call_rows[i] >= p->max_seqs)
-                continue;
-            p->marks[p->call_rows[i]] = 0; /* a row twice: both write 0 */
-            if (!refused && !p->draft && !kve_plan_check(p, i))
-                kve_plan_start(p, i);
-        }
-        kve_sync(tc); /* work written before the rows plan */
-    }
-    int refused = *p->refused != KVE_PLAN_OK;
-    for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
-        kve_plan_row(p, i, refused);
-}
-
-/* The planner kernel's arguments: one block (KVE_STATE_PLAN_THREADS). */
-typedef struct kve_state_plan_args {
-    kve_state_plan p;
-    uint64_t *errors; /* [KVE_DEV_ERR_KINDS] */
-} kve_state_plan_args;
-
-KVE_FN void kve_state_plan_run(kve_tc *tc, kve_plan_smem *sm, const kve_state_plan_args *a)
-{
-    if (tc->bid == 0)
-        kve_state_plan_block(tc, sm, &a->p, a->errors);
 }
 
 #endif /* KVE_STATE_BODY_H */

@@ -1,36 +1,14 @@
-/* validate_scores.c — the scored batch's checks (docs/SPEC.md "Scored
- * selection"): its fields, and that no candidate's score is a NaN (host
- * memory: the CPU backend's evict per head, the cache state per call).
- * Scores are read at candidates only. */
+/* validate_scores.c — the scored batch's content check (docs/SPEC.md
+ * "Scored selection"): that no candidate's score is a NaN (host memory: the
+ * CPU backend's evict per head, the cache state per call). Scores are read
+ * at candidates only. Its fields are checked by the front end
+ * (frontend/validate.c, kve_validate_batch_scores). */
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_key.h"
-#include "kve_validate.h"
-
-kve_status kve_validate_batch_scores(const kve_batch *b, size_t heads)
-{
-    if (!(b->flags & KVE_SCORED))
-        return KVE_OK;
-    KVE_RETURN_ERROR_IF(b->flags & KVE_PERSISTENT, KVE_ERR_INVALID,
-                        "batch.flags = 0x%x: KVE_SCORED and KVE_PERSISTENT exclude each other "
-                        "(scores have no persistent key)",
-                        b->flags);
-    if (!heads || !b->n_slots)
-        return KVE_OK;
-    KVE_RETURN_ERROR_IF(!b->scores, KVE_ERR_NULL, "batch.scores is NULL (flags has KVE_SCORED)");
-    KVE_RETURN_ERROR_IF(b->scores_stride < b->n_slots, KVE_ERR_RANGE,
-                        "batch.scores_stride = %zu: must be >= n_slots = %u", b->scores_stride,
-                        b->n_slots);
-    size_t span;
-    KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, sizeof(float), &span),
-                        KVE_ERR_OVERFLOW,
-                        "batch.scores_stride = %zu: %zu heads overflow the address space",
-                        b->scores_stride, heads);
-    return KVE_OK;
-}
+#include "kve_scores_check.h"
 
 static int kve_cmp_u32(const void *a, const void *b)
 {

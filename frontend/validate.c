@@ -17,6 +17,29 @@ static int kve_mul_overflows(size_t a, size_t b, size_t *out)
     return __builtin_mul_overflow(a, b, out);
 }
 
+/* KVE_SCORED batches: not with KVE_PERSISTENT, scores given, stride >= n_slots. */
+kve_status kve_validate_batch_scores(const kve_batch *b, size_t heads)
+{
+    if (!(b->flags & KVE_SCORED))
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(b->flags & KVE_PERSISTENT, KVE_ERR_INVALID,
+                        "batch.flags = 0x%x: KVE_SCORED and KVE_PERSISTENT exclude each other "
+                        "(scores have no persistent key)",
+                        b->flags);
+    if (!heads || !b->n_slots)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!b->scores, KVE_ERR_NULL, "batch.scores is NULL (flags has KVE_SCORED)");
+    KVE_RETURN_ERROR_IF(b->scores_stride < b->n_slots, KVE_ERR_RANGE,
+                        "batch.scores_stride = %zu: must be >= n_slots = %u", b->scores_stride,
+                        b->n_slots);
+    size_t span;
+    KVE_RETURN_ERROR_IF(kve_rows_span(heads, b->scores_stride, b->n_slots, sizeof(float), &span),
+                        KVE_ERR_OVERFLOW,
+                        "batch.scores_stride = %zu: %zu heads overflow the address space",
+                        b->scores_stride, heads);
+    return KVE_OK;
+}
+
 kve_status kve_validate_batch(const kve_batch *b, size_t *out_heads)
 {
     KVE_RETURN_ERROR_IF(!b, KVE_ERR_NULL, "batch is NULL");

@@ -1,6 +1,6 @@
 /*
  * compact_body.h — kve_compact() on the device, written once for CUDA, HIP
- * and the host emulator (kve_device.h). Two kernels, in stream order:
+ * and the host emulator (kve_thread.h). Two kernels, in stream order:
  *
  *   move   one block per (head, cache): the kept entries, in slot order, to
  *          entries 0..kept-1, in 16-, 4- or 1-byte units
@@ -17,8 +17,9 @@
 #ifndef KVE_COMPACT_BODY_H
 #define KVE_COMPACT_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kvevict.h"
+#include "placement_body.h" /* kve_slots_lower */
 
 /* The public desc as given (device pointers), plus the glue's plan. */
 typedef struct kve_compact_args {
@@ -39,20 +40,6 @@ typedef struct kve_compact_smem {
     uint32_t ev_range, ev_order, slot_range;
     uint32_t ne; /* n_evicted[h], read once: it decides who reaches the barriers */
 } kve_compact_smem;
-
-/* The first index of the ascending slots ev[lo .. hi) whose slot is >= @p t
- * (@p hi when none); the round kernel (round_body.h) searches so too. */
-KVE_FN uint32_t kve_slots_lower(const int32_t *ev, uint32_t lo, uint32_t hi, uint32_t t)
-{
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if ((uint32_t)ev[mid] < t)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
 
 /* Whether slot t is in the ascending list ev[0..ne). */
 KVE_FN int kve_is_evicted(const int32_t *ev, uint32_t ne, uint32_t t)

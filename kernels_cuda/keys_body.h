@@ -1,12 +1,12 @@
 /*
  * keys_body.h — kve_keys(): the spec's key of each coordinate, one thread
  * per coordinate (grid-stride), written once for CUDA, HIP and the host
- * emulator (kve_device.h).
+ * emulator (kve_thread.h).
  */
 #ifndef KVE_KEYS_BODY_H
 #define KVE_KEYS_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kve_key.h"
 #include "kvevict.h"
 

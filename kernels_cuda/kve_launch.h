@@ -13,14 +13,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cache_write_body.h"
+#include "cache_write_grid.h"
 #include "compact_body.h"
 #include "evict_body.h"
 #include "keys_body.h"
 #include "round_body.h"
 #include "score_body.h"
 #include "score_grid_body.h" /* the device grid */
-#include "state_body.h"
+#include "state_grid.h"
 
 #define KVE_HOST_FN static inline
 
@@ -38,7 +38,7 @@ KVE_HOST_FN uint32_t kve_launch_grid(uint64_t work, uint32_t per_block, uint32_t
 
 #define KVE_KEYS_THREADS 256u
 #define KVE_STATE_THREADS 256u
-/* The planner of an append's wave: one block (state_body.h). */
+/* The planner of an append's wave: one block (state_grid.h). */
 #define KVE_STATE_PLAN_THREADS 256u
 /* A round's block (round_body.h): one table a block; a G2 round (r = 64)
  * keeps half of it busy, a larger r or a call's block of tokens all. */

@@ -1,19 +1,21 @@
 /*
  * round_body.h — the backend op state_round (common/kve_backend.h) on the
- * device: a round's placement (kve_round_table, docs/SPEC.md "Placement")
- * done by a block of threads per table, written once for CUDA, HIP and the
- * host emulator (kve_device.h).
+ * device: a round's placement done by a block of threads per table,
+ * written once for CUDA, HIP and the host emulator (kve_thread.h). The rule
+ * itself (the split of a round, where each survivor goes) is
+ * common/placement_body.h's; this file holds only how a block shares it.
  *
  * kve_round_table walks a table with one thread: a chain of dependent loads
  * and stores about C + r long. Here the block shares it. The evicted slots
- * go to shared memory; M (the call's block at the top) and the bounds come
- * from a parallel search and binary searches; the k-th old survivor above
- * the bound goes to hole ev[k] and, when the move list was empty before the
- * round, its pair is the list's k-th, as kve_round_table appends it; the
- * call's survivors move down (to s minus the evicted slots below s) in
- * chunks of a block, each chunk read before a barrier and written after it
- * (a destination is never above its source). The result is kve_round_table's
- * bit for bit: slots, pairs and their order, count, return code.
+ * go to shared memory; low (the start of the call's block at the top) comes
+ * from a parallel search, the split from binary searches; each thread takes
+ * slots above the bound, the k-th old survivor goes to hole ev[k] and, when
+ * the move list was empty before the round, its pair is the list's k-th, as
+ * kve_round_table appends it; the call's survivors move down
+ * (kve_round_call_dst) in chunks of a block, each chunk read before a
+ * barrier and written after it (a destination is never above its source).
+ * The result is kve_round_table's bit for bit: slots, pairs and their
+ * order, count, return code.
  *
  * A list that already holds pairs (a call's later rounds compose into its
  * earlier ones) or more evicted slots than the shared buffer holds go to
@@ -22,8 +24,8 @@
 #ifndef KVE_ROUND_BODY_H
 #define KVE_ROUND_BODY_H
 
-#include "compact_body.h" /* kve_slots_lower */
-#include "state_body.h"
+#include "placement_body.h"
+#include "state_grid.h" /* kve_state_args, kve_move_list */
 
 /* Evicted slots of a round the shared buffer holds (4 KiB); more: serial. */
 #define KVE_ROUND_EV_MAX 1024u
@@ -63,10 +65,10 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
     }
     const int32_t *e = sm->ev;
     for (uint32_t i = t; i < r; i += nt)
-        if (e[i] < 0 || (uint32_t)e[i] >= C || (i && e[i] <= e[i - 1]))
+        if (kve_round_ev_bad(e, i, C))
             sm->bad = 1; /* every writer writes 1 */
-    /* M: the slots above the highest one below pos0, found a block at a time
-     * from the top (a decode step's round finds it in the first). */
+    /* low: 1 + the highest slot below pos0, found a block at a time from the
+     * top (a decode step's round finds it in the first). */
     uint32_t low = 0;
     for (uint32_t top = C;; top -= nt) {
         if (t < top && sp[top - 1 - t] < pos0)
@@ -80,15 +82,15 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
         if (low || top <= nt)
             break;
     }
-    uint32_t M = C - low, e_old = kve_slots_lower(e, 0, r, C - M);
-    uint32_t bound = C - M - e_old, holes = kve_slots_lower(e, 0, e_old, bound);
-    /* Old survivors: slots bound .. C - M not evicted, `holes` of them; the
+    kve_round_split p = kve_round_split_of(e, r, low, 0);
+    uint32_t e_old = p.e_old, bound = p.bound, holes = p.holes;
+    /* Old survivors: slots bound .. low not evicted, `holes` of them; the
      * k-th fills hole ev[k] and is the list's k-th pair (it was empty). */
     for (uint32_t w = t; w < e_old; w += nt) {
         uint32_t s = bound + w, i = kve_slots_lower(e, holes, e_old, s);
         if (i < e_old && (uint32_t)e[i] == s)
             continue;
-        uint32_t k = w - (i - holes);
+        uint32_t k = kve_round_old_hole(w, i - holes);
         int32_t d = e[k];
         sp[d] = sp[s]; /* d < bound <= s: no thread reads d */
         if (mv && k < cap) {
@@ -100,12 +102,12 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
         *n_mv = holes < cap ? holes : cap;
     kve_sync(tc); /* the old survivors are read before the call's land there */
     /* The call's survivors: slot s to s minus the evicted slots below it. */
-    for (uint64_t b = C - M; b < C; b += nt) {
+    for (uint64_t b = low; b < C; b += nt) {
         uint64_t s = b + t;
         uint32_t dst = UINT32_MAX, i = s < C ? kve_slots_lower(e, e_old, r, (uint32_t)s) : r;
         int32_t v = 0;
         if (s < C && !(i < r && (uint32_t)e[i] == s)) {
-            dst = (uint32_t)s - i;
+            dst = kve_round_call_dst((uint32_t)s, i);
             v = sp[s];
         }
         kve_sync(tc); /* the chunk read before any of it is written */

@@ -3,10 +3,13 @@
  * emulator): shared memory, the window bound, the per-slot pass over a
  * tile, the tail that z-normalizes a (row, table), and the kernel body
  * kve_score_grid. It builds on common/score_body.h (the per-slot math, the
- * CPU's too) and is included right after it by kve_launch.h.
+ * CPU's too).
  */
 #ifndef KVE_SCORE_GRID_BODY_H
 #define KVE_SCORE_GRID_BODY_H
+
+#include "kve_thread.h"
+#include "score_body.h"
 
 /* ---- the device grid --------------------------------------------------------- *
  *

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#include "kve_device.h"
+#include "kve_thread.h"
 
 typedef struct kve_emu_pool kve_emu_pool;
 

@@ -1,6 +1,6 @@
 /*
  * test_emu_scored.c — KVE_SCORED in the device eviction body
- * (common/evict_body.h) on the emulator, every block shape and
+ * (kernels_cuda/evict_body.h) on the emulator, every block shape and
  * warp width, scratch shared or global: thousands of random scored
  * batches against the scalar CPU reference and the plain model, digests
  * included; a NaN at a candidate raised through the device's error records

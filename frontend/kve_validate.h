@@ -1,8 +1,10 @@
-/* kve_validate.h — argument checks done once, before any backend runs; and
- * the per-head NaN check of scores the CPU backend and the cache state run. */
+/* kve_validate.h — argument checks done once, before any backend runs
+ * (validate.c); the scores' NaN check that the CPU backend runs too is
+ * common/kve_scores_check.h's. */
 #ifndef KVE_VALIDATE_H
 #define KVE_VALIDATE_H
 
+#include "kve_scores_check.h"
 #include "kvevict.h"
 
 /* Shape, pointers, strides and ranges of a batch; *out_heads = its heads. */
@@ -13,15 +15,6 @@ kve_status kve_validate_evict_out(const kve_batch *batch, size_t heads, const kv
 
 /* KVE_SCORED batches: not with KVE_PERSISTENT, scores given, stride >= n_slots. */
 kve_status kve_validate_batch_scores(const kve_batch *batch, size_t heads);
-
-/* The lowest (head, slot) of a candidate with a NaN score (host memory), or
- * head SIZE_MAX; KVE_ERR_NOMEM when it cannot allocate. */
-kve_status kve_scores_first_nan(const kve_batch *batch, size_t heads, size_t *out_head,
-                                uint32_t *out_slot);
-/* The lowest candidate slot of head @p head holding a NaN score, or
- * UINT32_MAX (host memory; slot_pos of the head checked); @p tmp: n_slots
- * words. Scores are read at candidates only, and only when the head evicts. */
-uint32_t kve_scores_head_nan_slot(const kve_batch *batch, size_t head, uint32_t *tmp);
 
 /* Shape, strides (no two entries of one cache overlap) and buffers. */
 kve_status kve_validate_compact(const kve_compact_desc *desc, size_t *out_heads);

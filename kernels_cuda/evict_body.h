@@ -1,6 +1,6 @@
 /*
  * evict_body.h — docs/SPEC.md "One head's eviction" for one block, written
- * once for CUDA, HIP and the host emulator (kve_device.h).
+ * once for CUDA, HIP and the host emulator (kve_thread.h).
  *
  * One block evicts one head at a time (grid-stride over the batch, so one
  * launch covers a whole batch). Nothing that decides the output depends on
@@ -20,7 +20,7 @@
 #ifndef KVE_EVICT_BODY_H
 #define KVE_EVICT_BODY_H
 
-#include "kve_device.h"
+#include "kve_thread.h"
 #include "kve_key.h"
 #include "kvevict.h"
 

@@ -1,5 +1,6 @@
 /* kve_check.h — checks that more than one front-end validator makes
- * (frontend/validate.c, state*.c, cache_write.c, score.c): one place each. */
+ * (validate.c, api.c, memory.c, state*.c, cache_write.c, score.c): one
+ * place each. */
 #ifndef KVE_CHECK_H
 #define KVE_CHECK_H
 
@@ -8,6 +9,9 @@
 
 #include "kve_error.h"
 #include "kve_util.h"
+
+/* KVE_ERR_NULL naming the output pointer @p p when it is NULL. */
+#define KVE_CHECK_OUT(p) KVE_RETURN_ERROR_IF(!(p), KVE_ERR_NULL, #p " is NULL")
 
 /* THE overflow-checked size of a caller's strided view (docs/FUZZING.md,
  * "Strides"): @p rows rows of @p len elements, @p stride elements apart,
