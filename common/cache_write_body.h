@@ -42,6 +42,10 @@ typedef struct kve_cache_write_args {
     /* per cache: bytes per load/store (16, 8, 4, 2 or 1), or 0 to convert */
     uint32_t unit[KVE_MAX_CACHES];
     uint32_t units[KVE_MAX_CACHES]; /* entry bytes / unit, or elements to convert */
+    /* per cache: bytes between a cache entry's consecutive units (= unit, or
+     * the element size when converting, in a dense entry; dst_stride_elem
+     * when the entry's elements are strided, each then a unit) */
+    size_t step[KVE_MAX_CACHES];
     uint32_t group;                 /* threads per entry */
     uint64_t *errors;               /* [KVE_DEV_ERR_KINDS] */
 } kve_cache_write_args;
@@ -161,13 +165,14 @@ KVE_FN int kve_cw_target(const kve_cache_write_args *a, uint32_t t, uint32_t h, 
     return 0;
 }
 
-/* One group's share of an entry: units lane, lane + group, ... of type T. */
+/* One group's share of an entry: units lane, lane + group, ... of type T,
+ * dstep bytes apart in dst and sstep in src. */
 #define KVE_DEFINE_COPY(name, T)                                                                 \
-    KVE_FN void name(unsigned char *dst, const unsigned char *src, uint32_t units, uint32_t lane, \
-                     uint32_t group)                                                             \
+    KVE_FN void name(unsigned char *dst, size_t dstep, const unsigned char *src, size_t sstep,    \
+                     uint32_t units, uint32_t lane, uint32_t group)                              \
     {                                                                                            \
         for (uint32_t u = lane; u < units; u += group)                                           \
-            ((T *)dst)[u] = ((const T *)src)[u];                                                 \
+            *(T *)(dst + u * dstep) = *(const T *)(src + u * sstep);                             \
     }
 KVE_DEFINE_COPY(kve_copy_v16, kve_vec16)
 KVE_DEFINE_COPY(kve_copy_u64, uint64_t)
@@ -175,17 +180,18 @@ KVE_DEFINE_COPY(kve_copy_u32, uint32_t)
 KVE_DEFINE_COPY(kve_copy_u16, uint16_t)
 KVE_DEFINE_COPY(kve_copy_u8, uint8_t)
 
-/* One group's share of a raw entry of @p units loads of @p unit bytes;
- * 0 (nothing copied) when unit is 0: the entry converts. */
-KVE_FN int kve_copy_entry(unsigned char *dst, const unsigned char *src, uint32_t unit,
-                          uint32_t units, uint32_t lane, uint32_t g)
+/* One group's share of a raw entry of @p units loads of @p unit bytes,
+ * @p dstep and @p sstep bytes apart; 0 (nothing copied) when unit is 0:
+ * the entry converts. */
+KVE_FN int kve_copy_entry(unsigned char *dst, size_t dstep, const unsigned char *src,
+                          size_t sstep, uint32_t unit, uint32_t units, uint32_t lane, uint32_t g)
 {
     switch (unit) {
-    case 16: kve_copy_v16(dst, src, units, lane, g); return 1;
-    case 8: kve_copy_u64(dst, src, units, lane, g); return 1;
-    case 4: kve_copy_u32(dst, src, units, lane, g); return 1;
-    case 2: kve_copy_u16(dst, src, units, lane, g); return 1;
-    case 1: kve_copy_u8(dst, src, units, lane, g); return 1;
+    case 16: kve_copy_v16(dst, dstep, src, sstep, units, lane, g); return 1;
+    case 8: kve_copy_u64(dst, dstep, src, sstep, units, lane, g); return 1;
+    case 4: kve_copy_u32(dst, dstep, src, sstep, units, lane, g); return 1;
+    case 2: kve_copy_u16(dst, dstep, src, sstep, units, lane, g); return 1;
+    case 1: kve_copy_u8(dst, dstep, src, sstep, units, lane, g); return 1;
     default: return 0;
     }
 }
@@ -198,18 +204,20 @@ typedef struct kve_cw_cache {
     void *dst;
     const kve_cache_part *p;
     uint32_t unit, units;
+    size_t step;
 } kve_cw_cache;
 
 KVE_FN kve_cw_cache kve_cw_cache_of(const kve_cache_write_args *a, uint32_t c)
 {
     const kve_cache_write_desc *d = &a->d;
-    kve_cw_cache k = {d->src[0], d->dst[0], &d->part[0], a->unit[0], a->units[0]};
+    kve_cw_cache k = {d->src[0], d->dst[0], &d->part[0], a->unit[0], a->units[0], a->step[0]};
     for (uint32_t q = 1; q < KVE_MAX_CACHES; q++) {
         k.src = q == c ? d->src[q] : k.src;
         k.dst = q == c ? d->dst[q] : k.dst;
         k.p = q == c ? &d->part[q] : k.p;
         k.unit = q == c ? a->unit[q] : k.unit;
         k.units = q == c ? a->units[q] : k.units;
+        k.step = q == c ? a->step[q] : k.step;
     }
     return k;
 }
@@ -225,9 +233,9 @@ KVE_FN void kve_cw_move_entry(kve_cw_cache k, uint32_t h, size_t sp, size_t si, 
     const kve_cache_part *p = k.p;
     unsigned char *base = (unsigned char *)k.dst + (size_t)h * p->dst_stride_head;
     uint32_t unit = k.unit ? k.unit : kve_dtype_size(p->dst_dtype);
-    kve_copy_entry(base + dp * p->dst_stride_page + di * p->dst_stride_slot,
-                   base + sp * p->dst_stride_page + si * p->dst_stride_slot, unit, k.units, lane,
-                   g);
+    kve_copy_entry(base + dp * p->dst_stride_page + di * p->dst_stride_slot, k.step,
+                   base + sp * p->dst_stride_page + si * p->dst_stride_slot, k.step, unit, k.units,
+                   lane, g);
 }
 
 /* The page-table row of move row @p i: 0 with KVE_PAGES_FLAT (move_row is
@@ -329,8 +337,8 @@ KVE_FN void kve_cw_write_item(const kve_cache_write_args *a, uint64_t w, uint32_
                          in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
     const unsigned char *src = (const unsigned char *)k.src + (size_t)t * p->src_stride_token +
                                (size_t)h * p->src_stride_head;
-    if (!kve_copy_entry(dst, src, k.unit, k.units, lane, g))
-        kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
+    if (!kve_copy_entry(dst, k.step, src, k.unit, k.unit, k.units, lane, g))
+        kve_convert_entry(dst, k.step, p->dst_dtype, src, p->src_dtype,
                           p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL, k.units, lane,
                           g);
 }

@@ -174,22 +174,23 @@ KVE_CV_FN void kve_store_elem(unsigned char *p, uint32_t size, uint32_t v)
 
 
 /* Elements lane, lane + step, ... below @p n of one entry, converted from
- * @p st to @p dt, each divided by *scale first when @p scale is not NULL. */
-KVE_CV_FN void kve_convert_run(unsigned char *dst, uint32_t dt, const unsigned char *src,
-                               uint32_t st, const float *scale, uint32_t n, uint32_t lane,
-                               uint32_t step)
+ * @p st to @p dt, each divided by *scale first when @p scale is not NULL;
+ * the source dense, the destination's elements @p ds bytes apart. */
+KVE_CV_FN void kve_convert_run(unsigned char *dst, size_t ds, uint32_t dt,
+                               const unsigned char *src, uint32_t st, const float *scale,
+                               uint32_t n, uint32_t lane, uint32_t step)
 {
-    uint32_t ss = kve_dtype_size(st), ds = kve_dtype_size(dt);
+    uint32_t ss = kve_dtype_size(st), dsz = kve_dtype_size(dt);
     if (scale) {
         float s = *scale;
         for (uint32_t i = lane; i < n; i += step) {
             float x = kve_f32_of_bits(kve_to_f32(kve_load_elem(src + (size_t)i * ss, ss), st));
-            kve_store_elem(dst + (size_t)i * ds, ds, kve_from_f32(kve_bits_of_f32(x / s), dt));
+            kve_store_elem(dst + (size_t)i * ds, dsz, kve_from_f32(kve_bits_of_f32(x / s), dt));
         }
         return;
     }
     for (uint32_t i = lane; i < n; i += step)
-        kve_store_elem(dst + (size_t)i * ds, ds,
+        kve_store_elem(dst + (size_t)i * ds, dsz,
                        kve_from_f32(kve_to_f32(kve_load_elem(src + (size_t)i * ss, ss), st), dt));
 }
 
@@ -204,22 +205,23 @@ KVE_CV_FN void kve_convert_run(unsigned char *dst, uint32_t dt, const unsigned c
     }
 
 /* kve_convert_run with the source type made a constant. */
-KVE_CV_FN void kve_convert_from(unsigned char *dst, uint32_t dt, const unsigned char *src,
-                                uint32_t st, const float *scale, uint32_t n, uint32_t lane,
-                                uint32_t step)
+KVE_CV_FN void kve_convert_from(unsigned char *dst, size_t ds, uint32_t dt,
+                                const unsigned char *src, uint32_t st, const float *scale,
+                                uint32_t n, uint32_t lane, uint32_t step)
 {
-#define KVE_RUN_FROM(S) kve_convert_run(dst, dt, src, S, scale, n, lane, step)
+#define KVE_RUN_FROM(S) kve_convert_run(dst, ds, dt, src, S, scale, n, lane, step)
     KVE_DTYPE_SWITCH(st, KVE_RUN_FROM)
 #undef KVE_RUN_FROM
 }
 
 /* One entry's share (lane, lane + step, ...) converted: the types made
- * constants (validated: both are float types). */
-KVE_FN void kve_convert_entry(unsigned char *dst, uint32_t dt, const unsigned char *src,
-                              uint32_t st, const float *scale, uint32_t n, uint32_t lane,
-                              uint32_t step)
+ * constants (validated: both are float types); the destination's elements
+ * @p ds bytes apart. */
+KVE_FN void kve_convert_entry(unsigned char *dst, size_t ds, uint32_t dt,
+                              const unsigned char *src, uint32_t st, const float *scale,
+                              uint32_t n, uint32_t lane, uint32_t step)
 {
-#define KVE_RUN_TO(D) kve_convert_from(dst, D, src, st, scale, n, lane, step)
+#define KVE_RUN_TO(D) kve_convert_from(dst, ds, D, src, st, scale, n, lane, step)
     KVE_DTYPE_SWITCH(dt, KVE_RUN_TO)
 #undef KVE_RUN_TO
 }

@@ -29,6 +29,23 @@ static size_t kve_dst_entry(const kve_cache_part *p)
 
 static size_t kve_or(size_t a, size_t b) { return a ? a : b; }
 
+/* A destination is a lattice of elements in four dims: page, slot, head
+ * and the entry's element (dst_stride_elem), each with its extent and
+ * byte stride (part resolved). */
+#define KVE_DST_DIMS 4
+static void kve_dst_dims(const kve_cache_write_desc *r, uint32_t c, size_t *extent, size_t *stride)
+{
+    const kve_cache_part *p = &r->part[c];
+    extent[0] = r->pages.n_pages;
+    extent[1] = r->pages.page_size;
+    extent[2] = r->n_heads;
+    extent[3] = p->dim;
+    stride[0] = p->dst_stride_page;
+    stride[1] = p->dst_stride_slot;
+    stride[2] = p->dst_stride_head;
+    stride[3] = p->dst_stride_elem;
+}
+
 static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_write_desc *out)
 {
     *out = *in;
@@ -46,6 +63,7 @@ static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_wr
         p->dst_stride_slot =
             kve_or(p->dst_stride_slot, kve_or(in->dst_stride_slot, nhd ? h * e : e));
         p->dst_stride_page = kve_or(p->dst_stride_page, kve_or(in->dst_stride_page, ps * h * e));
+        p->dst_stride_elem = kve_or(p->dst_stride_elem, kve_dtype_size(p->dst_dtype));
     }
     /* The desc-wide fields mirror cache 0 for callers that read them. */
     out->entry_bytes = kve_dst_entry(&out->part[0]);
@@ -57,16 +75,19 @@ static void kve_cache_write_resolve(const kve_cache_write_desc *in, kve_cache_wr
 }
 
 /* The caller's name and value of cache @p c's destination stride @p i
- * (page, slot, head): its part's field, the desc-wide one, or the dense
- * value taken where both are 0. */
+ * (page, slot, head, elem): its part's field, the desc-wide one (none for
+ * elem), or the dense value taken where both are 0. */
 static const char *kve_dst_stride_name(const kve_cache_write_desc *d, const kve_cache_write_desc *r,
                                        uint32_t c, int i, char *buf, size_t size)
 {
-    static const char *const names[3] = {"page", "slot", "head"};
+    static const char *const names[KVE_DST_DIMS] = {"page", "slot", "head", "elem"};
     const kve_cache_part *p = &d->part[c], *q = &r->part[c];
-    const size_t own[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
-                 wide[3] = {d->dst_stride_page, d->dst_stride_slot, d->dst_stride_head},
-                 used[3] = {q->dst_stride_page, q->dst_stride_slot, q->dst_stride_head};
+    const size_t own[KVE_DST_DIMS] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head,
+                                      p->dst_stride_elem},
+                 wide[KVE_DST_DIMS] = {d->dst_stride_page, d->dst_stride_slot,
+                                       d->dst_stride_head, 0},
+                 used[KVE_DST_DIMS] = {q->dst_stride_page, q->dst_stride_slot,
+                                       q->dst_stride_head, q->dst_stride_elem};
     if (own[i])
         snprintf(buf, size, "desc.part[%u].dst_stride_%s = %zu", c, names[i], own[i]);
     else if (wide[i])
@@ -78,31 +99,31 @@ static const char *kve_dst_stride_name(const kve_cache_write_desc *d, const kve_
 }
 
 /* Bytes spanned by cache @p c's destination (kve_rows_span per dim, inner
- * first); KVE_ERR_ALIAS when its strides do not nest (in increasing order
- * each must step past every inner entry: else entries overlap or
- * interleave), named as the caller set them (@p d). */
+ * first, from one element); KVE_ERR_ALIAS when its strides do not nest (in
+ * increasing order each must step past every inner element: else entries
+ * overlap or interleave), named as the caller set them (@p d). */
 static kve_status kve_dst_span(const kve_cache_write_desc *d, const kve_cache_write_desc *r,
                                uint32_t c, size_t *out)
 {
     const kve_cache_part *p = &r->part[c];
-    const size_t extent[3] = {r->pages.n_pages, r->pages.page_size, r->n_heads},
-                 stride[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head};
-    int order[3] = {0, 1, 2};
-    for (int i = 1; i < 3; i++)
+    size_t extent[KVE_DST_DIMS], stride[KVE_DST_DIMS];
+    kve_dst_dims(r, c, extent, stride);
+    int order[KVE_DST_DIMS] = {0, 1, 2, 3};
+    for (int i = 1; i < KVE_DST_DIMS; i++)
         for (int j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
             int t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    size_t span = kve_dst_entry(p);
+    size_t span = kve_dtype_size(p->dst_dtype);
     int inner = -1; /* the widest dim nested so far */
     char a[96], b[96];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < KVE_DST_DIMS; k++) {
         int i = order[k];
         if (extent[i] <= 1)
             continue;
         KVE_RETURN_ERROR_IF(stride[i] < span && inner < 0, KVE_ERR_ALIAS,
-                            "%s: below cache %u's entry of %zu bytes: its entries overlap",
+                            "%s: below cache %u's element of %zu bytes: its entries overlap",
                             kve_dst_stride_name(d, r, c, i, a, sizeof a), c, span);
         KVE_RETURN_ERROR_IF(stride[i] < span, KVE_ERR_ALIAS,
                             "%s and %s interleave: cache %u's entries overlap or interleave (a "
@@ -132,12 +153,14 @@ static int kve_overlap(const void *a, size_t na, const void *b, size_t nb)
  * lies in (-eb, ea) for some |q_i| < extent_i; nesting leaves at most three
  * q_i per dim to try. */
 static int kve_lattice_meet(__int128 delta, size_t ea, size_t eb, int n, const size_t *extent,
-                            const size_t *stride)
+                            const size_t *stride, long *budget)
 {
     if (n == 0)
         return delta > -(__int128)eb && delta < (__int128)ea;
     if (extent[0] <= 1)
-        return kve_lattice_meet(delta, ea, eb, n - 1, extent + 1, stride + 1);
+        return kve_lattice_meet(delta, ea, eb, n - 1, extent + 1, stride + 1, budget);
+    if (--*budget < 0)
+        return 1; /* too many points to try: taken as a meet (a refusal, never a miss) */
     __int128 reach = 0, s = (__int128)stride[0], top = (__int128)extent[0] - 1;
     for (int i = 1; i < n; i++)
         reach += ((__int128)(extent[i] ? extent[i] : 1) - 1) * (__int128)stride[i];
@@ -147,26 +170,42 @@ static int kve_lattice_meet(__int128 delta, size_t ea, size_t eb, int n, const s
     q0 = q0 < -top ? -top : q0;
     q1 = q1 > top ? top : q1;
     for (__int128 q = q0; q <= q1; q++)
-        if (kve_lattice_meet(delta + q * s, ea, eb, n - 1, extent + 1, stride + 1))
+        if (kve_lattice_meet(delta + q * s, ea, eb, n - 1, extent + 1, stride + 1, budget))
             return 1;
     return 0;
 }
 
-/* Whether destinations c and k share a byte: entry by entry when their
- * strides are equal (one tensor holding both), else by their spans. */
+/* Whether destinations c and k share a byte. The dims where both have the
+ * same extent and stride form a common lattice; each cache's other dims
+ * fill a block of bytes from its lattice point (its hull: the span of those
+ * dims from one element). Two hulls that never meet on the common lattice
+ * (kve_lattice_meet) keep the bytes apart: entry by entry for one tensor
+ * holding both with equal strides, block by block for vLLM's CPU cache (K
+ * transposed and V side by side in a block). Else they are taken to meet. */
 static int kve_dst_meet(const kve_cache_write_desc *r, uint32_t c, uint32_t k, size_t span_c,
                         size_t span_k)
 {
-    const kve_cache_part *a = &r->part[c], *b = &r->part[k];
     if (!kve_overlap(r->dst[c], span_c, r->dst[k], span_k))
         return 0;
-    size_t ext[3] = {r->pages.n_pages, r->pages.page_size, r->n_heads},
-           st[3] = {a->dst_stride_page, a->dst_stride_slot, a->dst_stride_head},
-           st_b[3] = {b->dst_stride_page, b->dst_stride_slot, b->dst_stride_head};
-    for (int i = 0; i < 3; i++) /* a dim of one entry has no stride to compare */
-        if (ext[i] > 1 && st[i] != st_b[i])
-            return 1;
-    for (int i = 1; i < 3; i++) /* descending strides */
+    size_t ea[KVE_DST_DIMS], sa[KVE_DST_DIMS], eb[KVE_DST_DIMS], sb[KVE_DST_DIMS];
+    kve_dst_dims(r, c, ea, sa);
+    kve_dst_dims(r, k, eb, sb);
+    size_t ext[KVE_DST_DIMS], st[KVE_DST_DIMS];
+    __int128 hull_a = kve_dtype_size(r->part[c].dst_dtype);
+    __int128 hull_b = kve_dtype_size(r->part[k].dst_dtype);
+    int n = 0;
+    for (int i = 0; i < KVE_DST_DIMS; i++) {
+        if (ea[i] > 1 && ea[i] == eb[i] && sa[i] == sb[i]) {
+            ext[n] = ea[i];
+            st[n++] = sa[i];
+            continue;
+        }
+        hull_a += ea[i] > 1 ? (__int128)(ea[i] - 1) * sa[i] : 0;
+        hull_b += eb[i] > 1 ? (__int128)(eb[i] - 1) * sb[i] : 0;
+    }
+    if (hull_a > (__int128)SIZE_MAX || hull_b > (__int128)SIZE_MAX)
+        return 1;
+    for (int i = 1; i < n; i++) /* descending strides */
         for (int j = i; j > 0 && st[j] > st[j - 1]; j--) {
             size_t t = st[j];
             st[j] = st[j - 1];
@@ -176,7 +215,8 @@ static int kve_dst_meet(const kve_cache_write_desc *r, uint32_t c, uint32_t k, s
             ext[j - 1] = t;
         }
     __int128 delta = (__int128)(intptr_t)r->dst[k] - (__int128)(intptr_t)r->dst[c];
-    return kve_lattice_meet(delta, kve_dst_entry(a), kve_dst_entry(b), 3, ext, st);
+    long budget = 1L << 20;
+    return kve_lattice_meet(delta, (size_t)hull_a, (size_t)hull_b, n, ext, st, &budget);
 }
 
 static int kve_dtype_valid(kve_dtype t) { return t >= KVE_DTYPE_RAW && t <= KVE_DTYPE_FP8_E5M2; }
@@ -274,11 +314,12 @@ static kve_status kve_check_strides(const kve_cache_write_desc *d, const kve_cac
     size_t src_span[KVE_MAX_CACHES], dst_span[KVE_MAX_CACHES], head_span;
     for (uint32_t c = 0; c < r->n_caches; c++) {
         const kve_cache_part *p = &r->part[c];
-        size_t dst_st[3] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head},
+        size_t dst_st[4] = {p->dst_stride_page, p->dst_stride_slot, p->dst_stride_head,
+                            p->dst_stride_elem},
                src_st[2] = {p->src_stride_token, p->src_stride_head};
         if (!r->src_slots) /* with src_slots the sources are the caches' own slots */
             KVE_TRY(kve_check_align("src", c, r->src[c], src_st, 2, p->src_dtype));
-        KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 3, p->dst_dtype));
+        KVE_TRY(kve_check_align("dst", c, r->dst[c], dst_st, 4, p->dst_dtype));
         /* Source entries may overlap (they are only read): span to the last
          * entry's end; without tokens (moves alone), or with src_slots,
          * nothing of src is read. */

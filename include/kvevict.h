@@ -694,6 +694,12 @@ typedef struct kve_cache_part {
      *  of dst_dtype's (elements are loaded whole): else KVE_ERR_INVALID. */
     size_t src_stride_token, src_stride_head;
     size_t dst_stride_page, dst_stride_slot, dst_stride_head;
+    /** Bytes between an entry's consecutive elements in this cache; 0 = the
+     *  element size (dense). vLLM's CPU cache keeps K transposed in a block:
+     *  dst_stride_elem = block_size x element size, dst_stride_slot = the
+     *  element size (docs/INTEGRATION.md "The engines' own write calls").
+     *  Sources stay dense. Since 2.2. */
+    size_t dst_stride_elem;
     /** fp8 destinations only, with convert = 1: float32 backend memory, one
      *  scale for the tensor (scale_per_head = 0) or one per head
      *  (scale_per_head = 1: scale[h]); NULL = no scaling. */

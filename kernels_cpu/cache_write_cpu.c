@@ -23,13 +23,26 @@ static inline size_t kve_slot_at(const kve_cache_write_desc *d, const kve_cache_
     return (size_t)at.page * p->dst_stride_page + at.in * p->dst_stride_slot;
 }
 
+/* Copy an entry of @p dim elements of @p es bytes, @p dstep bytes apart in
+ * @p dst and @p sstep in @p src: one memcpy when both are dense. */
+static inline void kve_copy_elems(unsigned char *dst, size_t dstep, const unsigned char *src,
+                                  size_t sstep, size_t es, size_t dim)
+{
+    if (dstep == es && sstep == es) {
+        memcpy(dst, src, dim * es);
+        return;
+    }
+    for (size_t i = 0; i < dim; i++)
+        memcpy(dst + i * dstep, src + i * sstep, es);
+}
+
 #define KVE_MOVE_BATCH 64u /* pairs addressed, then copied in one copy_runs call */
 
 /* A batch of pairs ready to copy. */
 typedef struct kve_move_batch {
     char *to[KVE_MOVE_BATCH];
     const char *from[KVE_MOVE_BATCH];
-    size_t bytes[KVE_MOVE_BATCH]; /* one cache's entry bytes, every pair */
+    size_t bytes[KVE_MOVE_BATCH]; /* each pair's entry bytes */
     uint32_t n;
 } kve_move_batch;
 
@@ -44,15 +57,15 @@ typedef struct kve_move_walk {
 
 /* Address the next pairs of @p w into @p b (pairs k.. of every head's list,
  * heads inner: one slot's entries of all heads lie side by side in the
- * usual layouts); b->n = 0 when none are left. A batch holds one cache's
- * pairs. */
+ * usual layouts); b->n = 0 when none are left. A cache whose entries have
+ * strided elements copies its pairs here, element by element. */
 static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
 {
     const kve_cache_write_desc *d = w->d;
     b->n = 0;
     while (w->c < d->n_caches && b->n < KVE_MOVE_BATCH) {
         const kve_cache_part *p = &d->part[w->c];
-        size_t bytes = (size_t)p->dim * kve_dtype_size(p->dst_dtype);
+        size_t es = kve_dtype_size(p->dst_dtype), bytes = (size_t)p->dim * es;
         for (; w->h < d->n_heads && b->n < KVE_MOVE_BATCH; w->h++) {
             size_t list = w->i * d->moves_stride_row + (size_t)w->h * d->moves_stride_head;
             if (w->k >= d->n_moves[list])
@@ -61,6 +74,11 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
             char *base = (char *)d->dst[w->c] + (size_t)w->h * p->dst_stride_head;
             const char *from = base + kve_slot_at(d, p, w->row, pair[0]);
             char *to = base + kve_slot_at(d, p, w->row, pair[1]);
+            if (p->dst_stride_elem != es) { /* strided elements: copied here, one by one */
+                kve_copy_elems((unsigned char *)to, p->dst_stride_elem,
+                               (const unsigned char *)from, p->dst_stride_elem, es, p->dim);
+                continue;
+            }
             b->from[b->n] = from;
             b->bytes[b->n] = bytes;
             b->to[b->n++] = to;
@@ -72,7 +90,8 @@ static void kve_move_fill(kve_move_walk *w, kve_move_batch *b)
             continue;
         w->k = 0;
         w->c++;
-        break;
+        if (b->n) /* else (strided caches copy as they go) go on to the next cache */
+            break;
     }
 }
 
@@ -133,20 +152,22 @@ static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
                 unsigned char *dst = (unsigned char *)d->dst[c] +
                                      (size_t)at.page * p->dst_stride_page +
                                      at.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head;
+                size_t es = kve_dtype_size(p->dst_dtype);
                 if (d->src_slots) { /* the stored bytes of another slot of the row */
-                    memcpy(dst,
-                           (const unsigned char *)d->dst[c] +
-                               (size_t)from.page * p->dst_stride_page +
-                               from.in * p->dst_stride_slot + (size_t)h * p->dst_stride_head,
-                           (size_t)p->dim * kve_dtype_size(p->dst_dtype));
+                    kve_copy_elems(dst, p->dst_stride_elem,
+                                   (const unsigned char *)d->dst[c] +
+                                       (size_t)from.page * p->dst_stride_page +
+                                       from.in * p->dst_stride_slot +
+                                       (size_t)h * p->dst_stride_head,
+                                   p->dst_stride_elem, es, p->dim);
                     continue;
                 }
                 const unsigned char *src = (const unsigned char *)d->src[c] +
                                            t * p->src_stride_token + (size_t)h * p->src_stride_head;
                 if (!p->convert)
-                    memcpy(dst, src, (size_t)p->dim * kve_dtype_size(p->dst_dtype));
+                    kve_copy_elems(dst, p->dst_stride_elem, src, es, es, p->dim);
                 else
-                    kve_convert_entry(dst, p->dst_dtype, src, p->src_dtype,
+                    kve_convert_entry(dst, p->dst_stride_elem, p->dst_dtype, src, p->src_dtype,
                                       p->scale ? p->scale + (p->scale_per_head ? h : 0) : NULL,
                                       p->dim, 0, 1);
             }

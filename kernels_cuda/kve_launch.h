@@ -260,12 +260,19 @@ KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, 
     uint32_t most = 1;
     for (uint32_t c = 0; c < KVE_MAX_CACHES; c++) {
         a->unit[c] = a->units[c] = 0;
+        a->step[c] = 0;
         if (c >= d->n_caches)
             continue;
         const kve_cache_part *p = &d->part[c];
-        size_t bytes = (size_t)p->dim * kve_dtype_size(p->dst_dtype);
+        uint32_t es = kve_dtype_size(p->dst_dtype);
+        size_t bytes = (size_t)p->dim * es;
         if (p->convert) {
             a->units[c] = p->dim; /* unit 0: one element a lane */
+            a->step[c] = p->dst_stride_elem;
+        } else if (p->dst_stride_elem != es) {
+            a->unit[c] = es; /* strided elements: one element a unit */
+            a->units[c] = p->dim;
+            a->step[c] = p->dst_stride_elem;
         } else {
             /* The widest power of two dividing the entry size, bases and strides. */
             uintptr_t all = bytes | p->src_stride_token | p->src_stride_head |
@@ -278,6 +285,7 @@ KVE_HOST_FN kve_status kve_cache_write_args_make(const kve_cache_write_desc *d, 
                                  "device kernels",
                                  c, bytes);
             a->units[c] = (uint32_t)(bytes / a->unit[c]);
+            a->step[c] = a->unit[c];
         }
         most = a->units[c] > most ? a->units[c] : most;
     }

@@ -98,7 +98,7 @@ class CachePart(ctypes.Structure):
     _fields_ = [("src_dtype", ctypes.c_int), ("dst_dtype", ctypes.c_int), ("convert", u32),
                 ("dim", u32), ("src_stride_token", sz), ("src_stride_head", sz),
                 ("dst_stride_page", sz), ("dst_stride_slot", sz), ("dst_stride_head", sz),
-                ("scale", vp), ("scale_per_head", u32)]
+                ("dst_stride_elem", sz), ("scale", vp), ("scale_per_head", u32)]
 
 
 class PageTable(ctypes.Structure):

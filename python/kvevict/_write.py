@@ -104,9 +104,17 @@ def _describe_part(p: Any, s: _arrays.View, t: _arrays.View, layout: str, cache_
     (tokens, heads, pages, page_size), checked against cache 0's geometry."""
     p.src_dtype, p.dst_dtype, p.convert = _types(s, t, cache_dtype, convert)
     dims = s.dense_tail(2) // s.itemsize
-    if t.dense_tail(3) // t.itemsize != dims:
-        raise ValueError("%s: entry of %d elements, %s has %d"
-                         % (t.name, t.dense_tail(3) // t.itemsize, s.name, dims))
+    # One strided element dim is an entry too: vLLM's CPU cache keeps K
+    # transposed in a block, a [pages, heads, page_size, head_dim] view of it
+    # has head_dim's stride page_size elements (p.dst_stride_elem).
+    elem = t.strides[3] if len(t.shape) == 4 and t.shape[3] > 1 else t.itemsize
+    t_dims = t.shape[3] if elem != t.itemsize else t.dense_tail(3) // t.itemsize
+    if elem % t.itemsize or elem <= 0:
+        raise ValueError("%s: the entry's stride %d is not a positive multiple of %d bytes"
+                         % (t.name, elem, t.itemsize))
+    if t_dims != dims:
+        raise ValueError("%s: entry of %d elements, %s has %d" % (t.name, t_dims, s.name, dims))
+    p.dst_stride_elem = elem
     pages, page_size, heads, sp, ss, sh = _page_view(layout, t)
     here = (s.shape[0], heads, pages, page_size)
     if geometry is not None and here != geometry:

@@ -117,7 +117,7 @@ static size_t kve_cw_src_span(uint64_t *rng, const kve_cache_write_desc *d, size
 
 /* A destination cache's strides. */
 typedef struct kve_cw_dst_strides {
-    size_t page, slot, head;
+    size_t page, slot, head, elem; /* elem 0: dense entries */
 } kve_cw_dst_strides;
 
 /* Destination strides of entries of @p e bytes: dense (0) or padded, in
@@ -125,13 +125,23 @@ typedef struct kve_cw_dst_strides {
  * (FlashInfer's [pages][2][...]): the page stride doubled, *half = the
  * second cache's offset. The span. */
 static size_t kve_cw_dst_span(uint64_t *rng, const kve_cache_write_desc *d, size_t e, size_t a,
-                              int pair, kve_cw_dst_strides *st, size_t *half)
+                              int pair, int elems, kve_cw_dst_strides *st, size_t *half)
 {
     size_t H = d->n_heads, ps = d->pages.page_size;
     int nhd = d->layout == KVE_LAYOUT_NHD;
+    st->elem = 0;
     if (!pair && kve_chance(rng, 50)) {
         st->page = st->slot = st->head = 0;
         return d->pages.n_pages * ps * H * e;
+    }
+    if (elems && e / a > 1 && kve_chance(rng, 30)) {
+        /* vLLM's CPU K: a (page, head) block of [elements][page_size] */
+        st->slot = a;
+        st->elem = ps * a + (kve_chance(rng, 50) ? 0 : a * kve_rand_below(rng, 3));
+        st->head = (e / a - 1) * st->elem + ps * a + kve_cw_pad(rng);
+        st->page = H * st->head + kve_cw_pad(rng);
+        *half = st->page;
+        return (d->pages.n_pages - 1) * st->page + (H - 1) * st->head + st->head;
     }
     if (nhd) {
         st->head = e + kve_cw_pad(rng);
@@ -294,7 +304,9 @@ static void kve_cw_dst_part(uint64_t *rng, kve_cache_write_desc *d, kve_cw_layou
     kve_cw_dst_strides st;
     size_t half = 0;
     kve_cache_part *q = &d->part[k];
-    l->span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, l->pair && k == 0, &st, &half);
+    /* strided elements in a part of their own (not desc-wide, not a pair) */
+    int elems = l->typed && !l->pair;
+    l->span[d->n_caches + k] = kve_cw_dst_span(rng, d, de, a, l->pair && k == 0, elems, &st, &half);
     if (!l->typed && !l->pair && k > 0 && !st.page) { /* dense, spelled out */
         int nhd = d->layout == KVE_LAYOUT_NHD;
         st.head = nhd ? de : d->pages.page_size * de;
@@ -305,6 +317,7 @@ static void kve_cw_dst_part(uint64_t *rng, kve_cache_write_desc *d, kve_cw_layou
         d->dst_stride_page = st.page, d->dst_stride_slot = st.slot, d->dst_stride_head = st.head;
     else
         q->dst_stride_page = st.page, q->dst_stride_slot = st.slot, q->dst_stride_head = st.head;
+    q->dst_stride_elem = st.elem;
     if (k == 0)
         l->pair_offset = half;
 }
@@ -396,11 +409,12 @@ static void kve_cw_label(kve_case *c)
     for (uint32_t k = 0; k < d->n_caches && at > 0 && (size_t)at < sizeof c->label; k++) {
         const kve_cache_part *q = &d->part[k];
         at += snprintf(c->label + at, sizeof c->label - (size_t)at,
-                       "; part %u: types %d->%d%s dim %u scale %s, strides %zu/%zu %zu/%zu/%zu", k,
+                       "; part %u: types %d->%d%s dim %u scale %s, strides %zu/%zu %zu/%zu/%zu/%zu",
+                       k,
                        q->src_dtype, q->dst_dtype, q->convert ? " converted" : "", q->dim,
                        q->scale ? (q->scale_per_head ? "per head" : "per tensor") : "none",
                        q->src_stride_token, q->src_stride_head, q->dst_stride_page,
-                       q->dst_stride_slot, q->dst_stride_head);
+                       q->dst_stride_slot, q->dst_stride_head, q->dst_stride_elem);
     }
 }
 

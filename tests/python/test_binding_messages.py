@@ -123,13 +123,19 @@ class Contiguity(unittest.TestCase):
                                                      np.zeros(1, np.int64)),
                          "srcs[0]: not contiguous: dims 2.. must be dense, but dim 2 has stride "
                          "8 bytes, not 4", "pass np.ascontiguousarray(srcs[0])")
-        # a destination: a copy takes the results
-        wide = np.zeros((1, 4, 1, 8), np.float32)
-        self.assert_says(lambda: kvevict.cache_write(self.ctx, [np.ones((1, 1, 4), np.float32)],
+        # a destination whose entry spans two strided dims: a copy takes the results
+        wide = np.zeros((1, 4, 1, 2, 8), np.float32)
+        self.assert_says(lambda: kvevict.cache_write(self.ctx, [np.ones((1, 1, 8), np.float32)],
                                                      [wide[..., ::2]], np.zeros(1, np.int64)),
                          "dsts[0]: not contiguous", "pass np.ascontiguousarray(dsts[0]) "
                          "(the library writes into it: read the results from the copy)")
         self.assertFalse(wide.any())
+        # one strided element dim is an entry (vLLM's CPU K): written in place
+        wide = np.zeros((1, 4, 1, 8), np.float32)
+        kvevict.cache_write(self.ctx, [np.arange(1, 5, dtype=np.float32).reshape(1, 1, 4)],
+                            [wide[..., ::2]], np.full(1, 2, np.int64))
+        self.assertEqual(wide[0, 2, 0].tolist(), [1, 0, 2, 0, 3, 0, 4, 0])
+        self.assertEqual(np.count_nonzero(wide), 4)
         keys = np.ones((1, 1, 16, 8), np.float32)
         sp = np.arange(32, dtype=np.int32).reshape(1, 1, 32)[..., ::2]
         self.assert_says(lambda: kvevict.score(self.ctx, keys, sp, prompt_len=0, window=0,

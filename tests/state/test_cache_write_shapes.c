@@ -215,6 +215,110 @@ START_TEST(flat_slots_and_padding)
 }
 END_TEST
 
+/* vLLM's CPU cache: per layer [blocks][heads][block_size * 2 * D], each
+ * (block, head) holding K transposed ([D][block_size]) and then V
+ * ([block_size][D]): K a part with dst_stride_elem = block_size elements.
+ * Writes through a block table, then a round's moves (each a slot of the
+ * row to another), checked against plain indexing; raw copies (_i = 0) and
+ * f32 sources converted to bf16 (_i = 1). V one element into K's block, or
+ * K's elements stepping on each other: refused. */
+START_TEST(vllm_cpu_layout)
+{
+    kve_context *ctx = ks_context();
+    uint64_t rng = 35;
+    int conv = _i;
+    enum { T = 5, BLK = 2 * PS * D };
+    kve_dtype dt = conv ? KVE_DTYPE_BF16 : KVE_DTYPE_F16;
+    uint16_t cache[P][H][BLK], want[P][H][BLK];
+    unsigned char k[T][H][D][4], v[T][H][D][4]; /* f16 uses the first half of each */
+    fill(&rng, cache, sizeof cache);
+    fill(&rng, k, sizeof k);
+    fill(&rng, v, sizeof v);
+    if (conv) /* finite sources: exponents below the top */
+        for (size_t i = 3; i < sizeof k; i += 4)
+            ((unsigned char *)k)[i] &= 0x3f, ((unsigned char *)v)[i] &= 0x3f;
+    uint32_t ss = conv ? 4 : 2;
+    memcpy(want, cache, sizeof cache);
+    int32_t bt[2][2] = {{4, 1}, {0, 5}}, row[T] = {0, 1, 0, 1, 1};
+    int64_t slots[T][H] = {{0, 1}, {6, 7}, {5, 4}, {2, 2}, {3, 0}};
+    /* where (row, slot, head, element i) lies, for K and for V */
+#define KAT(r, s, h, i) (&want[bt[r][(s) / PS]][h][(size_t)(i) * PS + (s) % PS])
+#define VAT(r, s, h, i) (&want[bt[r][(s) / PS]][h][PS * D + (size_t)((s) % PS) * D + (i)])
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < D; i++) {
+                uint32_t kb = kr_load(k[t][h][i], ss), vb = kr_load(v[t][h][i], ss);
+                kve_dtype st = conv ? KVE_DTYPE_F32 : KVE_DTYPE_F16;
+                *KAT(row[t], slots[t][h], h, i) = (uint16_t)(conv ? kr_convert(kb, st, dt, 0, 1) : kb);
+                *VAT(row[t], slots[t][h], h, i) = (uint16_t)(conv ? kr_convert(vb, st, dt, 0, 1) : vb);
+            }
+    kve_cache_write_desc d = {.n_tokens = T, .n_heads = H, .n_caches = 2, .src = {k, v},
+                              .src_stride_token = H * D * 4, .src_stride_head = D * 4,
+                              .dst = {cache[0][0], cache[0][0] + PS * D},
+                              .layout = KVE_LAYOUT_HND, .pages.page_size = PS, .pages.n_pages = P,
+                              .slots = &slots[0][0], .slots_stride_token = H,
+                              .slots_stride_head = 1, .token_row = row, .pages.n_rows = 2,
+                              .pages.kind = KVE_PAGES_BLOCK_TABLE, .pages.block_table = &bt[0][0],
+                              .pages.blocks_per_row = 2};
+    for (int c = 0; c < 2; c++)
+        d.part[c] = (kve_cache_part){.src_dtype = conv ? KVE_DTYPE_F32 : KVE_DTYPE_F16,
+                                     .dst_dtype = dt, .convert = (uint32_t)conv, .dim = D,
+                                     .dst_stride_page = sizeof cache[0],
+                                     .dst_stride_head = sizeof cache[0][0],
+                                     .dst_stride_slot = c ? 2 * D : 2};
+    d.part[0].dst_stride_elem = 2 * PS;
+    if (!conv) { /* f16 sources: entries of D elements, 4 bytes apart */
+        d.part[0].src_stride_head = d.part[1].src_stride_head = D * 4;
+        d.part[0].src_stride_token = d.part[1].src_stride_token = H * D * 4;
+    }
+    /* f16 sources are dense entries: repack them */
+    static unsigned char k16[T][H][D][2], v16[T][H][D][2];
+    if (!conv) {
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < D; i++) {
+                    memcpy(k16[t][h][i], k[t][h][i], 2);
+                    memcpy(v16[t][h][i], v[t][h][i], 2);
+                }
+        d.src[0] = k16, d.src[1] = v16;
+        for (int c = 0; c < 2; c++)
+            d.part[c].src_stride_head = 2 * D, d.part[c].src_stride_token = 2 * H * D;
+    }
+    KT_OK(kve_cache_write(ctx, &d));
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+
+    /* a round's moves alone: row 0 head 1 slot 4 -> 2, row 1 head 0 slot 6 -> 1 */
+    int32_t moves[2][H][1][2] = {{{{0, 0}}, {{4, 2}}}, {{{6, 1}}, {{0, 0}}}};
+    uint32_t n_moves[2][H] = {{0, 1}, {1, 0}};
+    int mv[2][4] = {{0, 1, 4, 2}, {1, 0, 6, 1}}; /* row, head, from, to */
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < D; i++) {
+            *KAT(mv[m][0], mv[m][3], mv[m][1], i) = *KAT(mv[m][0], mv[m][2], mv[m][1], i);
+            *VAT(mv[m][0], mv[m][3], mv[m][1], i) = *VAT(mv[m][0], mv[m][2], mv[m][1], i);
+        }
+#undef KAT
+#undef VAT
+    d.n_tokens = 0;
+    d.moves = &moves[0][0][0][0];
+    d.n_moves = &n_moves[0][0];
+    d.n_move_rows = 2;
+    d.max_moves = 1;
+    d.moves_stride_row = H;
+    d.moves_stride_head = 1;
+    KT_OK(kve_cache_write(ctx, &d));
+    ck_assert(memcmp(cache, want, sizeof cache) == 0);
+
+    /* V one element into K's half of the block: refused */
+    d.dst[1] = cache[0][0] + PS * D - 1;
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "share entry bytes");
+    d.dst[1] = cache[0][0] + PS * D;
+    /* K's elements closer than a block's slots: entries interleave */
+    d.part[0].dst_stride_elem = 2 * (PS - 1);
+    EXPECT_ERR(kve_cache_write(ctx, &d), KVE_ERR_ALIAS, "desc.part[0].dst_stride_elem");
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 /* Two caches on one lattice (equal strides), at random offsets and entry
  * sizes: refused exactly when some entry of one shares a byte with some
  * entry of the other, by brute force over every pair of entries. */
@@ -278,6 +382,7 @@ int main(void)
         KVE_LOOP_TEST(cache_write_shapes, kv_one_tensor, 0, 2),
         KVE_TEST(cache_write_shapes, mla_and_head_dims),
         KVE_TEST(cache_write_shapes, flat_slots_and_padding),
+        KVE_LOOP_TEST(cache_write_shapes, vllm_cpu_layout, 0, 2),
         KVE_TEST(cache_write_shapes, overlap_entry_by_entry),
     };
     const kve_suite_spec spec = {"cache_write_shapes", 60, 1, NULL, NULL};
