@@ -24,27 +24,36 @@ install_missing() {
     [ ${#missing[@]} -eq 0 ] && return 0
     local sudo=()
     [ "$(id -u)" -ne 0 ] && sudo=(sudo)
-    echo "run.sh: installing ${missing[*]}" >&2
-    "${sudo[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+    echo "run.sh: installing ${missing[*]} (Debian packages; log in /tmp/kvevict-apt.log)" >&2
+    # apt's and debconf's chatter goes to the log, shown only when apt fails
+    if ! { "${sudo[@]}" apt-get update -qq &&
+           DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}"; } \
+           >/tmp/kvevict-apt.log 2>&1; then
+        echo "run.sh: apt-get failed; its last lines:" >&2
+        tail -n 20 /tmp/kvevict-apt.log >&2
+        exit 1
+    fi
 }
 
 # The tests labelled hf (transformers, kvpress, a torch >= 2.5) run with the
 # python of a virtual environment filled from python/requirements-hf.txt:
-# ~/.cache/kvevict/venv-<hash of that file>, made once per machine (about 2
-# minutes and 5 GB, torch's CUDA wheels included); KVE_HF_VENV=DIR puts it
-# elsewhere. Debian's python3 runs every other Python test, as before.
+# ~/.cache/kvevict/venv-<hash of that file>, made once per machine (4-5
+# minutes on 2 cores and 5.8 GB, torch's CUDA wheels included); KVE_HF_VENV=DIR
+# puts it elsewhere. Debian's python3 runs every other Python test.
 hf_python() {
     local req=python/requirements-hf.txt hash venv
     hash=$(sha256sum "$req" | cut -c1-12)
     venv=${KVE_HF_VENV:-$HOME/.cache/kvevict/venv-$hash}
     if [ ! -f "$venv/.complete" ]; then
-        echo "run.sh: installing the hf tests' packages into $venv (once, about 2 minutes)" >&2
+        echo "run.sh: installing the hf tests' packages into $venv (once: 4-5 minutes," \
+             "5.8 GB; log in $venv.log)" >&2
         rm -rf "$venv"
         # (a command substitution runs without set -e: each step checked)
         /usr/bin/python3 -m venv "$venv" >&2 || return 1
-        "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off -r "$req" >&2 ||
-            { echo "run.sh: pip install -r $req failed" >&2; return 1; }
+        "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off \
+            --root-user-action=ignore -r "$req" >"$venv.log" 2>&1 ||
+            { echo "run.sh: pip install -r $req failed; its last lines:" >&2
+              tail -n 20 "$venv.log" >&2; return 1; }
         touch "$venv/.complete" || return 1
     fi
     echo "$venv/bin/python"
@@ -92,12 +101,13 @@ test)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
     hf=$(hf_python) || exit 1
     build default -DKVE_HF_PYTHON="$hf"
-    ctest --preset default "$@"
+    # ctest with a line a minute while long suites run, and why each skipped test skipped
+    /usr/bin/python3 tests/run_ctest.py --preset default "$@"
     ;;
 sanitize)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
     build sanitize
-    ctest --preset sanitize "$@"
+    /usr/bin/python3 tests/run_ctest.py --preset sanitize "$@"
     ;;
 fuzz)
     install_missing "${build_packages[@]}" "${clang_packages[@]}"
