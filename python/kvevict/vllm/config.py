@@ -1,0 +1,112 @@
+"""The plugin's settings: ``additional_config={"kvevict": {...}}`` of vLLM's
+engine arguments (``--additional-config`` of ``vllm serve``), checked once
+when the engine starts, with the engine's own settings it depends on.
+
+Arms (docs/INTEGRATION.md "vLLM plugin"):
+
+- ``full``: no eviction; the attention backend runs vLLM's own cache write.
+- ``random``: the prompt pinned (P = its length), the rest evicted uniformly
+  at random in every KV head, keep-set spec v2.
+- ``random-p0``: the same with nothing pinned (P = 0), the paper's ablation.
+
+``knorm`` and ``triattention`` (scored from the engine's cached keys) are
+named so that a configuration asking for them is refused with its reason.
+"""
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+ARMS = ("full", "random", "random-p0", "knorm", "triattention")
+SCORED_ARMS = ("knorm", "triattention")
+_KEYS = ("arm", "budget", "window", "interval", "seed", "digest_file")
+
+
+class ConfigError(ValueError):
+    """A kvevict plugin setting, or an engine setting it cannot serve, refused."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    arm: str = "full"
+    budget: int = 2048   #: B: slots each KV head keeps after a round, the prompt counted
+    window: int = 64     #: W: the most recent generated tokens, never evicted
+    interval: int = 64   #: r: tokens between rounds (slots past B)
+    seed: int = 0
+    #: a JSONL file each request's keep-set digest is appended to as it leaves
+    #: the engine (finished, aborted or preempted): request_id, seq_id,
+    #: prompt_len (pinned), n_tokens, round, digest (hex, docs/SPEC.md)
+    digest_file: str = ""
+
+    @property
+    def evicts(self) -> bool:
+        return self.arm != "full"
+
+    @property
+    def pins_prompt(self) -> bool:
+        return self.arm != "random-p0"
+
+
+def _int(name: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ConfigError("kvevict.%s = %r: expected an integer %d..%d" % (name, v, lo, hi))
+    return v
+
+
+def parse(extra: Any) -> PluginConfig:
+    """The plugin's settings from vLLM's additional_config (None or a dict
+    holding a "kvevict" dict); unknown keys and bad values refused."""
+    if extra is None:
+        return PluginConfig()
+    if not isinstance(extra, Mapping):
+        raise ConfigError("additional_config = %r: expected a dict" % (extra,))
+    raw = extra.get("kvevict", {})
+    if not isinstance(raw, Mapping):
+        raise ConfigError("additional_config['kvevict'] = %r: expected a dict of %s"
+                          % (raw, ", ".join(_KEYS)))
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise ConfigError("additional_config['kvevict']: unknown key(s) %s (known: %s)"
+                          % (", ".join(map(repr, unknown)), ", ".join(_KEYS)))
+    arm = raw.get("arm", "full")
+    if arm not in ARMS:
+        raise ConfigError("kvevict.arm = %r: expected one of %s" % (arm, ", ".join(ARMS)))
+    if arm in SCORED_ARMS:
+        raise ConfigError("kvevict.arm = %r: the scored arms need the scorers to read vLLM's "
+                          "CPU key cache (K transposed in a block), which this version does "
+                          "not do yet; use full, random or random-p0" % arm)
+    c = PluginConfig(arm=arm, budget=_int("budget", raw.get("budget", 2048), 1, 1 << 24),
+                     window=_int("window", raw.get("window", 64), 0, 1 << 24),
+                     interval=_int("interval", raw.get("interval", 64), 1, 1 << 24),
+                     seed=_int("seed", raw.get("seed", 0), 0, (1 << 64) - 1),
+                     digest_file=raw.get("digest_file", ""))
+    if not isinstance(c.digest_file, str):
+        raise ConfigError("kvevict.digest_file = %r: expected a path" % (c.digest_file,))
+    return c
+
+
+def check_engine(cfg: PluginConfig, vllm_config: Any) -> None:
+    """Refuse, at engine start, the engine settings the evicting arms cannot
+    serve yet, each with its reason. The full arm runs anything vLLM runs."""
+    if not cfg.evicts:
+        return
+    why = []
+    pc, cc, sc = vllm_config.parallel_config, vllm_config.cache_config, \
+        vllm_config.scheduler_config
+    if pc.tensor_parallel_size != 1 or pc.pipeline_parallel_size != 1:
+        why.append("tensor/pipeline parallelism (tp %d, pp %d): each shard would need its "
+                   "heads' offsets in the keep-set; run with tp = pp = 1"
+                   % (pc.tensor_parallel_size, pc.pipeline_parallel_size))
+    if cc.enable_prefix_caching:
+        why.append("prefix caching: blocks past the prompt are rewritten by rounds and must not "
+                   "be shared; start with enable_prefix_caching=False "
+                   "(--no-enable-prefix-caching)")
+    if cc.cache_dtype not in ("auto", None):
+        why.append("kv_cache_dtype = %r: only the model's dtype ('auto') for now"
+                   % cc.cache_dtype)
+    if getattr(sc, "async_scheduling", False):
+        why.append("async scheduling: a step's keep-set is planned from the step before; "
+                   "start with async_scheduling=False (--no-async-scheduling)")
+    if vllm_config.speculative_config is not None:
+        why.append("speculative decoding: drafts need kve_state_draft, not wired here yet")
+    if why:
+        raise ConfigError("kvevict (arm %s) cannot serve this engine: %s"
+                          % (cfg.arm, "; ".join(why)))

@@ -1,0 +1,166 @@
+"""The plugin's worker and model runner, handed to vLLM by its own option
+(``worker_cls``): vLLM's CPU worker building this runner, a subclass of
+vLLM's CPU model runner. The runner keeps one kvevict.State row per running
+request and, each step, after vLLM has prepared its inputs (true positions
+for RoPE, the stock slot mapping), appends the step's tokens to the state:
+the per-head slots and the round's moves go to the attention backend
+(attention.py), and each request's ``seq_lens`` becomes its held count
+``n_valid``, the same in every head, so vLLM's own attention kernel runs
+unchanged on slots 0 .. n_valid - 1 (docs/INTEGRATION.md "vLLM plugin")."""
+from typing import Any, Optional
+
+import json
+import weakref
+
+import numpy as np
+import torch
+import xxhash
+
+from vllm.model_executor.models.utils import extract_layer_index
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+import kvevict
+
+from . import config as _config
+from . import step as _step
+
+
+def seq_id_of(req: Any) -> int:
+    """A request's keep-set seq_id: SamplingParams.extra_args["kvevict_seq_id"]
+    when given, else XXH3-64 of its prompt's token ids (vLLM's request ids
+    carry a random suffix, so they cannot name a reproducible draw)."""
+    sp = getattr(req, "sampling_params", None)
+    extra = getattr(sp, "extra_args", None) or {}
+    if "kvevict_seq_id" in extra:
+        v = extra["kvevict_seq_id"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+            raise _config.ConfigError("extra_args['kvevict_seq_id'] = %r: expected an integer "
+                                      "0..2^64-1" % (v,))
+        return v
+    ids = np.asarray(req.prompt_token_ids, dtype="<i8")
+    return xxhash.xxh3_64_intdigest(ids.tobytes())
+
+
+#: the runners of this process (tests look into an in-process engine's state)
+live_runners: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class KvevictState:
+    """The runner's kvevict state: rows of the running requests, the step
+    buffers, and the requests' digests as they finish."""
+
+    def __init__(self, cfg: _config.PluginConfig, vllm_config: Any, kv_cache_config: Any):
+        self.cfg = cfg
+        groups = kv_cache_config.kv_cache_groups
+        if len(groups) != 1 or not isinstance(groups[0].kv_cache_spec, FullAttentionSpec):
+            raise _config.ConfigError(
+                "kvevict (arm %s): the model's KV cache has %d group(s) (%s); the plugin "
+                "evicts models whose every layer is full attention"
+                % (cfg.arm, len(groups),
+                   ", ".join(type(g.kv_cache_spec).__name__ for g in groups)))
+        names = list(groups[0].layer_names)
+        self.layer_index = {n: extract_layer_index(n) for n in names}
+        n_layers = max(self.layer_index.values()) + 1
+        mc, sc = vllm_config.model_config, vllm_config.scheduler_config
+        n_heads = mc.get_num_kv_heads(vllm_config.parallel_config)
+        self.block_size = groups[0].kv_cache_spec.block_size
+        self.max_model_len = mc.max_model_len
+        cap = kvevict.capacity(self.max_model_len if cfg.pins_prompt else 0,
+                               budget=cfg.budget, window=cfg.window, interval=cfg.interval)
+        self.ctx = kvevict.Context("cpu")
+        self.state = kvevict.State(self.ctx, max_seqs=sc.max_num_seqs, n_layers=n_layers,
+                                   n_heads=n_heads, budget=cfg.budget, window=cfg.window,
+                                   interval=cfg.interval, max_slots=cap, seed=cfg.seed,
+                                   tensors="torch")
+        self.buf = self.state.step_buffers(max_tokens=sc.max_num_batched_tokens,
+                                           max_rows=sc.max_num_seqs,
+                                           max_new=sc.max_num_batched_tokens)
+        self.rows: dict = {}            # request id -> state row
+        self.free = list(range(sc.max_num_seqs - 1, -1, -1))
+        self.digests: dict = {}         # request id -> its digest record when it left
+
+    def retire(self, req_id: str) -> None:
+        r = self.rows.pop(req_id, None)
+        if r is None:
+            return
+        info = self.state.seq(r)
+        rec = self.digests[req_id] = {
+            "request_id": req_id, "seq_id": info.seq_id, "prompt_len": info.prompt_len,
+            "n_tokens": info.n_tokens, "round": info.round,
+            "digest": "%016x" % self.state.keepset_digest(r)}
+        if self.cfg.digest_file:
+            with open(self.cfg.digest_file, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        self.state.retire(r)
+        self.free.append(r)
+
+    def admit(self, req_id: str, req: Any) -> int:
+        r = self.free.pop()
+        pinned = len(req.prompt_token_ids) if self.cfg.pins_prompt else 0
+        self.state.admit(r, seq_id_of(req), min(pinned, self.max_model_len))
+        self.rows[req_id] = r
+        return r
+
+
+class KvevictCPUModelRunner(CPUModelRunner):
+    def __init__(self, vllm_config: Any, device: torch.device):
+        super().__init__(vllm_config, device)
+        self.kve_cfg = _config.parse(vllm_config.additional_config)
+        _config.check_engine(self.kve_cfg, vllm_config)
+        self.kve: Optional[KvevictState] = None
+        live_runners.add(self)
+
+    def initialize_kv_cache(self, kv_cache_config: Any, *args: Any, **kwargs: Any) -> None:
+        super().initialize_kv_cache(kv_cache_config, *args, **kwargs)
+        profiling = kwargs.get("is_profiling", args[0] if args else False)
+        if self.kve_cfg.evicts and not profiling:
+            self.kve = KvevictState(self.kve_cfg, self.vllm_config, self.kv_cache_config)
+
+    def _update_states(self, scheduler_output: Any):
+        out = super()._update_states(scheduler_output)
+        if self.kve is not None:
+            for req_id in scheduler_output.finished_req_ids:
+                self.kve.retire(req_id)
+            for req_id in scheduler_output.preempted_req_ids or ():
+                self.kve.retire(req_id)
+        return out
+
+    def _prepare_inputs(self, scheduler_output: Any, num_scheduled_tokens: np.ndarray):
+        out = super()._prepare_inputs(scheduler_output, num_scheduled_tokens)
+        if self.kve is None:
+            return out
+        kve, n = self.kve, self.input_batch.num_reqs
+        req_ids = self.input_batch.req_ids[:n]
+        rows = []
+        for req_id in req_ids:
+            r = kve.rows.get(req_id)
+            rows.append(kve.admit(req_id, self.requests[req_id]) if r is None else r)
+        n_new = [int(x) for x in num_scheduled_tokens[:n]]
+        kve.state.append(rows, n_new, out=kve.buf)
+        for i, r in enumerate(rows):
+            self.seq_lens[i] = kve.state.seq(r).n_valid
+        token_row = torch.from_numpy(
+            np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n]))
+        bt = self.input_batch.block_table[0].get_cpu_tensor()[:n]
+        _step.current = _step.PlannedStep(kve.state, kve.buf, int(sum(n_new)), token_row, bt,
+                                          kve.layer_index)
+        return out
+
+    def execute_model(self, *args: Any, **kwargs: Any):
+        try:
+            return super().execute_model(*args, **kwargs)
+        finally:
+            _step.current = None
+
+
+class KvevictCPUWorker(CPUWorker):
+    """vLLM's CPU worker with the plugin's model runner."""
+
+    def init_device(self) -> None:
+        super().init_device()
+        if getattr(self, "use_v2_model_runner", False):
+            raise _config.ConfigError("kvevict: vLLM's V2 model runner is not supported; set "
+                                      "VLLM_USE_V2_MODEL_RUNNER=0")
+        self.model_runner = KvevictCPUModelRunner(self.vllm_config, torch.device("cpu"))

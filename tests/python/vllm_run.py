@@ -1,0 +1,62 @@
+"""One vLLM engine for test_vllm_plugin.py, in this process (vLLM's in-process
+engine core, so the plugin's runner can be looked at): prints one JSON line,
+RESULT {...}. argv[1]: a JSON job: model, arm ("stock" or a kvevict arm),
+kvevict settings, prompts [[token ids]], max_tokens [n per prompt], abort
+(indices of requests aborted after `abort_after` engine steps)."""
+import json
+import os
+import sys
+
+for k, v in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+             ("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+             ("VLLM_USE_V2_MODEL_RUNNER", "0")):
+    os.environ.setdefault(k, v)
+
+from vllm import LLM, SamplingParams  # noqa: E402
+
+
+def main(job):
+    kw = dict(enable_prefix_caching=False, async_scheduling=False)
+    if job["arm"] != "stock":
+        import kvevict.vllm as kv
+        kw.update(kv.engine_args(arm=job["arm"], **job.get("kvevict", {})))
+    if job.get("prefix"):
+        kw["enable_prefix_caching"] = True
+    llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype="float32", max_model_len=512,
+              enforce_eager=True, max_num_seqs=job.get("max_num_seqs", 8), block_size=32,
+              seed=0, **kw)
+    eng = llm.llm_engine
+    outs, lps = {}, {}
+    ids = []
+    for i, (p, n) in enumerate(zip(job["prompts"], job["max_tokens"])):
+        sp = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True, detokenize=False,
+                            extra_args={"kvevict_seq_id": 1000 + i},
+                            logprobs=job.get("logprobs"))
+        rid = "req-%d" % i
+        eng.add_request(rid, {"prompt_token_ids": p}, sp)
+        ids.append(rid)
+    steps = 0
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            if o.finished:
+                outs[o.request_id] = list(o.outputs[0].token_ids)
+                if o.outputs[0].logprobs is not None:
+                    lps[o.request_id] = [{str(t): float(v.logprob) for t, v in d.items()}
+                                         for d in o.outputs[0].logprobs]
+        steps += 1
+        if steps == job.get("abort_after", -1):
+            eng.abort_request([ids[i] for i in job.get("abort", [])])
+    res = {"tokens": [outs.get(r) for r in ids], "steps": steps,
+           "logprobs": [lps.get(r) for r in ids]}
+    if job["arm"] != "stock":
+        from kvevict.vllm import runner
+        rs = [r for r in runner.live_runners if r.kve is not None]
+        if rs:
+            kve = rs[0].kve
+            res.update(left_rows=len(kve.rows), free_rows=len(kve.free),
+                       digests=list(kve.digests.values()))
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
