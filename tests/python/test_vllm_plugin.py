@@ -18,6 +18,7 @@ Skips (77) without vLLM, unless KVE_VLLM_REQUIRED is set (run.sh's venv).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,10 +53,14 @@ def make_model(path):
 
 def install(target):
     """pip install ./python into target (no deps, no network): the wheel a
-    user gets, entry point included."""
+    user gets, entry point included; built from a copy, so the build leaves
+    nothing in the source tree."""
+    src = os.path.join(os.path.dirname(target), "src")
+    shutil.copytree(SRC, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info",
+                                                             "build"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--no-build-isolation", "--disable-pip-version-check", "--target", target,
-                    SRC], check=True, stdout=subprocess.DEVNULL)
+                    src], check=True, stdout=subprocess.DEVNULL)
 
 
 def engine(env, job, expect_fail=False):
