@@ -16,6 +16,7 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
   start, naming why; bad settings are refused before any engine.
 Skips (77) without vLLM, unless KVE_VLLM_REQUIRED is set (run.sh's venv).
 """
+import glob
 import json
 import os
 import shutil
@@ -209,6 +210,10 @@ def main():
               "request %d: digest %s, %d rounds, %d tokens; an independent State: %s, %d, %d"
               % (i, rec["digest"], rec["round"], rec["n_tokens"], want, rnd, n_tok))
         check(rec["prompt_len"] == len(prompts[i]), "request %d: its prompt pinned" % i)
+        cap_blocks = -(-rec["capacity"] // 32)
+        check(0 < rec["peak_blocks"] <= cap_blocks,
+              "request %d: held at most %d blocks (ceil(C %d / 32) = %d; true length %d)"
+              % (i, rec["peak_blocks"], rec["capacity"], cap_blocks, rec["n_tokens"]))
         rounds += rec["round"]
     check(rounds > 0, "the small budget evicted (%d rounds in all)" % rounds)
 
@@ -244,4 +249,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), "kve-vllm-*")):
+        shutil.rmtree(d, ignore_errors=True)
+    sys.exit(rc)

@@ -5,6 +5,8 @@
   registry); with no kvevict step planned that backend is vLLM's.
 - ``worker_cls="kvevict.vllm.runner.KvevictCPUWorker"``: vLLM's CPU worker
   with the runner that plans each step's per-head slots.
+- ``scheduler_cls="kvevict.vllm.scheduler.KvevictScheduler"``: vLLM's
+  scheduler whose block allocation stops at a request's capacity.
 - ``additional_config={"kvevict": {"arm": "random", "budget": B, "window":
   W, "interval": r, "seed": s}}``: the arm (config.py).
 
@@ -14,6 +16,7 @@
 from typing import Any, Dict
 
 WORKER_CLS = "kvevict.vllm.runner.KvevictCPUWorker"
+SCHEDULER_CLS = "kvevict.vllm.scheduler.KvevictScheduler"
 BACKEND_CLS = "kvevict.vllm.attention.KvevictCPUAttentionBackend"
 
 
@@ -29,5 +32,5 @@ def engine_args(arm: str = "random", **settings: Any) -> Dict[str, Any]:
     from . import config
     conf = {"arm": arm, **settings}
     config.parse({"kvevict": conf})
-    return {"worker_cls": WORKER_CLS, "additional_config": {"kvevict": conf},
+    return {"worker_cls": WORKER_CLS, "scheduler_cls": SCHEDULER_CLS, "additional_config": {"kvevict": conf},
             "enable_prefix_caching": False, "async_scheduling": False}

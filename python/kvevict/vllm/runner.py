@@ -80,6 +80,7 @@ class KvevictState:
         self.rows: dict = {}            # request id -> state row
         self.free = list(range(sc.max_num_seqs - 1, -1, -1))
         self.digests: dict = {}         # request id -> its digest record when it left
+        self.peak_blocks: dict = {}     # request id -> the most blocks it held in a step
 
     def retire(self, req_id: str) -> None:
         r = self.rows.pop(req_id, None)
@@ -88,7 +89,8 @@ class KvevictState:
         info = self.state.seq(r)
         rec = self.digests[req_id] = {
             "request_id": req_id, "seq_id": info.seq_id, "prompt_len": info.prompt_len,
-            "n_tokens": info.n_tokens, "round": info.round,
+            "n_tokens": info.n_tokens, "round": info.round, "capacity": info.capacity,
+            "peak_blocks": self.peak_blocks.pop(req_id, 0),
             "digest": "%016x" % self.state.keepset_digest(r)}
         if self.cfg.digest_file:
             with open(self.cfg.digest_file, "a") as f:
@@ -137,6 +139,8 @@ class KvevictCPUModelRunner(CPUModelRunner):
         for req_id in req_ids:
             r = kve.rows.get(req_id)
             rows.append(kve.admit(req_id, self.requests[req_id]) if r is None else r)
+            blocks = len(self.requests[req_id].block_ids[0])
+            kve.peak_blocks[req_id] = max(kve.peak_blocks.get(req_id, 0), blocks)
         n_new = [int(x) for x in num_scheduled_tokens[:n]]
         kve.state.append(rows, n_new, out=kve.buf)
         for i, r in enumerate(rows):

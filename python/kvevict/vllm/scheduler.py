@@ -1,0 +1,68 @@
+"""The plugin's scheduler, handed to vLLM by its own option
+(``scheduler_cls``): vLLM's scheduler whose block allocation stops at what
+a request's kvevict capacity needs. A request never holds more than
+ceil(C / block_size) blocks, C = max(B, P + W) + r its capacity (P its
+pinned prompt): every slot the state uses is below C, so the blocks past it
+would never be written. vLLM's own manager does the allocation; it is asked
+for a request seen as holding at most C tokens (its computed tokens counted
+down so that computed + new = C), so nothing of vLLM is changed."""
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+import kvevict
+
+from . import config as _config
+
+
+class _Capped:
+    """A request as the block allocator should see it: at most @cap tokens."""
+
+    def __init__(self, request: Any, computed: int, cap: int):
+        self._r, self.num_computed_tokens = request, computed
+        self.num_tokens = min(request.num_tokens, cap)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._r, name)
+
+
+class CappedBlocks:
+    """vLLM's KV cache manager, its allocate_slots capped per request at the
+    blocks of the request's capacity; everything else is the manager's."""
+
+    def __init__(self, manager: Any, cfg: _config.PluginConfig):
+        self._m, self._cfg, self._caps = manager, cfg, {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._m, name)
+
+    def capacity(self, request: Any) -> int:
+        c = self._caps.get(request.request_id)
+        if c is None:
+            pinned = request.num_prompt_tokens if self._cfg.pins_prompt else 0
+            c = self._caps[request.request_id] = kvevict.capacity(
+                pinned, budget=self._cfg.budget, window=self._cfg.window,
+                interval=self._cfg.interval)
+        return c
+
+    def allocate_slots(self, request: Any, num_new_tokens: int, *args: Any, **kwargs: Any):
+        cap = self.capacity(request)
+        ahead = kwargs.get("num_lookahead_tokens", 0)
+        if request.num_computed_tokens + num_new_tokens + ahead > cap:
+            new = min(num_new_tokens, max(cap - ahead, 1))
+            request = _Capped(request, max(cap - new - ahead, 0), cap)
+            num_new_tokens = new
+        return self._m.allocate_slots(request, num_new_tokens, *args, **kwargs)
+
+    def free(self, request: Any) -> None:
+        self._caps.pop(request.request_id, None)
+        return self._m.free(request)
+
+
+class KvevictScheduler(Scheduler):
+    def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any):
+        super().__init__(vllm_config, *args, **kwargs)
+        cfg = _config.parse(vllm_config.additional_config)
+        _config.check_engine(cfg, vllm_config)
+        if cfg.evicts:
+            self.kv_cache_manager = CappedBlocks(self.kv_cache_manager, cfg)
