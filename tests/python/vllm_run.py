@@ -22,6 +22,8 @@ def main(job):
         kw.update(kv.engine_args(arm=job["arm"], **job.get("kvevict", {})))
     if job.get("prefix"):
         kw["enable_prefix_caching"] = True
+    if job.get("blocks"):
+        kw["num_gpu_blocks_override"] = job["blocks"]
     llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype="float32", max_model_len=512,
               enforce_eager=True, max_num_seqs=job.get("max_num_seqs", 8), block_size=32,
               seed=0, **kw)
@@ -53,7 +55,11 @@ def main(job):
         rs = [r for r in runner.live_runners if r.kve is not None]
         if rs:
             kve = rs[0].kve
-            res.update(left_rows=len(kve.rows), free_rows=len(kve.free),
+            for req_id in list(kve.rows):  # the last step's: recorded as retire records them
+                kve.retire(req_id)
+                res["left_last_step"] = res.get("left_last_step", 0) + 1
+            res.update(left_rows=res.get("left_last_step", 0), free_rows=len(kve.free),
+                       preemptions=kve.preemptions,
                        digests=list(kve.digests.values()))
     print("RESULT " + json.dumps(res), flush=True)
 

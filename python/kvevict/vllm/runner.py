@@ -81,10 +81,19 @@ class KvevictState:
         self.free = list(range(sc.max_num_seqs - 1, -1, -1))
         self.digests: dict = {}         # request id -> its digest record when it left
         self.peak_blocks: dict = {}     # request id -> the most blocks it held in a step
+        self.preemptions = 0
 
-    def retire(self, req_id: str) -> None:
+    def retire(self, req_id: str, left: bool = True) -> None:
+        """Give a request's row back; @left: it finished or was aborted (its
+        digest recorded), else it was preempted (it comes back from token 0,
+        replayed in chunks that end on its round boundaries)."""
         r = self.rows.pop(req_id, None)
         if r is None:
+            return
+        if not left:
+            self.preemptions += 1
+            self.state.retire(r)
+            self.free.append(r)
             return
         info = self.state.seq(r)
         rec = self.digests[req_id] = {
@@ -126,7 +135,7 @@ class KvevictCPUModelRunner(CPUModelRunner):
             for req_id in scheduler_output.finished_req_ids:
                 self.kve.retire(req_id)
             for req_id in scheduler_output.preempted_req_ids or ():
-                self.kve.retire(req_id)
+                self.kve.retire(req_id, left=False)
         return out
 
     def _prepare_inputs(self, scheduler_output: Any, num_scheduled_tokens: np.ndarray):
@@ -142,6 +151,12 @@ class KvevictCPUModelRunner(CPUModelRunner):
             blocks = len(self.requests[req_id].block_ids[0])
             kve.peak_blocks[req_id] = max(kve.peak_blocks.get(req_id, 0), blocks)
         n_new = [int(x) for x in num_scheduled_tokens[:n]]
+        for i, r in enumerate(rows):  # the state and vLLM count the same tokens
+            have, want = kve.state.seq(r).n_tokens, int(self.input_batch.num_computed_tokens_cpu[i])
+            if have != want:
+                raise RuntimeError("kvevict: request %s has %d tokens in its state row but vLLM "
+                                   "computed %d (a schedule the plugin did not follow)"
+                                   % (req_ids[i], have, want))
         kve.state.append(rows, n_new, out=kve.buf)
         for i, r in enumerate(rows):
             self.seq_lens[i] = kve.state.seq(r).n_valid

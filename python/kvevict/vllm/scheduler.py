@@ -59,10 +59,39 @@ class CappedBlocks:
         return self._m.free(request)
 
 
+def chunk_end(start: int, cap: int, interval: int) -> int:
+    """Where a chunk of tokens starting at token @start must end at the
+    latest: the next round boundary. Rounds fall on tokens C, C + r, C + 2r,
+    ... (the token that finds the heads full); a chunk holding one only as
+    its first token attends, token by token, to the same positions as one
+    token a step did, so replaying a history in such chunks (a resumed
+    request, a long unpinned prompt) reproduces every round and every
+    attention exactly."""
+    if start < cap:
+        return cap
+    return cap + ((start - cap) // interval + 1) * interval
+
+
 class KvevictScheduler(Scheduler):
     def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any):
         super().__init__(vllm_config, *args, **kwargs)
         cfg = _config.parse(vllm_config.additional_config)
         _config.check_engine(cfg, vllm_config)
+        self.kve_cfg = cfg
         if cfg.evicts:
             self.kv_cache_manager = CappedBlocks(self.kv_cache_manager, cfg)
+            # vLLM's hook for clipping a prefill chunk (its Mamba alignment:
+            # the model has no Mamba layers, check_engine refused them)
+            self.need_mamba_block_aligned_split = True
+
+    def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
+                                   num_new_local_computed_tokens: int = 0,
+                                   num_external_computed_tokens: int = 0) -> int:
+        if not self.kve_cfg.evicts:
+            return super()._mamba_block_aligned_split(
+                request, num_new_tokens, num_new_local_computed_tokens,
+                num_external_computed_tokens)
+        start = (request.num_computed_tokens + num_new_local_computed_tokens +
+                 num_external_computed_tokens)
+        cap = self.kv_cache_manager.capacity(request)
+        return max(1, min(num_new_tokens, chunk_end(start, cap, self.kve_cfg.interval) - start))
