@@ -12,6 +12,9 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
   the same schedule (the prompt in one chunk, then one token a step), rounds
   happened, and every row went back but those of the last step's requests
   (vLLM tells its workers of a finished request at the next step);
+- the K-norm arm's keep-sets equal an independent scored State fed -||k||
+  of the dense masked reference's keys; TriAttention runs with a
+  calibration file;
 - preemption forced by a small pool, after the victim's rounds: the same
   tokens and digests as a run never preempted (its history replayed in
   chunks that end on its round boundaries);
@@ -26,6 +29,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "python")
@@ -124,10 +129,11 @@ def held_masks(kvevict, settings, seq_id, n_prompt, n_out, layers, heads):
     return m
 
 
-def masked_logprobs(model, ids, mask):
+def masked_logprobs(model, ids, mask, keys=None):
     """log_softmax of a dense fp32 Qwen3 forward over ids, each KV head's
     attention limited to mask [layers, kv_heads, T, T] (transformers' own
-    modules, attention written out)."""
+    modules, attention written out); keys: a list that gets each layer's
+    post-RoPE keys [kv_heads, T, head_dim]."""
     from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
     m = model.model
     T = len(ids)
@@ -140,6 +146,8 @@ def masked_logprobs(model, ids, mask):
         k = a.k_norm(a.k_proj(h).view(1, T, -1, d)).transpose(1, 2)
         v = a.v_proj(h).view(1, T, -1, d).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if keys is not None:
+            keys.append(k[0])
         g = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
         s = (q @ k.transpose(-1, -2)) * a.scaling
@@ -148,6 +156,52 @@ def masked_logprobs(model, ids, mask):
         x = x + a.o_proj(o)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     return model.lm_head(m.norm(x))[0].log_softmax(-1)
+
+
+def knorm_replay(kvevict, hf, settings, seq_id, prompt, toks, layers=2, heads=2):
+    """An independent K-norm run of one request: a scored State fed, at each
+    due round, -||k|| of every held slot, the keys from the dense masked
+    forward over the tokens so far (each position masked to its own step's
+    keep-set, as the engine attended); returns its digest and rounds."""
+    ids = prompt + toks[:-1]
+    T, P = len(ids), len(prompt)
+    cap = kvevict.capacity(512, budget=settings["budget"], window=settings["window"],
+                           interval=settings["interval"])
+    st = kvevict.State(kvevict.Context("cpu"), max_seqs=1, n_layers=layers, n_heads=heads,
+                       budget=settings["budget"], window=settings["window"],
+                       interval=settings["interval"], max_slots=cap, seed=settings["seed"],
+                       scored=True)
+    st.admit(0, seq_id, P)
+    mask = torch.zeros(layers, heads, T, T, dtype=torch.bool)
+    scores = st.scores_buffer(1)
+
+    def held(start, n):
+        t = torch.from_numpy(st.slots(0)).long()
+        for l in range(layers):
+            for h in range(heads):
+                pos = t[l, h][t[l, h] >= 0]
+                for p in range(start, start + n):
+                    mask[l, h, p, pos[pos <= p]] = True
+
+    st.append([0], [P])
+    held(0, P)
+    for p in range(P, T):
+        if st.rounds_due([0], [1])[0]:
+            keys = []
+            with torch.no_grad():
+                masked_logprobs(hf, ids[:p], mask[:, :, :p, :p], keys)
+            t = st.slots(0)
+            scores[...] = 0
+            for l in range(layers):
+                for h in range(heads):
+                    for s_, q in enumerate(t[l, h]):
+                        if q >= 0:
+                            scores[0, l * heads + h, s_] = -float(keys[l][h, q].norm())
+            st.append([0], [1], scores=scores)
+        else:
+            st.append([0], [1])
+        held(p, 1)
+    return "%016x" % st.keepset_digest(0), st.seq(0).round
 
 
 def main():
@@ -173,7 +227,8 @@ def main():
 
     # settings refused before any engine, each naming the key
     for bad, words in (({"arm": "lru"}, "kvevict.arm = 'lru'"),
-                       ({"arm": "knorm"}, "scored arms"),
+                       ({"arm": "triattention"}, "kvevict.stats_file = ''"),
+                       ({"arm": "knorm", "stats_file": "x"}, "only it takes one"),
                        ({"budget": 0}, "kvevict.budget = 0"),
                        ({"budjet": 3}, "unknown key(s) 'budjet'"),
                        ({"seed": -1}, "kvevict.seed = -1")):
@@ -239,6 +294,29 @@ def main():
           "teacher-forced log-probabilities equal a dense reference masked per head to the "
           "held positions: %d compared, worst |diff| %.2e (<= 1e-4)" % (compared, worst))
     check(ev["tokens"] != stock["tokens"], "eviction changed some tokens")
+
+    # the K-norm arm: scored from the engine's cached keys (gathered from the
+    # CPU layout); its keep-sets equal an independent scored State fed -||k||
+    # of keys from the dense masked reference
+    kn = engine(env, dict(base, arm="knorm", kvevict=settings))
+    knd = {d["seq_id"]: d for d in kn["digests"]}
+    for i in (0, 1):  # requests whose rounds choose (2 and 4 keep no candidate: P + W > B)
+        want, rnd = knorm_replay(kvevict, hf, settings, 1000 + i, prompts[i], kn["tokens"][i])
+        got = knd[1000 + i]
+        check(got["digest"] == want and got["round"] == rnd and rnd > 0,
+              "knorm request %d: digest %s after %d rounds; an independent scored State: %s, %d"
+              % (i, got["digest"], got["round"], want, rnd))
+    check(knd[1000]["digest"] != {d["seq_id"]: d for d in ev["digests"]}[1000]["digest"],
+          "knorm and random keep different sets")
+    tri = os.path.join(tmp, "tri.stats")
+    kvevict.write_triattention_stats(tri, np.full((2, 4, 32, 2), 0.5, np.float32),
+                                     np.ones((2, 4, 32), np.float32), 1e6)
+    ta = engine(env, dict(base, arm="triattention",
+                          kvevict=dict(settings, stats_file=tri)))
+    check(sum(d["round"] for d in ta["digests"]) > 0 and all(t for t in ta["tokens"]
+                                                              if t is not None),
+          "triattention with a calibration file runs and evicts (%d rounds)"
+          % sum(d["round"] for d in ta["digests"]))
 
     # preemption forced by a pool of 24 blocks: the last request (a long
     # prompt, so its rounds come first) is preempted after rounds and replayed

@@ -9,15 +9,17 @@ Arms (docs/INTEGRATION.md "vLLM plugin"):
   at random in every KV head, keep-set spec v2.
 - ``random-p0``: the same with nothing pinned (P = 0), the paper's ablation.
 
-``knorm`` and ``triattention`` (scored from the engine's cached keys) are
-named so that a configuration asking for them is refused with its reason.
+- ``knorm``: kvpress's K-norm score (the smallest key norms kept), from the
+  engine's cached keys.
+- ``triattention``: TriAttention's score with the calibration file
+  ``stats_file`` (docs/SCORERS.md), from the engine's cached keys.
 """
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 ARMS = ("full", "random", "random-p0", "knorm", "triattention")
 SCORED_ARMS = ("knorm", "triattention")
-_KEYS = ("arm", "budget", "window", "interval", "seed", "digest_file")
+_KEYS = ("arm", "budget", "window", "interval", "seed", "digest_file", "stats_file")
 
 
 class ConfigError(ValueError):
@@ -35,6 +37,11 @@ class PluginConfig:
     #: the engine (finished, aborted or preempted): request_id, seq_id,
     #: prompt_len (pinned), n_tokens, round, digest (hex, docs/SPEC.md)
     digest_file: str = ""
+    stats_file: str = ""  #: triattention: its calibration file (docs/SCORERS.md)
+
+    @property
+    def scored(self) -> bool:
+        return self.arm in SCORED_ARMS
 
     @property
     def evicts(self) -> bool:
@@ -69,15 +76,16 @@ def parse(extra: Any) -> PluginConfig:
     arm = raw.get("arm", "full")
     if arm not in ARMS:
         raise ConfigError("kvevict.arm = %r: expected one of %s" % (arm, ", ".join(ARMS)))
-    if arm in SCORED_ARMS:
-        raise ConfigError("kvevict.arm = %r: the scored arms need the scorers to read vLLM's "
-                          "CPU key cache (K transposed in a block), which this version does "
-                          "not do yet; use full, random or random-p0" % arm)
+    stats = raw.get("stats_file", "")
+    if not isinstance(stats, str) or (arm == "triattention") != bool(stats):
+        raise ConfigError("kvevict.stats_file = %r: the triattention arm needs its calibration "
+                          "file (docs/SCORERS.md), and only it takes one (arm %s)"
+                          % (stats, arm))
     c = PluginConfig(arm=arm, budget=_int("budget", raw.get("budget", 2048), 1, 1 << 24),
                      window=_int("window", raw.get("window", 64), 0, 1 << 24),
                      interval=_int("interval", raw.get("interval", 64), 1, 1 << 24),
                      seed=_int("seed", raw.get("seed", 0), 0, (1 << 64) - 1),
-                     digest_file=raw.get("digest_file", ""))
+                     digest_file=raw.get("digest_file", ""), stats_file=stats)
     if not isinstance(c.digest_file, str):
         raise ConfigError("kvevict.digest_file = %r: expected a path" % (c.digest_file,))
     return c

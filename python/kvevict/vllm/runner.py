@@ -70,10 +70,15 @@ class KvevictState:
         cap = kvevict.capacity(self.max_model_len if cfg.pins_prompt else 0,
                                budget=cfg.budget, window=cfg.window, interval=cfg.interval)
         self.ctx = kvevict.Context("cpu")
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self.group = mc.get_num_attention_heads(vllm_config.parallel_config) // n_heads
+        self.score_kw = self._scorer(cfg, mc, n_layers) if cfg.scored else None
         self.state = kvevict.State(self.ctx, max_seqs=sc.max_num_seqs, n_layers=n_layers,
                                    n_heads=n_heads, budget=cfg.budget, window=cfg.window,
                                    interval=cfg.interval, max_slots=cap, seed=cfg.seed,
-                                   tensors="torch")
+                                   tensors="torch", scored=cfg.scored,
+                                   score_group=self.group if cfg.arm == "triattention" else 0)
+        self.scores = self.state.scores_buffer(sc.max_num_seqs) if cfg.scored else None
         self.buf = self.state.step_buffers(max_tokens=sc.max_num_batched_tokens,
                                            max_rows=sc.max_num_seqs,
                                            max_new=sc.max_num_batched_tokens)
@@ -82,6 +87,49 @@ class KvevictState:
         self.digests: dict = {}         # request id -> its digest record when it left
         self.peak_blocks: dict = {}     # request id -> the most blocks it held in a step
         self.preemptions = 0
+
+    def _scorer(self, cfg: _config.PluginConfig, mc: Any, n_layers: int) -> list:
+        """Each layer's keyword arguments of State.score for the arm."""
+        if cfg.arm == "knorm":
+            return [dict(scorer="knorm")] * n_layers
+        qm, qa, theta = kvevict.load_triattention_stats(cfg.stats_file)
+        want = (n_layers, self.group * self.n_heads, mc.get_head_size() // 2)
+        if qa.shape != want:
+            raise _config.ConfigError(
+                "kvevict.stats_file = %r: statistics of [layers %d, q_heads %d, head_dim/2 %d], "
+                "the model has %d, %d, %d" % ((cfg.stats_file,) + qa.shape + want))
+        hf = mc.hf_config
+        if not theta:
+            rp = getattr(hf, "rope_parameters", None) or {}
+            theta = rp.get("rope_theta") or getattr(hf, "rope_theta", None)
+        if not theta:
+            raise _config.ConfigError("kvevict.stats_file = %r records no rope_theta and the "
+                                      "model's config has none" % cfg.stats_file)
+        return [dict(scorer="triattention", group=self.group, rope_theta=float(theta),
+                     q_mean=qm[l], q_abs_mean=qa[l]) for l in range(n_layers)]
+
+    def score(self, rows: list, n_new: list, block_table: Any, caches: list) -> Any:
+        """Scores for this step's append: the rows whose round is due scored
+        from their keys in the engine's caches (gathered from vLLM's CPU
+        layout, K transposed in a block, into one dense [rows, heads, slots,
+        head_size] tensor a layer: the library's scorers read dense keys);
+        None when no round is due."""
+        due = [i for i, d in enumerate(self.state.rounds_due(rows, n_new)) if d]
+        if not due:
+            return None
+        from .attention import kv_views
+        out = self.scores[:len(rows)]
+        sub = self.scores.new_zeros((len(due),) + tuple(self.scores.shape[1:]))
+        caps = [self.state.seq(rows[i]).capacity for i in due]
+        nblk = -(-max(caps) // self.block_size)
+        pages = block_table[due, :nblk].long()
+        for l in range(self.n_layers):
+            k = kv_views(caches[l])[0][pages]                  # [due, nblk, H, bs, D]
+            keys = k.permute(0, 2, 1, 3, 4).reshape(len(due), self.n_heads, -1, k.shape[-1])
+            self.state.score([rows[i] for i in due], [n_new[i] for i in due], l, keys, sub,
+                             layout="contiguous", **self.score_kw[l])
+        out[due] = sub
+        return out
 
     def retire(self, req_id: str, left: bool = True) -> None:
         """Give a request's row back; @left: it finished or was aborted (its
@@ -157,12 +205,19 @@ class KvevictCPUModelRunner(CPUModelRunner):
                 raise RuntimeError("kvevict: request %s has %d tokens in its state row but vLLM "
                                    "computed %d (a schedule the plugin did not follow)"
                                    % (req_ids[i], have, want))
-        kve.state.append(rows, n_new, out=kve.buf)
+        bt = self.input_batch.block_table[0].get_cpu_tensor()[:n]
+        scores = None
+        if kve.score_kw is not None:
+            ctx = self.compilation_config.static_forward_context
+            caches = [None] * kve.n_layers
+            for name, l in kve.layer_index.items():
+                caches[l] = ctx[name].kv_cache
+            scores = kve.score(rows, n_new, bt, caches)
+        kve.state.append(rows, n_new, out=kve.buf, scores=scores)
         for i, r in enumerate(rows):
             self.seq_lens[i] = kve.state.seq(r).n_valid
         token_row = torch.from_numpy(
             np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n]))
-        bt = self.input_batch.block_table[0].get_cpu_tensor()[:n]
         _step.current = _step.PlannedStep(kve.state, kve.buf, int(sum(n_new)), token_row, bt,
                                           kve.layer_index)
         return out
