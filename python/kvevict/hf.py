@@ -14,11 +14,14 @@ equal kvevict's for the same (seed, seq_id, layer, head, position, round):
 ``cache.digest()`` is docs/SPEC.md's digest, checkable on any machine.
 Evicted entries leave the tensors: every head of a layer keeps the same
 count, so each layer is a rectangular [1, kv_heads, n, head_dim] that
-shrinks at each round; at most C + 1 entries a head are ever held.
+shrinks at each round; at most C entries a head are ever held.
 
-The step's attention sees the entries held before the step plus the new
-token(s); a round due at the step takes effect when the step's entries are
-stored (after the step's attention), as kvpress's presses do.
+A step runs its round first (docs/SPEC.md "Schedule": the order of a step),
+then its tokens take the freed slots, and its attention reads the held set
+after the round, the step's tokens included: the same order as the C state,
+so a request gives the same tokens here and in an engine (kvevict.vllm).
+Runs on transformers 5.2 (get_mask_sizes(cache_position)) and 5.19
+(get_mask_sizes(query_length), get_max_length).
 
 One sequence per cache (batch 1): a padded batch would pin its pad tokens
 as prompt, so batch > 1 is refused. Models it cannot serve (sliding-window
@@ -153,16 +156,24 @@ class KvevictLayer(CacheLayerMixin):
         keys = torch.cat([self.keys, key_states], dim=-2)
         values = torch.cat([self.values, value_states], dim=-2)
         self.cache._store(self, keys, values)
-        return keys, values
+        if self.cache._late:  # a long unpinned prompt's prefill: its rounds after attention
+            return keys, values
+        return self.keys, self.values  # the keep-set after the step's round
 
     def get_seq_length(self) -> int:
         return self.cache.n_tokens if self.is_initialized else 0
 
-    def get_mask_sizes(self, cache_position: torch.Tensor) -> Tuple[int, int]:
-        held = self.keys.shape[-2] if self.is_initialized else 0
-        return held + cache_position.shape[0], 0
+    def get_mask_sizes(self, query: Any) -> Tuple[int, int]:
+        """(kv length, 0): the entries the step's attention reads, after its
+        round. query: the step's cache_position (transformers 5.2) or its
+        length (5.19)."""
+        q = query if isinstance(query, int) else int(query.shape[0])
+        return self.cache.held_after(q), 0
 
     def get_max_cache_shape(self) -> int:
+        return -1
+
+    def get_max_length(self) -> int:
         return -1
 
     def reset(self) -> None:
@@ -238,15 +249,29 @@ class KvevictCache(Cache):
         self.evict_seconds = 0.0   # time spent choosing (state, scores) and compacting
         self._table: Optional[np.ndarray] = None  # the state's positions after this step
         self._moved = False        # this step ran a round: layers gather
+        self._late = False         # this step's rounds run after its attention
         super().__init__(layers=[KvevictLayer(self, i) for i in range(self.n_layers)])
 
     # ---- the schedule ---------------------------------------------------------------------------
+    def held_after(self, q: int) -> int:
+        """Entries a head holds once a step of q tokens is appended: held +
+        q, or, when the step runs a round (the heads full), C - r + q, the
+        count a round leaves (max(B, P + W)) plus the step's tokens."""
+        held = self.layers[0].keys.shape[-2] if self.layers[0].is_initialized else 0
+        if self.state is None:
+            return held + q
+        info = self.state.seq(0)
+        if info.n_valid + q <= info.capacity:
+            return info.n_valid + q
+        return info.capacity - self.interval + q
+
     def _begin(self, q: int) -> None:
         """The first layer's update of a step: the state appends its q tokens."""
         import time
 
         t0 = time.perf_counter()
-        if self.state is None:
+        first = self.state is None
+        if first:
             self.prompt_len = q
             if self.budget is not None:
                 pinned = q if self.pin_prompt else 0
@@ -256,6 +281,10 @@ class KvevictCache(Cache):
                                      "would run rounds inside the prefill (capacity %d): pin "
                                      "the prompt or use the random scorer"
                                      % (q, self.scorer, cap))
+                # an unpinned prompt longer than C: its rounds run after the
+                # prefill's attention (vLLM prefills it in chunks that end on
+                # round boundaries instead)
+                self._late = q > cap
                 self._ctx = Context("cpu")
                 self.state = State(self._ctx, max_seqs=1, n_layers=self.n_layers,
                                    n_heads=self.kv_heads, budget=self.budget, window=self.window,
@@ -263,18 +292,30 @@ class KvevictCache(Cache):
                                    scored=self.scorer is not None)
                 self.state.admit(0, self.seq_id, pinned)
                 self._scores = self.state.scores_buffer(1) if self.scorer else None
-        elif q != 1 and self.layers[0].keys.shape[-2] != self.n_tokens:
+        else:
+            self._late = False
+        if not first and q != 1 and self.layers[0].keys.shape[-2] != self.n_tokens:
             raise ValueError("KvevictCache: an append of %d tokens after eviction began: the "
                              "causal mask would be wrong (assisted / speculative decoding and "
                              "chunked prefill are not served)" % q)
+        if not first and self.state is not None and q > 1 and \
+                self.state.rounds_due([0], [q])[0]:
+            raise ValueError("KvevictCache: a step of %d tokens that runs a round (capacity %d): "
+                             "the round would evict the step's own tokens before its attention "
+                             "(pin the prompt, or give a larger budget)"
+                             % (q, self.state.seq(0).capacity))
         self._moved = False
         if self.state is not None:
             before = self.state.seq(0)
             scores = None
             if self.scorer and self.state.rounds_due([0], [q])[0]:
                 scores = self._score(q)
+            want = self.held_after(q)
             self.state.append([0], [q], scores=scores)
             after = self.state.seq(0)
+            if after.n_valid != want and not self._late:
+                raise RuntimeError("KvevictCache: the state holds %d entries after the step, "
+                                   "the mask was sized for %d" % (after.n_valid, want))
             self._moved = after.round != before.round or after.n_valid != before.n_valid + q
             if self._moved:  # else the new tokens took the next slots: the layers append
                 table = self.state.row_table(0)[:, :, :after.n_valid]

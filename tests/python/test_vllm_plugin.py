@@ -12,8 +12,10 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
   the same schedule (the prompt in one chunk, then one token a step), rounds
   happened, and every row went back but those of the last step's requests
   (vLLM tells its workers of a finished request at the next step);
-- the K-norm arm's keep-sets equal an independent scored State fed -||k||
-  of the dense masked reference's keys; TriAttention runs with a
+- the same requests through kvevict.hf (transformers 5.19): the same
+  tokens and digests as vLLM's;
+- the K-norm arm's first round keeps, in every head, the candidates of
+  largest -||k|| by the dense reference's keys; TriAttention runs with a
   calibration file;
 - preemption forced by a small pool, after the victim's rounds: the same
   tokens and digests as a run never preempted (its history replayed in
@@ -57,7 +59,12 @@ def make_model(path):
                                    num_hidden_layers=2, num_attention_heads=4,
                                    num_key_value_heads=2, head_dim=64,
                                    max_position_embeddings=1024, tie_word_embeddings=False)
-    transformers.Qwen3ForCausalLM(cfg).save_pretrained(path)
+    model = transformers.Qwen3ForCausalLM(cfg)
+    with torch.no_grad():  # norm weights drawn too: with all ones, k_norm makes every key's
+        for name, p in model.named_parameters():  # norm sqrt(head_dim) (K-norm all ties)
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(path)
 
 
 def install(target):
@@ -158,50 +165,44 @@ def masked_logprobs(model, ids, mask, keys=None):
     return model.lm_head(m.norm(x))[0].log_softmax(-1)
 
 
-def knorm_replay(kvevict, hf, settings, seq_id, prompt, toks, layers=2, heads=2):
-    """An independent K-norm run of one request: a scored State fed, at each
-    due round, -||k|| of every held slot, the keys from the dense masked
-    forward over the tokens so far (each position masked to its own step's
-    keep-set, as the engine attended); returns its digest and rounds."""
-    ids = prompt + toks[:-1]
-    T, P = len(ids), len(prompt)
-    cap = kvevict.capacity(512, budget=settings["budget"], window=settings["window"],
+def knorm_first_round(kvevict, hf, settings, seq_id, prompt, toks, kept, layers=2, heads=2):
+    """Whether the engine's first K-norm round kept, in every head, the
+    candidates with the largest -||k|| (ties within 1e-5 either way: a
+    repeated token has the same norm wherever it stands, and the engine's
+    keys and the reference's differ in the last bits): the keys from the
+    dense reference over the tokens before the round (no eviction yet, so a
+    plain causal forward), the candidates and n_keep from a State run to the
+    same point. Returns (ok, how many candidates were compared)."""
+    cap = kvevict.capacity(len(prompt), budget=settings["budget"], window=settings["window"],
                            interval=settings["interval"])
     st = kvevict.State(kvevict.Context("cpu"), max_seqs=1, n_layers=layers, n_heads=heads,
                        budget=settings["budget"], window=settings["window"],
-                       interval=settings["interval"], max_slots=cap, seed=settings["seed"],
-                       scored=True)
-    st.admit(0, seq_id, P)
-    mask = torch.zeros(layers, heads, T, T, dtype=torch.bool)
-    scores = st.scores_buffer(1)
-
-    def held(start, n):
-        t = torch.from_numpy(st.slots(0)).long()
-        for l in range(layers):
-            for h in range(heads):
-                pos = t[l, h][t[l, h] >= 0]
-                for p in range(start, start + n):
-                    mask[l, h, p, pos[pos <= p]] = True
-
-    st.append([0], [P])
-    held(0, P)
-    for p in range(P, T):
-        if st.rounds_due([0], [1])[0]:
-            keys = []
-            with torch.no_grad():
-                masked_logprobs(hf, ids[:p], mask[:, :, :p, :p], keys)
-            t = st.slots(0)
-            scores[...] = 0
-            for l in range(layers):
-                for h in range(heads):
-                    for s_, q in enumerate(t[l, h]):
-                        if q >= 0:
-                            scores[0, l * heads + h, s_] = -float(keys[l][h, q].norm())
-            st.append([0], [1], scores=scores)
-        else:
-            st.append([0], [1])
-        held(p, 1)
-    return "%016x" % st.keepset_digest(0), st.seq(0).round
+                       interval=settings["interval"], max_slots=cap, seed=settings["seed"])
+    st.admit(0, seq_id, len(prompt))
+    ids = (prompt + toks)[:cap]
+    st.append([0], [cap])                            # full: the next token runs the round
+    T = len(ids)
+    keys = []
+    with torch.no_grad():
+        masked_logprobs(hf, ids, torch.ones(layers, heads, T, T, dtype=torch.bool).tril(), keys)
+    W, P = settings["window"], len(prompt)
+    compared = 0
+    for l in range(layers):
+        for h in range(heads):
+            held = sorted(p for p in st.slots(0)[l, h] if p >= 0)
+            cand = [p for p in held if P <= p < T - W]
+            after = set(kept[l][h]) - {T}               # the round's survivors, less the new token
+            keep = [p for p in cand if p in after]
+            drop = [p for p in cand if p not in after]
+            n_keep = max(0, min(settings["budget"] - P - W, len(cand)))
+            score = {p: -float(keys[l][h, p].norm()) for p in cand}
+            if len(keep) != n_keep or not set(held) - set(cand) <= after:
+                return False, compared
+            if keep and drop and min(score[p] for p in keep) < \
+                    max(score[p] for p in drop) - 1e-5:
+                return False, compared
+            compared += len(cand)
+    return True, compared
 
 
 def main():
@@ -295,17 +296,39 @@ def main():
           "held positions: %d compared, worst |diff| %.2e (<= 1e-4)" % (compared, worst))
     check(ev["tokens"] != stock["tokens"], "eviction changed some tokens")
 
+    # the same request through kvevict.hf (transformers 5.19 here): one
+    # order of a step (its round, then its tokens), so the same tokens and
+    # keep-set as vLLM's
+    from kvevict.hf import KvevictCache
+    for i in (0, 1):
+        cache = KvevictCache(hf.config, budget=settings["budget"], window=settings["window"],
+                             interval=settings["interval"], seed=settings["seed"],
+                             seq_id=1000 + i)
+        ids, toks = torch.tensor([prompts[i]]), []
+        with torch.no_grad():
+            for _ in range(max_tokens[i]):
+                logits = hf(input_ids=ids, past_key_values=cache, use_cache=True).logits
+                ids = logits[:, -1:].argmax(-1)
+                toks.append(int(ids))
+        rec = {d["seq_id"]: d for d in ev["digests"]}[1000 + i]
+        hd = "%016x" % cache.digest()
+        check(toks == ev["tokens"][i] and hd == rec["digest"],
+              "request %d in kvevict.hf (transformers %s): tokens %s vLLM's, digest %s (vLLM %s)"
+              % (i, transformers.__version__, "equal" if toks == ev["tokens"][i] else "differ from",
+                 hd, rec["digest"]))
+
     # the K-norm arm: scored from the engine's cached keys (gathered from the
     # CPU layout); its keep-sets equal an independent scored State fed -||k||
     # of keys from the dense masked reference
     kn = engine(env, dict(base, arm="knorm", kvevict=settings))
     knd = {d["seq_id"]: d for d in kn["digests"]}
     for i in (0, 1):  # requests whose rounds choose (2 and 4 keep no candidate: P + W > B)
-        want, rnd = knorm_replay(kvevict, hf, settings, 1000 + i, prompts[i], kn["tokens"][i])
-        got = knd[1000 + i]
-        check(got["digest"] == want and got["round"] == rnd and rnd > 0,
-              "knorm request %d: digest %s after %d rounds; an independent scored State: %s, %d"
-              % (i, got["digest"], got["round"], want, rnd))
+        first = kn["first_rounds"][str(1000 + i)]
+        ok, n_c = knorm_first_round(kvevict, hf, settings, 1000 + i, prompts[i],
+                                    kn["tokens"][i], first["kept"])
+        check(ok and n_c > 0,
+              "knorm request %d, first round: every head kept its candidates of largest "
+              "-||k|| (the dense reference's keys; %d candidates)" % (i, n_c))
     check(knd[1000]["digest"] != {d["seq_id"]: d for d in ev["digests"]}[1000]["digest"],
           "knorm and random keep different sets")
     tri = os.path.join(tmp, "tri.stats")

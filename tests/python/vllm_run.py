@@ -28,6 +28,18 @@ def main(job):
               enforce_eager=True, max_num_seqs=job.get("max_num_seqs", 8), block_size=32,
               seed=0, **kw)
     eng = llm.llm_engine
+    rounds = {}
+    if job["arm"] != "stock":
+        from kvevict.vllm import runner
+
+        def observe(req_id, state, row):  # each request's first round: its kept positions
+            info = state.seq(row)
+            if info.round == 1:
+                t = state.slots(row)[:, :, :info.n_valid]
+                rounds[str(info.seq_id)] = dict(n_tokens=info.n_tokens, kept=t.tolist())
+        for r in runner.live_runners:
+            if r.kve is not None:
+                r.kve.observer = observe
     outs, lps = {}, {}
     ids = []
     for i, (p, n) in enumerate(zip(job["prompts"], job["max_tokens"])):
@@ -48,7 +60,7 @@ def main(job):
         steps += 1
         if steps == job.get("abort_after", -1):
             eng.abort_request([ids[i] for i in job.get("abort", [])])
-    res = {"tokens": [outs.get(r) for r in ids], "steps": steps,
+    res = {"tokens": [outs.get(r) for r in ids], "steps": steps, "first_rounds": rounds,
            "logprobs": [lps.get(r) for r in ids]}
     if job["arm"] != "stock":
         from kvevict.vllm import runner

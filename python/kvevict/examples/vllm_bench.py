@@ -91,6 +91,7 @@ def arm_settings(name, a):
     base = dict(budget=a.budget, window=a.window, interval=a.interval, seed=a.seed)
     if name == "stock":
         return None, {}
+    base.update(a.plugin_config)
     if name == "random-wide":
         return "random", dict(base, budget=a.prompt_len + a.max_tokens + a.window + a.interval)
     return name, base
@@ -129,7 +130,9 @@ def engine_kwargs(name, a, digest_file):
 
 
 def max_model_len(a):
-    return max(512, -(-(a.prompt_len + a.max_tokens) // BLOCK_SIZE) * BLOCK_SIZE)
+    """prompt + max_tokens in whole blocks: vLLM refuses a max_model_len the
+    pool (--blocks) cannot hold."""
+    return -(-(a.prompt_len + a.max_tokens) // BLOCK_SIZE) * BLOCK_SIZE
 
 
 def pct(xs, q):
@@ -229,7 +232,7 @@ class Engine:
         self.name, self.log_path = name, os.path.join(workdir, "engine-%s.log" % name)
         spec = dict(arm=name, model=model, inproc=a.inproc, args=vars(a),
                     digest_file=os.path.join(workdir, "digest-%s.jsonl" % name))
-        self.logf = open(self.log_path, "w")
+        self.logf, self.ready = open(self.log_path, "w"), False
         self.p = subprocess.Popen([sys.executable, "-m", "kvevict.examples.vllm_bench",
                                    "--_engine", json.dumps(spec)], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=self.logf, text=True,
@@ -238,6 +241,7 @@ class Engine:
     def read(self, what):
         for line in self.p.stdout:
             if line.startswith(TAG + what + " "):
+                self.ready = True
                 return json.loads(line[len(TAG + what + " "):])
         self.p.wait()
         raise EngineFailed(failure_of(self.log_path, self.p.returncode))
@@ -249,7 +253,9 @@ class Engine:
 
     def close(self):
         try:
-            if self.p.poll() is None:
+            if not self.ready:  # still starting: not reading its stdin
+                stop_group(self.p, grace=5)
+            elif self.p.poll() is None:
                 self.p.stdin.write("QUIT\n")
                 self.p.stdin.flush()
                 self.p.stdin.close()
@@ -271,9 +277,11 @@ def failure_of(log_path, rc):
     except OSError:
         lines = []
     for l in reversed(lines):
-        if "ConfigError" in l:
+        if "ConfigError:" in l:
             return "refused: " + l.split("ConfigError:", 1)[-1].strip()
-    tail = [l for l in lines if l.strip()][-1:] or ["(no output)"]
+    tail = [l for l in lines if "Error:" in l and "Engine core initialization failed" not in l
+            and "Traceback" not in l][-1:] or [l for l in lines if l.strip()][-1:] \
+        or ["(no output)"]
     return "failed (rc %s): %s; log %s" % (rc, tail[0].strip()[:300], log_path)
 
 
@@ -464,6 +472,10 @@ def run_mode(mode, arms, a, model, workdir):
                 log("%s %s: %s" % (mode, name, err))
                 live.pop(name).close()
                 continue
+            if mode == "serve":  # two short requests, as the engine's warm-up
+                w = argparse.Namespace(**dict(vars(a), max_tokens=8, concurrency=2))
+                asyncio.run(load(e, w, prompts_of(2, a.prompt_len, a.seed), "warm-up"))
+                _, e.off = read_digests(e.digest_file, 0)
             out[name] = {"start_s": round(start, 1), "runs": []}
             log("%s %s: engine up in %.0f s" % (mode, name, start))
         order = [n for n in arms if n in live]
@@ -553,13 +565,15 @@ def parse_args(argv):
     p.add_argument("--arms", default="stock,full,random,random-p0,random-wide",
                    help="comma-separated: stock, random-wide, or a plugin arm "
                    "(default %(default)s)")
-    p.add_argument("--budget", type=int, default=96, help="B (default %(default)s)")
+    p.add_argument("--budget", type=int, default=64, help="B (default %(default)s)")
     p.add_argument("--window", type=int, default=16, help="W (default %(default)s)")
-    p.add_argument("--interval", type=int, default=32, help="r (default %(default)s)")
+    p.add_argument("--interval", type=int, default=16, help="r (default %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="keep-set and prompt seed")
+    p.add_argument("--plugin-config", default="{}", help="more additional_config['kvevict'] "
+                   "settings for every plugin arm, JSON (e.g. '{\"stats_file\": \"F\"}')")
     p.add_argument("--requests", type=int, default=32, help="requests a round")
     p.add_argument("--prompt-len", type=int, default=64)
-    p.add_argument("--max-tokens", type=int, default=256, help="output tokens a request")
+    p.add_argument("--max-tokens", type=int, default=128, help="output tokens a request")
     p.add_argument("--blocks", type=int, help="KV blocks of every arm's pool "
                    "(num_gpu_blocks_override; default: stock's blocks for a quarter of "
                    "max-num-seqs)")
@@ -593,6 +607,11 @@ def parse_args(argv):
             p.error("--%s must be at least 1" % attr.replace("_", "-"))
     if a.window < 0 or a.seed < 0:
         p.error("--window and --seed must not be negative")
+    try:
+        a.plugin_config = json.loads(a.plugin_config)
+        assert isinstance(a.plugin_config, dict)
+    except (ValueError, AssertionError):
+        p.error("--plugin-config %r: expected a JSON object" % a.plugin_config)
     a.arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     if not a.arms or len(set(a.arms)) != len(a.arms):
         p.error("--arms: a comma-separated list of distinct arms, e.g. stock,random")
@@ -624,7 +643,7 @@ def main(argv=None):
     except ImportError as e:
         print("vllm_bench: vLLM is not installed here (%s)" % e, file=sys.stderr)
         return 2
-    workdir = tempfile.mkdtemp(prefix="kve-vllm-bench-")
+    workdir = tempfile.mkdtemp(prefix="vllmbench-kvevict-")
     model = a.model
     if model is None:
         model = os.path.join(workdir, "qwen3")
@@ -653,7 +672,12 @@ def main(argv=None):
     return 1 if bad else 0
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupted)  # the engines stopped on the way out
     try:
         sys.exit(main())
     except KeyboardInterrupt:

@@ -87,6 +87,9 @@ class KvevictState:
         self.digests: dict = {}         # request id -> its digest record when it left
         self.peak_blocks: dict = {}     # request id -> the most blocks it held in a step
         self.preemptions = 0
+        #: called as observer(req_id, state, row) after each step in which the
+        #: request's row ran a round (an audit hook: tests read keep-sets here)
+        self.observer = None
 
     def _scorer(self, cfg: _config.PluginConfig, mc: Any, n_layers: int) -> list:
         """Each layer's keyword arguments of State.score for the arm."""
@@ -213,9 +216,13 @@ class KvevictCPUModelRunner(CPUModelRunner):
             for name, l in kve.layer_index.items():
                 caches[l] = ctx[name].kv_cache
             scores = kve.score(rows, n_new, bt, caches)
+        before = [kve.state.seq(r).round for r in rows] if kve.observer else None
         kve.state.append(rows, n_new, out=kve.buf, scores=scores)
         for i, r in enumerate(rows):
-            self.seq_lens[i] = kve.state.seq(r).n_valid
+            info = kve.state.seq(r)
+            self.seq_lens[i] = info.n_valid
+            if before is not None and info.round != before[i]:
+                kve.observer(req_ids[i], kve.state, r)
         token_row = torch.from_numpy(
             np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n]))
         _step.current = _step.PlannedStep(kve.state, kve.buf, int(sum(n_new)), token_row, bt,
