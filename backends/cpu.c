@@ -10,6 +10,7 @@
 
 #include "kve_backend.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_ops.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
 #include "kve_scores_check.h"

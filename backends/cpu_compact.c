@@ -14,6 +14,7 @@
 #include "kve_backend.h"
 #include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
+#include "kve_cpu_ops.h"
 #include "kve_cpu_threads.h"
 
 #if defined(__SSE2__) /* every x86-64 */

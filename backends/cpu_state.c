@@ -6,7 +6,7 @@
  * evict, backends/cpu.c.)
  */
 #include "kve_backend.h"
-#include "kve_cpu_kernels.h"
+#include "kve_cpu_ops.h"
 #include "kve_error.h"
 #include "state_body.h"
 

@@ -14,13 +14,18 @@
  *          survivors of slots bound .. low - 1, which are that many
  *
  * The w-th slot from bound (slot bound + w, w < e_old) holds, when it is
- * not evicted, the k-th old survivor above the bound (kve_round_old_hole)
- * and moves to hole ev[k]; a call survivor at slot s moves down to
- * kve_round_call_dst. kve_round_table applies the rule on one thread,
- * walking the slots in order; the GPU's block per table
- * (kernels_cuda/round_body.h) applies the same functions with its threads
- * and binary searches. Both must give the same slots, pairs (and their
- * order), counts and return codes.
+ * not evicted, the k-th old survivor above the bound and moves to hole
+ * ev[k]; a call survivor at slot s moves down by the evicted slots below it.
+ *
+ * Each step of a round is written once, here, per slot: whether a slot is
+ * old (kve_round_slot_old), the check of an evicted entry
+ * (kve_round_ev_bad), an old slot's move (kve_round_old_step), a call
+ * slot's destination (kve_round_call_step), a freed slot
+ * (kve_round_free_step). A loop owns only its iteration: kve_round_table
+ * walks the slots in order on one thread; the GPU's block per table
+ * (kernels_cuda/round_body.h) spreads them over its threads, finds each
+ * slot's index into ev by binary search and adds the barriers. Both must
+ * give the same slots, pairs (and their order), counts and return codes.
  */
 #ifndef KVE_PLACEMENT_BODY_H
 #define KVE_PLACEMENT_BODY_H
@@ -80,15 +85,45 @@ KVE_FN kve_round_split kve_round_split_of(const int32_t *ev, uint32_t r, uint32_
     return p;
 }
 
-/* Slot bound + @p w, not evicted, with @p evicted_below of the evicted slots
- * at bound .. bound + w - 1: the index k of its hole ev[k] (it is the k-th
- * old survivor above the bound, and the k-th pair a list empty before the
- * round gets). */
-KVE_FN uint32_t kve_round_old_hole(uint32_t w, uint32_t evicted_below) { return w - evicted_below; }
+/* A step's answer for a slot that is evicted: it moves nothing. */
+#define KVE_ROUND_EVICTED 0xffffffffu
 
-/* A call survivor at slot @p s, with @p evicted_below evicted slots below
- * it: its slot after the round. */
-KVE_FN uint32_t kve_round_call_dst(uint32_t s, uint32_t evicted_below) { return s - evicted_below; }
+/* Whether slot @p s of a full table holds an old token (one written before
+ * the call): low is 1 + the highest such slot. */
+KVE_FN int kve_round_slot_old(const int32_t *sp, uint32_t s, int32_t pos0) { return sp[s] < pos0; }
+
+/* The step of old slot @p s (bound <= s < low), ev[@p i] the first evicted
+ * slot at or above it (holes <= i <= e_old): unless s is evicted
+ * (KVE_ROUND_EVICTED), its token moves to hole ev[k], k the count of old
+ * survivors from bound up to s (always < holes); returns k, the index of
+ * its pair in a move list empty before the round. ev[k] < bound <= s: no
+ * other slot's step reads the hole. */
+KVE_FN uint32_t kve_round_old_step(int32_t *sp, const int32_t *ev, kve_round_split p, uint32_t s,
+                                   uint32_t i)
+{
+    if (i < p.e_old && (uint32_t)ev[i] == s)
+        return KVE_ROUND_EVICTED;
+    uint32_t k = s - p.bound - (i - p.holes);
+    sp[ev[k]] = sp[s];
+    return k;
+}
+
+/* The step of call slot @p s (low <= s < C), ev[@p i] the first evicted slot
+ * at or above it (e_old <= i <= r): its slot after the round (s minus the
+ * evicted slots below it, never above s), or KVE_ROUND_EVICTED. The loop
+ * moves the token: a block reads a chunk of slots before it writes any. */
+KVE_FN uint32_t kve_round_call_step(const int32_t *ev, uint32_t r, uint32_t s, uint32_t i)
+{
+    if (i < r && (uint32_t)ev[i] == s)
+        return KVE_ROUND_EVICTED;
+    return s - i;
+}
+
+/* The step of freed slot @p i (i < r): the round's top r slots end empty. */
+KVE_FN void kve_round_free_step(int32_t *sp, uint32_t C, uint32_t r, uint32_t i)
+{
+    sp[C - r + i] = -1;
+}
 
 /* Compose one step of an old token into a move list (pairs src, dst, in
  * cache slots as they were before the call): the token at @p a moves to
@@ -137,7 +172,7 @@ KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t 
         if (kve_round_ev_bad(ev, i, C))
             return 1;
     uint32_t low = C;
-    while (low > 0 && sp[low - 1] >= pos0)
+    while (low > 0 && !kve_round_slot_old(sp, low - 1, pos0))
         low--;
     kve_round_split p = kve_round_split_of(ev, r, low, 1);
     int bad = 0;
@@ -146,28 +181,22 @@ KVE_FN int kve_round_table(int32_t *sp, const int32_t *ev, uint32_t C, uint32_t 
     uint32_t earlier = mv ? *n_mv : 0; /* the pairs of the call's earlier rounds */
     uint32_t j = p.holes;              /* ev[j]: the next evicted slot at or above s */
     for (uint32_t s = p.bound; s < low; s++) {
-        if (j < p.e_old && (uint32_t)ev[j] == s) {
+        uint32_t k = kve_round_old_step(sp, ev, p, s, j);
+        if (k == KVE_ROUND_EVICTED)
             j++;
-            continue;
-        }
-        uint32_t k = kve_round_old_hole(s - p.bound, j - p.holes);
-        if (k >= p.holes)
-            return 1;
-        int32_t d = ev[k];
-        sp[d] = sp[s];
-        if (mv)
-            bad |= kve_moves_compose(mv, n_mv, cap, earlier, (int32_t)s, d);
+        else if (mv)
+            bad |= kve_moves_compose(mv, n_mv, cap, earlier, (int32_t)s, ev[k]);
     }
     /* The call's survivors move down (destination <= source, ascending). */
     for (uint32_t s = low; s < C; s++) {
-        if (j < r && (uint32_t)ev[j] == s) {
+        uint32_t d = kve_round_call_step(ev, r, s, j);
+        if (d == KVE_ROUND_EVICTED)
             j++;
-            continue;
-        }
-        sp[kve_round_call_dst(s, j)] = sp[s];
+        else
+            sp[d] = sp[s];
     }
-    for (uint32_t s = C - r; s < C; s++)
-        sp[s] = -1;
+    for (uint32_t i = 0; i < r; i++)
+        kve_round_free_step(sp, C, r, i);
     return bad;
 }
 

@@ -191,6 +191,53 @@ KVE_HD_FN void kve_plan_start(const kve_state_plan *p, uint32_t i)
     p->work[row] = w;
 }
 
+/* The planner's wave 0 runs three steps per call row; kve_state_plan_serial
+ * takes the rows in order on one thread, kve_state_plan_block
+ * (kernels_cuda/state_grid.h) spreads them over a block's threads, with a
+ * scan for the bases and barriers between the steps. Each loop owns only
+ * its iteration and how it gathers the refusal. */
+
+/* A call's token count as call_base holds it (saturated). */
+KVE_HD_FN uint32_t kve_plan_base_of(uint64_t base)
+{
+    return base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
+}
+
+/* Step 1 of call row @p i, whose tokens start at @p base in the call: its
+ * base, and its refusal without the rows-twice check. When it passes with
+ * tokens, *@p mark is its row's mark, to count once (a block counts
+ * atomically); else NULL (and when p->marks is NULL). */
+KVE_HD_FN uint32_t kve_plan_first(const kve_state_plan *p, uint32_t i, uint64_t base,
+                                  uint32_t **mark)
+{
+    uint32_t n = p->call_new[i], why = kve_plan_check(p, i);
+    p->call_base[i] = kve_plan_base_of(base);
+    if (!why && base + n > p->max_tokens)
+        why = KVE_PLAN_TOKENS;
+    *mark = !why && n && p->marks ? &p->marks[p->call_rows[i]] : NULL;
+    return why;
+}
+
+/* Step 2, every mark counted: whether call row @p i lists a row another
+ * call row lists too (KVE_PLAN_TWICE). */
+KVE_HD_FN int kve_plan_twice(const kve_state_plan *p, uint32_t i)
+{
+    return p->marks && p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1;
+}
+
+/* Step 3, every mark read and the call's refusal known (@p refused): call
+ * row @p i's mark back to 0 (a row twice: both write 0) and, unless the
+ * call is refused or a draft, its work started. */
+KVE_HD_FN void kve_plan_settle(const kve_state_plan *p, uint32_t i, int refused)
+{
+    if (!p->call_new[i] || p->call_rows[i] >= p->max_seqs)
+        return;
+    if (p->marks)
+        p->marks[p->call_rows[i]] = 0;
+    if (!refused && !p->draft && !kve_plan_check(p, i))
+        kve_plan_start(p, i);
+}
+
 /* Call row @p i's jobs of wave p->wave (kve_state_plan): its row list entry
  * (due when it still has tokens and is full), its round (a no-op when not
  * due), its next run of tokens at its first free slot; the move lists'
@@ -268,32 +315,25 @@ KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
     uint32_t refusal = KVE_PLAN_OK;
     if (p->wave == 0) {
         uint64_t base = 0;
-        for (uint32_t i = 0; i < p->n_rows; i++) { /* the block's first pass, in order */
-            uint32_t n = p->call_new[i], why = kve_plan_check(p, i);
-            p->call_base[i] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
-            if (!why && base + n > p->max_tokens)
-                why = KVE_PLAN_TOKENS;
-            if (!why && n && p->marks)
-                p->marks[p->call_rows[i]]++;
+        for (uint32_t i = 0; i < p->n_rows; i++) {
+            uint32_t *mark, why = kve_plan_first(p, i, base, &mark);
+            if (mark)
+                ++*mark;
             if (why && !refusal) {
                 refusal = why;
                 *at = i;
             }
-            base += n;
+            base += p->call_new[i];
         }
-        p->call_base[p->n_rows] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
-        for (uint32_t i = 0; p->marks && i < p->n_rows && (!refusal || i < *at); i++)
-            if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
+        p->call_base[p->n_rows] = kve_plan_base_of(base);
+        for (uint32_t i = 0; i < p->n_rows && (!refusal || i < *at); i++)
+            if (kve_plan_twice(p, i)) {
                 refusal = KVE_PLAN_TWICE; /* the lowest call row of a row listed twice */
                 *at = i;
                 break;
             }
-        for (uint32_t i = 0; p->marks && i < p->n_rows; i++)
-            if (p->call_new[i] && p->call_rows[i] < p->max_seqs)
-                p->marks[p->call_rows[i]] = 0;
-        for (uint32_t i = 0; !refusal && !p->draft && i < p->n_rows; i++)
-            if (p->call_new[i])
-                kve_plan_start(p, i);
+        for (uint32_t i = 0; i < p->n_rows; i++)
+            kve_plan_settle(p, i, refusal != KVE_PLAN_OK);
         if (p->refused)
             *p->refused = refusal;
     } else if (p->refused) {

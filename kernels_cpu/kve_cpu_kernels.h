@@ -169,22 +169,15 @@ uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint
 uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t window, uint32_t lo,
                                 uint32_t hi, uint32_t *tmp);
 
-/* The CPU backend's operations outside the per-ISA table (backends/cpu.c
- * puts them in its kve_backend_ops): the state's jobs (kernels_cpu/
- * state_jobs_cpu.c), its wave eviction (backends/cpu.c) and planner
- * (backends/cpu_state.c),
+/* The CPU backend's operations outside the per-ISA table that the kernels
+ * define (backends/cpu.c puts them in its kve_backend_ops, with those of
+ * backends/kve_cpu_ops.h): the state's jobs (kernels_cpu/state_jobs_cpu.c),
  * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
- * (kernels_cpu/score_cpu.c), the compaction (backends/cpu_compact.c). */
+ * (kernels_cpu/score_cpu.c). */
 struct kve_state_update;
-struct kve_state_evict;
 kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
-kve_status kve_cpu_state_evict(kve_context *ctx, const struct kve_state_evict *e);
-struct kve_state_plan;
-kve_status kve_cpu_state_plan(kve_context *ctx, const struct kve_state_plan *p);
 kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 struct kve_score_call;
 kve_status kve_cpu_score(kve_context *ctx, const struct kve_score_call *call);
-/* The compaction (backends/cpu_compact.c). */
-kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d);
 
 #endif

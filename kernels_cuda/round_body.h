@@ -6,16 +6,17 @@
  * common/placement_body.h's; this file holds only how a block shares it.
  *
  * kve_round_table walks a table with one thread: a chain of dependent loads
- * and stores about C + r long. Here the block shares it. The evicted slots
- * go to shared memory; low (the start of the call's block at the top) comes
- * from a parallel search, the split from binary searches; each thread takes
- * slots above the bound, the k-th old survivor goes to hole ev[k] and, when
- * the move list was empty before the round, its pair is the list's k-th, as
- * kve_round_table appends it; the call's survivors move down
- * (kve_round_call_dst) in chunks of a block, each chunk read before a
- * barrier and written after it (a destination is never above its source).
- * The result is kve_round_table's bit for bit: slots, pairs and their
- * order, count, return code.
+ * and stores about C + r long. Here the block shares it, calling the same
+ * per-slot steps: the evicted slots go to shared memory; low (the start of
+ * the call's block at the top) comes from a parallel search, the split
+ * from binary searches; each thread takes slots above the bound
+ * (kve_round_old_step) and, when the move list was empty before the
+ * round, writes the step's pair as the list's k-th, as kve_round_table
+ * appends it; the call's survivors move down (kve_round_call_step) in
+ * chunks of a block, each chunk read before a barrier and written after it
+ * (a destination is never above its source). The result is
+ * kve_round_table's bit for bit: slots, pairs and their order, count,
+ * return code.
  *
  * A list that already holds pairs (a call's later rounds compose into its
  * earlier ones) or more evicted slots than the shared buffer holds go to
@@ -67,11 +68,11 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
     for (uint32_t i = t; i < r; i += nt)
         if (kve_round_ev_bad(e, i, C))
             sm->bad = 1; /* every writer writes 1 */
-    /* low: 1 + the highest slot below pos0, found a block at a time from the
-     * top (a decode step's round finds it in the first). */
+    /* low: 1 + the highest old slot, found a block at a time from the top
+     * (a decode step's round finds it in the first). */
     uint32_t low = 0;
     for (uint32_t top = C;; top -= nt) {
-        if (t < top && sp[top - 1 - t] < pos0)
+        if (t < top && kve_round_slot_old(sp, top - 1 - t, pos0))
             kve_atomic_max_u32(&sm->low, top - t);
         kve_sync(tc);
         low = sm->low;
@@ -83,39 +84,35 @@ KVE_FN int kve_round_table_block(kve_tc *tc, kve_round_smem *sm, int32_t *sp, co
             break;
     }
     kve_round_split p = kve_round_split_of(e, r, low, 0);
-    uint32_t e_old = p.e_old, bound = p.bound, holes = p.holes;
+    uint32_t e_old = p.e_old, holes = p.holes;
     /* Old survivors: slots bound .. low not evicted, `holes` of them; the
-     * k-th fills hole ev[k] and is the list's k-th pair (it was empty). */
+     * k-th is the list's k-th pair (it was empty). */
     for (uint32_t w = t; w < e_old; w += nt) {
-        uint32_t s = bound + w, i = kve_slots_lower(e, holes, e_old, s);
-        if (i < e_old && (uint32_t)e[i] == s)
-            continue;
-        uint32_t k = kve_round_old_hole(w, i - holes);
-        int32_t d = e[k];
-        sp[d] = sp[s]; /* d < bound <= s: no thread reads d */
-        if (mv && k < cap) {
+        uint32_t s = p.bound + w;
+        uint32_t k = kve_round_old_step(sp, e, p, s, kve_slots_lower(e, holes, e_old, s));
+        if (k != KVE_ROUND_EVICTED && mv && k < cap) {
             mv[2 * k] = (int32_t)s;
-            mv[2 * k + 1] = d;
+            mv[2 * k + 1] = e[k];
         }
     }
     if (mv && t == 0)
         *n_mv = holes < cap ? holes : cap;
     kve_sync(tc); /* the old survivors are read before the call's land there */
-    /* The call's survivors: slot s to s minus the evicted slots below it. */
+    /* The call's survivors, a chunk of the block's width at a time. */
     for (uint64_t b = low; b < C; b += nt) {
         uint64_t s = b + t;
-        uint32_t dst = UINT32_MAX, i = s < C ? kve_slots_lower(e, e_old, r, (uint32_t)s) : r;
+        uint32_t dst = KVE_ROUND_EVICTED;
         int32_t v = 0;
-        if (s < C && !(i < r && (uint32_t)e[i] == s)) {
-            dst = kve_round_call_dst((uint32_t)s, i);
-            v = sp[s];
+        if (s < C) {
+            dst = kve_round_call_step(e, r, (uint32_t)s, kve_slots_lower(e, e_old, r, (uint32_t)s));
+            v = dst != KVE_ROUND_EVICTED ? sp[s] : 0;
         }
         kve_sync(tc); /* the chunk read before any of it is written */
-        if (dst != UINT32_MAX)
+        if (dst != KVE_ROUND_EVICTED)
             sp[dst] = v;
     }
     for (uint32_t i = t; i < r; i += nt)
-        sp[C - r + i] = -1;
+        kve_round_free_step(sp, C, r, i);
     return mv && holes > cap;
 }
 

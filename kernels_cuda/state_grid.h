@@ -77,8 +77,10 @@ typedef struct kve_plan_smem {
 } kve_plan_smem;
 
 /* The planner on one block (the devices): the serial planner's result,
- * rows in turn over the block's threads; the refusal is raised in
- * @p errors as KVE_DEV_ERR_STATE_CALL (the lowest call row's). */
+ * its per-row steps (common/state_body.h) taken by the block's threads in
+ * turn, a block scan for the rows' bases and a barrier between steps; the
+ * refusal is raised in @p errors as KVE_DEV_ERR_STATE_CALL (the lowest call
+ * row's). */
 KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_plan *p,
                                  uint64_t *errors)
 {
@@ -93,34 +95,26 @@ KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_
             carry += total;
             if (i >= p->n_rows)
                 continue;
-            uint32_t why = kve_plan_check(p, i);
-            p->call_base[i] = base < 0xffffffffu ? (uint32_t)base : 0xffffffffu;
-            if (!why && base + n > p->max_tokens)
-                why = KVE_PLAN_TOKENS;
-            if (!why && n)
-                kve_atomic_add_u32(&p->marks[p->call_rows[i]], 1);
+            uint32_t *mark, why = kve_plan_first(p, i, base, &mark);
+            if (mark)
+                kve_atomic_add_u32(mark, 1);
             if (why) {
                 kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, why);
                 kve_atomic_max_u32(p->refused, why);
             }
         }
         if (tc->tid == 0)
-            p->call_base[p->n_rows] = carry < 0xffffffffu ? (uint32_t)carry : 0xffffffffu;
+            p->call_base[p->n_rows] = kve_plan_base_of(carry);
         kve_sync(tc); /* every mark counted, the call's tokens known */
         for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
-            if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
+            if (kve_plan_twice(p, i)) {
                 kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);
                 kve_atomic_max_u32(p->refused, KVE_PLAN_TWICE);
             }
         kve_sync(tc); /* every mark read, the refusal known */
         int refused = *p->refused != KVE_PLAN_OK;
-        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt) {
-            if (!p->call_new[i] || p->call_rows[i] >= p->max_seqs)
-                continue;
-            p->marks[p->call_rows[i]] = 0; /* a row twice: both write 0 */
-            if (!refused && !p->draft && !kve_plan_check(p, i))
-                kve_plan_start(p, i);
-        }
+        for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
+            kve_plan_settle(p, i, refused);
         kve_sync(tc); /* work written before the rows plan */
     }
     int refused = *p->refused != KVE_PLAN_OK;

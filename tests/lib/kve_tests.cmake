@@ -6,13 +6,15 @@ include_guard(GLOBAL)
 # kve_testlib: tests/lib's headers (kve_suite.h, kve_expect.h,
 # kve_test_util.h, kve_test_base.h, kve_test_state.h, kve_scored_model.h,
 # kve_score_case.h; kve_cases' too, whose sources tests/lib/CMakeLists.txt
-# compiles) and the generated golden tables of tests/golden, for every
-# suite through its include path.
+# compiles) and the generated golden tables (tests/golden's, and
+# tools/golden's golden_vectors.h, which the installed CLI compiles too),
+# for every suite through its include path.
 # The suites test the experimental API too: every target linking kve_testlib
 # sees include/kvevict.h's KVE_EXPERIMENTAL section.
 add_library(kve_testlib INTERFACE)
 target_include_directories(kve_testlib INTERFACE
-  ${PROJECT_SOURCE_DIR}/tests/lib ${PROJECT_SOURCE_DIR}/tests/golden)
+  ${PROJECT_SOURCE_DIR}/tests/lib ${PROJECT_SOURCE_DIR}/tests/golden
+  ${PROJECT_SOURCE_DIR}/tools/golden)
 target_compile_definitions(kve_testlib INTERFACE KVE_EXPERIMENTAL)
 
 # ${PROJECT_BINARY_DIR}/kve_gpu_test_targets.txt: the build targets the

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generate kvevict's golden vectors from the Python oracle.
 
-Writes tests/golden/golden_vectors.h and rewrites the generated regions of
+Writes tools/golden/golden_vectors.h and rewrites the generated regions of
 docs/SPEC.md (between <!-- golden:begin --> / <!-- golden:end --> and
 <!-- example:begin --> / <!-- example:end -->).
 
@@ -27,7 +27,7 @@ import kve_oracle as kve  # noqa: E402
 from golden_markdown import hx  # noqa: E402
 from kve_oracle import PERSISTENT, SHARED_HEADS, SHARED_LAYERS, U32_MAX, U64_MAX  # noqa: E402
 
-HEADER_PATH = os.path.join(ROOT, "tests", "golden", "golden_vectors.h")
+HEADER_PATH = os.path.join(ROOT, "tools", "golden", "golden_vectors.h")
 SCORED_PATH = os.path.join(ROOT, "tests", "golden", "golden_scored.h")
 SPEC_PATH = os.path.join(ROOT, "docs", "SPEC.md")
 
