@@ -3,12 +3,14 @@
  * in contiguous ranges (kve_cpu_parallel), each head evicted on its own
  * (a second kernel call only when the first declined to check it), so
  * results cannot depend on the thread count. Kernels come from the
- * context's ISA table.
+ * context's ISA table; the other operations hand their plain data to
+ * kernels_cpu/'s whole-call kernels with the context's ISA and threads.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kve_backend.h"
+#include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
@@ -336,7 +338,7 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
 
 /* The rows that are due, one after another, each a kve_evict of its tables
  * (threads across them inside); the row list is host memory here. */
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+static kve_status cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
     const kve_backend_ops *cpu = kve_cpu_backend_ops();
     for (uint32_t i = 0; i < e->b.n_seqs; i++) {
@@ -348,6 +350,28 @@ kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
         KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
     }
     return KVE_OK;
+}
+
+static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    kve_cpu_compact_run(d, ctx->isa, ctx->threads, kve_cpu_near_moves_plain());
+    return KVE_OK;
+}
+
+static kve_status cpu_state_update(kve_context *ctx, const kve_state_update *u)
+{
+    return kve_cpu_state_jobs(u, ctx->threads);
+}
+
+static kve_status cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+{
+    kve_cpu_cache_write_run(d, ctx->isa, ctx->threads);
+    return KVE_OK;
+}
+
+static kve_status cpu_score(kve_context *ctx, const kve_score_call *call)
+{
+    return kve_cpu_score_run(call, ctx->isa, ctx->threads);
 }
 
 static const kve_backend_ops kve_cpu_ops = {
@@ -366,13 +390,13 @@ static const kve_backend_ops kve_cpu_ops = {
     .keys = cpu_keys,
     .evict_workspace_size = cpu_evict_workspace_size,
     .evict = cpu_evict, /* checks each head's tables in its pass */
-    .compact = kve_cpu_compact,
-    .state_update = kve_cpu_state_update,
-    .cache_write = kve_cpu_cache_write,
-    .state_evict = kve_cpu_state_evict,
+    .compact = cpu_compact,
+    .state_update = cpu_state_update,
+    .cache_write = cpu_cache_write,
+    .state_evict = cpu_state_evict,
     .upload = cpu_upload,
     .state_plan = kve_cpu_state_plan,
-    .score = kve_cpu_score,
+    .score = cpu_score,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

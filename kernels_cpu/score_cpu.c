@@ -1,5 +1,6 @@
 /*
- * score_cpu.c — the CPU backend's kve_score: OpenMP across (row, table)
+ * score_cpu.c — the CPU's scorer kernel (the op score is backends/cpu.c's):
+ * OpenMP across (row, table)
  * items (static schedule, one thread per item, so results do not depend
  * on the thread count). The math is common/score_body.h's. An item
  * finds its candidates first (score_window.c), looks their keys up one
@@ -10,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
+#include "kve_jobs.h"
 #include "score_body.h"
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
@@ -190,7 +191,7 @@ static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a
            w->tmp && w->kp;
 }
 
-/* One kve_cpu_score call, shared by its threads. */
+/* One kve_cpu_score_run call, shared by its threads. */
 typedef struct {
     const kve_score_args *a;
     const kve_score_kernels *kk;
@@ -215,7 +216,7 @@ static int kve_score_range(void *arg, size_t lo, size_t hi, int thread)
     return got;
 }
 
-kve_status kve_cpu_score(kve_context *ctx, const kve_score_call *call)
+kve_status kve_cpu_score_run(const kve_score_call *call, kve_cpu_isa isa, int threads)
 {
     /* host memory: the front end gives every row (it reads a state's list
      * where it lies, and checks the rows' contents) */
@@ -244,8 +245,8 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_call *call)
                 kve_score_phase(&a, f, t0, phase + i * per_row + 2 * f);
         }
     }
-    kve_cpu_score_job c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
-    int got = kve_cpu_parallel(ctx->threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
+    kve_cpu_score_job c = {&a, kve_score_kernels_get(isa), max_slots, phase};
+    int got = kve_cpu_parallel(threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
     free(phase);
     KVE_RETURN_ERROR_IF(got & KVE_SCORE_NOMEM, KVE_ERR_NOMEM,
                         "kve_score: cannot allocate the CPU scratch (%u slots x %u heads a thread)",
