@@ -24,13 +24,29 @@ static kve_status cpu_probe(int *out)
     return KVE_OK;
 }
 
+/* A CPU context's own memory (ctx->impl): the scorers' scratch for calls
+ * that bring none (kve_score, a state call past its score_group), grown as
+ * calls need, so a call of a shape seen before allocates nothing. */
+typedef struct {
+    void *score;
+    size_t score_bytes;
+} cpu_impl;
+
 static kve_status cpu_context_init(kve_context *ctx)
 {
-    (void)ctx;
+    ctx->impl = calloc(1, sizeof(cpu_impl));
+    KVE_RETURN_ERROR_IF(!ctx->impl, KVE_ERR_NOMEM, "cannot allocate a CPU context");
     return KVE_OK;
 }
 
-static void cpu_context_fini(kve_context *ctx) { (void)ctx; }
+static void cpu_context_fini(kve_context *ctx)
+{
+    cpu_impl *g = (cpu_impl *)ctx->impl;
+    if (g)
+        free(g->score);
+    free(g);
+    ctx->impl = NULL;
+}
 
 static kve_status cpu_set_device(kve_context *ctx, int device)
 {
@@ -369,9 +385,35 @@ static kve_status cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *
     return KVE_OK;
 }
 
+/* The scorers in the state's scratch when one thread's buffers fit there,
+ * else in the context's own, grown to a thread each. */
 static kve_status cpu_score(kve_context *ctx, const kve_score_call *call)
 {
-    return kve_cpu_score_run(call, ctx->isa, ctx->threads);
+    size_t per = kve_cpu_score_call_bytes(call) + 64, all;
+    KVE_RETURN_ERROR_IF(per < 64 || __builtin_mul_overflow(per, (size_t)ctx->threads, &all),
+                        KVE_ERR_OVERFLOW,
+                        "kve_score: the CPU scratch of %d threads overflows size_t", ctx->threads);
+    if (call->scratch && call->scratch_bytes >= per)
+        return kve_cpu_score_run(call, ctx->isa, ctx->threads, call->scratch, call->scratch_bytes);
+    cpu_impl *g = (cpu_impl *)ctx->impl;
+    if (g->score_bytes < all) {
+        free(g->score);
+        g->score_bytes = 0;
+        g->score = malloc(all);
+        KVE_RETURN_ERROR_IF(!g->score, KVE_ERR_NOMEM,
+                            "kve_score: cannot allocate %zu bytes of CPU scratch (%d threads)", all,
+                            ctx->threads);
+        g->score_bytes = all;
+    }
+    return kve_cpu_score_run(call, ctx->isa, ctx->threads, g->score, g->score_bytes);
+}
+
+size_t kve_cpu_score_scratch_size(int threads, uint32_t nq, uint32_t max_slots)
+{
+    size_t per = kve_cpu_score_thread_bytes(nq, KVE_SCORE_MAX_FREQS, max_slots), all;
+    if (per == SIZE_MAX || __builtin_mul_overflow(per, (size_t)threads, &all) || all > SIZE_MAX - 64)
+        return SIZE_MAX;
+    return all + 64;
 }
 
 static const kve_backend_ops kve_cpu_ops = {

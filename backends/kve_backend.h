@@ -35,6 +35,11 @@ struct kve_context {
     void *stream;
     void *impl; /* the backend's own state */
     kve_handle handle; /* live or destroyed, and the ring of its states (kve_handle.h) */
+    /* The front end's: room for score_spans_room output spans of kve_score's
+     * checks (frontend/score.c), grown by calls and by each state's creation
+     * (its calls' largest), so a state's scoring call allocates nothing. */
+    void *score_spans;
+    size_t score_spans_room;
 };
 
 /* ---- The operations ------------------------------------------------------- */

@@ -1,4 +1,6 @@
-/* kve_cpu_isa.h — CPU feature detection and the ISA choice. */
+/* kve_cpu_isa.h — the CPU backend's settings the front end reads: feature
+ * detection and the ISA choice, the default thread count, and the size of a
+ * state's scorer scratch. */
 #ifndef KVE_CPU_ISA_H
 #define KVE_CPU_ISA_H
 
@@ -29,5 +31,11 @@ void kve_cpu_near_moves_plain_force(int value);
 
 /* OpenMP's default thread count (1 without OpenMP). */
 int kve_cpu_default_threads(void);
+
+/* The bytes of scratch in which the CPU's scorers run @p threads threads on
+ * tables of up to @p nq query heads (any head_dim) and rows of up to
+ * @p max_slots slots (backends/cpu.c; SIZE_MAX: past the address space):
+ * what a cache state sizes at creation (kve_score_call.scratch). */
+size_t kve_cpu_score_scratch_size(int threads, uint32_t nq, uint32_t max_slots);
 
 #endif

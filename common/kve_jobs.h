@@ -172,8 +172,9 @@ typedef struct kve_score_list {
  * or the state's, sized at creation and used in its stream's order, so the
  * call allocates nothing: in backend memory the given rows' copy, then the
  * raw scores (kve_score_scratch_bytes), with the counters at arrived (zeros
- * between calls); in host memory room for n_rows kve_score_row (the rows a
- * listed call finds).
+ * between calls); on the CPU (host memory) scratch_bytes of per-thread
+ * buffers (kve_cpu_score_thread_bytes a thread, for the state's threads at
+ * creation; a call runs on as many threads as fit).
  */
 typedef struct kve_score_call {
     kve_score_desc d;
@@ -181,6 +182,7 @@ typedef struct kve_score_call {
     uint32_t max_slots;
     void *scratch;
     uint32_t *arrived;
+    size_t scratch_bytes;
 } kve_score_call;
 
 

@@ -62,6 +62,8 @@ kve_status kve_context_destroy(kve_context *ctx)
     while ((s = (kve_state *)kve_handle_first(&ctx->handle))) /* its states first */
         kve_state_destroy(s);
     ctx->ops->context_fini(ctx);
+    free(ctx->score_spans);
+    ctx->score_spans = NULL;
     kve_handle_retire(&ctx->handle, ctx);
     return KVE_OK;
 }

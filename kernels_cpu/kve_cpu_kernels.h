@@ -185,8 +185,17 @@ struct kve_score_call;
 kve_status kve_cpu_state_jobs(const struct kve_state_update *u, int threads);
 /* A cache write and its moves (cache_write_cpu.c). */
 void kve_cpu_cache_write_run(const kve_cache_write_desc *d, kve_cpu_isa isa, int threads);
-/* One call of the scorers (score_cpu.c). */
-kve_status kve_cpu_score_run(const struct kve_score_call *call, kve_cpu_isa isa, int threads);
+/* One call of the scorers (score_cpu.c), allocating nothing: each thread's
+ * buffers lie in @p scratch (any alignment), so at most scratch_bytes /
+ * kve_cpu_score_call_bytes(call) threads run (after 64 bytes of alignment);
+ * KVE_ERR_INTERNAL when not one fits. */
+kve_status kve_cpu_score_run(const struct kve_score_call *call, kve_cpu_isa isa, int threads,
+                             void *scratch, size_t scratch_bytes);
+/* The scratch one thread of the scorers needs for a table of @p nq query
+ * heads and @p nf frequencies (head_dim / 2) on rows of up to @p max_slots
+ * slots (SIZE_MAX: past the address space), and for the call @p call. */
+size_t kve_cpu_score_thread_bytes(uint32_t nq, uint32_t nf, uint32_t max_slots);
+size_t kve_cpu_score_call_bytes(const struct kve_score_call *call);
 /* The compaction (compact_cpu.c); near_plain: copy runs that move a short
  * way down in place with plain stores (the CPU's rule, backends/cpu_isa.c). */
 void kve_cpu_compact_run(const kve_compact_desc *d, kve_cpu_isa isa, int threads, int near_plain);
