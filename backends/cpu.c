@@ -332,10 +332,9 @@ static int cpu_evict_range(void *arg, size_t lo, size_t hi, int thread)
  * its first problem is its lowest, and the lowest over all threads is the
  * batch's, whatever the thread count. A thread stops at its own problem,
  * and skips heads above one already found. */
-static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
-                            void *workspace, size_t workspace_bytes)
+static kve_status cpu_evict_heads(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
+                                  void *workspace)
 {
-    (void)workspace_bytes;
     cpu_evict_call c = {kve_cpu_kernels_get(ctx->isa), b, o,
                         (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64),
                         cpu_scratch_per_thread(ctx, b->n_slots), 0, SIZE_MAX,
@@ -352,18 +351,21 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     return c.first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&c.first);
 }
 
-/* The rows that are due, one after another, each a kve_evict of its tables
- * (threads across them inside); the row list is host memory here. */
-static kve_status cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+/* A batch's heads; over rows, the rows that are due, one after another,
+ * each the heads of its tables (threads across them inside); the row list
+ * is host memory here. */
+static kve_status cpu_evict(kve_context *ctx, const kve_evict_call *call)
 {
-    const kve_backend_ops *cpu = kve_cpu_backend_ops();
+    const kve_state_evict *e = call->rows;
+    if (!e)
+        return cpu_evict_heads(ctx, call->b, call->o, call->workspace);
     for (uint32_t i = 0; i < e->b.n_seqs; i++) {
         if (!e->rows[i].count)
             continue;
         kve_batch b;
         kve_evict_out o;
         kve_state_evict_row(e, i, &e->rows[i], &b, &o);
-        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
+        KVE_TRY(cpu_evict_heads(ctx, &b, &o, e->workspace));
     }
     return KVE_OK;
 }
@@ -435,7 +437,6 @@ static const kve_backend_ops kve_cpu_ops = {
     .compact = cpu_compact,
     .state_update = cpu_state_update,
     .cache_write = cpu_cache_write,
-    .state_evict = cpu_state_evict,
     .upload = cpu_upload,
     .state_plan = kve_cpu_state_plan,
     .score = cpu_score,

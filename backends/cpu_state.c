@@ -3,7 +3,7 @@
  * the planner (common/state_body.h) on one thread, its refusal's status and
  * words those of kve_plan_refusal_status and _text (common/kve_jobs.h).
  * (state_update runs the job kernel, kernels_cpu/state_jobs_cpu.c;
- * state_evict the driver's own evict, backends/cpu.c.)
+ * evict over rows the driver's own, backends/cpu.c.)
  */
 #include "kve_backend.h"
 #include "kve_error.h"

@@ -22,7 +22,10 @@
 #include "kve_jobs.h"
 #include "kvevict.h"
 
-#define KVE_BACKEND_ABI_VERSION 5u /* 5: one score op (kve_score_call); rounds in state_update */
+/* 5: one score op (kve_score_call); rounds in state_update. 6: state_evict
+ * folded into evict (kve_evict_call); kve_score_call.scratch_bytes; the
+ * context's score_spans. */
+#define KVE_BACKEND_ABI_VERSION 6u
 #define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
 
 /* ---- The context ---------------------------------------------------------- */
@@ -68,19 +71,17 @@ typedef struct kve_backend_ops {
     /* Arguments validated; the tables' contents (positions >= -1, no
      * repeat unless KVE_TRUSTED_SLOTS, no NaN score at a candidate) are the
      * backend's to check, in the pass that reads them, naming the lowest
-     * bad head. */
-    kve_status (*evict)(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
-                        void *workspace, size_t workspace_bytes);
+     * bad head. A call over rows (kve_evict_call.rows) is an append's
+     * wave: one launch over the call's rows. */
+    kve_status (*evict)(kve_context *ctx, const kve_evict_call *call);
     kve_status (*compact)(kve_context *ctx, const kve_compact_desc *desc);
 
     /* Engine integration (the jobs above). NULL: the public call returns
      * KVE_ERR_UNAVAILABLE. state_update runs a list of independent jobs on a
-     * cache state's tables; state_evict the eviction of an append's wave
-     * (one launch over the call's rows); cache_write gets a desc with dense
-     * strides resolved. */
+     * cache state's tables (a wave's eviction is evict over rows);
+     * cache_write gets a desc with dense strides resolved. */
     kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
     kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
-    kve_status (*state_evict)(kve_context *ctx, const kve_state_evict *evict);
     /* Host to backend memory in stream order, without waiting for the
      * stream (copy waits): @p src may be reused once it returns (a GPU's
      * driver stages pageable memory before returning). The state's jobs. */

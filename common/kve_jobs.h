@@ -3,9 +3,9 @@
  * (the table, struct kve_context and the ABI are the drivers',
  * backends/kve_backend.h): what the cache state (frontend/state*.c) asks of
  * a backend — lists of small jobs on the state's tables (state_update; a
- * wave's rounds a block per table on a GPU), the eviction of the rows of an
- * append that are due (state_evict), a wave's plan (state_plan) and its
- * refusals, and one call of the scorers (score). The job interpreter and
+ * wave's rounds a block per table on a GPU), one call of the op evict (a
+ * batch's heads, or the rows of an append that are due), a wave's plan
+ * (state_plan) and its refusals, and one call of the scorers (score). The job interpreter and
  * the planner are common/state_body.h; kernels of every target read these
  * types and never see a context.
  *
@@ -141,6 +141,18 @@ typedef struct kve_state_evict {
     const float *scores;
     size_t scores_stride_row, scores_stride_table;
 } kve_state_evict;
+
+/* One call of the op evict: the heads of *b into *o (kve_evict), or, with
+ * rows, the due rows of an append's wave (kve_state_evict above: b =
+ * &rows->b, o NULL, the workspace rows'), an eviction over rows in one
+ * launch. The workspace holds evict_workspace_size(b) bytes. */
+typedef struct kve_evict_call {
+    const kve_batch *b;
+    const kve_evict_out *o;
+    void *workspace;
+    size_t workspace_bytes;
+    const kve_state_evict *rows;
+} kve_evict_call;
 
 /*
  * A cache state's call as its scorer reads it (kve_state_score_device): call

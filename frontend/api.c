@@ -173,7 +173,8 @@ kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_o
     KVE_RETURN_ERROR_IF(workspace_bytes < need, KVE_ERR_WORKSPACE,
                         "workspace_bytes = %zu: kve_evict_workspace_size says %zu", workspace_bytes,
                         need);
-    kve_status st = ctx->ops->evict(ctx, batch, out, workspace, workspace_bytes);
+    kve_evict_call call = {batch, out, workspace, workspace_bytes, NULL};
+    kve_status st = ctx->ops->evict(ctx, &call);
     if (owned) {
         /* The GPU work must finish before its workspace is released. */
         kve_status sync = ctx->ops->synchronize(ctx);

@@ -3,7 +3,7 @@
  * sequences. Its plan, creation and memory, the job upload and launch
  * every other part uses, admit and retire, and the read-back calls. Slot
  * tables and freed-slot lists live in backend memory and change only
- * through the backend's state_update jobs and state_evict; the rows'
+ * through the backend's state_update jobs and evict over rows; the rows'
  * counts and rounds live there too (advanced by the planner), mirrored on
  * the host (kve_state_mirror, kve_state_push_rows). The rest of the state is in
  * state_pool.c (slot capacity), state_append.c (the waves of an append),
@@ -190,7 +190,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     *out = NULL;
     kve_state plan;
     KVE_TRY(kve_state_layout_plan(ctx, desc, &plan));
-    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict || !ctx->ops->upload,
+    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->upload,
                         KVE_ERR_UNAVAILABLE,
                         "kve_state_create: the %s backend does not implement cache states yet",
                         ctx->ops->name);

@@ -1,10 +1,11 @@
 /*
  * state_jobs_cpu.c — the CPU's kernel of the state_update op (common/kve_jobs.h;
- * the op is backends/cpu.c's): it runs the jobs by the device's own interpreter (common/state_body.h:
- * kve_state_job_run, or its items one by one, kve_state_item_run, where the
- * CPU prefetches), so the CPU and the GPUs place tokens by one
- * implementation (state_evict and state_plan are the driver's,
- * backends/cpu.c and backends/cpu_state.c). Arguments arrive from the state's own plan;
+ * the op is backends/cpu.c's): it runs the jobs by the device's own
+ * interpreter (common/state_body.h: kve_state_job_run, or its items one by
+ * one, kve_state_item_run, where the CPU prefetches), so the CPU and the
+ * GPUs place tokens by one implementation (evict over rows and state_plan
+ * are the driver's, backends/cpu.c and backends/cpu_state.c). Arguments
+ * arrive from the state's own plan;
  * threads across jobs (kve_cpu_parallel), each element written by exactly
  * one thread.
  */
