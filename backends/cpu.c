@@ -3,14 +3,15 @@
  * in contiguous ranges (kve_cpu_parallel), each head evicted on its own
  * (a second kernel call only when the first declined to check it), so
  * results cannot depend on the thread count. Kernels come from the
- * context's ISA table.
+ * context's ISA table; the other operations hand their plain data to
+ * kernels_cpu/'s whole-call kernels with the context's ISA and threads.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kve_backend.h"
+#include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
-#include "kve_cpu_ops.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
 #include "kve_scores_check.h"
@@ -23,13 +24,29 @@ static kve_status cpu_probe(int *out)
     return KVE_OK;
 }
 
+/* A CPU context's own memory (ctx->impl): the scorers' scratch for calls
+ * that bring none (kve_score, a state call past its score_group), grown as
+ * calls need, so a call of a shape seen before allocates nothing. */
+typedef struct {
+    void *score;
+    size_t score_bytes;
+} cpu_impl;
+
 static kve_status cpu_context_init(kve_context *ctx)
 {
-    (void)ctx;
+    ctx->impl = calloc(1, sizeof(cpu_impl));
+    KVE_RETURN_ERROR_IF(!ctx->impl, KVE_ERR_NOMEM, "cannot allocate a CPU context");
     return KVE_OK;
 }
 
-static void cpu_context_fini(kve_context *ctx) { (void)ctx; }
+static void cpu_context_fini(kve_context *ctx)
+{
+    cpu_impl *g = (cpu_impl *)ctx->impl;
+    if (g)
+        free(g->score);
+    free(g);
+    ctx->impl = NULL;
+}
 
 static kve_status cpu_set_device(kve_context *ctx, int device)
 {
@@ -315,10 +332,9 @@ static int cpu_evict_range(void *arg, size_t lo, size_t hi, int thread)
  * its first problem is its lowest, and the lowest over all threads is the
  * batch's, whatever the thread count. A thread stops at its own problem,
  * and skips heads above one already found. */
-static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
-                            void *workspace, size_t workspace_bytes)
+static kve_status cpu_evict_heads(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
+                                  void *workspace)
 {
-    (void)workspace_bytes;
     cpu_evict_call c = {kve_cpu_kernels_get(ctx->isa), b, o,
                         (char *)KVE_ALIGN_UP((uintptr_t)workspace, 64),
                         cpu_scratch_per_thread(ctx, b->n_slots), 0, SIZE_MAX,
@@ -335,20 +351,71 @@ static kve_status cpu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     return c.first.head == SIZE_MAX ? KVE_OK : cpu_problem_error(&c.first);
 }
 
-/* The rows that are due, one after another, each a kve_evict of its tables
- * (threads across them inside); the row list is host memory here. */
-kve_status kve_cpu_state_evict(kve_context *ctx, const kve_state_evict *e)
+/* A batch's heads; over rows, the rows that are due, one after another,
+ * each the heads of its tables (threads across them inside); the row list
+ * is host memory here. */
+static kve_status cpu_evict(kve_context *ctx, const kve_evict_call *call)
 {
-    const kve_backend_ops *cpu = kve_cpu_backend_ops();
+    const kve_state_evict *e = call->rows;
+    if (!e)
+        return cpu_evict_heads(ctx, call->b, call->o, call->workspace);
     for (uint32_t i = 0; i < e->b.n_seqs; i++) {
         if (!e->rows[i].count)
             continue;
         kve_batch b;
         kve_evict_out o;
         kve_state_evict_row(e, i, &e->rows[i], &b, &o);
-        KVE_TRY(cpu->evict(ctx, &b, &o, e->workspace, e->workspace_bytes));
+        KVE_TRY(cpu_evict_heads(ctx, &b, &o, e->workspace));
     }
     return KVE_OK;
+}
+
+static kve_status cpu_compact(kve_context *ctx, const kve_compact_desc *d)
+{
+    kve_cpu_compact_run(d, ctx->isa, ctx->threads, kve_cpu_near_moves_plain());
+    return KVE_OK;
+}
+
+static kve_status cpu_state_update(kve_context *ctx, const kve_state_update *u)
+{
+    return kve_cpu_state_jobs(u, ctx->threads);
+}
+
+static kve_status cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+{
+    kve_cpu_cache_write_run(d, ctx->isa, ctx->threads);
+    return KVE_OK;
+}
+
+/* The scorers in the state's scratch when one thread's buffers fit there,
+ * else in the context's own, grown to a thread each. */
+static kve_status cpu_score(kve_context *ctx, const kve_score_call *call)
+{
+    size_t per = kve_cpu_score_call_bytes(call) + 64, all;
+    KVE_RETURN_ERROR_IF(per < 64 || __builtin_mul_overflow(per, (size_t)ctx->threads, &all),
+                        KVE_ERR_OVERFLOW,
+                        "kve_score: the CPU scratch of %d threads overflows size_t", ctx->threads);
+    if (call->scratch && call->scratch_bytes >= per)
+        return kve_cpu_score_run(call, ctx->isa, ctx->threads, call->scratch, call->scratch_bytes);
+    cpu_impl *g = (cpu_impl *)ctx->impl;
+    if (g->score_bytes < all) {
+        free(g->score);
+        g->score_bytes = 0;
+        g->score = malloc(all);
+        KVE_RETURN_ERROR_IF(!g->score, KVE_ERR_NOMEM,
+                            "kve_score: cannot allocate %zu bytes of CPU scratch (%d threads)", all,
+                            ctx->threads);
+        g->score_bytes = all;
+    }
+    return kve_cpu_score_run(call, ctx->isa, ctx->threads, g->score, g->score_bytes);
+}
+
+size_t kve_cpu_score_scratch_size(int threads, uint32_t nq, uint32_t max_slots)
+{
+    size_t per = kve_cpu_score_thread_bytes(nq, KVE_SCORE_MAX_FREQS, max_slots), all;
+    if (per == SIZE_MAX || __builtin_mul_overflow(per, (size_t)threads, &all) || all > SIZE_MAX - 64)
+        return SIZE_MAX;
+    return all + 64;
 }
 
 static const kve_backend_ops kve_cpu_ops = {
@@ -367,13 +434,12 @@ static const kve_backend_ops kve_cpu_ops = {
     .keys = cpu_keys,
     .evict_workspace_size = cpu_evict_workspace_size,
     .evict = cpu_evict, /* checks each head's tables in its pass */
-    .compact = kve_cpu_compact,
-    .state_update = kve_cpu_state_update,
-    .cache_write = kve_cpu_cache_write,
-    .state_evict = kve_cpu_state_evict,
+    .compact = cpu_compact,
+    .state_update = cpu_state_update,
+    .cache_write = cpu_cache_write,
     .upload = cpu_upload,
     .state_plan = kve_cpu_state_plan,
-    .score = kve_cpu_score,
+    .score = cpu_score,
 };
 
 const kve_backend_ops *kve_cpu_backend_ops(void) { return &kve_cpu_ops; }

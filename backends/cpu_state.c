@@ -1,12 +1,11 @@
 /*
- * cpu_state.c — the CPU backend's state_plan op (common/kve_backend.h):
+ * cpu_state.c — the CPU backend's state_plan op (backends/kve_backend.h):
  * the planner (common/state_body.h) on one thread, its refusal's status and
- * words those of kve_plan_refusal_status and _text (common/kve_backend.h). (state_update is the job
- * kernel, kernels_cpu/state_jobs_cpu.c; state_evict runs the driver's own
- * evict, backends/cpu.c.)
+ * words those of kve_plan_refusal_status and _text (common/kve_jobs.h).
+ * (state_update runs the job kernel, kernels_cpu/state_jobs_cpu.c;
+ * evict over rows the driver's own, backends/cpu.c.)
  */
 #include "kve_backend.h"
-#include "kve_cpu_ops.h"
 #include "kve_error.h"
 #include "state_body.h"
 

@@ -171,14 +171,22 @@ static kve_status gpu_evict_workspace_size(kve_context *ctx, const kve_batch *b,
     return KVE_OK;
 }
 
-static kve_status gpu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
-                            void *workspace, size_t workspace_bytes)
+/* A batch's heads; over rows, one launch over every call row (rows not
+ * due return at once), planned as kve_evict of the same shape: the state
+ * sized its workspace so (api.c checked a batch's against
+ * gpu_evict_workspace_size). */
+static kve_status gpu_evict(kve_context *ctx, const kve_evict_call *c)
 {
-    (void)workspace_bytes; /* api.c checked it against gpu_evict_workspace_size */
     KVE_TRY(kve_gpu_enter(ctx));
     kve_gpu *g = kve_gpu_of(ctx);
-    kve_evict_plan p = kve_evict_plan_make(&g->limits, b);
-    kve_evict_args a = kve_evict_args_make(b, o, &p, workspace, g->errors);
+    kve_evict_plan p = kve_evict_plan_make(&g->limits, c->b);
+    if (c->rows) {
+        kve_state_evict_args a = kve_state_evict_args_make(c->rows, &p, g->errors);
+        KVE_LAUNCH(ctx, kve_state_evict_kernel, kve_state_evict_args, p.grid, p.threads,
+                   p.dyn_smem, a);
+        return KVE_OK;
+    }
+    kve_evict_args a = kve_evict_args_make(c->b, c->o, &p, c->workspace, g->errors);
     KVE_LAUNCH(ctx, kve_evict_kernel, kve_evict_args, p.grid, p.threads, p.dyn_smem, a);
     return KVE_OK;
 }
@@ -223,18 +231,6 @@ static kve_status gpu_state_update(kve_context *ctx, const kve_state_update *u)
         KVE_LAUNCH(ctx, kve_state_kernel, kve_state_args,
                    kve_state_plan_grid(&g->limits, u, KVE_STATE_THREADS), KVE_STATE_THREADS, 0,
                    a);
-    return KVE_OK;
-}
-
-/* One launch over every call row (rows not due return at once), planned
- * as kve_evict of the same shape: the state sized its workspace so. */
-static kve_status gpu_state_evict(kve_context *ctx, const kve_state_evict *e)
-{
-    KVE_TRY(kve_gpu_enter(ctx));
-    kve_gpu *g = kve_gpu_of(ctx);
-    kve_evict_plan p = kve_evict_plan_make(&g->limits, &e->b);
-    kve_state_evict_args a = kve_state_evict_args_make(e, &p, g->errors);
-    KVE_LAUNCH(ctx, kve_state_evict_kernel, kve_state_evict_args, p.grid, p.threads, p.dyn_smem, a);
     return KVE_OK;
 }
 
@@ -330,7 +326,6 @@ static const kve_backend_ops kve_gpu_ops = {
     .compact = gpu_compact,
     .state_update = gpu_state_update,
     .cache_write = gpu_cache_write,
-    .state_evict = gpu_state_evict,
     .upload = gpu_upload,
     .score = gpu_score,
     .state_plan = gpu_state_plan,

@@ -1,6 +1,6 @@
 /*
  * state_body.h — the rules of the backend op state_update
- * (common/kve_backend.h) every backend runs alike: the one job interpreter
+ * (common/kve_jobs.h) every backend runs alike: the one job interpreter
  * (kve_state_job_run: the CPU backend's kernels_cpu/state_jobs_cpu.c, the
  * GPU's and the emulator's kve_state_grid of kernels_cuda/state_grid.h),
  * a wave's eviction row (kve_state_evict_row) and the planner
@@ -25,8 +25,8 @@
 #ifndef KVE_STATE_BODY_H
 #define KVE_STATE_BODY_H
 
-#include "kve_backend.h"
 #include "kve_device.h"
+#include "kve_jobs.h"
 #include "placement_body.h" /* kve_round_table, kve_final_table */
 #include "state_rows_body.h"
 
@@ -149,7 +149,7 @@ KVE_HD_FN void kve_state_evict_row(const kve_state_evict *e, uint32_t i, const k
     *o = out;
 }
 
-/* ---- the planner (kve_state_plan, kve_backend.h) --------------------------- */
+/* ---- the planner (kve_state_plan, kve_jobs.h) ------------------------------ */
 
 /* A job of @p kind on state row @p row whose bookkeeping is @p r (NULL: a
  * no-op's, nowhere in the pool); the host's kve_state_job_make too. */

@@ -8,8 +8,8 @@
 #ifndef KVE_STATE_ROWS_BODY_H
 #define KVE_STATE_ROWS_BODY_H
 
-#include "kve_backend.h"
 #include "kve_device.h"
+#include "kve_jobs.h"
 
 /* Rounds a row holding @p n_valid of @p capacity slots runs for @p n_new
  * more tokens: one once it is full, then one every @p interval tokens. */

@@ -62,6 +62,8 @@ kve_status kve_context_destroy(kve_context *ctx)
     while ((s = (kve_state *)kve_handle_first(&ctx->handle))) /* its states first */
         kve_state_destroy(s);
     ctx->ops->context_fini(ctx);
+    free(ctx->score_spans);
+    ctx->score_spans = NULL;
     kve_handle_retire(&ctx->handle, ctx);
     return KVE_OK;
 }
@@ -171,7 +173,8 @@ kve_status kve_evict(kve_context *ctx, const kve_batch *batch, const kve_evict_o
     KVE_RETURN_ERROR_IF(workspace_bytes < need, KVE_ERR_WORKSPACE,
                         "workspace_bytes = %zu: kve_evict_workspace_size says %zu", workspace_bytes,
                         need);
-    kve_status st = ctx->ops->evict(ctx, batch, out, workspace, workspace_bytes);
+    kve_evict_call call = {batch, out, workspace, workspace_bytes, NULL};
+    kve_status st = ctx->ops->evict(ctx, &call);
     if (owned) {
         /* The GPU work must finish before its workspace is released. */
         kve_status sync = ctx->ops->synchronize(ctx);

@@ -112,6 +112,9 @@ kve_status kve_state_launch_round(kve_state *s, uint32_t first, uint32_t n_jobs,
 kve_status kve_state_run(kve_state *s, uint32_t n_jobs, uint64_t work, const kve_step_buffers *out);
 /* Capacity of @p prompt_len; KVE_ERR_RANGE when it exceeds max_slots. */
 kve_status kve_state_check_prompt(const kve_state *s, uint32_t prompt_len, uint32_t *capacity);
+/* Room for @p n output spans in ctx's list of kve_score's checks
+ * (frontend/score.c): a state reserves its calls' largest at creation. */
+kve_status kve_score_spans_reserve(kve_context *ctx, size_t n);
 /* Give row @p row's pool slots back (state_pool.c). */
 void kve_pool_release(kve_state *s, uint32_t row);
 /* Take @p capacity pool slots for row @p row (state_pool.c). */

@@ -111,21 +111,66 @@ typedef struct kve_span64 {
     uint32_t row, table;
 } kve_span64;
 
-static int kve_span_cmp(const void *a, const void *b)
+/* Whether span x sorts before y: by start, then in the order they were
+ * listed (row, table), so that the first overlap named is always the same. */
+static int kve_span_before(const kve_span64 *x, const kve_span64 *y)
 {
-    const kve_span64 *x = (const kve_span64 *)a, *y = (const kve_span64 *)b;
-    return x->start < y->start ? -1 : x->start > y->start;
+    if (x->start != y->start)
+        return x->start < y->start;
+    return x->row != y->row ? x->row < y->row : x->table < y->table;
 }
 
-/* Rows: sizes, strides, offsets that fit, and output rows that never meet. */
-static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
+/* sp[i] sifted down a max-heap of n spans. */
+static void kve_span_sift(kve_span64 *sp, size_t i, size_t n)
+{
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && kve_span_before(&sp[c], &sp[c + 1]))
+            c++;
+        if (!kve_span_before(&sp[i], &sp[c]))
+            return;
+        kve_span64 t = sp[i];
+        sp[i] = sp[c];
+        sp[c] = t;
+    }
+}
+
+/* Heapsort in place: qsort may allocate (glibc's merge sort does past 1 KiB),
+ * and a scoring call allocates nothing. */
+static void kve_span_sort(kve_span64 *sp, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        kve_span_sift(sp, i, n);
+    for (size_t end = n; end-- > 1;) {
+        kve_span64 t = sp[0];
+        sp[0] = sp[end];
+        sp[end] = t;
+        kve_span_sift(sp, 0, end);
+    }
+}
+
+kve_status kve_score_spans_reserve(kve_context *ctx, size_t n)
+{
+    if (n <= ctx->score_spans_room)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(n > SIZE_MAX / sizeof(kve_span64), KVE_ERR_OVERFLOW,
+                        "%zu output spans overflow size_t bytes", n);
+    void *sp = realloc(ctx->score_spans, n * sizeof(kve_span64));
+    KVE_RETURN_ERROR_IF(!sp, KVE_ERR_NOMEM, "kve_score: cannot allocate %zu output spans", n);
+    ctx->score_spans = sp;
+    ctx->score_spans_room = n;
+    return KVE_OK;
+}
+
+/* Rows: sizes, strides, offsets that fit, and output rows that never meet
+ * (sorted in the context's span list: a state's calls find it reserved). */
+static kve_status kve_check_rows(kve_context *ctx, const kve_score_desc *d, uint32_t n_tables)
 {
     KVE_RETURN_ERROR_IF(!d->rows, KVE_ERR_NULL, "desc.rows is NULL (n_rows = %u)", d->n_rows);
     KVE_RETURN_ERROR_IF(!d->slot_pos, KVE_ERR_NULL, "desc.slot_pos is NULL");
     KVE_RETURN_ERROR_IF(!d->scores, KVE_ERR_NULL, "desc.scores is NULL");
     size_t n = (size_t)d->n_rows * n_tables, used = 0;
-    kve_span64 *sp = (kve_span64 *)malloc((n ? n : 1) * sizeof *sp);
-    KVE_RETURN_ERROR_IF(!sp, KVE_ERR_NOMEM, "kve_score: cannot allocate %zu output spans", n);
+    KVE_TRY(kve_score_spans_reserve(ctx, n));
+    kve_span64 *sp = (kve_span64 *)ctx->score_spans;
     kve_status st = KVE_OK;
     for (uint32_t i = 0; i < d->n_rows && st == KVE_OK; i++) {
         const kve_score_row *r = &d->rows[i];
@@ -164,7 +209,7 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
         }
     }
     if (st == KVE_OK) {
-        qsort(sp, used, sizeof *sp, kve_span_cmp);
+        kve_span_sort(sp, used);
         for (size_t k = 1; k < used && st == KVE_OK; k++)
             if (sp[k].start < sp[k - 1].end)
                 st = kve_error_set(KVE_ERR_ALIAS,
@@ -174,7 +219,6 @@ static kve_status kve_check_rows(const kve_score_desc *d, uint32_t n_tables)
                                    (unsigned long long)sp[k - 1].start,
                                    (unsigned long long)sp[k].start);
     }
-    free(sp);
     return st;
 }
 
@@ -262,7 +306,7 @@ static kve_status kve_score_validate(kve_context *ctx, const kve_score_desc *des
     KVE_TRY(kve_resolve_keys(&out->keys));
     if (d->n_rows == 0)
         return KVE_OK;
-    KVE_TRY(kve_check_rows(out, d->keys.n_heads / hpt));
+    KVE_TRY(kve_check_rows(ctx, out, d->keys.n_heads / hpt));
     if (ctx->ops->host_memory)
         KVE_TRY(kve_check_contents(out));
     return KVE_OK;
@@ -385,6 +429,7 @@ static kve_status kve_state_score_run(kve_state *s, kve_score_call *c)
     c->max_slots = s->d.max_slots;
     if (s->score_scratch && group <= s->score_group) {
         c->scratch = s->score_scratch;
+        c->scratch_bytes = s->score_raw_bytes;
         c->arrived = (uint32_t *)((unsigned char *)s->score_scratch + s->score_raw_bytes);
     }
     return s->ctx->ops->score(s->ctx, c);

@@ -3,7 +3,7 @@
  * sequences. Its plan, creation and memory, the job upload and launch
  * every other part uses, admit and retire, and the read-back calls. Slot
  * tables and freed-slot lists live in backend memory and change only
- * through the backend's state_update jobs and state_evict; the rows'
+ * through the backend's state_update jobs and evict over rows; the rows'
  * counts and rounds live there too (advanced by the planner), mirrored on
  * the host (kve_state_mirror, kve_state_push_rows). The rest of the state is in
  * state_pool.c (slot capacity), state_append.c (the waves of an append),
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kve_check.h"
+#include "kve_cpu_isa.h" /* kve_cpu_score_scratch_size */
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
@@ -48,18 +49,24 @@ kve_status kve_schedule_capacity(const kve_schedule *s, uint32_t prompt_len, uin
  * else none; kve_score_call): for max_seqs rows x table_heads x query heads
  * a table x max_slots, the given rows' copy and the raw scores
  * (kve_score_scratch_bytes), then a counter per (row, table of a layer);
- * none on host memory, where rows are scored in place. */
+ * on the CPU (host memory), the scorers' buffers of the context's threads
+ * (kve_cpu_score_scratch_size) in place of rows and raw scores. */
 static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d, kve_state *s,
                                        size_t *bytes)
 {
     s->score_group = d->score_group ? d->score_group : (d->schedule.flags & KVE_SCORED) != 0;
     *bytes = 0;
-    if (!s->score_group || ctx->ops->host_memory)
+    if (!s->score_group)
         return KVE_OK;
     uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
     size_t raw_at, n = SIZE_MAX;
     if (!__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq))
-        n = kve_score_scratch_bytes(d->max_seqs, s->table_heads, nq, d->max_slots, &raw_at);
+        n = ctx->ops->host_memory
+                ? kve_cpu_score_scratch_size(ctx->threads,
+                                             nq > KVE_SCORE_MAX_QHEADS ? KVE_SCORE_MAX_QHEADS
+                                                                       : (uint32_t)nq,
+                                             d->max_slots)
+                : kve_score_scratch_bytes(d->max_seqs, s->table_heads, nq, d->max_slots, &raw_at);
     KVE_RETURN_ERROR_IF(n > SIZE_MAX / 2, KVE_ERR_OVERFLOW,
                         "desc.score_group = %u: the scorer's scratch (%u rows x %zu tables x "
                         "%llu query heads x %u slots of floats) overflows",
@@ -183,7 +190,7 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
     *out = NULL;
     kve_state plan;
     KVE_TRY(kve_state_layout_plan(ctx, desc, &plan));
-    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->state_evict || !ctx->ops->upload,
+    KVE_RETURN_ERROR_IF(!ctx->ops->state_update || !ctx->ops->upload,
                         KVE_ERR_UNAVAILABLE,
                         "kve_state_create: the %s backend does not implement cache states yet",
                         ctx->ops->name);
@@ -196,6 +203,8 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
                         "memory (%p): must be %d-byte aligned, as kve_alloc returns (the state's "
                         "tables, jobs and digests are laid out from it)",
                         memory, KVE_ALLOC_ALIGN);
+    if (plan.score_group) /* a scoring call checks at most max_seqs rows of table_heads */
+        KVE_TRY(kve_score_spans_reserve(ctx, (size_t)desc->max_seqs * plan.table_heads));
     kve_state *s = (kve_state *)malloc(sizeof *s);
     size_t n = desc->max_seqs;
     void *host = calloc(n + 1, sizeof(kve_state_row) + sizeof(kve_score_row) +

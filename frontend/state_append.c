@@ -164,7 +164,8 @@ static kve_status kve_state_wave(kve_state *s, const kve_state_call *c, uint32_t
         e.scores_stride_row = out->scores_stride_row;
         e.scores_stride_table = out->scores_stride_table;
     }
-    KVE_TRY(s->ctx->ops->state_evict(s->ctx, &e));
+    kve_evict_call call = {&e.b, NULL, e.workspace, e.workspace_bytes, &e}; /* over rows */
+    KVE_TRY(s->ctx->ops->evict(s->ctx, &call));
     KVE_TRY(kve_state_check_evicted(s, n_rows));
     KVE_TRY(kve_state_launch_round(s, KVE_SET_ROUND * n_rows, n_rows, per_row, out));
     KVE_TRY(kve_state_launch(s, KVE_SET_RUN * n_rows, n_rows, per_row * max_new, out));

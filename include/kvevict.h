@@ -437,7 +437,7 @@ typedef struct kve_state_desc {
     uint32_t max_draft;
     /** The largest query-head group (TriAttention's tri.group; 1 for the
      *  other scorers) the state's scorer scratch is sized for at creation:
-     *  the experimental kve_state_score_device refuses more, and on a GPU
+     *  the experimental kve_state_score_device refuses more, and
      *  kve_state_score scores more in the context's scratch. 0 = 1 for a
      *  KVE_SCORED state, else none. */
     uint32_t score_group;
@@ -450,9 +450,10 @@ typedef struct kve_state kve_state;
  * Backend memory a state with @p desc needs on @p ctx: its pool of slot
  * tables and of freed-slot lists (2 x tables x pool_slots int32, tables =
  * table_layers x table_heads), one kve_seq per row, the eviction
- * workspace and, on a GPU, the scorer's scratch (max_seqs x table_heads x
+ * workspace and the scorer's scratch: on a GPU max_seqs x table_heads x
  * query heads a table (score_group x heads_per_table) x max_slots floats,
- * and max_seqs kve_score_row).
+ * and max_seqs kve_score_row; on the CPU, per thread of @p ctx (its threads
+ * now), about (query heads a table + 5) x max_slots x 4 bytes and 48 KiB.
  */
 KVE_API kve_status kve_state_memory_size(kve_context *ctx, const kve_state_desc *desc,
                                          size_t *out_bytes);

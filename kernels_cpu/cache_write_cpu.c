@@ -1,5 +1,6 @@
 /*
- * cache_write_cpu.c — the CPU backend's kve_cache_write with its moves.
+ * cache_write_cpu.c — the CPU's kernel of kve_cache_write with its moves
+ * (the op is backends/cpu.c's).
  * Arguments arrive validated (frontend/cache_write.c); OpenMP across move
  * rows or tokens, each element written by exactly one thread. Slots find
  * their page by the device's lookup (common/cache_write_body.h), so
@@ -8,10 +9,8 @@
 #include <string.h>
 
 #include "cache_write_body.h"
-#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
-#include "kve_error.h"
 
 /* Byte offset of @p slot of row @p row in part @p p (arguments validated:
  * the slot has a place), by the one page lookup (kve_cw_lookup). */
@@ -176,13 +175,12 @@ static int kve_cpu_writes(void *arg, size_t lo, size_t hi, int thread)
     return 0;
 }
 
-kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d)
+void kve_cpu_cache_write_run(const kve_cache_write_desc *d, kve_cpu_isa isa, int threads)
 {
-    kve_cw_call c = {kve_cpu_kernels_get(ctx->isa), d};
+    kve_cw_call c = {kve_cpu_kernels_get(isa), d};
     /* Threads only pay off for many moves or tokens. */
     if (d->moves)
-        kve_cpu_parallel((uint64_t)d->n_move_rows * d->n_heads >= 256 ? ctx->threads : 1,
+        kve_cpu_parallel((uint64_t)d->n_move_rows * d->n_heads >= 256 ? threads : 1,
                          d->n_move_rows, kve_cpu_moves, &c);
-    kve_cpu_parallel(d->n_tokens >= 64 ? ctx->threads : 1, d->n_tokens, kve_cpu_writes, &c);
-    return KVE_OK;
+    kve_cpu_parallel(d->n_tokens >= 64 ? threads : 1, d->n_tokens, kve_cpu_writes, &c);
 }

@@ -1,7 +1,9 @@
 /*
  * kve_cpu_kernels.h — the fixed prototypes every CPU ISA implements, and
  * the table of them per ISA (BLIS-style: reference first, faster kernels
- * override). The driver (backends/cpu.c) owns threading; kernels own one head.
+ * override). The driver (backends/cpu.c) owns the context and the table of
+ * operations; kernels own one head, and the whole-call kernels at the end
+ * take plain data (common/kve_jobs.h), never a context.
  */
 #ifndef KVE_CPU_KERNELS_H
 #define KVE_CPU_KERNELS_H
@@ -10,12 +12,16 @@
 #include "kvevict.h"
 
 /* Bytes ahead of the source a streaming copy prefetches (copy_runs_stream,
- * and the token-row walk's entries in backends/cpu_compact.c): on the Zen 4
+ * and the token-row walk's entries in kernels_cpu/compact_cpu.c): on the Zen 4
  * measured, per-head rows' runs (4 KiB each, moving down by up to 16 KiB)
  * copied fastest at 4 KiB, 2 to 6 KiB alike, streaming without it barely
  * faster than plain stores; token-row entries, 0.63-0.71x a memmove
  * without, 0.75-0.80x at 4 KiB, 0.66x at 2 KiB, 0.73x at 8 and 16 KiB. */
 #define KVE_STREAM_AHEAD 4096
+
+/* A run of in-place compaction that moves down by at most this many bytes
+ * moves "near" (backends/kve_cpu_isa.h, kve_cpu_near_moves_plain). */
+#define KVE_NEAR_MOVE_BYTES ((size_t)64 << 10) /* G1's per-head runs: 16 KiB at most */
 
 /* What a SIMD kernel learnt from the previous head on the same thread:
  * guesses only (every one is verified), so results never depend on it.
@@ -169,15 +175,29 @@ uint32_t kve_score_window_cands(const int32_t *tab, const kve_score_row *r, uint
 uint32_t kve_score_window_bound(const uint32_t *gen_pos, uint32_t n, uint32_t window, uint32_t lo,
                                 uint32_t hi, uint32_t *tmp);
 
-/* The CPU backend's operations outside the per-ISA table that the kernels
- * define (backends/cpu.c puts them in its kve_backend_ops, with those of
- * backends/kve_cpu_ops.h): the state's jobs (kernels_cpu/state_jobs_cpu.c),
- * the cache write (kernels_cpu/cache_write_cpu.c), the scorers
- * (kernels_cpu/score_cpu.c). */
+/* The whole-call kernels behind the CPU backend's operations (backends/cpu.c
+ * wraps each in its kve_backend_ops): the ISA a context resolved and at most
+ * @p threads threads (kve_cpu_parallel), arguments validated. */
 struct kve_state_update;
-kve_status kve_cpu_state_update(kve_context *ctx, const struct kve_state_update *u);
-kve_status kve_cpu_cache_write(kve_context *ctx, const kve_cache_write_desc *d);
 struct kve_score_call;
-kve_status kve_cpu_score(kve_context *ctx, const struct kve_score_call *call);
+/* A state's jobs (state_jobs_cpu.c); KVE_ERR_INTERNAL when a job's table
+ * does not fit (never for the state's own jobs). */
+kve_status kve_cpu_state_jobs(const struct kve_state_update *u, int threads);
+/* A cache write and its moves (cache_write_cpu.c). */
+void kve_cpu_cache_write_run(const kve_cache_write_desc *d, kve_cpu_isa isa, int threads);
+/* One call of the scorers (score_cpu.c), allocating nothing: each thread's
+ * buffers lie in @p scratch (any alignment), so at most scratch_bytes /
+ * kve_cpu_score_call_bytes(call) threads run (after 64 bytes of alignment);
+ * KVE_ERR_INTERNAL when not one fits. */
+kve_status kve_cpu_score_run(const struct kve_score_call *call, kve_cpu_isa isa, int threads,
+                             void *scratch, size_t scratch_bytes);
+/* The scratch one thread of the scorers needs for a table of @p nq query
+ * heads and @p nf frequencies (head_dim / 2) on rows of up to @p max_slots
+ * slots (SIZE_MAX: past the address space), and for the call @p call. */
+size_t kve_cpu_score_thread_bytes(uint32_t nq, uint32_t nf, uint32_t max_slots);
+size_t kve_cpu_score_call_bytes(const struct kve_score_call *call);
+/* The compaction (compact_cpu.c); near_plain: copy runs that move a short
+ * way down in place with plain stores (the CPU's rule, backends/cpu_isa.c). */
+void kve_cpu_compact_run(const kve_compact_desc *d, kve_cpu_isa isa, int threads, int near_plain);
 
 #endif

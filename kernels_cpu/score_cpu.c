@@ -1,32 +1,90 @@
 /*
- * score_cpu.c — the CPU backend's kve_score: OpenMP across (row, table)
+ * score_cpu.c — the CPU's scorer kernel (the op score is backends/cpu.c's):
+ * OpenMP across (row, table)
  * items (static schedule, one thread per item, so results do not depend
  * on the thread count). The math is common/score_body.h's. An item
  * finds its candidates first (score_window.c), looks their keys up one
  * page at a time, then streams over the keys (the ISA's knorm_keys /
  * group_keys: bf16 / f16 / f32 widened in registers, prefetched ahead, the
  * per-key kernels' exact operations), then z-normalizes and writes.
+ * Nothing is allocated: each thread carves its buffers from the caller's
+ * scratch (a state's, sized at creation, or the driver's own), and the
+ * rotation's phase factors are computed per thread when the row's round
+ * start changes (the same values a per-row table held).
  */
-#include <stdlib.h>
 #include <string.h>
 
-#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
+#include "kve_jobs.h"
 #include "score_body.h"
 
 /* Per-thread scratch: coefficients (planar: per query head a_re[nf],
  * a_im[nf], b[nf]), a key, its |k_f|, the raw scores of every candidate
- * (z-normalization reads them three times), per-head moments, the
- * candidates' slots, generated positions and select scratch, and their
- * keys' addresses. */
+ * (z-normalization reads them three times), per-head moments, the phase
+ * factors of the round start t0 (when has_t0), the candidates' slots,
+ * generated positions and select scratch, and their keys' addresses. */
 typedef struct kve_score_scratch {
     float *coef, *key, *mag, *raw;
-    double *stats;
+    double *stats, *phase;
     uint32_t *cand, *gen, *tmp;
     const unsigned char **kp;
+    uint32_t t0, has_t0;
 } kve_score_scratch;
+
+enum { KVE_SCORE_PIECES = 10 };
+
+/* The bytes of each piece of kve_score_scratch (in its order) for nq query
+ * heads, nf frequencies and rows of up to max_slots slots; a TriAttention
+ * table has at most KVE_SCORE_MAX_COEFS coefficients, K-norm none. */
+static void kve_score_pieces(uint64_t nq, uint64_t nf, uint64_t max_slots,
+                             uint64_t bytes[KVE_SCORE_PIECES])
+{
+    uint64_t coefs = nq * nf < KVE_SCORE_MAX_COEFS ? nq * nf : KVE_SCORE_MAX_COEFS,
+             ns = max_slots + 16;
+    bytes[0] = (coefs * 3 + 16) * sizeof(float);
+    bytes[1] = (2 * nf + 16) * sizeof(float);
+    bytes[2] = (nf + 16) * sizeof(float);
+    bytes[3] = (max_slots * nq + 1) * sizeof(float);
+    bytes[4] = (2 * nq + 1) * sizeof(double);
+    bytes[5] = (2 * nf + 1) * sizeof(double);
+    bytes[6] = bytes[7] = bytes[8] = ns * sizeof(uint32_t);
+    bytes[9] = ns * sizeof(const unsigned char *);
+}
+
+size_t kve_cpu_score_thread_bytes(uint32_t nq, uint32_t nf, uint32_t max_slots)
+{
+    uint64_t bytes[KVE_SCORE_PIECES], sum = 0;
+    kve_score_pieces(nq, nf, max_slots, bytes);
+    for (int k = 0; k < KVE_SCORE_PIECES; k++)
+        sum += KVE_ALIGN_UP(bytes[k], 64);
+    return sum > SIZE_MAX / 2 ? SIZE_MAX : (size_t)sum;
+}
+
+/* Thread @p thread's buffers in @p base (kve_cpu_score_thread_bytes each). */
+static void kve_score_scratch_at(kve_score_scratch *w, char *base, const kve_score_args *a,
+                                 uint32_t max_slots)
+{
+    uint64_t bytes[KVE_SCORE_PIECES];
+    void *at[KVE_SCORE_PIECES];
+    kve_score_pieces(a->nq, a->nf, max_slots, bytes);
+    for (int k = 0; k < KVE_SCORE_PIECES; k++) {
+        at[k] = base;
+        base += KVE_ALIGN_UP(bytes[k], 64);
+    }
+    w->coef = (float *)at[0];
+    w->key = (float *)at[1];
+    w->mag = (float *)at[2];
+    w->raw = (float *)at[3];
+    w->stats = (double *)at[4];
+    w->phase = (double *)at[5];
+    w->cand = (uint32_t *)at[6];
+    w->gen = (uint32_t *)at[7];
+    w->tmp = (uint32_t *)at[8];
+    w->kp = (const unsigned char **)at[9];
+    w->has_t0 = 0;
+}
 
 /* The addresses of KV head @p h's keys at slots cand[0..n) (ascending) of
  * row @p r into kp: one page lookup per page the slots touch, the rest by
@@ -118,7 +176,7 @@ static void kve_score_sums(const float *raw, uint32_t n, uint32_t nq, uint32_t j
 /* One (row, table) item: candidates, their keys' raw scores, the moments
  * (per head, two passes of sums in double in candidate order), the outputs. */
 static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, uint32_t ri,
-                          uint32_t table, const double *phase, kve_score_scratch *w)
+                          uint32_t table, kve_score_scratch *w)
 {
     const kve_score_desc *d = &a->d;
     const kve_score_row *r = &d->rows[ri];
@@ -126,11 +184,19 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
     float *out = d->scores + r->scores_offset + (size_t)table * d->scores_stride_table;
     int zn = (d->flags & KVE_SCORE_ZNORM) != 0, acc = (d->flags & KVE_SCORE_ACCUMULATE) != 0;
     uint32_t nq = a->nq;
+    if (d->scorer == KVE_SCORER_TRIATTENTION && (!w->has_t0 || w->t0 != r->round_start)) {
+        /* a row's phase factors serve all its tables, and every row whose
+         * round starts at the same position (a batch decoding in step) */
+        for (uint32_t f = 0; f < a->nf; f++)
+            kve_score_phase(a, f, r->round_start, w->phase + 2 * f);
+        w->t0 = r->round_start;
+        w->has_t0 = 1;
+    }
     if (d->scorer == KVE_SCORER_TRIATTENTION)
         for (uint32_t j = 0; j < nq; j++)
             for (uint32_t f = 0; f < a->nf; f++) {
                 float c[3];
-                kve_score_coef(a, table, j, f, phase + 2 * ((size_t)ri * a->nf + f), c);
+                kve_score_coef(a, table, j, f, w->phase + 2 * f, c);
                 for (int k = 0; k < 3; k++)
                     w->coef[((size_t)j * 3 + k) * a->nf + f] = c[k];
             }
@@ -160,62 +226,46 @@ static int kve_score_item(const kve_score_args *a, const kve_score_kernels *kk, 
     return 1;
 }
 
-static void kve_score_scratch_free(kve_score_scratch *w)
-{
-    free(w->coef);
-    free(w->key);
-    free(w->mag);
-    free(w->raw);
-    free(w->stats);
-    free(w->cand);
-    free(w->gen);
-    free(w->tmp);
-    free((void *)w->kp);
-}
-
-static int kve_score_scratch_alloc(kve_score_scratch *w, const kve_score_args *a,
-                                   uint32_t max_slots)
-{
-    size_t nq = a->nq, nf = a->nf, ns = (size_t)max_slots + 16;
-    w->coef = (float *)malloc((nq * nf * 3 + 16) * sizeof(float));
-    w->key = (float *)malloc((2 * nf + 16) * sizeof(float));
-    w->mag = (float *)malloc((nf + 16) * sizeof(float));
-    w->raw = (float *)malloc(((size_t)max_slots * nq + 1) * sizeof(float));
-    w->stats = (double *)malloc((2 * nq + 1) * sizeof(double));
-    w->cand = (uint32_t *)malloc(ns * sizeof(uint32_t));
-    w->gen = (uint32_t *)malloc(ns * sizeof(uint32_t));
-    w->tmp = (uint32_t *)malloc(ns * sizeof(uint32_t));
-    w->kp = (const unsigned char **)malloc(ns * sizeof(*w->kp));
-    return w->coef && w->key && w->mag && w->raw && w->stats && w->cand && w->gen &&
-           w->tmp && w->kp;
-}
-
-/* One kve_cpu_score call, shared by its threads. */
+/* One kve_cpu_score_run call, shared by its threads. */
 typedef struct {
     const kve_score_args *a;
     const kve_score_kernels *kk;
     uint32_t max_slots;
-    const double *phase;
+    char *scratch;
+    size_t per; /* bytes of a thread's scratch */
 } kve_cpu_score_job;
-
-enum { KVE_SCORE_NOMEM = 1, KVE_SCORE_BAD = 2 };
 
 /* One thread's items (a table of a row each), with its own scratch. */
 static int kve_score_range(void *arg, size_t lo, size_t hi, int thread)
 {
-    (void)thread;
     const kve_cpu_score_job *c = (const kve_cpu_score_job *)arg;
     kve_score_scratch w;
-    int got = kve_score_scratch_alloc(&w, c->a, c->max_slots) ? 0 : KVE_SCORE_NOMEM;
-    for (size_t it = lo; it < hi && !got; it++)
+    kve_score_scratch_at(&w, c->scratch + (size_t)thread * c->per, c->a, c->max_slots);
+    for (size_t it = lo; it < hi; it++)
         if (!kve_score_item(c->a, c->kk, (uint32_t)(it / c->a->n_tables),
-                            (uint32_t)(it % c->a->n_tables), c->phase, &w))
-            got = KVE_SCORE_BAD;
-    kve_score_scratch_free(&w);
-    return got;
+                            (uint32_t)(it % c->a->n_tables), &w))
+            return 1;
+    return 0;
 }
 
-kve_status kve_cpu_score(kve_context *ctx, const kve_score_call *call)
+/* The longest of the call's rows. */
+static uint32_t kve_score_max_slots(const kve_score_desc *d)
+{
+    uint32_t max_slots = 0;
+    for (uint32_t i = 0; i < d->n_rows; i++)
+        max_slots = d->rows[i].n_slots > max_slots ? d->rows[i].n_slots : max_slots;
+    return max_slots;
+}
+
+size_t kve_cpu_score_call_bytes(const kve_score_call *call)
+{
+    kve_score_args a;
+    kve_score_args_init(&a, &call->d, NULL);
+    return kve_cpu_score_thread_bytes(a.nq, a.nf, kve_score_max_slots(&call->d));
+}
+
+kve_status kve_cpu_score_run(const kve_score_call *call, kve_cpu_isa isa, int threads,
+                             void *scratch, size_t scratch_bytes)
 {
     /* host memory: the front end gives every row (it reads a state's list
      * where it lies, and checks the rows' contents) */
@@ -223,33 +273,18 @@ kve_status kve_cpu_score(kve_context *ctx, const kve_score_call *call)
     const kve_score_desc *d = &call->d;
     kve_score_args a;
     kve_score_args_init(&a, d, NULL);
-    uint32_t max_slots = 0;
-    for (uint32_t i = 0; i < d->n_rows; i++)
-        max_slots = d->rows[i].n_slots > max_slots ? d->rows[i].n_slots : max_slots;
-    /* A row's phase factors serve all its tables; rows whose rounds start
-     * at the same position (a batch decoding in step) share them. */
-    double *phase = NULL;
-    if (d->scorer == KVE_SCORER_TRIATTENTION) {
-        size_t per_row = (size_t)a.nf * 2;
-        phase = (double *)malloc((size_t)d->n_rows * per_row * sizeof(double));
-        KVE_RETURN_ERROR_IF(!phase, KVE_ERR_NOMEM, "kve_score: cannot allocate %u rows' phases",
-                            d->n_rows);
-        for (uint32_t i = 0; i < d->n_rows; i++) {
-            uint32_t t0 = d->rows[i].round_start, same = i;
-            for (uint32_t j = i; j-- > 0 && same == i;)
-                same = d->rows[j].round_start == t0 ? j : same;
-            if (same < i)
-                memcpy(phase + i * per_row, phase + same * per_row, per_row * sizeof(double));
-            for (uint32_t f = 0; same == i && f < a.nf; f++)
-                kve_score_phase(&a, f, t0, phase + i * per_row + 2 * f);
-        }
-    }
-    kve_cpu_score_job c = {&a, kve_score_kernels_get(ctx->isa), max_slots, phase};
-    int got = kve_cpu_parallel(ctx->threads, (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
-    free(phase);
-    KVE_RETURN_ERROR_IF(got & KVE_SCORE_NOMEM, KVE_ERR_NOMEM,
-                        "kve_score: cannot allocate the CPU scratch (%u slots x %u heads a thread)",
-                        max_slots, a.nq);
+    uint32_t max_slots = kve_score_max_slots(d);
+    kve_cpu_score_job c = {&a, kve_score_kernels_get(isa), max_slots,
+                           (char *)KVE_ALIGN_UP((uintptr_t)scratch, 64),
+                           kve_cpu_score_thread_bytes(a.nq, a.nf, max_slots)};
+    size_t room = scratch_bytes - ((uintptr_t)c.scratch - (uintptr_t)scratch);
+    KVE_RETURN_ERROR_IF(!scratch || scratch_bytes < 64 || c.per == SIZE_MAX || room < c.per,
+                        KVE_ERR_INTERNAL,
+                        "kve_score: %zu bytes of CPU scratch, a thread needs %zu", scratch_bytes,
+                        c.per);
+    size_t fit = room / c.per;
+    int got = kve_cpu_parallel(fit < (size_t)threads ? (int)fit : threads,
+                               (size_t)d->n_rows * a.n_tables, kve_score_range, &c);
     return got ? kve_error_set(KVE_ERR_INTERNAL, "kve_score: a checked key lies outside the cache")
                : KVE_OK;
 }

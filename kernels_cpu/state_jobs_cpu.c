@@ -1,14 +1,14 @@
 /*
- * state_jobs_cpu.c — the CPU backend's state_update op (common/kve_backend.h):
- * it runs the jobs by the device's own interpreter (common/state_body.h:
- * kve_state_job_run, or its items one by one, kve_state_item_run, where the
- * CPU prefetches), so the CPU and the GPUs place tokens by one
- * implementation (state_evict and state_plan are the driver's,
- * backends/cpu.c and backends/cpu_state.c). Arguments arrive from the state's own plan;
+ * state_jobs_cpu.c — the CPU's kernel of the state_update op (common/kve_jobs.h;
+ * the op is backends/cpu.c's): it runs the jobs by the device's own
+ * interpreter (common/state_body.h: kve_state_job_run, or its items one by
+ * one, kve_state_item_run, where the CPU prefetches), so the CPU and the
+ * GPUs place tokens by one implementation (evict over rows and state_plan
+ * are the driver's, backends/cpu.c and backends/cpu_state.c). Arguments
+ * arrive from the state's own plan;
  * threads across jobs (kve_cpu_parallel), each element written by exactly
  * one thread.
  */
-#include "kve_backend.h"
 #include "kve_cpu_kernels.h"
 #include "kve_cpu_threads.h"
 #include "kve_error.h"
@@ -73,13 +73,12 @@ static int kve_state_jobs(void *arg, size_t lo, size_t hi, int thread)
     return bad;
 }
 
-kve_status kve_cpu_state_update(kve_context *ctx, const kve_state_update *u)
+kve_status kve_cpu_state_jobs(const kve_state_update *u, int threads)
 {
     /* Decode steps bring one small job per sequence; threads only pay off
      * for big batches. A table that fails the body's checks cannot come
      * from the state's own jobs: it is an internal error. */
-    int threads = u->n_jobs >= 64 ? ctx->threads : 1;
-    int bad = kve_cpu_parallel(threads, u->n_jobs, kve_state_jobs, (void *)u);
+    int bad = kve_cpu_parallel(u->n_jobs >= 64 ? threads : 1, u->n_jobs, kve_state_jobs, (void *)u);
     return bad ? kve_error_set(KVE_ERR_INTERNAL, "state_update: a job's table does not fit")
                : KVE_OK;
 }

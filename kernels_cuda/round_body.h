@@ -1,6 +1,6 @@
 /*
  * round_body.h — a wave's rounds (state_update with rounds set,
- * common/kve_backend.h) on the device: a round's placement done by a block of threads per table,
+ * common/kve_jobs.h) on the device: a round's placement done by a block of threads per table,
  * written once for CUDA, HIP and the host emulator (kve_thread.h). The rule
  * itself (the split of a round, where each survivor goes) is
  * common/placement_body.h's; this file holds only how a block shares it.

@@ -10,7 +10,9 @@ floor. A quoted include is matched to the project file of that name; a file
 may include its own folder or a lower floor, never a higher one or a
 sibling. Exit status 1 and one line per include that points up or sideways,
 or whose name two folders share (the include would depend on the search
-path).
+path), and one per file below the drivers' floor whose code (comments
+aside) names the context or the table of operations: kernels and shared
+rules take plain data, never a kve_context.
 """
 import os
 import re
@@ -26,6 +28,11 @@ FLOORS = {
 }
 SOURCES = (".c", ".h", ".cu", ".cuh", ".hip")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# The drivers' own types: the context every public call receives and the
+# table a backend fills (backends/kve_backend.h).
+DRIVERS = FLOORS["backends"]
+DRIVER_TYPES = re.compile(r"\b(kve_context|kve_backend_ops)\b")
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
 def main():
@@ -58,9 +65,13 @@ def main():
             if FLOORS[home] >= FLOORS[folder]:
                 way = "up" if FLOORS[home] > FLOORS[folder] else "sideways"
                 bad.append(f"{folder}/{name}: includes {home}/{base} ({way})")
+        if FLOORS[folder] < DRIVERS:
+            for m in DRIVER_TYPES.finditer(COMMENT.sub("", text)):
+                bad.append(f"{folder}/{name}: names {m.group(1)}, a driver's type (backends/)")
+                break
     for line in bad:
         print(line)
-    print(f"{len(files)} files of {len(FLOORS)} folders, {len(bad)} include(s) against the floors")
+    print(f"{len(files)} files of {len(FLOORS)} folders, {len(bad)} problem(s) against the floors")
     return 1 if bad else 0
 
 

@@ -417,7 +417,7 @@ START_TEST(compact_runs_exact)
         runs_shape g = {1 + kt_below(&rng, 3), 1 + kt_below(&rng, 4),
                         iter % 8 == 7 ? 1000 : 1 + kt_below(&rng, 200), 1 + kt_below(&rng, 3),
                         sizes[kt_below(&rng, 8)], iter % 2, (iter / 2) % 2};
-        /* 16 MiB of rows: the copies stream (backends/cpu_compact.c), with holes
+        /* 16 MiB of rows: the copies stream (kernels_cpu/compact_cpu.c), with holes
          * (96..99), without (100..103), 102 and 103 off 16-byte alignment. */
         size_t off = iter >= 102 ? 8 : 0;
         if (iter >= 96)

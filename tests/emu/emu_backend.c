@@ -427,8 +427,9 @@ static kve_status emu_evict_workspace_size(kve_context *ctx, const kve_batch *b,
     return KVE_OK;
 }
 
-/* On the eviction pool when there is one (the CPU's otherwise), planned as
- * the GPU driver plans it; logged with that plan either way. */
+/* Evict over rows: on the eviction pool when there is one (the CPU's
+ * otherwise), planned as the GPU driver plans it; logged with that plan
+ * either way. */
 static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
 {
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, &e->b);
@@ -437,8 +438,10 @@ static kve_status emu_state_evict(kve_context *ctx, const kve_state_evict *e)
     if (kve_emu_record(ctx, &node, "a launch of kve_state_evict_kernel"))
         return KVE_OK;
     kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
-    if (!pool)
-        return kve_emu_cpu->state_evict(ctx, e);
+    if (!pool) {
+        kve_evict_call cpu = {&e->b, NULL, e->workspace, e->workspace_bytes, e};
+        return kve_emu_cpu->evict(ctx, &cpu);
+    }
     if (kve_emu_launch_fails("kve_state_evict_kernel"))
         return KVE_OK;
     return kve_emu_state_evict(pool, &p, e, &kve_emu_records) ? KVE_ERR_INTERNAL : KVE_OK;
@@ -553,13 +556,15 @@ static kve_status emu_score(kve_context *ctx, const kve_score_call *c)
                                                                            : KVE_OK;
 }
 
-static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
-                            void *workspace, size_t workspace_bytes)
+static kve_status emu_evict_heads(kve_context *ctx, const kve_batch *b, const kve_evict_out *o,
+                                  void *workspace, size_t workspace_bytes)
 {
     kve_evict_plan p = kve_evict_plan_make(&kve_emu_lim, b);
     kve_emu_pool *pool = kve_emu_pool_for(p.threads, kve_emu_evict_pool);
-    if (!pool)
-        return kve_emu_cpu->evict(ctx, b, o, workspace, workspace_bytes);
+    if (!pool) {
+        kve_evict_call cpu = {b, o, workspace, workspace_bytes, NULL};
+        return kve_emu_cpu->evict(ctx, &cpu);
+    }
     kve_emu_log_evict("kve_evict_kernel", &p);
     if (kve_emu_launch_fails("kve_evict_kernel"))
         return KVE_OK;
@@ -579,6 +584,13 @@ static kve_status emu_evict(kve_context *ctx, const kve_batch *b, const kve_evic
     int rc = kve_emu_evict_planned(pool, &p, &t, o, workspace, &kve_emu_records);
     free(bad);
     return rc ? KVE_ERR_INTERNAL : KVE_OK;
+}
+
+/* The op evict, as gpu_evict: a batch's heads, or over rows a wave's. */
+static kve_status emu_evict(kve_context *ctx, const kve_evict_call *c)
+{
+    return c->rows ? emu_state_evict(ctx, c->rows)
+                   : emu_evict_heads(ctx, c->b, c->o, c->workspace, c->workspace_bytes);
 }
 
 /* The GPU glue's synchronize: report the records, then clear them. */
@@ -680,7 +692,6 @@ static const kve_backend_ops kve_emu_ops = {
     .compact = emu_compact,
     .state_update = emu_state_update,
     .cache_write = emu_cache_write,
-    .state_evict = emu_state_evict,
     .upload = emu_upload,
     .state_plan = emu_state_plan,
     .score = emu_score,

@@ -82,7 +82,7 @@ int kve_emu_state_plan(kve_emu_pool *pool, const kve_state_plan *p, kve_emu_erro
 int kve_emu_state_round(kve_emu_pool *pool, const kve_launch_limits *lim,
                         const kve_state_update *u, kve_emu_errors *e);
 
-/* The backend op state_evict as plan @p p says (kve_evict_plan_make of
+/* The backend op evict over rows as plan @p p says (kve_evict_plan_make of
  * se->b): scratch in shared memory or in se->workspace. */
 int kve_emu_state_evict(kve_emu_pool *pool, const kve_evict_plan *p, const kve_state_evict *se,
                         kve_emu_errors *e);

@@ -1,5 +1,6 @@
 /*
- * cpu_compact.c — the CPU backend's kve_compact: every head's kept entries
+ * compact_cpu.c — the CPU's compaction kernel (kve_compact; the op is
+ * backends/cpu.c's): every head's kept entries
  * and positions to the front of its rows, head by head in per-head rows,
  * slot by slot across groups of heads in token rows; OpenMP across heads
  * or groups (static schedule), so results cannot depend on the thread
@@ -7,14 +8,11 @@
  * copy_runs_stream), except a streaming token-row walk's, which copies
  * each entry itself (kve_stream_entry), and an in-place head's whose runs
  * move a short way down on a CPU that copies those faster with plain
- * stores (kve_cpu_near_moves_plain).
+ * stores (near_plain: the driver's kve_cpu_near_moves_plain).
  */
 #include <string.h>
 
-#include "kve_backend.h"
-#include "kve_cpu_isa.h"
 #include "kve_cpu_kernels.h"
-#include "kve_cpu_ops.h"
 #include "kve_cpu_threads.h"
 
 #if defined(__SSE2__) /* every x86-64 */
@@ -233,7 +231,7 @@ static int kve_moves_near(const kve_compact_desc *d, const kve_head_cursor *c)
  * of staying slots (between holes and evictions), their positions moving
  * with them in the same pass: the order that streams when a head's
  * entries are adjacent (HF-like). @p near_plain: plain stores for a head
- * whose runs move near (kve_cpu_near_moves_plain; in place only). */
+ * whose runs move near (near_plain: kve_cpu_near_moves_plain; in place only). */
 static void kve_compact_head(const kve_cpu_kernels *k, const kve_compact_desc *d, size_t i,
                              int out_of_place, int near_plain)
 {
@@ -415,11 +413,11 @@ static void kve_compact_group(const kve_cpu_kernels *k, const kve_compact_desc *
         kve_cursor_positions(d, &hc[g]);
 }
 
-/* One kve_cpu_compact call, shared by its threads. */
+/* One kve_cpu_compact_run call, shared by its threads. */
 typedef struct {
     const kve_cpu_kernels *k;
     const kve_compact_desc *d;
-    int out_of_place, near_plain; /* near_plain: in place, kve_cpu_near_moves_plain */
+    int out_of_place, near_plain; /* near_plain: in place, and the caller's near_plain */
     size_t per_seq, size, groups_per_seq; /* groups: size heads of a sequence */
 } kve_compact_call;
 
@@ -446,18 +444,16 @@ static int kve_compact_heads(void *arg, size_t lo, size_t hi, int thread)
 
 /* Every head's kept entries and positions to the front: groups of heads
  * slot by slot in token-row layouts, else head by head. */
-kve_status kve_cpu_compact(kve_context *ctx, const kve_compact_desc *d)
+void kve_cpu_compact_run(const kve_compact_desc *d, kve_cpu_isa isa, int threads, int near_plain)
 {
     int out_of_place = d->dst[0].base != NULL;
-    kve_compact_call c = {kve_cpu_kernels_get(ctx->isa), d, out_of_place,
-                          !out_of_place && kve_cpu_near_moves_plain(),
+    kve_compact_call c = {kve_cpu_kernels_get(isa), d, out_of_place, !out_of_place && near_plain,
                           (size_t)d->n_layers * d->n_heads, 0, 0};
     if (kve_compact_by_slot(d)) {
-        c.size = kve_group_size(c.per_seq, d->n_seqs, ctx->threads);
+        c.size = kve_group_size(c.per_seq, d->n_seqs, threads);
         c.groups_per_seq = (c.per_seq + c.size - 1) / c.size;
-        kve_cpu_parallel(ctx->threads, (size_t)d->n_seqs * c.groups_per_seq, kve_compact_groups, &c);
+        kve_cpu_parallel(threads, (size_t)d->n_seqs * c.groups_per_seq, kve_compact_groups, &c);
     } else {
-        kve_cpu_parallel(ctx->threads, (size_t)d->n_seqs * c.per_seq, kve_compact_heads, &c);
+        kve_cpu_parallel(threads, (size_t)d->n_seqs * c.per_seq, kve_compact_heads, &c);
     }
-    return KVE_OK;
 }

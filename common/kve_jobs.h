@@ -1,37 +1,21 @@
 /*
- * kve_backend.h — the contract between the front end (frontend/api.c and the
- * other public entry points in frontend/) and a backend (backends/<name>: one
- * driver per backend, exporting one table of operations):
- *
- *   1. the job protocol: what the cache state (frontend/state*.c) asks of a
- *      backend — one operation running a list of small jobs on the state's
- *      tables (state_update; a wave's rounds a block per table on a GPU),
- *      one evicting the rows of an append that are due (state_evict), and
- *      the cache write (which also runs the moves the jobs list); the job
- *      interpreter is common/state_body.h;
- *   2. struct kve_context, which every public call receives;
- *   3. kve_backend_ops, the table a backend fills (designated initializers).
- *
- * The front end validates every argument before it calls an operation; a
- * backend never re-validates. The CPU backend (backends/cpu.c) is linked
- * into the library; the GPU backends (backends/gpu.cu, built by
- * kernels_cuda/ and kernels_hip/) are shared objects loaded at run time
- * (frontend/registry.c), exporting KVE_BACKEND_ENTRY_SYMBOL; the front end
- * checks the ABI version of the table they return before using it.
+ * kve_jobs.h — the plain data the front end hands a backend's operations
+ * (the table, struct kve_context and the ABI are the drivers',
+ * backends/kve_backend.h): what the cache state (frontend/state*.c) asks of
+ * a backend — lists of small jobs on the state's tables (state_update; a
+ * wave's rounds a block per table on a GPU), one call of the op evict (a
+ * batch's heads, or the rows of an append that are due), a wave's plan
+ * (state_plan) and its refusals, and one call of the scorers (score). The job interpreter and
+ * the planner are common/state_body.h; kernels of every target read these
+ * types and never see a context.
  *
  * Jobs live in backend memory (the state uploads them, stream-ordered), so
  * a launch's arguments are the same from one decode step to the next.
  */
-#ifndef KVE_BACKEND_H
-#define KVE_BACKEND_H
+#ifndef KVE_JOBS_H
+#define KVE_JOBS_H
 
-#include "kve_handle.h"
 #include "kvevict.h"
-
-#define KVE_BACKEND_ABI_VERSION 5u /* 5: one score op (kve_score_call); rounds in state_update */
-#define KVE_BACKEND_ENTRY_SYMBOL "kve_backend_entry_v1"
-
-/* ---- 1. The job protocol ---------------------------------------------- */
 
 /* Job kinds. "Table t" runs over the row's tables, t = tl * table_heads + th,
  * at slot_pos + base + t * stride (and its freed list at freed + base + t *
@@ -158,6 +142,18 @@ typedef struct kve_state_evict {
     size_t scores_stride_row, scores_stride_table;
 } kve_state_evict;
 
+/* One call of the op evict: the heads of *b into *o (kve_evict), or, with
+ * rows, the due rows of an append's wave (kve_state_evict above: b =
+ * &rows->b, o NULL, the workspace rows'), an eviction over rows in one
+ * launch. The workspace holds evict_workspace_size(b) bytes. */
+typedef struct kve_evict_call {
+    const kve_batch *b;
+    const kve_evict_out *o;
+    void *workspace;
+    size_t workspace_bytes;
+    const kve_state_evict *rows;
+} kve_evict_call;
+
 /*
  * A cache state's call as its scorer reads it (kve_state_score_device): call
  * row i appends n_new[i] tokens to state row rows[i], both in backend memory
@@ -188,8 +184,9 @@ typedef struct kve_score_list {
  * or the state's, sized at creation and used in its stream's order, so the
  * call allocates nothing: in backend memory the given rows' copy, then the
  * raw scores (kve_score_scratch_bytes), with the counters at arrived (zeros
- * between calls); in host memory room for n_rows kve_score_row (the rows a
- * listed call finds).
+ * between calls); on the CPU (host memory) scratch_bytes of per-thread
+ * buffers (kve_cpu_score_thread_bytes a thread, for the state's threads at
+ * creation; a call runs on as many threads as fit).
  */
 typedef struct kve_score_call {
     kve_score_desc d;
@@ -197,6 +194,7 @@ typedef struct kve_score_call {
     uint32_t max_slots;
     void *scratch;
     uint32_t *arrived;
+    size_t scratch_bytes;
 } kve_score_call;
 
 
@@ -266,7 +264,7 @@ static inline const char *kve_plan_refusal_text(uint32_t why, int draft)
  * whole shape skips the padding. Wave 0 checks the call (a refusal turns every job of every wave
  * into a no-op and raises KVE_DEV_ERR_STATE_CALL) and fills each row's
  * work; every wave writes set k of call row i at jobs[k * n_rows + i]
- * (kve_state_job_set in kve_state_impl.h) and advances rows[]. waves = 0
+ * (kve_state_job_set above) and advances rows[]. waves = 0
  * plans the move lists' clearing, the padding and set FINAL (a refused
  * call's -1s: every row is padding or refused then). The plan's launch and every launch
  * after it depend on n_rows, max_new and the tables alone, so a captured
@@ -298,80 +296,5 @@ typedef struct kve_state_plan {
      * (KVE_PLAN_SCORED) */
     uint32_t scored, window;
 } kve_state_plan;
-
-/* ---- 2. The context ---------------------------------------------------- */
-struct kve_context {
-    kve_backend backend;
-    const struct kve_backend_ops *ops;
-    int threads;     /* resolved, >= 1 */
-    kve_cpu_isa isa; /* resolved, never AUTO */
-    int device;
-    void *stream;
-    void *impl; /* the backend's own state */
-    kve_handle handle; /* live or destroyed, and the ring of its states (kve_handle.h) */
-};
-
-/* ---- 3. The operations -------------------------------------------------- */
-typedef struct kve_backend_ops {
-    uint32_t abi_version;
-    kve_backend kind;
-    const char *name;
-    /* 1 when backend memory is host memory (lets the front end read contents). */
-    int host_memory;
-
-    kve_status (*probe)(int *out_available);
-    kve_status (*context_init)(kve_context *ctx);
-    void (*context_fini)(kve_context *ctx);
-    kve_status (*set_device)(kve_context *ctx, int device);
-
-    kve_status (*alloc)(kve_context *ctx, size_t bytes, void **out);
-    kve_status (*free)(kve_context *ctx, void *ptr);
-    kve_status (*copy)(kve_context *ctx, void *dst, const void *src, size_t bytes,
-                       kve_copy_kind kind);
-    kve_status (*synchronize)(kve_context *ctx);
-
-    kve_status (*keys)(kve_context *ctx, uint64_t seed, uint32_t flags, const kve_coord *coords,
-                       size_t n, uint64_t *keys);
-    kve_status (*evict_workspace_size)(kve_context *ctx, const kve_batch *batch,
-                                       size_t *out_bytes);
-    /* Arguments validated; the tables' contents (positions >= -1, no
-     * repeat unless KVE_TRUSTED_SLOTS, no NaN score at a candidate) are the
-     * backend's to check, in the pass that reads them, naming the lowest
-     * bad head. */
-    kve_status (*evict)(kve_context *ctx, const kve_batch *batch, const kve_evict_out *out,
-                        void *workspace, size_t workspace_bytes);
-    kve_status (*compact)(kve_context *ctx, const kve_compact_desc *desc);
-
-    /* Engine integration (the jobs above). NULL: the public call returns
-     * KVE_ERR_UNAVAILABLE. state_update runs a list of independent jobs on a
-     * cache state's tables; state_evict the eviction of an append's wave
-     * (one launch over the call's rows); cache_write gets a desc with dense
-     * strides resolved. */
-    kve_status (*state_update)(kve_context *ctx, const kve_state_update *update);
-    kve_status (*cache_write)(kve_context *ctx, const kve_cache_write_desc *desc);
-    kve_status (*state_evict)(kve_context *ctx, const kve_state_evict *evict);
-    /* Host to backend memory in stream order, without waiting for the
-     * stream (copy waits): @p src may be reused once it returns (a GPU's
-     * driver stages pageable memory before returning). The state's jobs. */
-    kve_status (*upload)(kve_context *ctx, void *dst, const void *src, size_t bytes);
-    /* The scorers (kve_score_call above), one launch. NULL:
-     * KVE_ERR_UNAVAILABLE. */
-    kve_status (*score)(kve_context *ctx, const kve_score_call *call);
-    /* One wave's plan of an append (kve_state_plan above), one launch of
-     * one block; a refusal is raised on the device (host memory: returned,
-     * with its message). */
-    kve_status (*state_plan)(kve_context *ctx, const kve_state_plan *plan);
-} kve_backend_ops;
-
-/* Services the core lends a backend loaded at run time. */
-typedef struct kve_host_services {
-    uint32_t abi_version;
-    kve_status (*set_error)(kve_status status, const char *fmt, ...);
-} kve_host_services;
-
-typedef const kve_backend_ops *(*kve_backend_entry_fn)(const kve_host_services *host);
-
-/* The CPU backend's table (backends/cpu.c), linked into the library. */
-const kve_backend_ops *kve_cpu_backend_ops(void);
 
 #endif
