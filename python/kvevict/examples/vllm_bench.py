@@ -27,7 +27,9 @@ submission to its last token; p50 and p95), preemptions (vLLM's counter
 server's /metrics in serve mode), the pool's peak blocks in use (vLLM's
 gauge ``vllm:kv_cache_usage_perc`` sampled during the round, x blocks) and,
 for the evicting arms, the largest per-request peak of blocks held (the
-plugin's digest records, ``peak_blocks``; for stock and full the blocks
+plugin's digest records, ``peak_blocks``, those written during the round:
+vLLM tells the worker of the last step's finished requests at its next step,
+so their records come with the next round; for stock and full the blocks
 prompt + max_tokens need, computed). Tables give each figure's median over
 the rounds and its min-max spread.
 
