@@ -24,7 +24,6 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
   start, naming why; bad settings are refused before any engine.
 Skips (77) without vLLM, unless KVE_VLLM_REQUIRED is set (run.sh's venv).
 """
-import glob
 import json
 import os
 import shutil
@@ -206,7 +205,11 @@ def knorm_first_round(kvevict, hf, settings, seq_id, prompt, toks, kept, layers=
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="kve-vllm-")
+    with tempfile.TemporaryDirectory(prefix="kve-vllm-") as tmp:
+        return run(tmp)
+
+
+def run(tmp):
     model, pkg = os.path.join(tmp, "qwen3"), os.path.join(tmp, "pkg")
     make_model(model)
     install(pkg)
@@ -238,6 +241,31 @@ def main():
             check(False, "%s refused" % bad)
         except config.ConfigError as e:
             check(words in str(e), "%s refused: %s" % (bad, e))
+
+    # the FlashAttention write (GPU) on CPU tensors: its layer cache [blocks,
+    # heads, block_size, 2 * D] as vLLM reads it (transpose(1, 2).split(D))
+    import kvevict.ops  # noqa: F401
+    from kvevict.vllm.attention import kv_views
+    g = torch.Generator().manual_seed(5)
+    kv = torch.zeros(4, 2, 32, 128)
+    k, v = torch.randn(3, 2, 64, generator=g), torch.randn(3, 2, 64, generator=g)
+    slots = torch.tensor([[0, 33], [5, 6], [40, 1]], dtype=torch.int64)
+    bt = torch.tensor([[2, 0], [3, 1]], dtype=torch.int32)
+    row = torch.tensor([0, 1, 0], dtype=torch.int32)
+    torch.ops.kvevict.cache_write(k, v, kv[..., :64], kv[..., 64:], slots, row, bt, "hnd",
+                                  "auto", None, None)
+    kc, vc = kv.transpose(1, 2).split(64, dim=-1)
+    ok = all(torch.equal(kc[bt[row[t], slots[t, h] // 32], slots[t, h] % 32, h], k[t, h]) and
+             torch.equal(vc[bt[row[t], slots[t, h] // 32], slots[t, h] % 32, h], v[t, h])
+             for t in range(3) for h in range(2))
+    check(ok and int((kv != 0).sum()) == 3 * 2 * 128,
+          "FlashAttention's layout (K then V in a block's last dim): written where vLLM reads")
+    # and the CPU layout's K view reads what vLLM's CPU kernel wrote there (K transposed)
+    cpu = torch.arange(2 * 2 * 32 * 128, dtype=torch.float32).view(2, 2, 32, 128)
+    kview, vview = kv_views(cpu)
+    check(float(kview[1, 0, 3, 5]) == float(cpu[1, 0].flatten()[5 * 32 + 3]) and
+          float(vview[1, 0, 3, 5]) == float(cpu[1, 0].flatten()[32 * 64 + 3 * 64 + 5]),
+          "the CPU layout's K view is K transposed in a block, V after it")
 
     prompts = [list(range(1, 30)), list(range(5, 17)), list(range(40, 101)),
                list(range(7, 12)), list(range(200, 237))]
@@ -372,7 +400,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    for d in glob.glob(os.path.join(tempfile.gettempdir(), "kve-vllm-*")):
-        shutil.rmtree(d, ignore_errors=True)
-    sys.exit(rc)
+    sys.exit(main())

@@ -1,6 +1,6 @@
-"""The attention backend of the plugin: vLLM's CPU attention with the cache
-write replaced, registered over CPU_ATTN through vLLM's own registry
-(``register_backend``). With no planned step (the full arm, warm-up and
+"""The attention backends of the plugin: vLLM's CPU attention and its
+FlashAttention with the cache write replaced, registered over CPU_ATTN and
+FLASH_ATTN through vLLM's own registry (``register_backend``). With no planned step (the full arm, warm-up and
 profiling runs) it is vLLM's backend unchanged, byte for byte; with one, a
 layer's new K/V go to the per-head slots the kvevict state chose, after the
 round's moves, through ``torch.ops.kvevict.cache_write`` on the CPU layout
@@ -8,6 +8,7 @@ round's moves, through ``torch.ops.kvevict.cache_write`` on the CPU layout
 import torch
 
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
+from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
 
 from .. import ops as _ops  # noqa: F401  (registers torch.ops.kvevict)
 from . import step as _step
@@ -50,3 +51,31 @@ class KvevictCPUAttentionBackend(CPUAttentionBackend):
     @staticmethod
     def get_impl_cls():
         return KvevictCPUAttentionImpl
+
+
+class KvevictFlashAttentionImpl(FlashAttentionImpl):
+    """FlashAttention (a GPU): the layer cache [blocks, heads, block_size,
+    2 * head_size] holds K then V in the last dim; the write goes through
+    torch.ops.kvevict.cache_write on the device (written for the GPU, not
+    yet run on one)."""
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
+        st = _step.current
+        if st is None or self.attn_type != "decoder":
+            return super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
+        l = st.layer_index[layer.layer_name]
+        n = st.n_tokens
+        d = kv_cache.shape[-1] // 2
+        k_cache = kv_cache[..., :d]                      # [blocks, heads, block_size, D]
+        v_cache = kv_cache[..., d:]
+        mv = st.state.layer_moves(st.buf, l)
+        torch.ops.kvevict.cache_write(key[:n], value[:n], k_cache, v_cache,
+                                      st.state.layer_slots(st.buf, l), st.token_row,
+                                      st.block_table, "hnd", "auto", None, None,
+                                      moves=mv["moves"], n_moves=mv["n_moves"])
+
+
+class KvevictFlashAttentionBackend(FlashAttentionBackend):
+    @staticmethod
+    def get_impl_cls():
+        return KvevictFlashAttentionImpl

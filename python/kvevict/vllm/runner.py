@@ -1,6 +1,6 @@
-"""The plugin's worker and model runner, handed to vLLM by its own option
-(``worker_cls``): vLLM's CPU worker building this runner, a subclass of
-vLLM's CPU model runner. The runner keeps one kvevict.State row per running
+"""The plugin's workers and model runners, handed to vLLM by its own option
+(``worker_cls``): vLLM's CPU worker (or GPU worker) building a subclass of
+vLLM's CPU (or GPU) model runner with the plugin's step (KvevictRunner). The runner keeps one kvevict.State row per running
 request and, each step, after vLLM has prepared its inputs (true positions
 for RoPE, the stock slot mapping), appends the step's tokens to the state:
 the per-head slots and the round's moves go to the attention backend
@@ -20,8 +20,11 @@ from vllm.model_executor.models.utils import extract_layer_index
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker
 
 import kvevict
+import kvevict.ops
 
 from . import config as _config
 from . import step as _step
@@ -51,8 +54,9 @@ class KvevictState:
     """The runner's kvevict state: rows of the running requests, the step
     buffers, and the requests' digests as they finish."""
 
-    def __init__(self, cfg: _config.PluginConfig, vllm_config: Any, kv_cache_config: Any):
-        self.cfg = cfg
+    def __init__(self, cfg: _config.PluginConfig, vllm_config: Any, kv_cache_config: Any,
+                 device: torch.device, k_view: Any):
+        self.cfg, self.device, self.k_view = cfg, device, k_view
         groups = kv_cache_config.kv_cache_groups
         if len(groups) != 1 or not isinstance(groups[0].kv_cache_spec, FullAttentionSpec):
             raise _config.ConfigError(
@@ -69,7 +73,7 @@ class KvevictState:
         self.max_model_len = mc.max_model_len
         cap = kvevict.capacity(self.max_model_len if cfg.pins_prompt else 0,
                                budget=cfg.budget, window=cfg.window, interval=cfg.interval)
-        self.ctx = kvevict.Context("cpu")
+        self.ctx = kvevict.ops.context_for(device)
         self.n_layers, self.n_heads = n_layers, n_heads
         self.group = mc.get_num_attention_heads(vllm_config.parallel_config) // n_heads
         self.score_kw = self._scorer(cfg, mc, n_layers) if cfg.scored else None
@@ -120,18 +124,17 @@ class KvevictState:
         due = [i for i, d in enumerate(self.state.rounds_due(rows, n_new)) if d]
         if not due:
             return None
-        from .attention import kv_views
         out = self.scores[:len(rows)]
         sub = self.scores.new_zeros((len(due),) + tuple(self.scores.shape[1:]))
         caps = [self.state.seq(rows[i]).capacity for i in due]
         nblk = -(-max(caps) // self.block_size)
         pages = block_table[due, :nblk].long()
         for l in range(self.n_layers):
-            k = kv_views(caches[l])[0][pages]                  # [due, nblk, H, bs, D]
+            k = self.k_view(caches[l])[pages]                  # [due, nblk, H, bs, D]
             keys = k.permute(0, 2, 1, 3, 4).reshape(len(due), self.n_heads, -1, k.shape[-1])
             self.state.score([rows[i] for i in due], [n_new[i] for i in due], l, keys, sub,
                              layout="contiguous", **self.score_kw[l])
-        out[due] = sub
+        out[torch.tensor(due, device=out.device)] = sub
         return out
 
     def retire(self, req_id: str, left: bool = True) -> None:
@@ -166,8 +169,18 @@ class KvevictState:
         return r
 
 
-class KvevictCPUModelRunner(CPUModelRunner):
+class KvevictRunner:
+    """The plugin's step, mixed into vLLM's model runner (CPU or GPU): one
+    state row per running request, appended after vLLM prepared its inputs;
+    seq_lens become the held counts. ``k_view(kv_cache)``: a layer's K as
+    [blocks, heads, block_size, head_size] (the attention backend's layout),
+    for the scored arms."""
+
+    k_view: Any = None
+
     def __init__(self, vllm_config: Any, device: torch.device):
+        from . import register
+        register()  # the backends, also where the entry point is not installed (before the model)
         super().__init__(vllm_config, device)
         self.kve_cfg = _config.parse(vllm_config.additional_config)
         _config.check_engine(self.kve_cfg, vllm_config)
@@ -178,7 +191,17 @@ class KvevictCPUModelRunner(CPUModelRunner):
         super().initialize_kv_cache(kv_cache_config, *args, **kwargs)
         profiling = kwargs.get("is_profiling", args[0] if args else False)
         if self.kve_cfg.evicts and not profiling:
-            self.kve = KvevictState(self.kve_cfg, self.vllm_config, self.kv_cache_config)
+            from .attention import KvevictCPUAttentionImpl, KvevictFlashAttentionImpl
+            ctx = self.compilation_config.static_forward_context
+            for name in kv_cache_config.kv_cache_groups[0].layer_names:
+                impl = getattr(ctx.get(name), "impl", None)
+                if not isinstance(impl, (KvevictCPUAttentionImpl, KvevictFlashAttentionImpl)):
+                    raise _config.ConfigError(
+                        "kvevict: layer %s attends with %s, not the plugin's backend: the "
+                        "plugin serves vLLM's CPU attention and FlashAttention"
+                        % (name, type(impl).__name__))
+            self.kve = KvevictState(self.kve_cfg, self.vllm_config, self.kv_cache_config,
+                                    self.device, type(self).k_view)
 
     def _update_states(self, scheduler_output: Any):
         out = super()._update_states(scheduler_output)
@@ -208,7 +231,7 @@ class KvevictCPUModelRunner(CPUModelRunner):
                 raise RuntimeError("kvevict: request %s has %d tokens in its state row but vLLM "
                                    "computed %d (a schedule the plugin did not follow)"
                                    % (req_ids[i], have, want))
-        bt = self.input_batch.block_table[0].get_cpu_tensor()[:n]
+        bt = self.input_batch.block_table[0].get_device_tensor(n)
         scores = None
         if kve.score_kw is not None:
             ctx = self.compilation_config.static_forward_context
@@ -218,13 +241,15 @@ class KvevictCPUModelRunner(CPUModelRunner):
             scores = kve.score(rows, n_new, bt, caches)
         before = [kve.state.seq(r).round for r in rows] if kve.observer else None
         kve.state.append(rows, n_new, out=kve.buf, scores=scores)
+        held = []
         for i, r in enumerate(rows):
             info = kve.state.seq(r)
-            self.seq_lens[i] = info.n_valid
+            held.append(info.n_valid)
             if before is not None and info.round != before[i]:
                 kve.observer(req_ids[i], kve.state, r)
+        self.seq_lens[:n].copy_(torch.tensor(held, dtype=self.seq_lens.dtype))
         token_row = torch.from_numpy(
-            np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n]))
+            np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n])).to(self.device)
         _step.current = _step.PlannedStep(kve.state, kve.buf, int(sum(n_new)), token_row, bt,
                                           kve.layer_index)
         return out
@@ -236,6 +261,21 @@ class KvevictCPUModelRunner(CPUModelRunner):
             _step.current = None
 
 
+def _cpu_k(kv_cache: torch.Tensor) -> torch.Tensor:
+    from .attention import kv_views
+    return kv_views(kv_cache)[0]
+
+
+def _flash_k(kv_cache: torch.Tensor) -> torch.Tensor:
+    """FlashAttention's layer cache [blocks, heads, block_size, 2 * head_size]
+    (K, then V, in the last dim): K as [blocks, heads, block_size, head_size]."""
+    return kv_cache[..., :kv_cache.shape[-1] // 2]
+
+
+class KvevictCPUModelRunner(KvevictRunner, CPUModelRunner):
+    k_view = staticmethod(_cpu_k)
+
+
 class KvevictCPUWorker(CPUWorker):
     """vLLM's CPU worker with the plugin's model runner."""
 
@@ -245,3 +285,18 @@ class KvevictCPUWorker(CPUWorker):
             raise _config.ConfigError("kvevict: vLLM's V2 model runner is not supported; set "
                                       "VLLM_USE_V2_MODEL_RUNNER=0")
         self.model_runner = KvevictCPUModelRunner(self.vllm_config, torch.device("cpu"))
+
+
+class KvevictGPUModelRunner(KvevictRunner, GPUModelRunner):
+    k_view = staticmethod(_flash_k)
+
+
+class KvevictGPUWorker(Worker):
+    """vLLM's GPU worker with the plugin's model runner, through the worker's
+    own factory (_make_model_runner)."""
+
+    def _make_model_runner(self):
+        if self.use_v2_model_runner:
+            raise _config.ConfigError("kvevict: vLLM's V2 model runner is not supported; set "
+                                      "VLLM_USE_V2_MODEL_RUNNER=0")
+        return KvevictGPUModelRunner(self.vllm_config, self.device)
