@@ -286,6 +286,20 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
     commit (State.draft): accepted drafts from their draft slots to the
     slots append mapped them to, with the append's moves in the same call.
     """
+    d, views = _describe_write(ctx, srcs, dsts, slots, token_row, layout, block_table, indptr,
+                               indices, last_page_len, kv_cache_dtype, scales, convert, moves,
+                               n_moves, move_row, src_slots)
+    ctx._prepare(views)
+    check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")
+
+
+def _describe_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
+                    token_row: Any, layout: str, block_table: Any, indptr: Any, indices: Any,
+                    last_page_len: Any, kv_cache_dtype: Any, scales: Any, convert: bool,
+                    moves: Any, n_moves: Any, move_row: Any, src_slots: Any) -> Tuple[Any, list]:
+    """cache_write's kve_cache_write_desc and the views it points into
+    (checked as cache_write checks them); kvevict.vllm keeps one a layer and
+    patches its per-step fields."""
     n = _check_args(ctx, srcs, dsts, layout, kv_cache_dtype, scales)
     d = _lib.CacheWriteDesc()
     views = []
@@ -308,5 +322,4 @@ def cache_write(ctx: Any, srcs: Sequence[Any], dsts: Sequence[Any], slots: Any,
                              % (sv.strides, sl.strides))
         d.src_slots = sv.ptr
         views.append(sv)
-    ctx._prepare(views)
-    check(lib.kve_cache_write(ctx.handle, ctypes.byref(d)), "kve_cache_write")
+    return d, views

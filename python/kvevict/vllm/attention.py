@@ -10,7 +10,7 @@ import torch
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
 
-from .. import ops as _ops  # noqa: F401  (registers torch.ops.kvevict)
+from .. import ops as kvevict_ops  # registers torch.ops.kvevict; a context per device
 from . import step as _step
 
 
@@ -27,6 +27,44 @@ def kv_views(kv_cache: torch.Tensor):
     return k, v
 
 
+class _Writer:
+    """One layer's kve_cache_write descriptor, described once through
+    kvevict.cache_write's own checks and then patched per call: of a step,
+    only the sources (this call's key and value), the token and row counts
+    and the token rows change; the caches, the state's mapping and move
+    buffers and the block table are the engine's persistent tensors."""
+
+    def __init__(self, sig, d, views):
+        self.sig, self.d, self.views = sig, d, views
+
+
+def _write(st, l, key, value, k_cache, v_cache) -> None:
+    """A layer's cache write (the CPU): its descriptor kept in st.writers,
+    rebuilt when a tensor it points into changes."""
+    import ctypes
+
+    from .._lib import check, lib
+    from .._write import _describe_write
+    n = st.n_tokens
+    sig = (k_cache.data_ptr(), key.stride(), value.stride(), key.dtype, st.block_table.data_ptr(),
+           st.block_table.stride(0))
+    w = st.writers.get(l)
+    mv = None
+    if w is None or w.sig != sig:
+        mv = st.state.layer_moves(st.buf, l)
+        d, views = _describe_write(kvevict_ops.context_for(key.device), [key[:n], value[:n]],
+                                   [k_cache, v_cache], st.state.layer_slots(st.buf, l),
+                                   st.token_row, "hnd", st.block_table, None, None, None,
+                                   "auto", None, False, mv["moves"], mv["n_moves"], None, None)
+        w = st.writers[l] = _Writer(sig, d, views)
+    d = w.d
+    d.n_tokens, d.pages.n_rows, d.n_move_rows = n, st.n_rows, st.n_rows
+    d.src[0], d.src[1] = key.data_ptr(), value.data_ptr()
+    d.token_row = st.token_row.data_ptr()
+    check(lib.kve_cache_write(kvevict_ops.context_for(key.device).handle, ctypes.byref(d)),
+          "kve_cache_write")
+
+
 class KvevictCPUAttentionImpl(CPUAttentionBackendImpl):
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         st = _step.current
@@ -37,14 +75,8 @@ class KvevictCPUAttentionImpl(CPUAttentionBackendImpl):
             raise RuntimeError("kvevict: vLLM's CPU attention chose ISA %r, whose K block "
                                "layout the plugin does not address (vec and vec16 only; "
                                "AMX packs bf16 K its own way: use float32 or float16)" % isa)
-        l = st.layer_index[layer.layer_name]
-        n = st.n_tokens
         k_cache, v_cache = kv_views(kv_cache)
-        mv = st.state.layer_moves(st.buf, l)
-        torch.ops.kvevict.cache_write(key[:n], value[:n], k_cache, v_cache,
-                                      st.state.layer_slots(st.buf, l), st.token_row,
-                                      st.block_table, "hnd", "auto", None, None,
-                                      moves=mv["moves"], n_moves=mv["n_moves"])
+        _write(st, st.layer_index[layer.layer_name], key, value, k_cache, v_cache)
 
 
 class KvevictCPUAttentionBackend(CPUAttentionBackend):

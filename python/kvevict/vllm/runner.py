@@ -88,9 +88,14 @@ class KvevictState:
                                            max_new=sc.max_num_batched_tokens)
         self.rows: dict = {}            # request id -> state row
         self.free = list(range(sc.max_num_seqs - 1, -1, -1))
+        # per state row, kept here so a step reads no row back from the state:
+        # tokens appended, capacity C, the most blocks held in a step
+        self.n_tokens = np.zeros(sc.max_num_seqs, dtype=np.int64)
+        self.capacity = np.zeros(sc.max_num_seqs, dtype=np.int64)
+        self.peak = np.zeros(sc.max_num_seqs, dtype=np.int64)
         self.digests: dict = {}         # request id -> its digest record when it left
-        self.peak_blocks: dict = {}     # request id -> the most blocks it held in a step
         self.preemptions = 0
+        self.writers: dict = {}  # layer -> its cache write's descriptor (attention.py)
         #: called as observer(req_id, state, row) after each step in which the
         #: request's row ran a round (an audit hook: tests read keep-sets here)
         self.observer = None
@@ -153,7 +158,7 @@ class KvevictState:
         rec = self.digests[req_id] = {
             "request_id": req_id, "seq_id": info.seq_id, "prompt_len": info.prompt_len,
             "n_tokens": info.n_tokens, "round": info.round, "capacity": info.capacity,
-            "peak_blocks": self.peak_blocks.pop(req_id, 0),
+            "peak_blocks": int(self.peak[r]),
             "digest": "%016x" % self.state.keepset_digest(r)}
         if self.cfg.digest_file:
             with open(self.cfg.digest_file, "a") as f:
@@ -166,7 +171,19 @@ class KvevictState:
         pinned = len(req.prompt_token_ids) if self.cfg.pins_prompt else 0
         self.state.admit(r, seq_id_of(req), min(pinned, self.max_model_len))
         self.rows[req_id] = r
+        self.n_tokens[r], self.peak[r] = 0, 0
+        self.capacity[r] = self.state.seq(r).capacity
         return r
+
+    def held(self, rows: np.ndarray) -> np.ndarray:
+        """n_valid of @rows from their token counts (docs/SPEC.md "Schedule"):
+        n up to C, then C - r plus the tokens since the last round."""
+        n, c, r = self.n_tokens[rows], self.capacity[rows], self.cfg.interval
+        return np.where(n <= c, n, c - r + (n - c - 1) % r + 1)
+
+    def rounds(self, rows: np.ndarray) -> np.ndarray:
+        n, c = self.n_tokens[rows], self.capacity[rows]
+        return np.where(n <= c, 0, (n - c - 1) // self.cfg.interval + 1)
 
 
 class KvevictRunner:
@@ -218,40 +235,40 @@ class KvevictRunner:
             return out
         kve, n = self.kve, self.input_batch.num_reqs
         req_ids = self.input_batch.req_ids[:n]
-        rows = []
-        for req_id in req_ids:
+        rows = np.empty(n, dtype=np.int64)
+        for i, req_id in enumerate(req_ids):
             r = kve.rows.get(req_id)
-            rows.append(kve.admit(req_id, self.requests[req_id]) if r is None else r)
-            blocks = len(self.requests[req_id].block_ids[0])
-            kve.peak_blocks[req_id] = max(kve.peak_blocks.get(req_id, 0), blocks)
-        n_new = [int(x) for x in num_scheduled_tokens[:n]]
-        for i, r in enumerate(rows):  # the state and vLLM count the same tokens
-            have, want = kve.state.seq(r).n_tokens, int(self.input_batch.num_computed_tokens_cpu[i])
-            if have != want:
-                raise RuntimeError("kvevict: request %s has %d tokens in its state row but vLLM "
-                                   "computed %d (a schedule the plugin did not follow)"
-                                   % (req_ids[i], have, want))
+            rows[i] = kve.admit(req_id, self.requests[req_id]) if r is None else r
+        n_new = num_scheduled_tokens[:n].astype(np.int64)
+        want = self.input_batch.num_computed_tokens_cpu[:n]
+        bad = np.nonzero(kve.n_tokens[rows] != want)[0]
+        if bad.size:  # the state and vLLM count the same tokens
+            i = int(bad[0])
+            raise RuntimeError("kvevict: request %s has %d tokens in its state row but vLLM "
+                               "computed %d (a schedule the plugin did not follow)"
+                               % (req_ids[i], kve.n_tokens[rows[i]], want[i]))
+        blocks = self.input_batch.block_table[0].num_blocks_per_row[:n]
+        kve.peak[rows] = np.maximum(kve.peak[rows], blocks)
         bt = self.input_batch.block_table[0].get_device_tensor(n)
+        row_list, new_list = rows.tolist(), n_new.tolist()
         scores = None
         if kve.score_kw is not None:
             ctx = self.compilation_config.static_forward_context
             caches = [None] * kve.n_layers
             for name, l in kve.layer_index.items():
                 caches[l] = ctx[name].kv_cache
-            scores = kve.score(rows, n_new, bt, caches)
-        before = [kve.state.seq(r).round for r in rows] if kve.observer else None
-        kve.state.append(rows, n_new, out=kve.buf, scores=scores)
-        held = []
-        for i, r in enumerate(rows):
-            info = kve.state.seq(r)
-            held.append(info.n_valid)
-            if before is not None and info.round != before[i]:
-                kve.observer(req_ids[i], kve.state, r)
-        self.seq_lens[:n].copy_(torch.tensor(held, dtype=self.seq_lens.dtype))
+            scores = kve.score(row_list, new_list, bt, caches)
+        before = kve.rounds(rows)
+        kve.state.append(row_list, new_list, out=kve.buf, scores=scores)
+        kve.n_tokens[rows] += n_new
+        self.seq_lens[:n].copy_(torch.from_numpy(kve.held(rows)))
+        if kve.observer is not None:
+            for i in np.nonzero(kve.rounds(rows) != before)[0]:
+                kve.observer(req_ids[i], kve.state, int(rows[i]))
         token_row = torch.from_numpy(
             np.repeat(np.arange(n, dtype=np.int32), num_scheduled_tokens[:n])).to(self.device)
-        _step.current = _step.PlannedStep(kve.state, kve.buf, int(sum(n_new)), token_row, bt,
-                                          kve.layer_index)
+        _step.current = _step.PlannedStep(kve.state, kve.buf, int(n_new.sum()), token_row, bt,
+                                          kve.layer_index, n, kve.writers)
         return out
 
     def execute_model(self, *args: Any, **kwargs: Any):

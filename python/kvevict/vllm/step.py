@@ -14,6 +14,8 @@ class PlannedStep:
     token_row: Any      #: int32 [n_tokens]: each token's batch index (block-table row)
     block_table: Any    #: int32 [num_reqs, blocks_per_row]
     layer_index: dict   #: attention layer name -> the state's layer
+    n_rows: int = 0     #: requests of the step (the state's call rows)
+    writers: Optional[dict] = None  #: layer -> its kve_cache_write descriptor (attention.py)
 
 
 current: Optional[PlannedStep] = None
