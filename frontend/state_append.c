@@ -97,13 +97,20 @@ kve_state_plan kve_state_plan_of(const kve_state *s, const kve_state_call *c, ui
                         s->call_base, s->marks,    s->refused,  s->tables,  c->n_rows,
                         c->max_new,   s->d.max_seqs, s->d.schedule.interval, k, waves,
                         UINT32_MAX,   0,           0,           0,           0,
-                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window,
+                        NULL, NULL, 0, 0};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
         p.pad = (uint32_t)c->pad;
     }
     p.clear = out && out->moves;
+    if (c->pad && p.scored && out && out->scores) { /* kve_state_append_device: NaN refused */
+        p.slot_pos = s->slot_pos;
+        p.scores = out->scores;
+        p.scores_stride_row = out->scores_stride_row;
+        p.scores_stride_table = out->scores_stride_table;
+    }
     return p;
 }
 
@@ -209,7 +216,8 @@ static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
                         s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0, 0,
-                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window,
+                        NULL, NULL, 0, 0};
     for (uint32_t k = 0; k < waves; k++) {
         p.wave = k;
         (void)kve_state_plan_serial(&p, &at);
@@ -268,7 +276,7 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             out->max_moves, max_new, need);
     }
     if (s->d.schedule.flags & KVE_SCORED)
-        KVE_TRY(kve_state_check_scored_shape(s, n_rows, rows, n_new, out));
+        KVE_TRY(kve_state_check_scored_shape(s, n_rows, out));
     s->device_planned = 1; /* from here the rows may advance where the host cannot see */
     kve_state_call c = {rows, n_new, n_rows, max_new, 1}; /* the caller's buffers, read there */
     return kve_state_append_waves(s, &c, out);

@@ -548,10 +548,11 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * kve_state_append planned on the backend, for a step captured in a CUDA or
  * HIP graph: launches depend on n_rows, max_new and the state's shape
  * alone; nothing is read back, allocated or waited for (docs/INTEGRATION.md
- * "CUDA graphs": padding, refusals, statuses, scored states).
+ * "CUDA graphs"). Data checks (a scored NaN too) run on the device; a
+ * refusal changes nothing, maps the shape to -1, empties the move lists.
  * @param rows, n_new [n_rows], backend memory; n_new[i] = 0 is padding.
  * @param max_new the most tokens a row may bring: out->max_moves >=
- *        kve_state_max_moves(max_new). Data checks run on the device.
+ *        kve_state_max_moves(max_new).
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE; KVE_ERR_OVERFLOW; KVE_ERR_INVALID.
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,

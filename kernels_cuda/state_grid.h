@@ -107,6 +107,14 @@ KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_
         if (tc->tid == 0)
             p->call_base[p->n_rows] = carry < 0xffffffffu ? (uint32_t)carry : 0xffffffffu;
         kve_sync(tc); /* every mark counted, the call's tokens known */
+        for (uint32_t i = 0; p->scores && i < p->n_rows; i++) { /* a due row's NaN, block-wide */
+            uint32_t n = p->call_new[i];
+            if (!n || kve_plan_check(p, i) || (uint64_t)p->call_base[i] + n > p->max_tokens ||
+                !kve_plan_nan_due(p, i) || !kve_plan_nan_scan(p, i, tc->tid, tc->nt))
+                continue;
+            kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_NAN);
+            kve_atomic_max_u32(p->refused, KVE_PLAN_NAN);
+        }
         for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
             if (p->call_new[i] && !kve_plan_check(p, i) && p->marks[p->call_rows[i]] > 1) {
                 kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);

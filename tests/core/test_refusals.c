@@ -1,0 +1,77 @@
+/* test_refusals.c — refusals that must leave their outputs and memory as the
+ * contract says (issue 60, "Contract gaps"): a NaN score's refusal of
+ * kve_state_append_device maps the call to -1 and empties its move lists
+ * like every other refusal; move-list views whose span passes 2^64 bytes are
+ * KVE_ERR_OVERFLOW; a handle of the wrong kind is refused by name. */
+#include <math.h>
+
+#include "kve_suite.h"
+#include "kve_test_state.h"
+
+/* A KVE_SCORED state of 2 rows, 2 layers of 1 head, B = 12, W = 4, r = 4,
+ * max_slots 20; row 0 (prompt 2, capacity 16) full and due at its next
+ * token, row 1 admitted (prompt 2) and empty. */
+static kve_state *nan_case(kve_context *ctx)
+{
+    kve_state_desc d = ks_desc(KVE_SCORED, 2, 2, 1, 12, 4, 4, 20);
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    KT_OK(kve_state_admit(st, 0, 7, 2));
+    KT_OK(kve_state_admit(st, 1, 8, 2));
+    uint32_t row = 0, n = 16;
+    KT_OK(kve_state_append(st, 1, &row, &n, NULL));
+    return st;
+}
+
+/* kve_state_append_device with a NaN at a candidate of row 0's round (table
+ * 1, slot 3) on the CPU: KVE_ERR_INVALID, the state unchanged, and the
+ * step's outputs those of every refusal (docs/INTEGRATION.md "CUDA graphs":
+ * tokens and padding -1, move lists empty), whatever the previous step
+ * left in them. */
+START_TEST(nan_refusal_resets_outputs)
+{
+    kve_context *ctx = ks_context();
+    kve_state *st = nan_case(ctx);
+    enum { ST = 20, SR = 2 * ST, MT = 2 }; /* MT: the shape's n_rows x max_new */
+    float sc[2 * SR];
+    for (int i = 0; i < 2 * SR; i++)
+        sc[i] = (float)(i % 11);
+    sc[ST + 3] = NAN;
+    int64_t map[2 * MT];
+    int32_t mv[2 * 2 * 4 * 2];
+    uint32_t n_mv[2 * 2];
+    for (int i = 0; i < 2 * MT; i++)
+        map[i] = 77; /* the previous step's */
+    for (int i = 0; i < 4; i++)
+        n_mv[i] = 3;
+    kve_step_buffers out = {map, MT, mv, n_mv, 2, 4, sc, SR, ST};
+    kve_state_seq_info a, b;
+    KT_OK(kve_state_get_seq(st, 0, &a));
+    uint32_t rows[2] = {0, 1}, n_new[2] = {1, 1};
+    EXPECT_ERR(kve_state_append_device(st, 2, rows, n_new, 1, &out), KVE_ERR_INVALID,
+               "rows[0] = 0 (n_new[0] = 1) has a NaN in out->scores at a candidate of its round");
+    KT_OK(kve_state_get_seq(st, 0, &b));
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "the NaN refusal changed row 0");
+    for (int i = 0; i < 2 * MT; i++)
+        ck_assert_msg(map[i] == -1, "slot_mapping[%d] = %lld after a refusal, not -1", i,
+                      (long long)map[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(n_mv[i] == 0, "n_moves[%d] = %u after a refusal, not 0", i, n_mv[i]);
+    /* the same call without the NaN runs row 0's round */
+    sc[ST + 3] = 3;
+    KT_OK(kve_state_append_device(st, 2, rows, n_new, 1, &out));
+    KT_OK(kve_state_get_seq(st, 0, &b));
+    ck_assert_uint_eq(b.round, a.round + 1);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    const kve_suite_test tests[] = {
+        KVE_TEST(refusals, nan_refusal_resets_outputs),
+    };
+    const kve_suite_spec spec = {"refusals", 60, 1, NULL, NULL};
+    return kve_suite_main(&spec, tests, KVE_COUNT(tests));
+}
