@@ -539,7 +539,7 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
  *        n_rows <= max_seqs (else KVE_ERR_RANGE).
  * @param out the mapping and move lists (and a KVE_SCORED state's scores),
  *        or NULL to advance the state alone (the caller keeps no cache).
- * @return KVE_OK, or an error with the state unchanged.
+ * @return KVE_OK, or an error with the state unchanged (OVERFLOW: out's spans).
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                     const uint32_t *n_new, const kve_step_buffers *out);

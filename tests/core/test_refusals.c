@@ -67,10 +67,57 @@ START_TEST(nan_refusal_resets_outputs)
 }
 END_TEST
 
+/* Issue 60 item 2: two table layers, out->max_rows = 2^31 and
+ * out->max_moves = 2^31 (each within its own bound): the move lists span
+ * 2 x 2^31 x 2^31 x 2 int32, past 2^64 bytes, so layer 1's lists would
+ * wrap onto layer 0's. Refused as every other stride: KVE_ERR_OVERFLOW
+ * naming out->max_moves, before anything is written. */
+START_TEST(move_list_span_overflow)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 2, 2, 1, 12, 4, 4, 20);
+    d.max_draft = 2;
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    ck_assert_uint_eq(lay.table_layers, 2);
+    KT_OK(kve_state_admit(st, 0, 7, 2));
+    int32_t mv[4] = {9, 9, 9, 9};
+    uint32_t n_mv[4] = {9, 9, 9, 9};
+    kve_step_buffers out = {NULL, 0, mv, n_mv, 1u << 31, 1u << 31, NULL, 0, 0};
+    uint32_t row = 0, one = 1;
+    kve_state_seq_info a, b;
+    KT_OK(kve_state_get_seq(st, 0, &a));
+    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_OVERFLOW,
+               "out->max_moves = 2147483648: 2 tables x out->max_rows = 2147483648");
+    EXPECT_ERR(kve_state_append_device(st, 1, &row, &one, 1, &out), KVE_ERR_OVERFLOW,
+               "out->max_moves = 2147483648");
+    EXPECT_ERR(kve_state_draft(st, 1, &row, &one, 1, &out), KVE_ERR_OVERFLOW,
+               "out->max_moves = 2147483648");
+    KT_OK(kve_state_get_seq(st, 0, &b));
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "a refused append changed the row");
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(n_mv[i] == 9 && mv[i] == 9, "a refused append wrote list %d", i);
+    /* max_rows 2^30: 2^63 bytes a layer, 2^64 in all, still overflows;
+     * max_rows 2 with max_moves 2^31 fits and runs */
+    out.max_rows = 1u << 30;
+    EXPECT_ERR(kve_state_append(st, 1, &row, &one, &out), KVE_ERR_OVERFLOW,
+               "out->max_moves = 2147483648: 2 tables x out->max_rows = 1073741824");
+    out.max_rows = 2;
+    KT_OK(kve_state_append(st, 1, &row, &one, &out));
+    /* no round: call row 0's list in each layer (n_moves 0 and 2) emptied,
+     * the lists of row 1 of max_rows untouched */
+    ck_assert_msg(n_mv[0] == 0 && n_mv[1] == 9 && n_mv[2] == 0 && n_mv[3] == 9,
+                  "n_moves %u %u %u %u", n_mv[0], n_mv[1], n_mv[2], n_mv[3]);
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(refusals, nan_refusal_resets_outputs),
+        KVE_TEST(refusals, move_list_span_overflow),
     };
     const kve_suite_spec spec = {"refusals", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
