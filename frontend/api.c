@@ -47,7 +47,13 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
         free(ctx);
         return st;
     }
-    kve_handle_open(&ctx->handle, KVE_HANDLE_CONTEXT, ctx);
+    if (st == KVE_OK)
+        st = kve_handle_open(&ctx->handle, KVE_HANDLE_CONTEXT, ctx);
+    if (st != KVE_OK) {
+        ops->context_fini(ctx);
+        free(ctx);
+        return st;
+    }
     kve_error_clear();
     *out = ctx;
     return KVE_OK;

@@ -236,8 +236,16 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
         }
         s->owned = 1;
     }
-    kve_handle_open(&s->handle, KVE_HANDLE_STATE, s); /* live from here: destroyed on failure */
-    kve_handle_attach(&ctx->handle, &s->handle);
+    kve_status reg = kve_handle_open(&s->handle, KVE_HANDLE_STATE, s); /* live from here */
+    if (reg != KVE_OK) {
+        if (s->owned)
+            kve_free(ctx, memory);
+        free(host);
+        free(s->free_runs);
+        free(s);
+        return reg;
+    }
+    kve_handle_attach(&ctx->handle, &s->handle); /* destroyed on a later failure */
     char *base = (char *)memory;
     s->memory = memory;
     s->slot_pos = (int32_t *)(base + s->offsets[KVE_PART_SLOT_POS]);

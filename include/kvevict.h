@@ -130,10 +130,11 @@ KVE_API kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out);
 KVE_API kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available);
 
 /** Opaque context: a backend, its settings and its state. One per thread.
- *  Every call checks its context (and state) is live: a destroyed one is
- *  KVE_ERR_INVALID. Detected while it is among the last 64 destroyed
- *  handles (their structs are kept until then); a pointer destroyed
- *  earlier, or never returned by a create, is undefined behaviour. */
+ *  Every call looks its context (and state) up among the live handles,
+ *  reading nothing through the pointer: a destroyed one, one of the other
+ *  kind or an unknown pointer is KVE_ERR_INVALID. A handle stays detected
+ *  as destroyed while among the last 64 its thread destroyed, whatever
+ *  other threads do; after that a new handle may take its address. */
 typedef struct kve_context kve_context;
 
 /**

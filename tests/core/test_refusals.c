@@ -4,6 +4,7 @@
  * like every other refusal; move-list views whose span passes 2^64 bytes are
  * KVE_ERR_OVERFLOW; a handle of the wrong kind is refused by name. */
 #include <math.h>
+#include <stdio.h>
 
 #include "kve_suite.h"
 #include "kve_test_state.h"
@@ -113,11 +114,48 @@ START_TEST(move_list_span_overflow)
 }
 END_TEST
 
+/* Issue 60 item 4: bindings type every handle alike, so a context reaches
+ * a function that takes a state (and the other way round). The check finds
+ * the pointer in the registry of handles by its address: the wrong kind is
+ * refused by name, and nothing is read through the pointer (before, the
+ * check read the state's handle field past the context's allocation: ASan
+ * heap-buffer-overflow). A pointer that is neither is refused too. */
+START_TEST(handle_of_the_wrong_kind)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(0, 2, 2, 1, 12, 4, 4, 20);
+    kve_state_layout lay;
+    kve_state *st = ks_create(ctx, &d, &lay);
+    kve_state_seq_info info;
+    kve_state *as_state = (kve_state *)(void *)ctx;
+    char want[96];
+    snprintf(want, sizeof want, "state (%p): a kve_context, not a state", (void *)ctx);
+    EXPECT_ERR(kve_state_get_seq(as_state, 0, &info), KVE_ERR_INVALID, want);
+    EXPECT_ERR(kve_state_destroy(as_state), KVE_ERR_INVALID, want);
+    kve_backend b;
+    kve_context *as_ctx = (kve_context *)(void *)st;
+    snprintf(want, sizeof want, "ctx (%p): a kve_state, not a context", (void *)st);
+    EXPECT_ERR(kve_context_get_backend(as_ctx, &b), KVE_ERR_INVALID, want);
+    EXPECT_ERR(kve_context_destroy(as_ctx), KVE_ERR_INVALID, want);
+    uint64_t junk[8] = {0};
+    EXPECT_ERR(kve_state_get_seq((kve_state *)(void *)junk, 0, &info), KVE_ERR_INVALID,
+               "not a live state (not made by kve_state_create");
+    /* both still live */
+    KT_OK(kve_state_get_seq(st, 0, &info));
+    KT_OK(kve_context_get_backend(ctx, &b));
+    KT_OK(kve_state_destroy(st));
+    snprintf(want, sizeof want, "ctx (%p): a destroyed kve_state, not a context", (void *)st);
+    EXPECT_ERR(kve_context_destroy(as_ctx), KVE_ERR_INVALID, want);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(refusals, nan_refusal_resets_outputs),
         KVE_TEST(refusals, move_list_span_overflow),
+        KVE_TEST(refusals, handle_of_the_wrong_kind),
     };
     const kve_suite_spec spec = {"refusals", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
