@@ -54,9 +54,15 @@ static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d
 {
     s->score_group = d->score_group ? d->score_group : (d->schedule.flags & KVE_SCORED) != 0;
     *bytes = 0;
+    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
+    /* a scoring call takes at most KVE_SCORE_MAX_QHEADS query heads a table */
+    KVE_RETURN_ERROR_IF(hpt * s->score_group > KVE_SCORE_MAX_QHEADS, KVE_ERR_RANGE,
+                        "desc.score_group = %u: a table's query heads (%u x %llu KV heads) exceed "
+                        "%u, the most a scoring call takes",
+                        d->score_group, d->score_group, (unsigned long long)hpt,
+                        KVE_SCORE_MAX_QHEADS);
     if (!s->score_group || ctx->ops->host_memory)
         return KVE_OK;
-    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
     size_t raw_at, n = SIZE_MAX;
     if (!__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq))
         n = kve_score_scratch_bytes(d->max_seqs, s->table_heads, nq, d->max_slots, &raw_at);

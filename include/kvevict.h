@@ -440,7 +440,8 @@ typedef struct kve_state_desc {
      *  other scorers) the state's scorer scratch is sized for at creation:
      *  the experimental kve_state_score_device refuses more, and on a GPU
      *  kve_state_score scores more in the context's scratch. 0 = 1 for a
-     *  KVE_SCORED state, else none. */
+     *  KVE_SCORED state, else none. score_group x the KV heads a table
+     *  holds must be <= 256 (a scoring call's most), else KVE_ERR_RANGE. */
     uint32_t score_group;
 } kve_state_desc;
 

@@ -150,12 +150,43 @@ START_TEST(handle_of_the_wrong_kind)
 }
 END_TEST
 
+/* Issue 60 item 4: desc.score_group past the query heads a scoring call
+ * takes (256 a table: score_group x the KV heads a shared table holds) is
+ * refused at kve_state_create and kve_state_memory_size, naming it, not
+ * only at the first scoring call. */
+START_TEST(score_group_refused_at_create)
+{
+    kve_context *ctx = ks_context();
+    kve_state_desc d = ks_desc(KVE_SCORED, 2, 2, 1, 12, 4, 4, 20);
+    kve_state *st = NULL;
+    size_t bytes = 0;
+    d.score_group = 257;
+    EXPECT_ERR(kve_state_create(ctx, &d, NULL, 0, &st), KVE_ERR_RANGE,
+               "desc.score_group = 257: a table's query heads (257 x 1 KV heads) exceed 256");
+    ck_assert_ptr_null(st);
+    EXPECT_ERR(kve_state_memory_size(ctx, &d, &bytes), KVE_ERR_RANGE, "desc.score_group = 257");
+    d = ks_desc(KVE_SCORED | KVE_SHARED_HEADS, 2, 2, 2, 12, 4, 4, 20); /* 2 KV heads a table */
+    d.score_group = 129;
+    EXPECT_ERR(kve_state_create(ctx, &d, NULL, 0, &st), KVE_ERR_RANGE,
+               "desc.score_group = 129: a table's query heads (129 x 2 KV heads) exceed 256");
+    d.score_group = 128; /* 256: the most */
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+    kve_state_destroy(st);
+    d = ks_desc(KVE_SCORED, 2, 2, 1, 12, 4, 4, 20);
+    d.score_group = 256;
+    KT_OK(kve_state_create(ctx, &d, NULL, 0, &st));
+    kve_state_destroy(st);
+    kve_context_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
         KVE_TEST(refusals, nan_refusal_resets_outputs),
         KVE_TEST(refusals, move_list_span_overflow),
         KVE_TEST(refusals, handle_of_the_wrong_kind),
+        KVE_TEST(refusals, score_group_refused_at_create),
     };
     const kve_suite_spec spec = {"refusals", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
