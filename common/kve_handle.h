@@ -22,7 +22,8 @@
 enum kve_handle_kind {
     KVE_HANDLE_CONTEXT = 0x6b766543u, /* "Cevk" */
     KVE_HANDLE_STATE = 0x6b766553u,   /* "Sevk" */
-    KVE_HANDLE_DEAD = 0x64616544u     /* "Dead": destroyed, quarantined */
+    KVE_HANDLE_DEAD = 0x64616544u,    /* "Dead": destroyed, quarantined */
+    KVE_HANDLE_MEMORY = 0x6b76654du   /* "Mevk": a kve_alloc buffer (registry only) */
 };
 
 typedef struct kve_handle {
@@ -49,6 +50,15 @@ void *kve_handle_first(kve_handle *ctx);
  * allocation holding it (its self), in the calling thread's quarantine,
  * freeing the oldest one there. */
 void kve_handle_retire(kve_handle *h, void *block);
+
+/* kve_alloc's buffer @p ptr registered as context @p owner's (KVE_ERR_NOMEM
+ * when it cannot be). */
+kve_status kve_handle_track(const void *ptr, const void *owner);
+/* 1 when @p ptr is a buffer of context @p owner, no longer registered. */
+int kve_handle_untrack(const void *ptr, const void *owner);
+/* One buffer still registered to context @p owner, unregistered; NULL when
+ * none is left (kve_context_destroy frees them). */
+void *kve_handle_take_owned(const void *owner);
 
 #define KVE_CHECK_CTX(ctx)                                                                       \
     KVE_TRY(kve_handle_check((const void *)(ctx), KVE_HANDLE_CONTEXT, "ctx"))

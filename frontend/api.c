@@ -67,6 +67,13 @@ kve_status kve_context_destroy(kve_context *ctx)
     kve_state *s;
     while ((s = (kve_state *)kve_handle_first(&ctx->handle))) /* its states first */
         kve_state_destroy(s);
+    void *buf;
+    if ((buf = kve_handle_take_owned(ctx)) != NULL) { /* its kve_alloc buffers, after its work */
+        (void)ctx->ops->synchronize(ctx);
+        do
+            (void)ctx->ops->free(ctx, buf);
+        while ((buf = kve_handle_take_owned(ctx)) != NULL);
+    }
     ctx->ops->context_fini(ctx);
     kve_handle_retire(&ctx->handle, ctx);
     return KVE_OK;

@@ -8,10 +8,12 @@
 
 #include "kve_handle.h"
 
-/* One registered handle: live, or destroyed and quarantined (dead). */
+/* One registered handle: live, or destroyed and quarantined (dead); or a
+ * kve_alloc buffer (KVE_HANDLE_MEMORY) of its context @p owner. */
 typedef struct kve_reg_entry {
     const void *p; /* NULL: an empty place */
     uint32_t kind, dead;
+    const void *owner;
 } kve_reg_entry;
 
 /* A thread's last KVE_HANDLE_QUARANTINE destroyed handles, oldest at next;
@@ -46,7 +48,7 @@ static kve_reg_entry *kve_reg_find(const void *p)
 }
 
 /* Under the lock: @p p registered live, of @p kind; 0 when out of memory. */
-static int kve_reg_add(const void *p, uint32_t kind)
+static int kve_reg_add(const void *p, uint32_t kind, const void *owner)
 {
     if ((kve_reg_used + 1) * 2 > kve_reg_cap) {
         size_t old = kve_reg_cap, cap = old ? 2 * old : 64;
@@ -67,7 +69,7 @@ static int kve_reg_add(const void *p, uint32_t kind)
     size_t i = kve_reg_home(p);
     while (kve_reg[i].p)
         i = (i + 1) & (kve_reg_cap - 1);
-    kve_reg[i] = (kve_reg_entry){p, kind, 0};
+    kve_reg[i] = (kve_reg_entry){p, kind, 0, owner};
     kve_reg_used++;
     return 1;
 }
@@ -134,7 +136,10 @@ kve_status kve_handle_check(const void *p, uint32_t kind, const char *name)
                             : "by kve_context_destroy");
     KVE_RETURN_ERROR_IF(found, KVE_ERR_INVALID, "%s (%p): a %s%s, not a %s", name, p,
                         dead ? "destroyed " : "",
-                        found == KVE_HANDLE_STATE ? "kve_state" : "kve_context", what);
+                        found == KVE_HANDLE_STATE     ? "kve_state"
+                        : found == KVE_HANDLE_CONTEXT ? "kve_context"
+                                                      : "buffer of kve_alloc",
+                        what);
     return kve_error_set(KVE_ERR_INVALID,
                          "%s (%p): not a live %s (not made by kve_%s_create, or destroyed long "
                          "ago)",
@@ -148,7 +153,7 @@ kve_status kve_handle_open(kve_handle *h, uint32_t kind, void *self)
     h->self = self;
     h->next = h->prev = h;
     pthread_mutex_lock(&kve_handle_lock);
-    int ok = kve_reg_add(self, kind);
+    int ok = kve_reg_add(self, kind, NULL);
     pthread_mutex_unlock(&kve_handle_lock);
     KVE_RETURN_ERROR_IF(!ok, KVE_ERR_NOMEM, "cannot allocate the registry of live handles");
     return KVE_OK;
@@ -206,4 +211,37 @@ void kve_handle_retire(kve_handle *h, void *block)
         kve_reg_remove(oldest);
     pthread_mutex_unlock(&kve_handle_lock);
     free(oldest);
+}
+
+kve_status kve_handle_track(const void *ptr, const void *owner)
+{
+    pthread_mutex_lock(&kve_handle_lock);
+    int ok = kve_reg_add(ptr, KVE_HANDLE_MEMORY, owner);
+    pthread_mutex_unlock(&kve_handle_lock);
+    KVE_RETURN_ERROR_IF(!ok, KVE_ERR_NOMEM, "cannot allocate the registry of kve_alloc buffers");
+    return KVE_OK;
+}
+
+int kve_handle_untrack(const void *ptr, const void *owner)
+{
+    pthread_mutex_lock(&kve_handle_lock);
+    const kve_reg_entry *e = kve_reg_find(ptr);
+    int mine = e && e->kind == KVE_HANDLE_MEMORY && e->owner == owner;
+    if (mine)
+        kve_reg_remove(ptr);
+    pthread_mutex_unlock(&kve_handle_lock);
+    return mine;
+}
+
+void *kve_handle_take_owned(const void *owner)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&kve_handle_lock);
+    for (size_t i = 0; i < kve_reg_cap && !p; i++)
+        if (kve_reg[i].p && kve_reg[i].kind == KVE_HANDLE_MEMORY && kve_reg[i].owner == owner)
+            p = (void *)(uintptr_t)kve_reg[i].p;
+    if (p)
+        kve_reg_remove(p);
+    pthread_mutex_unlock(&kve_handle_lock);
+    return p;
 }

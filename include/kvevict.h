@@ -199,11 +199,14 @@ typedef enum kve_copy_kind {
     KVE_COPY_BACKEND_TO_BACKEND = 2
 } kve_copy_kind;
 
-/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned.
+/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned. It
+ *  belongs to @p ctx: kve_context_destroy frees what is still allocated
+ *  (after the context's work), so it must not be used after that.
  *  @return KVE_ERR_OVERFLOW when @p bytes rounded up to 256 exceeds SIZE_MAX;
  *          KVE_ERR_NOMEM (the message gives the bytes) when it cannot. */
 KVE_API kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out);
-/** Free backend memory from kve_alloc(); NULL is accepted. */
+/** Free backend memory kve_alloc() gave @p ctx; NULL is accepted. Another
+ *  pointer (freed already, another context's) is KVE_ERR_INVALID. */
 KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
 /** Copy @p bytes. To or from the host: then wait for the copy to finish;
  *  backend to backend: stream-ordered, no wait (a CUDA graph captures it). */

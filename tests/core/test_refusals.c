@@ -180,6 +180,29 @@ START_TEST(score_group_refused_at_create)
 }
 END_TEST
 
+/* Issue 60 item 4: kve_alloc's buffers belong to their context. kve_free
+ * takes a buffer only from the context that gave it, once; the buffers
+ * still allocated at kve_context_destroy are freed with it (the sanitize
+ * build's LeakSanitizer sees none lost), and kve_free after that is
+ * refused naming the destroyed context. Before, another context's free
+ * returned KVE_OK and a second free was a double free. */
+START_TEST(alloc_belongs_to_its_context)
+{
+    kve_context *a = ks_context(), *b = ks_context();
+    void *buf = NULL, *kept = NULL;
+    KT_OK(kve_alloc(a, 100, &buf));
+    EXPECT_ERR(kve_free(b, buf), KVE_ERR_INVALID, "not a buffer kve_alloc gave this context");
+    KT_OK(kve_free(a, buf));
+    EXPECT_ERR(kve_free(a, buf), KVE_ERR_INVALID, "not a buffer kve_alloc gave this context");
+    KT_OK(kve_alloc(a, 64, &kept));
+    memset(kept, 7, 64);
+    KT_OK(kve_context_destroy(a)); /* frees kept */
+    EXPECT_ERR(kve_free(a, kept), KVE_ERR_INVALID, "this context was destroyed");
+    EXPECT_ERR(kve_free(b, kept), KVE_ERR_INVALID, "not a buffer kve_alloc gave this context");
+    kve_context_destroy(b);
+}
+END_TEST
+
 int main(void)
 {
     const kve_suite_test tests[] = {
@@ -187,6 +210,7 @@ int main(void)
         KVE_TEST(refusals, move_list_span_overflow),
         KVE_TEST(refusals, handle_of_the_wrong_kind),
         KVE_TEST(refusals, score_group_refused_at_create),
+        KVE_TEST(refusals, alloc_belongs_to_its_context),
     };
     const kve_suite_spec spec = {"refusals", 60, 1, NULL, NULL};
     return kve_suite_main(&spec, tests, KVE_COUNT(tests));
