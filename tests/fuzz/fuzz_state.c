@@ -250,6 +250,34 @@ static int planner_refuses(const model *m, uint32_t n_rows, const uint32_t *rows
     return map && total > max_tokens;
 }
 
+/* Issue 60 item 2: a valid call's move lists given max_rows and max_moves
+ * (each within its bound) whose span passes SIZE_MAX bytes (by __int128):
+ * KVE_ERR_OVERFLOW naming out->max_moves, nothing written (n_moves keeps
+ * its fill) and nothing changed (the model is checked against the state
+ * afterwards). @p max_new: the planned append's, 0: kve_state_append. */
+static void huge_move_lists(fz_bytes *in, const model *m, kve_state *st, uint32_t n_rows,
+                            const uint32_t *rows, const uint32_t *n_new,
+                            const kve_step_buffers *sb, uint32_t max_new)
+{
+    kve_step_buffers h = *sb;
+    h.max_rows = fz_u32(in) | 1u << (20 + fz_below(in, 12));
+    h.max_rows = h.max_rows < n_rows ? n_rows : h.max_rows;
+    h.max_moves = (fz_u32(in) | 1u << (20 + fz_below(in, 12))) + sb->max_moves;
+    h.max_moves = h.max_moves < sb->max_moves ? UINT32_MAX : h.max_moves;
+    unsigned __int128 bytes = (unsigned __int128)m->tables * h.max_rows * h.max_moves * 8;
+    if (bytes <= SIZE_MAX)
+        return; /* it fits: the call would write there */
+    kve_status s = max_new ? kve_state_append_device(st, n_rows, rows, n_new, max_new, &h)
+                           : kve_state_append(st, n_rows, rows, n_new, &h);
+    FZ_CHECK(s == KVE_ERR_OVERFLOW && strstr(kve_last_error(), "out->max_moves"),
+             "move lists of %llu tables x max_rows %u x max_moves %u pairs: %s %s",
+             (unsigned long long)m->tables, h.max_rows, h.max_moves, kve_status_string(s),
+             kve_last_error());
+    size_t lists = (size_t)m->tl * sb->max_rows * m->th;
+    for (size_t k = 0; k < lists; k++)
+        FZ_CHECK(sb->n_moves[k] == 0x3c3c3c3cu, "a refused append wrote n_moves[%zu]", k);
+}
+
 static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row, int *bad)
 {
     uint32_t rows[MAX_ROWS + 1], n_new[MAX_ROWS + 1], n_rows = 1 + fz_below(in, m->desc.max_seqs);
@@ -297,6 +325,8 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
                   kve_state_max_moves(st, max_new, &shape_moves) == KVE_OK &&
                   (!sh.moves || sh.max_moves >= shape_moves);
     const kve_step_buffers *out = map || sh.moves || !sh.null_out ? &sb : NULL;
+    if (!*bad && sh.moves && sh.n_moves && (how & 0xc0) == 0xc0)
+        huge_move_lists(in, m, st, n_rows, rows, n_new, &sb, planned ? max_new : 0);
     kve_status s = planned ? kve_state_append_device(st, n_rows, rows, n_new, max_new, out)
                            : kve_state_append(st, n_rows, rows, n_new, out);
     FZ_CHECK(!planned || *bad || s == KVE_OK, "append_device refused a valid call: %s",
