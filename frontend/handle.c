@@ -101,6 +101,7 @@ static void kve_reg_remove(const void *p)
 static void kve_ring_exit(void *arg)
 {
     kve_ring *r = (kve_ring *)arg;
+    kve_my_ring = NULL; /* a destroy in a later destructor starts a new ring */
     pthread_mutex_lock(&kve_handle_lock);
     for (unsigned i = 0; i < KVE_HANDLE_QUARANTINE; i++)
         if (r->block[i])
