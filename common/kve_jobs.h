@@ -220,8 +220,10 @@ typedef enum kve_plan_refusal {
     KVE_PLAN_TOO_MANY,    /* n_new[i] > max_new */
     KVE_PLAN_POSITION,    /* the row would pass position 2^31-1 */
     KVE_PLAN_TOKENS,      /* the call's tokens exceed out->max_tokens */
-    KVE_PLAN_SCORED       /* a scored state's row would run two rounds, or take more than W
+    KVE_PLAN_SCORED,      /* a scored state's row would run two rounds, or take more than W
                              tokens before its round */
+    KVE_PLAN_NAN          /* a scored state's row whose round runs has a NaN score at a
+                             candidate (kve_state_plan.scores set) */
 } kve_plan_refusal;
 /* A refusal's status, the same on every backend: KVE_ERR_RANGE for a
  * number past its bound, KVE_ERR_INVALID for a row in the wrong state. */
@@ -247,7 +249,9 @@ static inline const char *kve_plan_refusal_text(uint32_t why, int draft)
                                        /* (parenthesized: one element, for clang's
                                         * -Wstring-concatenation) */
                                        ("would run two rounds, or take more than the window W "
-                                        "of its tokens before its round (a KVE_SCORED state)")};
+                                        "of its tokens before its round (a KVE_SCORED state)"),
+                                       ("has a NaN in out->scores at a candidate of its round, "
+                                        "where a score must be a number (+-inf allowed)")};
     if (why == KVE_PLAN_TOO_MANY && draft)
         return draft > 0 ? "has n_draft[i] > max_draft"
                          : "has n_new[i] > max_new (n_draft[i] > max_draft)";
@@ -295,6 +299,14 @@ typedef struct kve_state_plan {
      * or bring more than window tokens before its round, is refused
      * (KVE_PLAN_SCORED) */
     uint32_t scored, window;
+    /* Set (kve_state_append_device of a KVE_SCORED state): wave 0 refuses
+     * (KVE_PLAN_NAN) a call row whose round runs and has a NaN at one of its
+     * candidates, read from the row's tables (slot_pos, the pool's) and
+     * its scores at scores + i * scores_stride_row + table *
+     * scores_stride_table. NULL: not checked (the eviction raises it). */
+    const int32_t *slot_pos;
+    const float *scores;
+    size_t scores_stride_row, scores_stride_table;
 } kve_state_plan;
 
 #endif

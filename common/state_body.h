@@ -27,6 +27,7 @@
 
 #include "kve_device.h"
 #include "kve_jobs.h"
+#include "kve_key.h" /* kve_score_is_nan */
 #include "placement_body.h" /* kve_round_table, kve_final_table */
 #include "state_rows_body.h"
 
@@ -183,6 +184,39 @@ KVE_HD_FN uint32_t kve_plan_check(const kve_state_plan *p, uint32_t i)
     return KVE_PLAN_OK;
 }
 
+/* Call row @p i, which passed its checks: 1 when its round runs in the call
+ * and its candidates' scores are checked (kve_state_plan.scores). */
+KVE_HD_FN int kve_plan_nan_due(const kve_state_plan *p, uint32_t i)
+{
+    const kve_state_row *r = &p->rows[p->call_rows[i]];
+    return p->scores && !p->draft && p->call_new[i] &&
+           kve_rounds_for(r->capacity, r->n_valid, p->call_new[i], p->interval) == 1;
+}
+
+/* Elements @p first, first + @p step, ... of call row @p i's tables (table
+ * by table, slot by slot), a due row: 1 + the first that is a candidate
+ * of its round with a NaN score, else 0. A candidate is a generated position older than
+ * the round's window, which is the row's newest W - before positions (the
+ * call's @p before tokens ahead of the round are newer still); the tables
+ * as they are before the call. */
+KVE_HD_FN uint64_t kve_plan_nan_scan(const kve_state_plan *p, uint32_t i, uint64_t first,
+                                     uint64_t step)
+{
+    const kve_state_row *r = &p->rows[p->call_rows[i]];
+    uint64_t cap = r->capacity, n = p->tables * cap;
+    uint64_t wc = (uint64_t)p->window - (r->capacity - r->n_valid); /* fits: before <= W */
+    const int32_t *sp = p->slot_pos + r->off * p->tables;
+    const float *sc = p->scores + (size_t)i * p->scores_stride_row;
+    for (uint64_t e = first; e < n; e += step) {
+        uint64_t t = e / cap, s = e % cap;
+        int32_t pos = sp[e];
+        if (pos >= 0 && (uint32_t)pos >= r->prompt && (uint64_t)pos + wc < r->n_tokens &&
+            kve_score_is_nan(kve_score_bits(sc[(size_t)t * p->scores_stride_table + s])))
+            return e + 1;
+    }
+    return 0;
+}
+
 /* Wave 0's start of call row @p i, which passed its checks: its work. */
 KVE_HD_FN void kve_plan_start(const kve_state_plan *p, uint32_t i)
 {
@@ -216,6 +250,18 @@ KVE_HD_FN uint32_t kve_plan_first(const kve_state_plan *p, uint32_t i, uint64_t 
         why = KVE_PLAN_TOKENS;
     *mark = !why && n && p->marks ? &p->marks[p->call_rows[i]] : NULL;
     return why;
+}
+
+/* Step 1b, the call's tokens known: whether call row @p i, valid and in the
+ * call's tokens, runs a round with a NaN score at a candidate (KVE_PLAN_NAN),
+ * its tables scanned by lanes @p lane, lane + @p lanes, ... (a block's
+ * threads, or one). */
+KVE_HD_FN int kve_plan_nan(const kve_state_plan *p, uint32_t i, uint32_t lane, uint32_t lanes)
+{
+    uint32_t n = p->call_new[i];
+    return p->scores && n && !kve_plan_check(p, i) &&
+           (uint64_t)p->call_base[i] + n <= p->max_tokens && kve_plan_nan_due(p, i) &&
+           kve_plan_nan_scan(p, i, lane, lanes);
 }
 
 /* Step 2, every mark counted: whether call row @p i lists a row another
@@ -319,6 +365,8 @@ KVE_HD_FN uint32_t kve_state_plan_serial(const kve_state_plan *p, uint32_t *at)
             uint32_t *mark, why = kve_plan_first(p, i, base, &mark);
             if (mark)
                 ++*mark;
+            if (!why && kve_plan_nan(p, i, 0, 1))
+                why = KVE_PLAN_NAN;
             if (why && !refusal) {
                 refusal = why;
                 *at = i;

@@ -47,7 +47,13 @@ kve_status kve_context_create(kve_backend backend, kve_context **out)
         free(ctx);
         return st;
     }
-    kve_handle_open(&ctx->handle, KVE_HANDLE_CONTEXT, ctx);
+    if (st == KVE_OK)
+        st = kve_handle_open(&ctx->handle, KVE_HANDLE_CONTEXT, ctx);
+    if (st != KVE_OK) {
+        ops->context_fini(ctx);
+        free(ctx);
+        return st;
+    }
     kve_error_clear();
     *out = ctx;
     return KVE_OK;
@@ -61,6 +67,13 @@ kve_status kve_context_destroy(kve_context *ctx)
     kve_state *s;
     while ((s = (kve_state *)kve_handle_first(&ctx->handle))) /* its states first */
         kve_state_destroy(s);
+    void *buf;
+    if ((buf = kve_handle_take_owned(ctx)) != NULL) { /* its kve_alloc buffers, after its work */
+        (void)ctx->ops->synchronize(ctx);
+        do
+            (void)ctx->ops->free(ctx, buf);
+        while ((buf = kve_handle_take_owned(ctx)) != NULL);
+    }
     ctx->ops->context_fini(ctx);
     free(ctx->score_spans);
     ctx->score_spans = NULL;

@@ -140,14 +140,15 @@ kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uin
                                   const uint32_t *n_new, const kve_step_buffers *out);
 /* KVE_SCORED states, kve_state_append_device: scores given, laid out for
  * any row of the state (scores_stride_table >= max_slots), since which rows
- * evict is known on the device only; on a backend with host memory also no
- * NaN at a candidate of a round the planner runs (@p rows, @p n_new read
- * there), so that the refusal changes nothing. */
-kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                        const uint32_t *n_new, const kve_step_buffers *out);
-/* The move lists of @p out (NULL, or none: KVE_OK): moves and n_moves
- * together, max_rows >= n_rows (state_append.c). */
-kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows);
+ * evict is known on the device only; a NaN at a candidate of a round the
+ * planner runs is the planner's refusal (KVE_PLAN_NAN), on every backend. */
+kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows,
+                                        const kve_step_buffers *out);
+/* The mapping and move lists of @p out (NULL, or none: KVE_OK): moves and
+ * n_moves together, max_rows >= n_rows, and every span @p s's tables give
+ * within size_t bytes, else KVE_ERR_OVERFLOW (state_append.c). */
+kve_status kve_state_check_move_lists(const kve_state *s, const kve_step_buffers *out,
+                                      uint32_t n_rows);
 /* kve_state_append after its checks. */
 kve_status kve_state_append_rows(kve_state *s, uint32_t n_rows, const uint32_t *rows,
                                  const uint32_t *n_new, const kve_step_buffers *out);

@@ -28,13 +28,28 @@ kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out)
     KVE_RETURN_ERROR_IF(bytes > SIZE_MAX - (KVE_ALLOC_ALIGN - 1), KVE_ERR_OVERFLOW,
                         "bytes = %zu: rounding up to a multiple of %d overflows size_t", bytes,
                         KVE_ALLOC_ALIGN);
-    return ctx->ops->alloc(ctx, bytes, out);
+    KVE_TRY(ctx->ops->alloc(ctx, bytes, out));
+    kve_status st = kve_handle_track(*out, ctx); /* the context frees it at its destroy */
+    if (st != KVE_OK) {
+        ctx->ops->free(ctx, *out);
+        *out = NULL;
+    }
+    return st;
 }
 
 kve_status kve_free(kve_context *ctx, void *ptr)
 {
     KVE_CHECK_CTX(ctx);
-    return ptr ? ctx->ops->free(ctx, ptr) : KVE_OK;
+    if (!ptr)
+        return KVE_OK;
+    KVE_RETURN_ERROR_IF(!kve_handle_untrack(ptr, ctx), KVE_ERR_INVALID,
+                        "ptr (%p): not a buffer kve_alloc gave this context (freed already, "
+                        "another context's, or never allocated by kve_alloc)",
+                        ptr);
+    kve_status st = ctx->ops->free(ctx, ptr);
+    if (st != KVE_OK) /* refused (a capturing stream): still this context's */
+        (void)kve_handle_track(ptr, ctx);
+    return st;
 }
 
 kve_status kve_copy(kve_context *ctx, void *dst, const void *src, size_t bytes, kve_copy_kind kind)

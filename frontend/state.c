@@ -56,9 +56,15 @@ static kve_status kve_state_score_part(kve_context *ctx, const kve_state_desc *d
 {
     s->score_group = d->score_group ? d->score_group : (d->schedule.flags & KVE_SCORED) != 0;
     *bytes = 0;
+    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
+    /* a scoring call takes at most KVE_SCORE_MAX_QHEADS query heads a table */
+    KVE_RETURN_ERROR_IF(hpt * s->score_group > KVE_SCORE_MAX_QHEADS, KVE_ERR_RANGE,
+                        "desc.score_group = %u: a table's query heads (%u x %llu KV heads) exceed "
+                        "%u, the most a scoring call takes",
+                        d->score_group, d->score_group, (unsigned long long)hpt,
+                        KVE_SCORE_MAX_QHEADS);
     if (!s->score_group)
         return KVE_OK;
-    uint64_t hpt = s->table_heads == 1 ? d->n_heads : 1, nq;
     size_t raw_at, n = SIZE_MAX;
     if (!__builtin_mul_overflow(hpt, (uint64_t)s->score_group, &nq))
         n = ctx->ops->host_memory
@@ -245,8 +251,16 @@ kve_status kve_state_create(kve_context *ctx, const kve_state_desc *desc, void *
         }
         s->owned = 1;
     }
-    kve_handle_open(&s->handle, KVE_HANDLE_STATE, s); /* live from here: destroyed on failure */
-    kve_handle_attach(&ctx->handle, &s->handle);
+    kve_status reg = kve_handle_open(&s->handle, KVE_HANDLE_STATE, s); /* live from here */
+    if (reg != KVE_OK) {
+        if (s->owned)
+            kve_free(ctx, memory);
+        free(host);
+        free(s->free_runs);
+        free(s);
+        return reg;
+    }
+    kve_handle_attach(&ctx->handle, &s->handle); /* destroyed on a later failure */
     char *base = (char *)memory;
     s->memory = memory;
     s->slot_pos = (int32_t *)(base + s->offsets[KVE_PART_SLOT_POS]);

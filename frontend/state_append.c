@@ -10,20 +10,41 @@
  */
 #include <string.h>
 
+#include "kve_check.h"
 #include "kve_error.h"
 #include "kve_state_impl.h"
 #include "kve_util.h"
 #include "state_body.h"
 
-kve_status kve_state_check_move_lists(const kve_step_buffers *out, uint32_t n_rows)
+kve_status kve_state_check_move_lists(const kve_state *s, const kve_step_buffers *out,
+                                      uint32_t n_rows)
 {
-    if (!out || (!out->moves && !out->n_moves))
+    if (!out)
+        return KVE_OK;
+    size_t lists, span;
+    /* [table_layers][max_tokens][table_heads] int64 */
+    KVE_RETURN_ERROR_IF(out->slot_mapping && kve_rows_span(s->tables, out->max_tokens,
+                                                           out->max_tokens, 8, &span),
+                        KVE_ERR_OVERFLOW,
+                        "out->max_tokens = %u: %zu tables of that many int64 entries pass "
+                        "SIZE_MAX bytes",
+                        out->max_tokens, s->tables);
+    if (!out->moves && !out->n_moves)
         return KVE_OK;
     KVE_RETURN_ERROR_IF(!out->moves || !out->n_moves, KVE_ERR_NULL,
                         "out->%s is NULL: moves and n_moves go together",
                         out->moves ? "n_moves" : "moves");
     KVE_RETURN_ERROR_IF(out->max_rows < n_rows, KVE_ERR_RANGE,
                         "out->max_rows = %u: the call has n_rows = %u", out->max_rows, n_rows);
+    /* n_moves [table_layers][max_rows][table_heads] uint32, moves the same
+     * lists of max_moves pairs of int32 */
+    size_t pairs = (size_t)out->max_moves * 2;
+    KVE_RETURN_ERROR_IF(kve_rows_span(s->tables, out->max_rows, out->max_rows, 4, &lists) ||
+                            kve_rows_span(lists, pairs, pairs, 4, &span),
+                        KVE_ERR_OVERFLOW,
+                        "out->max_moves = %u: %zu tables x out->max_rows = %u move lists of "
+                        "max_moves pairs of int32 pass SIZE_MAX bytes",
+                        out->max_moves, s->tables, out->max_rows);
     return KVE_OK;
 }
 
@@ -47,7 +68,7 @@ static kve_status kve_append_check(const kve_state *s, uint32_t n_rows, const ui
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     int with_moves = out && (out->moves || out->n_moves);
-    KVE_TRY(kve_state_check_move_lists(out, n_rows));
+    KVE_TRY(kve_state_check_move_lists(s, out, n_rows));
     uint64_t total = 0;
     uint32_t rounds = 0;
     for (uint32_t i = 0; i < n_rows; i++) {
@@ -97,13 +118,20 @@ kve_state_plan kve_state_plan_of(const kve_state *s, const kve_state_call *c, ui
                         s->call_base, s->marks,    s->refused,  s->tables,  c->n_rows,
                         c->max_new,   s->d.max_seqs, s->d.schedule.interval, k, waves,
                         UINT32_MAX,   0,           0,           0,           0,
-                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window,
+                        NULL, NULL, 0, 0};
     if (out && out->slot_mapping) {
         p.max_tokens = out->max_tokens;
         p.final = 1;
         p.pad = (uint32_t)c->pad;
     }
     p.clear = out && out->moves;
+    if (c->pad && p.scored && out && out->scores) { /* kve_state_append_device: NaN refused */
+        p.slot_pos = s->slot_pos;
+        p.scores = out->scores;
+        p.scores_stride_row = out->scores_stride_row;
+        p.scores_stride_table = out->scores_stride_table;
+    }
     return p;
 }
 
@@ -210,7 +238,8 @@ static void kve_state_advance_mirror(kve_state *s, uint32_t n_rows, const uint32
     kve_state_plan p = {s->rows,  s->work,  s->jobs,       rows,    n_new, s->host_call + 2 * s->d.max_seqs,
                         NULL,     NULL,     s->tables,     n_rows,  max_new, s->d.max_seqs,
                         s->d.schedule.interval, 0, waves, UINT32_MAX, 0, 0, 0, 0,
-                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window};
+                        (s->d.schedule.flags & KVE_SCORED) != 0, s->d.schedule.window,
+                        NULL, NULL, 0, 0};
     for (uint32_t k = 0; k < waves; k++) {
         p.wave = k;
         (void)kve_state_plan_serial(&p, &at);
@@ -259,7 +288,7 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
     KVE_RETURN_ERROR_IF(n_rows && !n_new, KVE_ERR_NULL, "n_new is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(max_new > KVE_I32_MAX, KVE_ERR_RANGE,
                         "max_new = %u: must be <= 2^31-1", max_new);
-    KVE_TRY(kve_state_check_move_lists(out, n_rows));
+    KVE_TRY(kve_state_check_move_lists(s, out, n_rows));
     if (out && out->moves) {
         uint32_t need;
         KVE_TRY(kve_state_max_moves(s, max_new, &need));
@@ -269,7 +298,7 @@ kve_status kve_state_append_device(kve_state *s, uint32_t n_rows, const uint32_t
                             out->max_moves, max_new, need);
     }
     if (s->d.schedule.flags & KVE_SCORED)
-        KVE_TRY(kve_state_check_scored_shape(s, n_rows, rows, n_new, out));
+        KVE_TRY(kve_state_check_scored_shape(s, n_rows, out));
     s->device_planned = 1; /* from here the rows may advance where the host cannot see */
     kve_state_call c = {rows, n_new, n_rows, max_new, 1}; /* the caller's buffers, read there */
     return kve_state_append_waves(s, &c, out);

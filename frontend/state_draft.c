@@ -29,7 +29,7 @@ kve_status kve_state_draft(kve_state *s, uint32_t n_rows, const uint32_t *rows,
     KVE_RETURN_ERROR_IF(n_rows && !rows, KVE_ERR_NULL, "rows is NULL (n_rows = %u)", n_rows);
     KVE_RETURN_ERROR_IF(n_rows && !n_draft, KVE_ERR_NULL, "n_draft is NULL (n_rows = %u)",
                         n_rows);
-    KVE_TRY(kve_state_check_move_lists(out, n_rows));
+    KVE_TRY(kve_state_check_move_lists(s, out, n_rows));
     /* One wave of the planner in draft mode over the caller's rows and
      * n_draft: wave 0's checks (n_draft[i] <= max_draft as n_new[i] <=
      * max_new), each row's mapping entries in set FINAL. */

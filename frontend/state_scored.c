@@ -98,27 +98,13 @@ static kve_status kve_scored_nan(const kve_state *s, uint32_t i, uint32_t row, u
     return KVE_OK;
 }
 
-kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows, const uint32_t *rows,
-                                        const uint32_t *n_new, const kve_step_buffers *out)
+kve_status kve_state_check_scored_shape(const kve_state *s, uint32_t n_rows,
+                                        const kve_step_buffers *out)
 {
     if (n_rows == 0)
         return KVE_OK;
-    KVE_TRY(kve_scored_layout(s, n_rows, n_rows - 1, s->d.max_slots,
-                              "any row of a planned call (max_slots)", 1, out));
-    if (!s->ctx->ops->host_memory || !s->slot_pos)
-        return KVE_OK;
-    /* Host memory: the rows whose round the planner runs are known here, and
-     * a NaN at a candidate is refused before anything changes (the eviction
-     * would find it after the rows' counts advanced); rows the planner
-     * refuses are left to it. */
-    const kve_schedule *sch = &s->d.schedule;
-    for (uint32_t i = 0; i < n_rows; i++) {
-        const kve_state_row *r = n_new[i] && rows[i] < s->d.max_seqs ? &s->rows[rows[i]] : NULL;
-        if (r && r->active && kve_state_rounds_for(s, r->capacity, r->n_valid, n_new[i]) == 1 &&
-            kve_scored_fits(r, n_new[i], sch->window, sch->interval))
-            KVE_TRY(kve_scored_nan(s, i, rows[i], r->capacity - r->n_valid, out));
-    }
-    return KVE_OK;
+    return kve_scored_layout(s, n_rows, n_rows - 1, s->d.max_slots,
+                             "any row of a planned call (max_slots)", 1, out);
 }
 
 kve_status kve_state_check_scored(const kve_state *s, uint32_t n_rows, const uint32_t *rows,

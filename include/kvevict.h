@@ -130,10 +130,11 @@ KVE_API kve_status kve_cpu_isa_from_name(const char *name, kve_cpu_isa *out);
 KVE_API kve_status kve_cpu_isa_available(kve_cpu_isa isa, int *out_available);
 
 /** Opaque context: a backend, its settings and its state. One per thread.
- *  Every call checks its context (and state) is live: a destroyed one is
- *  KVE_ERR_INVALID. Detected while it is among the last 64 destroyed
- *  handles (their structs are kept until then); a pointer destroyed
- *  earlier, or never returned by a create, is undefined behaviour. */
+ *  Every call looks its context (and state) up among the live handles,
+ *  reading nothing through the pointer: a destroyed one, one of the other
+ *  kind or an unknown pointer is KVE_ERR_INVALID. A handle stays detected
+ *  as destroyed while among the last 64 its thread destroyed, whatever
+ *  other threads do; after that a new handle may take its address. */
 typedef struct kve_context kve_context;
 
 /**
@@ -198,11 +199,14 @@ typedef enum kve_copy_kind {
     KVE_COPY_BACKEND_TO_BACKEND = 2
 } kve_copy_kind;
 
-/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned.
+/** Allocate @p bytes of backend memory (bytes > 0), 256-byte aligned. It
+ *  belongs to @p ctx: kve_context_destroy frees what is still allocated
+ *  (after the context's work), so it must not be used after that.
  *  @return KVE_ERR_OVERFLOW when @p bytes rounded up to 256 exceeds SIZE_MAX;
  *          KVE_ERR_NOMEM (the message gives the bytes) when it cannot. */
 KVE_API kve_status kve_alloc(kve_context *ctx, size_t bytes, void **out);
-/** Free backend memory from kve_alloc(); NULL is accepted. */
+/** Free backend memory kve_alloc() gave @p ctx; NULL is accepted. Another
+ *  pointer (freed already, another context's) is KVE_ERR_INVALID. */
 KVE_API kve_status kve_free(kve_context *ctx, void *ptr);
 /** Copy @p bytes. To or from the host: then wait for the copy to finish;
  *  backend to backend: stream-ordered, no wait (a CUDA graph captures it). */
@@ -439,7 +443,8 @@ typedef struct kve_state_desc {
      *  other scorers) the state's scorer scratch is sized for at creation:
      *  the experimental kve_state_score_device refuses more, and
      *  kve_state_score scores more in the context's scratch. 0 = 1 for a
-     *  KVE_SCORED state, else none. */
+     *  KVE_SCORED state, else none. score_group x the KV heads a table
+     *  holds must be <= 256 (a scoring call's most), else KVE_ERR_RANGE. */
     uint32_t score_group;
 } kve_state_desc;
 
@@ -540,7 +545,7 @@ KVE_API kve_status kve_state_max_moves(const kve_state *state, uint32_t max_new,
  *        n_rows <= max_seqs (else KVE_ERR_RANGE).
  * @param out the mapping and move lists (and a KVE_SCORED state's scores),
  *        or NULL to advance the state alone (the caller keeps no cache).
- * @return KVE_OK, or an error with the state unchanged.
+ * @return KVE_OK, or an error with the state unchanged (OVERFLOW: out's spans).
  */
 KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uint32_t *rows,
                                     const uint32_t *n_new, const kve_step_buffers *out);
@@ -549,10 +554,11 @@ KVE_API kve_status kve_state_append(kve_state *state, uint32_t n_rows, const uin
  * kve_state_append planned on the backend, for a step captured in a CUDA or
  * HIP graph: launches depend on n_rows, max_new and the state's shape
  * alone; nothing is read back, allocated or waited for (docs/INTEGRATION.md
- * "CUDA graphs": padding, refusals, statuses, scored states).
+ * "CUDA graphs"). Data checks (a scored NaN too) run on the device; a
+ * refusal changes nothing, maps the shape to -1, empties the move lists.
  * @param rows, n_new [n_rows], backend memory; n_new[i] = 0 is padding.
  * @param max_new the most tokens a row may bring: out->max_moves >=
- *        kve_state_max_moves(max_new). Data checks run on the device.
+ *        kve_state_max_moves(max_new).
  * @return KVE_OK; KVE_ERR_NULL; KVE_ERR_RANGE; KVE_ERR_OVERFLOW; KVE_ERR_INVALID.
  */
 KVE_API kve_status kve_state_append_device(kve_state *state, uint32_t n_rows,

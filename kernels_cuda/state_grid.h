@@ -106,6 +106,12 @@ KVE_FN void kve_state_plan_block(kve_tc *tc, kve_plan_smem *sm, const kve_state_
         if (tc->tid == 0)
             p->call_base[p->n_rows] = kve_plan_base_of(carry);
         kve_sync(tc); /* every mark counted, the call's tokens known */
+        for (uint32_t i = 0; p->scores && i < p->n_rows; i++) { /* a due row's NaN, block-wide */
+            if (!kve_plan_nan(p, i, tc->tid, tc->nt))
+                continue;
+            kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_NAN);
+            kve_atomic_max_u32(p->refused, KVE_PLAN_NAN);
+        }
         for (uint32_t i = tc->tid; i < p->n_rows; i += tc->nt)
             if (kve_plan_twice(p, i)) {
                 kve_raise(errors, KVE_DEV_ERR_STATE_CALL, i, KVE_PLAN_TWICE);

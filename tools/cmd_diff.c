@@ -17,11 +17,13 @@ static const char kve_diff_usage[] =
     "  {\"seq_id\":N,\"round\":K,\"round_digest\":\"0x..\",\"running_digest\":\"0x..\",\n"
     "   \"heads\":[{\"layer\":L,\"head\":H,\"evicted\":[pos,...]},...]}   (kvevict replay)\n"
     "  {\"seq_id\":N,\"running_digest\":\"0x..\"}                          (one per request)\n"
+    "  {\"seq_id\":N,\"rounds\":K,\"running_digest\":\"0x..\"}         (replay --summary)\n"
     "Records pair by (seq_id, round). Prints the first difference in A's order —\n"
     "request, round, layer, head and the positions only one side evicted, or a\n"
     "field only one side has — and exits 1; prints `equal: N records` and exits 0\n"
     "when every record matches; exit 2 for unreadable input (also a record with\n"
-    "nothing to compare, a field given twice, a head or a position listed twice).\n";
+    "nothing to compare, a field given twice or unknown, a head or a position\n"
+    "listed twice). Every field is compared: none is ignored.\n";
 
 typedef struct {
     uint32_t layer, head, n;
@@ -31,8 +33,8 @@ typedef struct {
 typedef struct {
     uint64_t seq_id;
     int64_t round; /* -1: a per-request record */
-    int has_round_digest, has_running, has_heads;
-    uint64_t round_digest, running;
+    int has_round_digest, has_running, has_heads, has_rounds;
+    uint64_t round_digest, running, rounds;
     uint32_t n_heads;
     kve_diff_head *heads;
     size_t line;
@@ -121,6 +123,22 @@ static const char *kve_diff_twice(const kve_jdoc *d, const kve_jnode *o, char *b
     return NULL;
 }
 
+/* The first member of object @p o not named in @p known (NULL-ended), or
+ * NULL: a field diff would not compare is refused, never ignored. */
+static const kve_jnode *kve_diff_unknown(const kve_jdoc *d, const kve_jnode *o,
+                                         const char *const *known)
+{
+    for (const kve_jnode *x = o->first >= 0 ? &d->nodes[o->first] : NULL; x;
+         x = kve_diff_next(d, x)) {
+        const char *const *k = known;
+        while (*k && !(strlen(*k) == x->klen && !memcmp(*k, x->key, x->klen)))
+            k++;
+        if (!*k)
+            return x;
+    }
+    return NULL;
+}
+
 /* One head {layer, head, evicted}: its positions sorted, each once. */
 static const char *kve_diff_read_head(const kve_jdoc *d, const kve_jnode *h, kve_diff_head *o,
                                  char *why, size_t size)
@@ -133,6 +151,13 @@ static const char *kve_diff_read_head(const kve_jdoc *d, const kve_jnode *h, kve
         return shape;
     if (kve_diff_twice(d, h, why, size))
         return why;
+    static const char *const known[] = {"layer", "head", "evicted", NULL};
+    const kve_jnode *u = kve_diff_unknown(d, h, known);
+    if (u) {
+        snprintf(why, size, "unknown field \"%.*s\" in a head: a head has layer, head and evicted",
+                 (int)(u->klen > 40 ? 40 : u->klen), u->key);
+        return why;
+    }
     o->layer = (uint32_t)l;
     o->head = (uint32_t)hd;
     o->pos = (int32_t *)malloc((ev->count ? ev->count : 1) * sizeof *o->pos);
@@ -215,8 +240,23 @@ static int kve_diff_parse_line(kve_diff_log *l, const char *text, size_t line)
         bad = "\"seq_id\" missing or not an unsigned integer";
     else if ((n = kve_json_get(&d, root, "round")) && kve_diff_u64(n, UINT32_MAX, &v))
         bad = "\"round\" is not an unsigned 32-bit integer";
+    static const char *const known[] = {"seq_id", "round", "rounds", "round_digest",
+                                        "running_digest", "heads", NULL};
+    const kve_jnode *u = bad ? NULL : kve_diff_unknown(&d, root, known);
+    if (u) {
+        snprintf(why, sizeof why,
+                 "unknown field \"%.*s\": diff compares seq_id, round, rounds, round_digest, "
+                 "running_digest and heads",
+                 (int)(u->klen > 40 ? 40 : u->klen), u->key);
+        bad = why;
+    }
     if (!bad && n)
         r->round = (int64_t)v;
+    if (!bad && (n = kve_json_get(&d, root, "rounds"))) {
+        r->has_rounds = 1;
+        if (kve_diff_u64(n, UINT32_MAX, &r->rounds))
+            bad = "\"rounds\" is not an unsigned 32-bit integer";
+    }
     if (!bad && (n = kve_json_get(&d, root, "round_digest"))) {
         r->has_round_digest = 1;
         if (kve_diff_hex(n, &r->round_digest))
@@ -350,8 +390,15 @@ static int kve_diff_pair(const kve_diff_rec *a, const kve_diff_rec *b)
 {
     if (kve_diff_lacks(a, a->has_heads, b->has_heads, "heads") ||
         kve_diff_lacks(a, a->has_round_digest, b->has_round_digest, "round_digest") ||
-        kve_diff_lacks(a, a->has_running, b->has_running, "running_digest"))
+        kve_diff_lacks(a, a->has_running, b->has_running, "running_digest") ||
+        kve_diff_lacks(a, a->has_rounds, b->has_rounds, "rounds"))
         return 1;
+    if (a->has_rounds && a->rounds != b->rounds) {
+        kve_diff_where(a);
+        printf(": rounds %llu in A, %llu in B\n", (unsigned long long)a->rounds,
+               (unsigned long long)b->rounds);
+        return 1;
+    }
     if (kve_diff_heads_pair(a, b))
         return 1;
     if (a->has_round_digest && a->round_digest != b->round_digest) {

@@ -9,8 +9,8 @@ import numpy as np
 
 from . import _arrays, _lib
 from ._context import Context, _Handle, as_context
-from ._lib import (PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, ArgumentError, check,
-                   lib)
+from ._lib import (PERSISTENT, SCORED, SHARED_HEADS, SHARED_LAYERS, ArgumentError, KvevictError,
+                   check, lib)
 from ._score import state_score, state_score_device
 
 
@@ -46,6 +46,19 @@ class Step:
     n_moves: Any
     n_tokens: int = 0
     n_rows: int = 0
+
+
+I32_MAX, ERR_RANGE = 2 ** 31 - 1, 2
+
+
+def _need_step(step: Any, call: str, mapping: bool = False) -> None:
+    """A Step for @call (or, with @mapping, a mapping array): None and other
+    types are named (an append with outputs=False returns None)."""
+    if step is None or (not mapping and not isinstance(step, Step)):
+        raise ArgumentError("step = %s: expected a kvevict.Step (State.step_buffers or an "
+                            "append's)%s" % ("None" if step is None else type(step).__name__,
+                                              " or a mapping array" if mapping else ""),
+                            step, call)
 
 
 class State(_Handle):
@@ -328,6 +341,9 @@ class State(_Handle):
                   "kve_state_append")
             return None
         total = int(sum(n_new))
+        if out is None and total > I32_MAX:  # the library's refusal, before allocating for it
+            raise KvevictError(ERR_RANGE, "KVE_ERR_RANGE", "n_new sums to %d tokens: at most "
+                               "2^31-1 per call" % total, "kve_state_append")
         if out is None:
             out = self.step_buffers(max(total, 1), max(len(rows), 1), max(list(n_new) + [1]))
         views, b = self._step_views(out)
@@ -487,6 +503,7 @@ class State(_Handle):
         tl = self._table_layer(layer)
         if isinstance(step, Step):
             return step.mapping[tl, :step.n_tokens]
+        _need_step(step, "layer_slots", mapping=True)
         return step[tl]
 
     def scores_buffer(self, max_rows: int) -> Any:
@@ -526,5 +543,6 @@ class State(_Handle):
         its call's rows in order (give move_row= when the cache's page-table
         row of call row i is not i)."""
         tl = self._table_layer(layer)
+        _need_step(step, "layer_moves")
         return dict(moves=step.moves[tl, :step.n_rows], n_moves=step.n_moves[tl, :step.n_rows])
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from . import _arrays
 from ._context import Context
 from ._state import State
 
@@ -241,6 +242,9 @@ class KvevictCache(Cache):
                                  "head_dim/2)" % (qm.shape, qa.shape, want + (2,), want))
             self.stats = (qm, qa)
         self.budget, self.window, self.interval = budget, window, interval
+        # checked here, as the state would check them at the first forward
+        # (with budget=None there is none, and digest() reads seq_id)
+        seed, seq_id = _arrays.u64("seed", seed), _arrays.u64("seq_id", seq_id)
         self.seed, self.seq_id, self.pin_prompt = seed, seq_id, pin_prompt
         self.state: Optional[State] = None
         self.n_tokens = 0          # positions seen
@@ -387,7 +391,8 @@ class KvevictCache(Cache):
 
     def kept_positions(self) -> list:
         """positions[layer][head]: the positions each head holds, ascending."""
-        return [[sorted(p.tolist()) for p in l.positions] for l in self.layers]
+        return [[sorted(p.tolist()) for p in l.positions] if l.positions is not None
+                else [[] for _ in range(self.kv_heads)] for l in self.layers]
 
     def digest(self) -> int:
         """docs/SPEC.md's digest of the positions the cache holds."""

@@ -91,6 +91,8 @@ FULL = ('{"seq_id":7,"round":1,"round_digest":"0x0000000000000011",'
         '"running_digest":"0x0000000000000022","heads":[{"layer":0,"head":0,"evicted":[3,5]},'
         '{"layer":0,"head":1,"evicted":[4]}]}')
 
+SUMMARY = '{"seq_id":7,"rounds":%d,"running_digest":"0x0000000000000022"}'
+
 # Issue 36's diff cases: (name, A, B, exit status, stream, pattern)
 DIFF_CASES = [
     ("diff: running_digest on one side only",
@@ -121,6 +123,31 @@ DIFF_CASES = [
      "stderr", r'diff: .*:1: "running_digest" given twice in one object'),
     ("diff: equal records still equal",
      FULL, FULL.replace('[3,5]', '[5,3]'), 0, "stdout", r'^equal: 1 records$'),
+    # Issue 60 item 4: every field is compared or refused, never ignored.
+    # `replay --summary` lines differing only in "rounds", both ways:
+    ("diff: summaries differing only in rounds (A 3, B 4)",
+     SUMMARY % 3, SUMMARY % 4, 1, "stdout",
+     r'^differ: request seq_id=7: rounds 3 in A, 4 in B$'),
+    ("diff: summaries differing only in rounds (A 4, B 3)",
+     SUMMARY % 4, SUMMARY % 3, 1, "stdout",
+     r'^differ: request seq_id=7: rounds 4 in A, 3 in B$'),
+    ("diff: rounds on one side only",
+     SUMMARY % 3, '{"seq_id":7,"running_digest":"0x0000000000000022"}', 1, "stdout",
+     r'^differ: request seq_id=7: "rounds" only in A \(the other record lacks it\)$'),
+    ("diff: equal summaries", SUMMARY % 3, SUMMARY % 3, 0, "stdout", r'^equal: 1 records$'),
+    ("diff: rounds not an integer",
+     SUMMARY.replace('%d', '"3"') % (), SUMMARY % 3, 2, "stderr",
+     r'diff: .*:1: "rounds" is not an unsigned 32-bit integer'),
+    ("diff: an unknown field in A",
+     FULL.replace('{"seq_id":7,', '{"seq_id":7,"tokens":9,'), FULL, 2, "stderr",
+     r'diff: .*:1: unknown field "tokens": diff compares seq_id, round, rounds, round_digest, '
+     r'running_digest and heads'),
+    ("diff: an unknown field in B",
+     FULL, FULL.replace('{"seq_id":7,', '{"seq_id":7,"tokens":9,'), 2, "stderr",
+     r'diff: .*:1: unknown field "tokens"'),
+    ("diff: an unknown field in a head",
+     FULL.replace('"evicted":[4]', '"evicted":[4],"kept":[1]'), FULL, 2, "stderr",
+     r'diff: .*:1: unknown field "kept" in a head: a head has layer, head and evicted'),
 ]
 
 

@@ -714,12 +714,13 @@ START_TEST(scored_append_device_errors)
         sd_snapshot(&c, &b);
         ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "refused call %d changed the state", k);
     }
-    /* A NaN at a candidate of row 0's round (layer 1, slot 3): on the CPU
-     * refused before anything changed, as kve_state_append refuses it (the
-     * rows' counts once advanced and their tables did not) */
+    /* A NaN at a candidate of row 0's round (layer 1, slot 3): the
+     * planner's refusal, on the CPU at once, before anything changed
+     * (tests/core/test_refusals.c checks its outputs) */
     sc[ST + 3] = NAN;
     EXPECT_ERR(kve_state_append_device(c.st, 2, rows, n_new, 1, &out), KVE_ERR_INVALID,
-               "out->scores of rows[0] = 0, table 1 (layer 1, head 0), slot 3 is NaN");
+               "rows[0] = 0 (n_new[0] = 1) has a NaN in out->scores at a candidate of its round, "
+               "where a score must be a number (+-inf allowed): table 1, slot 3");
     sd_snapshot(&c, &b);
     ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "a NaN candidate's refusal changed the state");
     KT_OK(kve_context_synchronize(c.ctx));

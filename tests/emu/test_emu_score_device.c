@@ -239,7 +239,7 @@ START_TEST(test_score_device_group)
 }
 END_TEST
 
-/* A NaN at a candidate: raised, ranked as -inf, the state whole. */
+/* A NaN at a candidate: the call refused, outputs reset, the state unchanged. */
 START_TEST(test_score_device_nan)
 {
     kve_emu_context_device_plan(32);

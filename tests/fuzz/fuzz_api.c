@@ -1,13 +1,16 @@
 /*
  * fuzz_api — the small entry points no other harness calls: names and their
  * parsing, availability, a context's settings and getters, the memory
- * helpers, kve_keys, kve_schedule_capacity and kve_version. A program of
+ * helpers, kve_keys, kve_schedule_capacity and kve_version, and the
+ * handle checks (issue 60: destroyed handles, a context passed as a state
+ * and back, buffers of another context, another thread's churn). A program of
  * up to 32 calls on one fresh CPU context; each call's status against the
  * header's rules, its answer against a plain reference (kve_keys against
  * fuzz_ref.h's libxxhash key), every error with a message, and every array
  * exactly as long as the call needs.
  */
 #include <ctype.h>
+#include <pthread.h>
 
 #include "fuzz_common.h"
 #include "fuzz_ref.h"
@@ -21,7 +24,7 @@ static char *decode_name(fz_bytes *in)
     size_t n;
     if (fz_u8(in) < 160) {
         const char *w = names[fz_below(in, 7)];
-        n = strlen(w);
+        n = strlen(w) & 15; /* at most 6: the bound for gcc's -Wstringop-overflow */
         for (size_t i = 0; i < n; i++)
             tmp[i] = (char)(fz_u8(in) & 1 ? toupper((unsigned char)w[i]) : w[i]);
         if (fz_u8(in) >= 240 && n < 15)
@@ -265,6 +268,88 @@ static void op_capacity(fz_bytes *in)
              "kve_schedule_capacity with a NULL argument accepted");
 }
 
+/* Another thread's context: @p arg (a count) states created and destroyed. */
+static void *churn(void *arg)
+{
+    kve_context *c = NULL;
+    if (kve_context_create(KVE_BACKEND_CPU, &c) != KVE_OK)
+        return NULL;
+    kve_state_desc d = {{1, 0, 8, 2, 2}, 1, 1, 1, 0, 0, 12, 0, 0, 0};
+    for (uintptr_t i = 0; i < (uintptr_t)arg; i++) {
+        kve_state *st = NULL;
+        if (kve_state_create(c, &d, NULL, 0, &st) == KVE_OK)
+            kve_state_destroy(st);
+    }
+    kve_context_destroy(c);
+    return NULL;
+}
+
+/* Handles of both kinds, live and destroyed by this thread (at most 64
+ * destroys ago: all of them are), passed as either kind: a live handle of
+ * the right kind is accepted, a destroyed one refused as destroyed, one of
+ * the other kind refused naming its kind; nothing is read through them
+ * (ASan). A buffer is freed only by its context, once; one left allocated
+ * is freed with its context (LSan). Now and then another thread destroys
+ * more states than the quarantine holds first. */
+static void op_handles(fz_bytes *in)
+{
+    enum { N = 4 };
+    kve_context *c[N] = {NULL};
+    kve_state *st[N] = {NULL};
+    int dead[N] = {0};
+    kve_state_desc d = {{1, 0, 8, 2, 2}, 1, 1, 1, 0, 0, 12, 0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        FZ_CHECK(kve_context_create(KVE_BACKEND_CPU, &c[i]) == KVE_OK, "kve_context_create");
+        FZ_CHECK(kve_state_create(c[i], &d, NULL, 0, &st[i]) == KVE_OK, "kve_state_create");
+    }
+    void *buf = NULL;
+    uint32_t owner = fz_below(in, N);
+    FZ_CHECK(kve_alloc(c[owner], 1 + fz_below(in, 512), &buf) == KVE_OK, "kve_alloc");
+    for (int i = 0; i < N; i++)
+        if (fz_u8(in) & 1) {
+            dead[i] = 1; /* the context, and with it its state and maybe the buffer */
+            FZ_CHECK(kve_context_destroy(c[i]) == KVE_OK, "kve_context_destroy");
+        } else if (fz_u8(in) & 1) {
+            dead[i] = 2; /* the state alone */
+            FZ_CHECK(kve_state_destroy(st[i]) == KVE_OK, "kve_state_destroy");
+        }
+    if (fz_u8(in) < 32) { /* another thread churns past the quarantine's 64 */
+        pthread_t t;
+        if (pthread_create(&t, NULL, churn, (void *)(uintptr_t)(65 + fz_below(in, 40))) == 0)
+            pthread_join(t, NULL);
+    }
+    for (int k = 0; k < 8; k++) {
+        uint32_t i = fz_below(in, N), as = fz_u8(in) % 3;
+        kve_state_seq_info info;
+        kve_backend b;
+        const void *h = fz_u8(in) & 1 ? (const void *)st[i] : (const void *)c[i];
+        int is_state = h == (const void *)st[i], gone = is_state ? dead[i] != 0 : dead[i] == 1;
+        kve_status s = as == 0 ? kve_state_get_seq((kve_state *)(uintptr_t)h, 0, &info)
+                       : as == 1 ? kve_context_get_backend((kve_context *)(uintptr_t)h, &b)
+                                 : kve_free(c[i], buf);
+        if (as == 2) { /* the buffer: its owner's live context takes it, once */
+            int ok = dead[i] != 1 && (i == owner || !buf); /* NULL: any live context */
+            FZ_CHECK(ok ? s == KVE_OK : s == KVE_ERR_INVALID, "kve_free of context %u's buffer "
+                     "by context %u (dead %d): %s %s", owner, i, dead[i], kve_status_string(s),
+                     kve_last_error());
+            buf = ok ? NULL : buf;
+            continue;
+        }
+        int right = (as == 0) == is_state;
+        const char *want = !right ? (is_state ? "a kve_state" : "a kve_context")
+                           : gone ? "was destroyed" : NULL;
+        if (!right && gone)
+            want = is_state ? "a destroyed kve_state" : "a destroyed kve_context";
+        FZ_CHECK(want ? s == KVE_ERR_INVALID && strstr(kve_last_error(), want) : s == KVE_OK,
+                 "a %s%s passed as a %s: %s %s (expected %s)", gone ? "destroyed " : "",
+                 is_state ? "state" : "context", as == 0 ? "state" : "context",
+                 kve_status_string(s), kve_last_error(), want ? want : "KVE_OK");
+    }
+    for (int i = 0; i < N; i++)
+        if (dead[i] != 1)
+            FZ_CHECK(kve_context_destroy(c[i]) == KVE_OK, "kve_context_destroy");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_bytes in = {data, size};
@@ -275,7 +360,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kve_context *ctx = NULL;
     FZ_CHECK(kve_context_create(KVE_BACKEND_CPU, &ctx) == KVE_OK && ctx, "kve_context_create");
     for (int step = 0; step < 32 && in.n; step++) {
-        switch (fz_u8(&in) % 6) {
+        switch (fz_u8(&in) % 7) {
+        case 6: op_handles(&in); break;
         case 0: op_names(&in); break;
         case 1: op_values(&in); break;
         case 2: op_settings(&in, ctx); break;

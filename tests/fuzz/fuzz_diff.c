@@ -8,8 +8,10 @@
  * round) twice) exits 2; otherwise equal (exit 0, "equal: N records")
  * exactly when every record pairs with one that has the same fields with
  * the same values, heads and positions as sets; else exit 1 with a
- * "differ:" line that names something. The command's static functions are
- * reached by including its file.
+ * "differ:" line that names something. Issue 60: `replay --summary`'s
+ * "rounds" is compared like the digests, and an unknown field (in a record
+ * or a head) exits 2: no field is ignored. The command's static functions
+ * are reached by including its file.
  */
 #include "cli_common.c" /* tools/, on the include path */
 #include "cmd_diff.c"
@@ -27,8 +29,9 @@ typedef struct {
 
 typedef struct {
     uint64_t seq, rd, run;
-    uint32_t round, n_heads;
+    uint32_t round, n_heads, rounds;
     int has_round, has_rd, has_run, has_heads, twice; /* twice: a member given twice */
+    int has_rounds, unknown; /* unknown: 1 a field diff does not know, 2 one in a head */
     fd_head heads[FD_HEADS];
 } fd_rec;
 
@@ -49,6 +52,8 @@ static void fd_decode(fz_bytes *in, fd_log *a)
         r->has_rd = (f >> 1) & 1;
         r->has_run = (f >> 2) & 1;
         r->has_heads = (f >> 3) & 1;
+        r->has_rounds = (f >> 4) & 1;
+        r->rounds = fz_below(in, 4);
         r->rd = fz_below(in, 4);
         r->run = fz_below(in, 4);
         r->n_heads = fz_below(in, FD_HEADS);
@@ -68,9 +73,10 @@ static void fd_mutate(fz_bytes *in, fd_log *b)
 {
     fd_rec *r = &b->r[fz_below(in, b->n)];
     fd_head *x = r->n_heads ? &r->heads[fz_below(in, r->n_heads)] : NULL;
-    switch (fz_below(in, 9)) {
+    switch (fz_below(in, 11)) {
     case 0: /* a field removed */
-        switch (fz_below(in, 4)) {
+        switch (fz_below(in, 5)) {
+        case 4: r->has_rounds = 0; break;
         case 0: r->has_rd = 0; break;
         case 1: r->has_run = 0; break;
         case 2: r->has_heads = 0; break;
@@ -106,6 +112,11 @@ static void fd_mutate(fz_bytes *in, fd_log *b)
             x->pos[x->n - 1 - k] = t;
         }
         break;
+    case 9: /* rounds changed, or given */
+        r->rounds += r->has_rounds ? 1 + fz_below(in, 3) : 0;
+        r->has_rounds = 1;
+        break;
+    case 10: r->unknown = x && fz_below(in, 2) ? 2 : 1; break;
     default: /* a head removed */
         if (x)
             *x = r->heads[--r->n_heads];
@@ -120,6 +131,10 @@ static void fd_write(FILE *f, const fd_log *l)
         fprintf(f, "{\"seq_id\":%llu", (unsigned long long)r->seq);
         if (r->has_round)
             fprintf(f, ",\"round\":%u", r->round);
+        if (r->has_rounds)
+            fprintf(f, ",\"rounds\":%u", r->rounds);
+        if (r->unknown == 1)
+            fputs(",\"tokens\":3", f);
         if (r->has_rd)
             fprintf(f, ",\"round_digest\":\"0x%016llx\"", (unsigned long long)r->rd);
         if (r->has_run)
@@ -128,8 +143,8 @@ static void fd_write(FILE *f, const fd_log *l)
             fputs(",\"heads\":[", f);
             for (uint32_t h = 0; h < r->n_heads; h++) {
                 const fd_head *x = &r->heads[h];
-                fprintf(f, "%s{\"layer\":%u,\"head\":%u,\"evicted\":[", h ? "," : "", x->layer,
-                        x->head);
+                fprintf(f, "%s{\"layer\":%u,\"head\":%u,%s\"evicted\":[", h ? "," : "",
+                        x->layer, x->head, r->unknown == 2 ? "\"kept\":[]," : "");
                 for (uint32_t k = 0; k < x->n; k++)
                     fprintf(f, "%s%d", k ? "," : "", x->pos[k]);
                 fputs("]}", f);
@@ -172,6 +187,8 @@ static int fd_malformed(fd_log *l)
         fd_canon(r);
         if (r->twice || !(r->has_rd || r->has_run || r->has_heads))
             return 1;
+        if (r->unknown == 1 || (r->unknown == 2 && r->has_heads && r->n_heads))
+            return 1;
         for (uint32_t j = 0; j < i; j++)
             if (fd_same_key(r, &l->r[j]))
                 return 1;
@@ -190,7 +207,8 @@ static int fd_malformed(fd_log *l)
 static int fd_rec_equal(const fd_rec *x, const fd_rec *y)
 {
     if (x->has_rd != y->has_rd || x->has_run != y->has_run || x->has_heads != y->has_heads ||
-        (x->has_rd && x->rd != y->rd) || (x->has_run && x->run != y->run))
+        (x->has_rd && x->rd != y->rd) || (x->has_run && x->run != y->run) ||
+        x->has_rounds != y->has_rounds || (x->has_rounds && x->rounds != y->rounds))
         return 0;
     if (!x->has_heads)
         return 1;

@@ -9,6 +9,8 @@
  * 39) takes the same calls and the planned append (kve_state_append_device)
  * half the appends.
  */
+#include <math.h>
+
 #include "fuzz_score.h"
 
 /* The header's timing: rounds a row of capacity @p c with @p v valid slots
@@ -471,11 +473,83 @@ static void fz_call_infos(const fz_scored_state *s, const fz_state_call *c,
         FZ_CHECK(kve_state_get_seq(s->st, c->rows[i], &info[i]) == KVE_OK, "get_seq");
 }
 
+/* A planned append of @p news tokens a call row, with @p scores, that
+ * must be refused with KVE_ERR_INVALID naming @p why: with a mapping and
+ * move lists holding a previous step's values, the refusal maps the shape
+ * to -1 and empties the lists, as a device does (issue 47 item 1; issue 60
+ * item 1: a NaN's refusal too), and changes no row. */
+static void fz_refused_planned(const fz_scored_state *s, const fz_state_call *c,
+                               const uint32_t *news, const float *scores,
+                               const kve_step_buffers *out, const char *why)
+{
+    kve_state_seq_info before[4], after[4];
+    fz_call_infos(s, c, before);
+    kve_step_buffers ro = *out;
+    uint32_t max_new = 0;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < c->n_call; i++) {
+        total += news[i];
+        max_new = news[i] > max_new ? news[i] : max_new;
+    }
+    uint64_t shape = (uint64_t)c->n_call * max_new;
+    ro.scores = scores;
+    ro.max_tokens = (uint32_t)(total > shape ? total : shape);
+    size_t map_n = (size_t)s->lay.table_layers * ro.max_tokens * s->lay.table_heads;
+    size_t lists = (size_t)s->lay.table_layers * c->n_call * s->lay.table_heads;
+    FZ_CHECK(kve_state_max_moves(s->st, max_new, &ro.max_moves) == KVE_OK, "max_moves");
+    ro.slot_mapping = (int64_t *)fz_alloc(map_n * 8, 0);
+    ro.moves = (int32_t *)fz_alloc(lists * ro.max_moves * 8 + 8, 0);
+    ro.n_moves = (uint32_t *)fz_alloc(lists * 4, 0);
+    for (size_t k = 0; k < map_n; k++)
+        ro.slot_mapping[k] = 5;
+    for (size_t k = 0; k < lists; k++)
+        ro.n_moves[k] = 1;
+    kve_status rb = kve_state_append_device(s->st, c->n_call, c->rows, news, max_new, &ro);
+    FZ_CHECK(rb == KVE_ERR_INVALID && strstr(kve_last_error(), why),
+             "a planned append that %s: %s %s", why, kve_status_string(rb), kve_last_error());
+    for (size_t k = 0; k < map_n; k++)
+        FZ_CHECK(ro.slot_mapping[k] == -1, "a refused planned append (%s) left mapping entry %zu "
+                 "at %lld, not -1", why, k, (long long)ro.slot_mapping[k]);
+    for (size_t k = 0; k < lists; k++)
+        FZ_CHECK(ro.n_moves[k] == 0, "a refused planned append (%s) left move list %zu with %u "
+                 "pairs", why, k, ro.n_moves[k]);
+    free(ro.slot_mapping);
+    free(ro.moves);
+    free(ro.n_moves);
+    fz_call_infos(s, c, after);
+    FZ_CHECK(memcmp(before, after, c->n_call * sizeof *after) == 0,
+             "a refused planned append (%s) changed a row", why);
+}
+
+/* Issue 60 item 1: NaN over every table of the lowest due call row (a due
+ * row has candidates: it evicts r of them) and over the rows that are not
+ * due (never read): the planned append is refused as a NaN's. */
+static void fz_nan_planned(const fz_scored_state *s, const fz_state_call *c, const float *dev,
+                           size_t n_full, const kve_step_buffers *out)
+{
+    uint32_t due = UINT32_MAX;
+    for (uint32_t i = 0; i < c->n_call && due == UINT32_MAX; i++)
+        due = c->due[i] ? i : due;
+    if (due == UINT32_MAX)
+        return;
+    float *nan_sc = (float *)fz_dup(dev, n_full * 4);
+    if (!nan_sc)
+        return;
+    size_t sr = out->scores_stride_row, span = (size_t)s->lay.table_layers * s->lay.table_heads *
+                                                   out->scores_stride_table;
+    for (uint32_t i = 0; i < c->n_call; i++)
+        for (size_t k = 0; (i == due || !c->due[i]) && k < span && i * sr + k < n_full; k++)
+            nan_sc[i * sr + k] = NAN;
+    fz_refused_planned(s, c, c->n_new, nan_sc, out, "has a NaN in out->scores at a candidate");
+    free(nan_sc);
+}
+
 /* Issue 39: the scored append planned on the device (the CPU runs the
  * planner) with the scores kve_state_score_device wrote for every table
  * layer into @p dev, strides for any row: equal bit for bit to @p full,
  * kve_state_score's. A call with a row given two rounds' tokens first is
- * refused with reason 7 and changes nothing; the call itself is accepted
+ * refused with reason 7 and changes nothing, as is one with a NaN at a due
+ * row's candidates (reason 8); the call itself is accepted
  * when kve_state_append would accept it, and advances each row by its
  * tokens and its round. */
 static void fz_scored_append_device(const fz_scored_state *s, const fz_state_call *c,
@@ -498,41 +572,10 @@ static void fz_scored_append_device(const fz_scored_state *s, const fz_state_cal
     if (fz_mix(mix) & 1) { /* two rounds' tokens for row 0: refused, nothing changed */
         memcpy(news, c->n_new, sizeof news);
         news[0] = before[0].capacity + 2 * s->sch.interval;
-        /* issue 47 item 1: with a mapping and move lists holding a previous
-         * step's values, the refusal maps the shape to -1 and empties the
-         * lists, as a device does */
-        kve_step_buffers ro = *out;
-        uint64_t total = 0, shape = (uint64_t)c->n_call * news[0];
-        for (uint32_t i = 0; i < c->n_call; i++)
-            total += news[i];
-        ro.max_tokens = (uint32_t)(total > shape ? total : shape);
-        size_t map_n = (size_t)s->lay.table_layers * ro.max_tokens * s->lay.table_heads;
-        size_t lists = (size_t)s->lay.table_layers * c->n_call * s->lay.table_heads;
-        FZ_CHECK(kve_state_max_moves(s->st, news[0], &ro.max_moves) == KVE_OK, "max_moves");
-        ro.slot_mapping = (int64_t *)fz_alloc(map_n * 8, 0);
-        ro.moves = (int32_t *)fz_alloc(lists * ro.max_moves * 8 + 8, 0);
-        ro.n_moves = (uint32_t *)fz_alloc(lists * 4, 0);
-        for (size_t k = 0; k < map_n; k++)
-            ro.slot_mapping[k] = 5;
-        for (size_t k = 0; k < lists; k++)
-            ro.n_moves[k] = 1;
-        kve_status rb = kve_state_append_device(s->st, c->n_call, c->rows, news, news[0], &ro);
-        FZ_CHECK(rb == KVE_ERR_INVALID && strstr(kve_last_error(), "would run two rounds"),
-                 "a row past the scored rules in a planned append: %s %s",
-                 kve_status_string(rb), kve_last_error());
-        for (size_t k = 0; k < map_n; k++)
-            FZ_CHECK(ro.slot_mapping[k] == -1, "a refused planned append left mapping entry %zu "
-                     "at %lld, not -1", k, (long long)ro.slot_mapping[k]);
-        for (size_t k = 0; k < lists; k++)
-            FZ_CHECK(ro.n_moves[k] == 0, "a refused planned append left move list %zu with %u "
-                     "pairs", k, ro.n_moves[k]);
-        free(ro.slot_mapping);
-        free(ro.moves);
-        free(ro.n_moves);
-        fz_call_infos(s, c, after);
-        FZ_CHECK(memcmp(before, after, c->n_call * sizeof *after) == 0,
-                 "a refused planned append changed a row");
+        fz_refused_planned(s, c, news, dev, out, "would run two rounds");
     }
+    if (valid == 1 && (fz_mix(mix) & 2))
+        fz_nan_planned(s, c, dev, n_full, out);
     kve_status ra = kve_state_append_device(s->st, c->n_call, c->rows, c->n_new, max_new, out);
     FZ_CHECK(ra == KVE_OK || valid != 1, "the planned append of scored rows was refused: %s",
              kve_last_error());

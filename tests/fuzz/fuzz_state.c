@@ -325,7 +325,7 @@ static kve_status op_append(fz_bytes *in, model *m, kve_state *st, uint32_t row,
                   kve_state_max_moves(st, max_new, &shape_moves) == KVE_OK &&
                   (!sh.moves || sh.max_moves >= shape_moves);
     const kve_step_buffers *out = map || sh.moves || !sh.null_out ? &sb : NULL;
-    if (!*bad && sh.moves && (how & 0xc0) == 0xc0)
+    if (!*bad && sh.moves && sh.n_moves && (how & 0xc0) == 0xc0)
         huge_move_lists(in, m, st, n_rows, rows, n_new, &sb, planned ? max_new : 0);
     kve_status s = planned ? kve_state_append_device(st, n_rows, rows, n_new, max_new, out)
                            : kve_state_append(st, n_rows, rows, n_new, out);

@@ -101,7 +101,7 @@ START_TEST(test_state_score_device)
         sd_run(kve_gpu, kve_last_error, kve_cpu, 0x39e0000 + k, 12, &due, &refusals);
     ck_assert_uint_gt(due, 100);
     ck_assert_uint_gt(refusals, 10);
-    sd_nan_run(kve_gpu, kve_last_error, kve_cpu); /* a NaN: raised, the state whole */
+    sd_nan_run(kve_gpu, kve_last_error, kve_cpu); /* a NaN: refused, nothing changed */
 }
 END_TEST
 

@@ -413,11 +413,11 @@ static void sd_run(kve_context *dev, const char *(*dev_msg)(void), kve_context *
     sd_rig_fini(&cpu);
 }
 
-/* A NaN at a candidate of a planned scored append on @p dev: reported at
- * synchronize (KVE_ERR_INVALID naming it), and the state stays whole: it
- * equals the CPU's host-API append with that score at -inf (the first
- * evicted), so no protected token is lost and the rows' counts and tables
- * agree. */
+/* A NaN at a candidate of a planned scored append on @p dev: the planner
+ * refuses the call (KVE_PLAN_NAN), reported at synchronize as
+ * KVE_ERR_INVALID naming it, the CPU's status for the same call. Like every
+ * refusal it changes nothing (the state equals the CPU's, which ran no
+ * call), maps the shape to -1 and empties the move lists. */
 static void sd_nan_run(kve_context *dev, const char *(*dev_msg)(void), kve_context *cpu_ctx)
 {
     sd_cfg c = {2, 1, 2, 8, 1, 0, KVE_SCORED, 6, 2, 2, 0, 3,
@@ -445,20 +445,46 @@ static void sd_nan_run(kve_context *dev, const char *(*dev_msg)(void), kve_conte
     kt_put(dev, a.scores, h, a.scores_elems * 4);
     kt_put(dev, a.rows, rows, 8);
     kt_put(dev, a.n_new, ones, 8);
-    h[at] = -INFINITY;
-    kt_put(cpu_ctx, w.scores, h, a.scores_elems * 4);
     free(h);
+    /* the step's outputs hold a previous step's values: the refusal maps
+     * the shape (2 rows x max_new 1, both table layers) to -1 and empties
+     * every move list (docs/INTEGRATION.md "CUDA graphs") */
+    enum { NM = 1 * 2 * 2, NL = NM * 2 * 2 }; /* layers x (tokens, rows) x heads; x moves x 2 */
+    int64_t map[NM];
+    int32_t mv[NL];
+    uint32_t n_mv[NM];
+    for (int i = 0; i < NM; i++) {
+        map[i] = 5;
+        n_mv[i] = 2;
+    }
+    a.out.slot_mapping = (int64_t *)kt_alloc(dev, sizeof map);
+    a.out.max_tokens = 2;
+    a.out.moves = (int32_t *)kt_alloc(dev, sizeof mv);
+    a.out.n_moves = (uint32_t *)kt_alloc(dev, sizeof n_mv);
+    a.out.max_rows = 2;
+    a.out.max_moves = 2;
+    kt_put(dev, a.out.slot_mapping, map, sizeof map);
+    kt_put(dev, a.out.n_moves, n_mv, sizeof n_mv);
     ck_assert_int_eq(kve_state_append_device(a.st, 2, a.rows, a.n_new, 1, &a.out), KVE_OK);
     ck_assert_int_eq(kve_context_synchronize(dev), KVE_ERR_INVALID);
-    ck_assert_msg(strstr(dev_msg(), "NaN"), "%s", dev_msg());
-    ck_assert_msg(kve_state_append(w.st, 2, rows, ones, &w.out) == KVE_OK, "%s", kve_last_error());
-    sd_snap sa, sw;
+    ck_assert_msg(strstr(dev_msg(), "has a NaN in out->scores at a candidate of its round"), "%s",
+                  dev_msg());
+    kt_get(dev, map, a.out.slot_mapping, sizeof map);
+    kt_get(dev, n_mv, a.out.n_moves, sizeof n_mv);
+    for (int i = 0; i < NM; i++) {
+        ck_assert_msg(map[i] == -1, "slot_mapping[%d] = %lld after the refusal", i, (long long)map[i]);
+        ck_assert_msg(n_mv[i] == 0, "n_moves[%d] = %u after the refusal", i, n_mv[i]);
+    }
+    sd_snap sa, sw; /* refused: the state as the CPU's, which ran no call */
     sd_snap_take(&a, &sa);
     sd_snap_take(&w, &sw);
-    sd_snap_eq(&a, &sa, &sw, "NaN on the device vs -inf on the CPU");
-    ck_assert_uint_eq(sa.info[0].round, 1);
+    sd_snap_eq(&a, &sa, &sw, "the device's NaN refusal vs no call on the CPU");
+    ck_assert_uint_eq(sa.info[0].round, 0);
     free(sa.slots);
     free(sw.slots);
+    void *bufs[] = {a.out.slot_mapping, a.out.moves, a.out.n_moves};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(kve_free(dev, bufs[i]), KVE_OK);
     sd_rig_fini(&a);
     sd_rig_fini(&w);
 }

@@ -439,6 +439,23 @@ class Integers(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             st.layer_moves(step, 1)
         self.assertIn("layer = 1: must be 0..0", str(e.exception))
+        # issue 60 item 4: a Step that is None (an append with outputs=False
+        # returns None) is named, not an AttributeError
+        for fn in (st.layer_moves, st.layer_slots):
+            with self.assertRaises(TypeError) as e:
+                fn(None, 0)
+            self.assertIn("step = None: expected a kvevict.Step", str(e.exception))
+            self.assertEqual(e.exception.name, "KVE_ERR_NULL")
+        # n_new past 2^31-1 in all: refused before the outputs are allocated
+        # (2^31 tokens of int64 mapping entries: MemoryError before)
+        for n_new in ([2 ** 31], [2 ** 30, 2 ** 30]):
+            rows = [0] if len(n_new) == 1 else [0, 1]
+            with self.assertRaises(kvevict.KvevictError) as e:
+                st.append(rows, n_new)
+            self.assertEqual(e.exception.name, "KVE_ERR_RANGE")
+            self.assertIn("kve_state_append: KVE_ERR_RANGE: n_new sums to %d tokens: at most "
+                          "2^31-1 per call" % sum(n_new), str(e.exception))
+        self.assertEqual(st.seq(0).n_tokens, 0)  # admitted, nothing appended
 
     def test_constructors_and_free_functions(self):
         self.assert_range(lambda: kvevict.capacity(2 ** 32 + 3, budget=8, window=2, interval=2),

@@ -217,6 +217,12 @@ def refusals(model):
          "stats: shapes"),
         (lambda: gen(model, torch.zeros((2, 5), dtype=torch.long), KvevictCache(model.config)),
          "batch size 2"),
+        # issue 60 item 4: at construction, not at the first forward (with
+        # budget=None never: digest() raised numpy's OverflowError)
+        (lambda: KvevictCache(model.config, seed=-1), "seed = -1: out of range"),
+        (lambda: KvevictCache(model.config, seed=2 ** 64), "seed = 18446744073709551616"),
+        (lambda: KvevictCache(model.config, seq_id=-1, budget=None), "seq_id = -1: out of range"),
+        (lambda: KvevictCache(model.config, seq_id=2 ** 64), "seq_id = 18446744073709551616"),
     ]
     for make, words in cases:
         try:
@@ -224,6 +230,15 @@ def refusals(model):
             check(False, "no error for %r" % words)
         except ValueError as e:
             check(words in str(e), "error %r does not say %r" % (str(e), words))
+    # budget=None: digest() of the positions held, also before any forward
+    c = KvevictCache(model.config, budget=None, seq_id=2 ** 64 - 1)
+    heads = model.config.num_key_value_heads
+    layers = model.config.num_hidden_layers
+    check(c.digest() == positions_digest(2 ** 64 - 1, [[[]] * heads] * layers),
+          "digest() of an empty cache")
+    gen(model, torch.zeros((1, 5), dtype=torch.long), c)
+    want = positions_digest(2 ** 64 - 1, [[list(range(c.n_tokens))] * heads] * layers)
+    check(c.digest() == want, "digest() with budget=None: %d, not %d" % (c.digest(), want))
 
 
 def bench():
