@@ -1,15 +1,17 @@
 """One vLLM engine for test_vllm_plugin.py, in this process (vLLM's in-process
 engine core, so the plugin's runner can be looked at): prints one JSON line,
-RESULT {...}. argv[1]: a JSON job: model, arm ("stock" or a kvevict arm),
+RESULT {...}. argv[1]: a JSON job: model, device ("cpu", or "cuda": bf16,
+FlashAttention), arm ("stock" or a kvevict arm),
 kvevict settings, prompts [[token ids]], max_tokens [n per prompt], abort
 (indices of requests aborted after `abort_after` engine steps)."""
 import json
 import os
 import sys
 
-for k, v in (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
-             ("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-             ("VLLM_USE_V2_MODEL_RUNNER", "0")):
+GPU = json.loads(sys.argv[1]).get("device") == "cuda" if len(sys.argv) > 1 else False
+for k, v in ((("VLLM_ENABLE_V1_MULTIPROCESSING", "0"), ("VLLM_USE_V2_MODEL_RUNNER", "0")) +
+             (() if GPU else (("VLLM_TARGET_DEVICE", "cpu"), ("VLLM_CPU_KVCACHE_SPACE", "1"),
+                              ("VLLM_CPU_OMP_THREADS_BIND", "nobind")))):
     os.environ.setdefault(k, v)
 
 from vllm import LLM, SamplingParams  # noqa: E402
@@ -19,12 +21,14 @@ def main(job):
     kw = dict(enable_prefix_caching=False, async_scheduling=False)
     if job["arm"] != "stock":
         import kvevict.vllm as kv
-        kw.update(kv.engine_args(arm=job["arm"], **job.get("kvevict", {})))
+        kw.update(kv.engine_args(arm=job["arm"], device="cuda" if GPU else "cpu",
+                                 **job.get("kvevict", {})))
     if job.get("prefix"):
         kw["enable_prefix_caching"] = True
     if job.get("blocks"):
         kw["num_gpu_blocks_override"] = job["blocks"]
-    llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype="float32", max_model_len=512,
+    llm = LLM(model=job["model"], skip_tokenizer_init=True,
+              dtype="bfloat16" if GPU else "float32", max_model_len=512,
               enforce_eager=True, max_num_seqs=job.get("max_num_seqs", 8), block_size=32,
               seed=0, **kw)
     eng = llm.llm_engine
