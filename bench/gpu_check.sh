@@ -356,6 +356,15 @@ if [ "$until_step" = tests ]; then
     { table_head; for v in "${vendors[@]}"; do test_rows "$v"; done; } >"$table"
     finish
 fi
+# the vLLM plugin on the GPU (FlashAttention), where vLLM imports: the lent image has no vLLM
+# (docs/GPU.md), so this logs why it did not run; not a row of the table
+if [ "$have_cuda" = 1 ] && "$py_any" -c "import vllm" >/dev/null 2>&1; then
+    step vllm 300 --out "$out/vllm_gpu.txt" env KVEVICT_LIBRARY="$build/libkvevict.so" \
+        KVE_BACKEND_DIR="$build" "$py_any" "$root/tests/python/vllm_gpu_check.py" ||
+        say "vllm plugin on the GPU: ${why[vllm]}"
+else
+    say "vllm plugin on the GPU: not run (no CUDA backend, or vLLM does not import here)"
+fi
 # compute-sanitizer memcheck over the CUDA GPU tests (their logs in $build/memcheck)
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] &&
