@@ -13,6 +13,7 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
   the same schedule (the prompt in one chunk, then one token a step), rounds
   happened, and every row went back but those of the last step's requests
   (vLLM tells its workers of a finished request at the next step);
+- arms per request: full (stock's tokens), random-p0, a bad one refused;
 - the same requests through kvevict.hf (transformers 5.19): the same
   tokens and digests as vLLM's;
 - the K-norm arm's first round keeps, in every head, the candidates of
@@ -372,6 +373,27 @@ def run(tmp):
                                                               if t is not None),
           "triattention with a calibration file runs and evicts (%d rounds)"
           % sum(d["round"] for d in ta["digests"]))
+
+    # arms per request (SamplingParams.extra_args["kvevict_arm"]) in a random
+    # engine: "full" is never evicted (stock's tokens), "random-p0" pins nothing;
+    # an arm the engine does not take is refused when the request is added
+    per = engine(env, dict(base, prompts=prompts[:3], max_tokens=max_tokens[:3], arm="random",
+                           kvevict=settings, request_arms=[None, "full", "random-p0"],
+                           bad_arm="knorm"))
+    pd = {d["seq_id"] - 1000: d for d in per["digests"]}
+    check(per["tokens"][1] == stock["tokens"][1] and pd[1]["round"] == 0 and
+          pd[1]["prompt_len"] == 512,
+          "a request of arm full: never evicted, stock's tokens (pinned %d)" % pd[1]["prompt_len"])
+    check(pd[0]["digest"] == {d["seq_id"]: d for d in ev["digests"]}[1000]["digest"],
+          "a request of the engine's arm: the engine-wide random run's digest")
+    rec = pd[2]
+    want, rnd, _ = replay_digest(kvevict, rec, settings, len(prompts[2]), len(per["tokens"][2]))
+    check(rec["prompt_len"] == 0 and rec["digest"] == want and rnd > 0,
+          "a request of arm random-p0: nothing pinned, %d rounds, an independent State's digest"
+          % rnd)
+    err = per["first_rounds"].get("bad_arm_error", "")
+    check("kvevict_arm" in err and "knorm" in err,
+          "a request asking for knorm in a random engine refused: %s" % err[:160])
 
     # a tiny Llama: budget never reached -> stock's tokens; evicting -> the
     # digests of independent States and the masked reference's log-probabilities

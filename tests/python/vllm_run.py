@@ -47,9 +47,11 @@ def main(job):
     outs, lps = {}, {}
     ids = []
     for i, (p, n) in enumerate(zip(job["prompts"], job["max_tokens"])):
+        extra = {"kvevict_seq_id": 1000 + i}
+        if job.get("request_arms") and job["request_arms"][i]:
+            extra["kvevict_arm"] = job["request_arms"][i]
         sp = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True, detokenize=False,
-                            extra_args={"kvevict_seq_id": 1000 + i},
-                            logprobs=job.get("logprobs"))
+                            extra_args=extra, logprobs=job.get("logprobs"))
         rid = "req-%d" % i
         eng.add_request(rid, {"prompt_token_ids": p}, sp)
         ids.append(rid)
@@ -64,6 +66,16 @@ def main(job):
         steps += 1
         if steps == job.get("abort_after", -1):
             eng.abort_request([ids[i] for i in job.get("abort", [])])
+    if job.get("bad_arm"):  # a request whose arm the engine does not take
+        try:
+            eng.add_request("bad", {"prompt_token_ids": [1, 2, 3]},
+                            SamplingParams(max_tokens=2, extra_args={"kvevict_arm":
+                                                                     job["bad_arm"]}))
+            while eng.has_unfinished_requests():
+                eng.step()
+            rounds["bad_arm_error"] = ""
+        except Exception as e:  # noqa: BLE001  (what the caller sees)
+            rounds["bad_arm_error"] = str(e)
     res = {"tokens": [outs.get(r) for r in ids], "steps": steps, "first_rounds": rounds,
            "logprobs": [lps.get(r) for r in ids]}
     if job["arm"] != "stock":

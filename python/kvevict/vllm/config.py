@@ -118,3 +118,24 @@ def check_engine(cfg: PluginConfig, vllm_config: Any) -> None:
     if why:
         raise ConfigError("kvevict (arm %s) cannot serve this engine: %s"
                           % (cfg.arm, "; ".join(why)))
+
+
+REQUEST_ARMS = ("full", "random", "random-p0")
+
+
+def pinned_prompt(cfg: PluginConfig, params: Any, prompt_len: int, max_model_len: int) -> int:
+    """The prompt length a request pins: its arm's (SamplingParams.extra_args
+    ["kvevict_arm"], else the engine's). Per request: "full" (pins every
+    position the request can reach, so it is never evicted), "random" (its
+    prompt) or "random-p0" (nothing), in an engine whose arm evicts; a scored
+    engine takes "full" or its own arm only."""
+    extra = getattr(params, "extra_args", None) or {}
+    arm = extra.get("kvevict_arm", cfg.arm)
+    if arm not in REQUEST_ARMS + (cfg.arm,) or (cfg.scored and arm not in ("full", cfg.arm)):
+        raise ConfigError("extra_args['kvevict_arm'] = %r: a request of this engine (arm %s) "
+                          "takes %s" % (arm, cfg.arm, ", ".join(
+                              ("full", cfg.arm) if cfg.scored else REQUEST_ARMS)))
+    if arm == "full":
+        return max_model_len
+    return 0 if arm == "random-p0" else min(prompt_len, max_model_len)
+

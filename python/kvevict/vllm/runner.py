@@ -71,8 +71,9 @@ class KvevictState:
         n_heads = mc.get_num_kv_heads(vllm_config.parallel_config)
         self.block_size = groups[0].kv_cache_spec.block_size
         self.max_model_len = mc.max_model_len
-        cap = kvevict.capacity(self.max_model_len if cfg.pins_prompt else 0,
-                               budget=cfg.budget, window=cfg.window, interval=cfg.interval)
+        # a row's slots: a request may pin up to max_model_len (its arm "full")
+        cap = kvevict.capacity(self.max_model_len, budget=cfg.budget, window=cfg.window,
+                               interval=cfg.interval)
         self.ctx = kvevict.ops.context_for(device)
         self.n_layers, self.n_heads = n_layers, n_heads
         self.group = mc.get_num_attention_heads(vllm_config.parallel_config) // n_heads
@@ -168,8 +169,9 @@ class KvevictState:
 
     def admit(self, req_id: str, req: Any) -> int:
         r = self.free.pop()
-        pinned = len(req.prompt_token_ids) if self.cfg.pins_prompt else 0
-        self.state.admit(r, seq_id_of(req), min(pinned, self.max_model_len))
+        pinned = _config.pinned_prompt(self.cfg, getattr(req, "sampling_params", None),
+                                       len(req.prompt_token_ids), self.max_model_len)
+        self.state.admit(r, seq_id_of(req), pinned)
         self.rows[req_id] = r
         self.n_tokens[r], self.peak[r] = 0, 0
         self.capacity[r] = self.state.seq(r).capacity

@@ -30,8 +30,9 @@ class CappedBlocks:
     """vLLM's KV cache manager, its allocate_slots capped per request at the
     blocks of the request's capacity; everything else is the manager's."""
 
-    def __init__(self, manager: Any, cfg: _config.PluginConfig):
+    def __init__(self, manager: Any, cfg: _config.PluginConfig, max_model_len: int):
         self._m, self._cfg, self._caps = manager, cfg, {}
+        self._max_model_len = max_model_len
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._m, name)
@@ -39,7 +40,8 @@ class CappedBlocks:
     def capacity(self, request: Any) -> int:
         c = self._caps.get(request.request_id)
         if c is None:
-            pinned = request.num_prompt_tokens if self._cfg.pins_prompt else 0
+            pinned = _config.pinned_prompt(self._cfg, request.sampling_params,
+                                           request.num_prompt_tokens, self._max_model_len)
             c = self._caps[request.request_id] = kvevict.capacity(
                 pinned, budget=self._cfg.budget, window=self._cfg.window,
                 interval=self._cfg.interval)
@@ -79,10 +81,17 @@ class KvevictScheduler(Scheduler):
         _config.check_engine(cfg, vllm_config)
         self.kve_cfg = cfg
         if cfg.evicts:
-            self.kv_cache_manager = CappedBlocks(self.kv_cache_manager, cfg)
+            self.kv_cache_manager = CappedBlocks(self.kv_cache_manager, cfg,
+                                                 vllm_config.model_config.max_model_len)
             # vLLM's hook for clipping a prefill chunk (its Mamba alignment:
             # the model has no Mamba layers, check_engine refused them)
             self.need_mamba_block_aligned_split = True
+
+    def add_request(self, request: Any) -> None:
+        if self.kve_cfg.evicts:  # a bad per-request arm refused before it is scheduled
+            _config.pinned_prompt(self.kve_cfg, request.sampling_params,
+                                  request.num_prompt_tokens, 0)
+        return super().add_request(request)
 
     def _mamba_block_aligned_split(self, request: Any, num_new_tokens: int,
                                    num_new_local_computed_tokens: int = 0,
