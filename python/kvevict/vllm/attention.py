@@ -1,16 +1,21 @@
 """The attention backends of the plugin: vLLM's CPU attention and its
 FlashAttention with the cache write replaced, registered over CPU_ATTN and
-FLASH_ATTN through vLLM's own registry (``register_backend``). With no planned step (the full arm, warm-up and
-profiling runs) it is vLLM's backend unchanged, byte for byte; with one, a
-layer's new K/V go to the per-head slots the kvevict state chose, after the
-round's moves, through ``torch.ops.kvevict.cache_write`` on the CPU layout
-(K transposed inside a block, then V)."""
+FLASH_ATTN through vLLM's own registry (``register_backend``). With no
+planned step (the full arm, warm-up and profiling runs) each is vLLM's
+backend unchanged; with one, a layer's new K/V go to the per-head slots the
+kvevict state chose, after the round's moves: on the CPU through a
+kve_cache_write descriptor kept per layer (_write; K transposed inside a
+block, then V), on a GPU through torch.ops.kvevict.cache_write."""
+import ctypes
+
 import torch
 
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
 
 from .. import ops as kvevict_ops  # registers torch.ops.kvevict; a context per device
+from .._lib import check, lib
+from .._write import _describe_write
 from . import step as _step
 
 
@@ -41,10 +46,6 @@ class _Writer:
 def _write(st, l, key, value, k_cache, v_cache) -> None:
     """A layer's cache write (the CPU): its descriptor kept in st.writers,
     rebuilt when a tensor it points into changes."""
-    import ctypes
-
-    from .._lib import check, lib
-    from .._write import _describe_write
     n = st.n_tokens
     sig = (k_cache.data_ptr(), key.stride(), value.stride(), key.dtype, st.block_table.data_ptr(),
            st.block_table.stride(0))
