@@ -22,6 +22,10 @@ Engines run as subprocesses (vllm_run.py, vLLM's in-process engine core):
 - preemption forced by a small pool, after the victim's rounds: the same
   tokens and digests as a run never preempted (its history replayed in
   chunks that end on its round boundaries);
+- churn: 300 requests of mixed lengths arriving a few a step into a small
+  pool, some aborted, some preempted: nothing left held afterwards (state
+  rows, vLLM's blocks, the scheduler's caps), the in-memory digest history
+  bounded, every finished request's digest an independent State's;
 - a configuration the plugin cannot serve (prefix caching on) is refused at
   start, naming why; bad settings are refused before any engine.
 Skips (77) without vLLM, unless KVE_VLLM_REQUIRED is set (run.sh's venv).
@@ -209,6 +213,80 @@ def knorm_first_round(kvevict, hf, settings, seq_id, prompt, toks, kept, layers=
     return True, compared
 
 
+def stub_flashinfer(tmp):
+    """A stand-in `flashinfer` package (every name a placeholder class), so
+    vLLM's FlashInfer module, and the plugin's subclass of it, import on a
+    machine without FlashInfer; nothing of it runs here."""
+    d = os.path.join(tmp, "stub", "flashinfer")
+    os.makedirs(d, exist_ok=True)
+    for m in ("__init__", "decode", "prefill", "utils"):
+        with open(os.path.join(d, m + ".py"), "w") as f:
+            f.write("def __getattr__(name):\n    return type(name, (), {})\n")
+    sys.path.insert(0, os.path.dirname(d))
+
+
+def device_layouts(kvevict, tmp):
+    """The GPU impls' writes, driven on CPU tensors through a planned step as
+    the runner plans it: two requests through rounds, each step's tokens
+    written by FlashAttention's and FlashInfer's do_kv_cache_update into a
+    layer cache with HND and with NHD pages; after every step each held slot
+    of each head holds its position's K and V, read as vLLM reads them
+    (kv_cache.transpose(1, 2).split(D))."""
+    import types
+    from kvevict.vllm import step as vstep
+    from kvevict.vllm.attention import KvevictFlashAttentionImpl
+    stub_flashinfer(tmp)
+    from kvevict.vllm.attention_flashinfer import KvevictFlashInferImpl
+    H, D, BS, NB = 2, 64, 16, 4
+    ctx = kvevict.Context("cpu")
+    cap = kvevict.capacity(5, budget=12, window=2, interval=4)
+    for cls in (KvevictFlashAttentionImpl, KvevictFlashInferImpl):
+        for pages in ("HND", "NHD"):
+            st = kvevict.State(ctx, max_seqs=2, n_layers=1, n_heads=H, budget=12, window=2,
+                               interval=4, max_slots=2 * BS, seed=3, tensors="torch")
+            buf = st.step_buffers(max_tokens=16, max_rows=2, max_new=8)
+            kv = (torch.zeros(NB, H, BS, 2 * D) if pages == "HND"
+                  else torch.zeros(NB, BS, H, 2 * D).permute(0, 2, 1, 3))
+            impl = object.__new__(cls)
+            impl.attn_type, impl.head_size, impl.kv_sharing_target_layer_name = "decoder", D, None
+            impl.nvfp4_fa2 = impl.is_kvcache_nvfp4 = False
+            layer = types.SimpleNamespace(layer_name="model.layers.0.self_attn.attn")
+            bt = torch.tensor([[1, 3], [0, 2]], dtype=torch.int32)
+            g = torch.Generator().manual_seed(9)
+            src = {}
+            st.admit(0, 21, 5)
+            st.admit(1, 22, 3)
+            n_tok, ok, rounds = [0, 0], True, 0
+            for n_new in [[5, 3]] + [[1, 1]] * 30:
+                st.append([0, 1], n_new, out=buf)
+                rows = [r for r in (0, 1) for _ in range(n_new[r])]
+                k, v = torch.randn(len(rows), H, D, generator=g), torch.randn(len(rows), H, D,
+                                                                              generator=g)
+                for t, r in enumerate(rows):
+                    src[r, n_tok[r]] = (k[t], v[t])
+                    n_tok[r] += 1
+                vstep.current = vstep.PlannedStep(st, buf, len(rows),
+                                                  torch.tensor(rows, dtype=torch.int32), bt,
+                                                  {layer.layer_name: 0}, 2, {})
+                impl.do_kv_cache_update(layer, k, v, kv, None)
+                vstep.current = None
+                kc, vc = kv.transpose(1, 2).split(D, dim=-1)    # vLLM's view [B, N, H, D]
+                for r in (0, 1):
+                    pos = st.slots(r)[0]
+                    for h in range(H):
+                        for slot, p in enumerate(pos[h]):
+                            if p < 0:
+                                continue
+                            b, o = int(bt[r, slot // BS]), slot % BS
+                            ok = ok and torch.equal(kc[b, o, h], src[r, int(p)][0][h]) and \
+                                torch.equal(vc[b, o, h], src[r, int(p)][1][h])
+                rounds = st.seq(0).round + st.seq(1).round
+            check(ok and rounds >= 8 and cap <= 2 * BS,
+                  "%s, %s pages, on CPU tensors: every held slot of every head holds its "
+                  "position's K and V as vLLM reads them, through %d rounds"
+                  % (cls.__name__, pages, rounds))
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="kve-vllm-") as tmp:
         return run(tmp)
@@ -231,8 +309,10 @@ def run(tmp):
           "the vllm.general_plugins entry point names kvevict.vllm:register")
     eps[0].load()()
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    check(AttentionBackendEnum.CPU_ATTN.get_path() == kv.BACKEND_CLS,
-          "register() puts the plugin's backend over CPU_ATTN")
+    check(AttentionBackendEnum.CPU_ATTN.get_path() == kv.BACKEND_CLS and
+          AttentionBackendEnum.FLASH_ATTN.get_path() == kv.GPU_BACKEND_CLS and
+          AttentionBackendEnum.FLASHINFER.get_path() == kv.FLASHINFER_BACKEND_CLS,
+          "register() puts the plugin's backends over CPU_ATTN, FLASH_ATTN and FLASHINFER")
 
     # settings refused before any engine, each naming the key
     for bad, words in (({"arm": "lru"}, "kvevict.arm = 'lru'"),
@@ -240,32 +320,18 @@ def run(tmp):
                        ({"arm": "knorm", "stats_file": "x"}, "only it takes one"),
                        ({"budget": 0}, "kvevict.budget = 0"),
                        ({"budjet": 3}, "unknown key(s) 'budjet'"),
-                       ({"seed": -1}, "kvevict.seed = -1")):
+                       ({"seed": -1}, "kvevict.seed = -1"),
+                       ({"digest_history": -1}, "kvevict.digest_history = -1")):
         try:
             config.parse({"kvevict": bad})
             check(False, "%s refused" % bad)
         except config.ConfigError as e:
             check(words in str(e), "%s refused: %s" % (bad, e))
 
-    # the FlashAttention write (GPU) on CPU tensors: its layer cache [blocks,
-    # heads, block_size, 2 * D] as vLLM reads it (transpose(1, 2).split(D))
-    import kvevict.ops  # noqa: F401
+    # the GPU writes (FlashAttention's and FlashInfer's impls) on CPU tensors
+    device_layouts(kvevict, tmp)
+    # the CPU layout's K view reads what vLLM's CPU kernel wrote there (K transposed)
     from kvevict.vllm.attention import kv_views
-    g = torch.Generator().manual_seed(5)
-    kv = torch.zeros(4, 2, 32, 128)
-    k, v = torch.randn(3, 2, 64, generator=g), torch.randn(3, 2, 64, generator=g)
-    slots = torch.tensor([[0, 33], [5, 6], [40, 1]], dtype=torch.int64)
-    bt = torch.tensor([[2, 0], [3, 1]], dtype=torch.int32)
-    row = torch.tensor([0, 1, 0], dtype=torch.int32)
-    torch.ops.kvevict.cache_write(k, v, kv[..., :64], kv[..., 64:], slots, row, bt, "hnd",
-                                  "auto", None, None)
-    kc, vc = kv.transpose(1, 2).split(64, dim=-1)
-    ok = all(torch.equal(kc[bt[row[t], slots[t, h] // 32], slots[t, h] % 32, h], k[t, h]) and
-             torch.equal(vc[bt[row[t], slots[t, h] // 32], slots[t, h] % 32, h], v[t, h])
-             for t in range(3) for h in range(2))
-    check(ok and int((kv != 0).sum()) == 3 * 2 * 128,
-          "FlashAttention's layout (K then V in a block's last dim): written where vLLM reads")
-    # and the CPU layout's K view reads what vLLM's CPU kernel wrote there (K transposed)
     cpu = torch.arange(2 * 2 * 32 * 128, dtype=torch.float32).view(2, 2, 32, 128)
     kview, vview = kv_views(cpu)
     check(float(kview[1, 0, 3, 5]) == float(cpu[1, 0].flatten()[5 * 32 + 3]) and
@@ -445,6 +511,51 @@ def run(tmp):
           "preempted and resumed: the same tokens as never preempted")
     check(len(dc) == 8 and all(dc[k]["digest"] == dt[k]["digest"] for k in dc),
           "preempted and resumed: the same keep-set digests (8 requests)")
+
+    # churn: 300 requests of mixed lengths arriving one every 3 steps into 8 rows and a
+    # pool of 16 blocks and the null one (so some are preempted), 1 in 8 aborted (some still
+    # waiting, some running); afterwards nothing is held: every state row and
+    # block free, no capped request left in the scheduler, the in-memory
+    # digest history at its bound while the digest file has every record
+    rng = np.random.default_rng(11)
+    n_churn = 300
+    c_prompts = [rng.integers(1, 512, int(rng.integers(3, 81))).tolist()
+                 for _ in range(n_churn)]
+    c_max = rng.integers(2, 49, n_churn).tolist()
+    c_abort = {i: int(3 * i + rng.integers(1, 60)) for i in range(n_churn) if i % 8 == 5}
+    c_set = dict(budget=24, window=4, interval=8, seed=11)
+    c_file = os.path.join(tmp, "churn-digests.jsonl")
+    ch = engine(env, dict(model=model, prompts=c_prompts, max_tokens=c_max, arm="random",
+                          arrive=1 / 3, abort_at=c_abort, blocks=17,
+                          kvevict=dict(c_set, digest_file=c_file, digest_history=16)))
+    with open(c_file) as f:
+        recs = [json.loads(line) for line in f]
+    done = [i for i in range(n_churn) if ch["tokens"][i] is not None]
+    check(all(len(ch["tokens"][i]) == c_max[i] for i in done) and
+          len(done) >= n_churn - len(c_abort) and len(done) < n_churn,
+          "churn: %d of %d requests finished with their max_tokens, %d aborted"
+          % (len(done), n_churn, n_churn - len(done)))
+    check(ch["preemptions"] >= 1 and ch["peak_rows"] <= 8,
+          "churn: %d preemptions, at most %d rows in use (8)"
+          % (ch["preemptions"], ch["peak_rows"]))
+    check(ch["blocks_free"] == ch["blocks_total"] and ch["caps_left"] == 0,
+          "churn: every block back in vLLM's pool (%d of %d free), %d capped requests left"
+          % (ch["blocks_free"], ch["blocks_total"], ch["caps_left"]))
+    check(ch["left_rows"] <= 1 and ch["free_rows"] == 8,
+          "churn: %d row(s) of the last step's requests, %d of 8 rows free"
+          % (ch["left_rows"], ch["free_rows"]))
+    by_seq = {r["seq_id"] - 1000: r for r in recs}
+    n_gone = sum(1 for i in by_seq if i not in done)
+    check(len(recs) == len(by_seq) and all(i in by_seq for i in done) and n_gone >= 5 and
+          len(ch["digests"]) == 16 and ch["digests"] == recs[-16:],
+          "churn: %d digest records in the file (one per request that left: every finished "
+          "one, %d aborted while running), the last 16 in memory (%d)"
+          % (len(recs), n_gone, len(ch["digests"])))
+    bad = [i for i in done if replay_digest(kvevict, by_seq[i], c_set, len(c_prompts[i]),
+                                             c_max[i])[0] != by_seq[i]["digest"]]
+    check(not bad and sum(by_seq[i]["round"] for i in done) > 100,
+          "churn: every finished request's digest equals an independent State's (%d rounds; "
+          "mismatched: %s)" % (sum(by_seq[i]["round"] for i in done), bad[:5]))
 
     rc, out = engine(env, dict(base, arm="random", kvevict=settings, prefix=True),
                      expect_fail=True)

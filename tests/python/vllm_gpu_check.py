@@ -1,4 +1,5 @@
-"""The vLLM plugin on a GPU (FlashAttention, bf16), for bench/gpu_check.sh:
+"""The vLLM plugin on a GPU (FlashAttention, and FlashInfer where the
+flashinfer package imports; bf16), for bench/gpu_check.sh:
 stock vLLM against the random arm with a budget never reached (the same
 tokens: the plugin's write copies the same bytes to the same places), and
 an evicting run whose every request's keep-set digest equals an independent
@@ -29,19 +30,28 @@ def main():
         import kvevict
         env = dict(os.environ, PYTHONPATH=os.path.abspath(t.SRC))
         prompts = [list(range(1, 30)), list(range(5, 17)), list(range(40, 101))]
-        base = dict(model=model, device="cuda", prompts=prompts, max_tokens=[60, 75, 45])
-        stock = t.engine(env, dict(base, arm="stock"))
-        wide = t.engine(env, dict(base, arm="random", kvevict=dict(budget=400, seed=3)))
-        t.check(stock["tokens"] == wide["tokens"], "GPU, budget never reached: stock's tokens")
-        settings = dict(budget=40, window=8, interval=16, seed=7)
-        ev = t.engine(env, dict(base, arm="random", kvevict=settings))
-        for rec in ev["digests"]:
-            i = rec["seq_id"] - 1000
-            want, rnd, n_tok = t.replay_digest(kvevict, rec, settings, len(prompts[i]),
-                                               len(ev["tokens"][i]))
-            t.check(rec["digest"] == want and rec["round"] == rnd,
-                    "GPU request %d: digest %s, %d rounds; an independent State: %s, %d"
-                    % (i, rec["digest"], rec["round"], want, rnd))
+        backends = ["FLASH_ATTN"]
+        try:
+            import flashinfer  # noqa: F401
+            backends.append("FLASHINFER")
+        except ImportError as e:
+            print("FlashInfer: not run (%s)" % e)
+        for be in backends:
+            base = dict(model=model, device="cuda", prompts=prompts, max_tokens=[60, 75, 45],
+                        backend=be)
+            stock = t.engine(env, dict(base, arm="stock"))
+            wide = t.engine(env, dict(base, arm="random", kvevict=dict(budget=400, seed=3)))
+            t.check(stock["tokens"] == wide["tokens"],
+                    "GPU %s, budget never reached: stock's tokens" % be)
+            settings = dict(budget=40, window=8, interval=16, seed=7)
+            ev = t.engine(env, dict(base, arm="random", kvevict=settings))
+            for rec in ev["digests"]:
+                i = rec["seq_id"] - 1000
+                want, rnd, n_tok = t.replay_digest(kvevict, rec, settings, len(prompts[i]),
+                                                   len(ev["tokens"][i]))
+                t.check(rec["digest"] == want and rec["round"] == rnd,
+                        "GPU %s request %d: digest %s, %d rounds; an independent State: %s, %d"
+                        % (be, i, rec["digest"], rec["round"], want, rnd))
     print("%d failed" % len(t.FAILS) if t.FAILS else "all passed")
     return 1 if t.FAILS else 0
 

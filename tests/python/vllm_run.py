@@ -1,7 +1,7 @@
 """One vLLM engine for test_vllm_plugin.py, in this process (vLLM's in-process
 engine core, so the plugin's runner can be looked at): prints one JSON line,
 RESULT {...}. argv[1]: a JSON job: model, device ("cpu", or "cuda": bf16,
-FlashAttention), arm ("stock" or a kvevict arm),
+FlashAttention, or `backend` "FLASHINFER"), arm ("stock" or a kvevict arm),
 kvevict settings, prompts [[token ids]], max_tokens [n per prompt], abort
 (indices of requests aborted after `abort_after` engine steps)."""
 import json
@@ -25,6 +25,8 @@ def main(job):
                                  **job.get("kvevict", {})))
     if job.get("prefix"):
         kw["enable_prefix_caching"] = True
+    if job.get("backend"):  # a GPU: "FLASH_ATTN" or "FLASHINFER"
+        kw["attention_backend"] = job["backend"]
     if job.get("blocks"):
         kw["num_gpu_blocks_override"] = job["blocks"]
     llm = LLM(model=job["model"], skip_tokenizer_init=True,
@@ -45,18 +47,28 @@ def main(job):
             if r.kve is not None:
                 r.kve.observer = observe
     outs, lps = {}, {}
-    ids = []
-    for i, (p, n) in enumerate(zip(job["prompts"], job["max_tokens"])):
+    ids = ["req-%d" % i for i in range(len(job["prompts"]))]
+
+    def add(i):
         extra = {"kvevict_seq_id": 1000 + i}
         if job.get("request_arms") and job["request_arms"][i]:
             extra["kvevict_arm"] = job["request_arms"][i]
-        sp = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True, detokenize=False,
-                            extra_args=extra, logprobs=job.get("logprobs"))
-        rid = "req-%d" % i
-        eng.add_request(rid, {"prompt_token_ids": p}, sp)
-        ids.append(rid)
-    steps = 0
-    while eng.has_unfinished_requests():
+        sp = SamplingParams(max_tokens=job["max_tokens"][i], temperature=0, ignore_eos=True,
+                            detokenize=False, extra_args=extra, logprobs=job.get("logprobs"))
+        eng.add_request(ids[i], {"prompt_token_ids": job["prompts"][i]}, sp)
+
+    # requests arrive `arrive` a step on average (all at once by default);
+    # abort_at: {index: the step after which it is aborted}
+    rate = job.get("arrive") or len(ids)
+    abort_at = {int(k): v for k, v in job.get("abort_at", {}).items()}
+    abort_at.update({i: job["abort_after"] for i in job.get("abort", [])})
+    added, steps, peak_rows = 0, 0, 0
+    kve = None
+    while added < len(ids) or eng.has_unfinished_requests():
+        due = min(len(ids), max(1, int((steps + 1) * rate)))
+        for i in range(added, due):
+            add(i)
+        added = max(added, due)
         for o in eng.step():
             if o.finished:
                 outs[o.request_id] = list(o.outputs[0].token_ids)
@@ -64,8 +76,14 @@ def main(job):
                     lps[o.request_id] = [{str(t): float(v.logprob) for t, v in d.items()}
                                          for d in o.outputs[0].logprobs]
         steps += 1
-        if steps == job.get("abort_after", -1):
-            eng.abort_request([ids[i] for i in job.get("abort", [])])
+        gone = [ids[i] for i, s in abort_at.items() if s == steps and ids[i] not in outs]
+        if gone:
+            eng.abort_request(gone)
+        if kve is None and job["arm"] != "stock":
+            from kvevict.vllm import runner
+            kve = next((r.kve for r in runner.live_runners if r.kve is not None), None)
+        if kve is not None:
+            peak_rows = max(peak_rows, len(kve.rows))
     if job.get("bad_arm"):  # a request whose arm the engine does not take
         try:
             eng.add_request("bad", {"prompt_token_ids": [1, 2, 3]},
@@ -77,7 +95,12 @@ def main(job):
         except Exception as e:  # noqa: BLE001  (what the caller sees)
             rounds["bad_arm_error"] = str(e)
     res = {"tokens": [outs.get(r) for r in ids], "steps": steps, "first_rounds": rounds,
-           "logprobs": [lps.get(r) for r in ids]}
+           "logprobs": [lps.get(r) for r in ids], "peak_rows": peak_rows}
+    # what vLLM's scheduler still holds: blocks in use, the plugin's capped requests
+    sched = eng.engine_core.engine_core.scheduler
+    pool = sched.kv_cache_manager.block_pool
+    res.update(blocks_total=pool.num_gpu_blocks - 1, blocks_free=pool.get_num_free_blocks(),
+               caps_left=len(getattr(sched.kv_cache_manager, "_caps", {})))
     if job["arm"] != "stock":
         from kvevict.vllm import runner
         rs = [r for r in runner.live_runners if r.kve is not None]
@@ -88,7 +111,7 @@ def main(job):
                 res["left_last_step"] = res.get("left_last_step", 0) + 1
             res.update(left_rows=res.get("left_last_step", 0), free_rows=len(kve.free),
                        preemptions=kve.preemptions,
-                       digests=list(kve.digests.values()))
+                       digests=list(kve.digests.values()), held_rows=len(kve.rows))
     print("RESULT " + json.dumps(res), flush=True)
 
 

@@ -183,8 +183,15 @@ def engine_main(spec):
                 v += getattr(m, "value", 0) or 0
         return v
 
+    prof = None
+    if spec["args"].get("attribute") and spec["arm"] != "stock":
+        import cProfile
+        prof = cProfile.Profile()
+
     def run(tag, ps, max_tokens):
         pre = metric("vllm:num_preemptions")
+        if prof is not None and tag != "warm":
+            prof.enable()
         t = time.perf_counter()
         rids = []
         for i, p in enumerate(ps):
@@ -203,8 +210,13 @@ def engine_main(spec):
             if steps % 8 == 0:
                 usage = max(usage, metric("vllm:kv_cache_usage_perc"))
         wall = time.perf_counter() - t
+        extra = {}
+        if prof is not None and tag != "warm":
+            prof.disable()
+            extra["plugin_share"] = plugin_share(prof) / wall
+            prof.clear()
         lat = [done[r] for r in rids if r in done]
-        return dict(wall_s=wall, tokens=tokens, tok_s=tokens / wall, steps=steps,
+        return dict(extra, wall_s=wall, tokens=tokens, tok_s=tokens / wall, steps=steps,
                     p50_s=pct(lat, 0.5), p95_s=pct(lat, 0.95), finished=len(lat),
                     preemptions=int(metric("vllm:num_preemptions") - pre),
                     pool_peak_blocks=round(usage * a.blocks))
@@ -228,6 +240,18 @@ def engine_main(spec):
             res["capacity"] = max(r["capacity"] for r in recs)
             res["rounds"] = max(r["round"] for r in recs)
         print(TAG + "RESULT " + json.dumps(res), flush=True)
+
+
+def plugin_share(prof):
+    """Seconds a cProfile run spent in the kvevict package's own functions
+    (their own time, the library's C calls made from them included): the
+    plugin's added work, before subtracting vLLM's cache write it replaces."""
+    import pstats
+    import kvevict
+    root = os.path.dirname(os.path.abspath(kvevict.__file__)) + os.sep
+    st = pstats.Stats(prof)
+    return sum(tt for (f, _, _), (_, _, tt, _, _) in st.stats.items()
+               if os.path.abspath(f).startswith(root))
 
 
 class Engine:
@@ -558,6 +582,13 @@ def table(mode, arms, res, a):
         lines.append("budget never reached: plugin/stock = %.3f (rounds %s; goal >= 0.97)"
                      % (summary(wide, "tok_s")["median"] / stock,
                         ", ".join("%.3f" % x for x in paired)))
+    for name in arms:
+        share = summary(res.get(name, {}).get("runs") or [], "plugin_share")
+        if share:
+            lines.append("%s: the plugin's own code %.2f%% of the step loop's wall time "
+                         "[%.2f-%.2f] (cProfile, in-process; vLLM's own cache write, which it "
+                         "replaces, not subtracted)" % (name, 100 * share["median"],
+                                                        100 * share["min"], 100 * share["max"]))
     return "\n".join(lines)
 
 
@@ -592,6 +623,9 @@ def parse_args(argv):
                    "32, 64 tokens, 1 round unless given")
     p.add_argument("--inproc", action="store_true", help="generate mode: vLLM's in-process "
                    "engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    p.add_argument("--attribute", action="store_true", help="with --inproc: profile each "
+                   "plugin arm's rounds and print the share of the step loop spent in the "
+                   "plugin's own code (a figure the machine's load moves less than tokens/s)")
     p.add_argument("--start-timeout", type=int, default=900, help="seconds an engine may take "
                    "to start")
     p.add_argument("--json", help="write every round's figures here")
@@ -634,6 +668,8 @@ def parse_args(argv):
         p.error("--model %s: not a folder" % a.model)
     if a.mode in ("serve", "both") and a.inproc:
         p.error("--inproc is for --mode generate")
+    if a.attribute and not a.inproc:
+        p.error("--attribute needs --inproc (the engine core in the bench's engine process)")
     return a
 
 

@@ -1,8 +1,8 @@
 """kvevict inside vLLM, through vLLM's own doors (no fork, no patching).
 
 - ``register()``: the ``vllm.general_plugins`` entry point. It registers
-  the plugin's CPU attention backend over CPU_ATTN (vLLM's backend
-  registry); with no kvevict step planned that backend is vLLM's.
+  the plugin's attention backends over CPU_ATTN, FLASH_ATTN and FLASHINFER
+  (vLLM's backend registry); with no kvevict step planned each is vLLM's.
 - ``worker_cls="kvevict.vllm.runner.KvevictCPUWorker"``: vLLM's CPU worker
   with the runner that plans each step's per-head slots.
 - ``scheduler_cls="kvevict.vllm.scheduler.KvevictScheduler"``: vLLM's
@@ -20,6 +20,7 @@ GPU_WORKER_CLS = "kvevict.vllm.runner.KvevictGPUWorker"
 SCHEDULER_CLS = "kvevict.vllm.scheduler.KvevictScheduler"
 BACKEND_CLS = "kvevict.vllm.attention.KvevictCPUAttentionBackend"
 GPU_BACKEND_CLS = "kvevict.vllm.attention.KvevictFlashAttentionBackend"
+FLASHINFER_BACKEND_CLS = "kvevict.vllm.attention_flashinfer.KvevictFlashInferBackend"
 
 
 def register() -> None:
@@ -28,6 +29,7 @@ def register() -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
     register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_CLS)
     register_backend(AttentionBackendEnum.FLASH_ATTN, GPU_BACKEND_CLS)
+    register_backend(AttentionBackendEnum.FLASHINFER, FLASHINFER_BACKEND_CLS)
 
 
 def engine_args(arm: str = "random", device: str = "cpu", **settings: Any) -> Dict[str, Any]:

@@ -1,11 +1,13 @@
 """The attention backends of the plugin: vLLM's CPU attention and its
 FlashAttention with the cache write replaced, registered over CPU_ATTN and
-FLASH_ATTN through vLLM's own registry (``register_backend``). With no
-planned step (the full arm, warm-up and profiling runs) each is vLLM's
+FLASH_ATTN through vLLM's own registry (``register_backend``); FlashInfer's
+lives in attention_flashinfer.py (it imports the flashinfer package). With
+no planned step (the full arm, warm-up and profiling runs) each is vLLM's
 backend unchanged; with one, a layer's new K/V go to the per-head slots the
 kvevict state chose, after the round's moves: on the CPU through a
 kve_cache_write descriptor kept per layer (_write; K transposed inside a
-block, then V), on a GPU through torch.ops.kvevict.cache_write."""
+block, then V), on a GPU through torch.ops.kvevict.cache_write
+(device_write)."""
 import ctypes
 
 import torch
@@ -66,7 +68,27 @@ def _write(st, l, key, value, k_cache, v_cache) -> None:
           "kve_cache_write")
 
 
-class KvevictCPUAttentionImpl(CPUAttentionBackendImpl):
+class KvevictWrites:
+    """The mark of the plugin's attention impls (the runner refuses a layer
+    whose impl does not write through kvevict)."""
+
+
+def device_write(st, layer, key, value, kv_cache, head_size: int) -> None:
+    """A layer's write on a GPU: vLLM 0.32's FlashAttention and FlashInfer
+    layer cache [blocks, heads, block_size, 2 * head_size] (as vLLM views it;
+    its physical order HND or NHD, the strides say which) holds K then V in
+    the last dim; the round's moves and the new tokens go through
+    torch.ops.kvevict.cache_write on the cache's device."""
+    l = st.layer_index[layer.layer_name]
+    n = st.n_tokens
+    mv = st.state.layer_moves(st.buf, l)
+    torch.ops.kvevict.cache_write(key[:n], value[:n], kv_cache[..., :head_size],
+                                  kv_cache[..., head_size:], st.state.layer_slots(st.buf, l),
+                                  st.token_row, st.block_table, "hnd", "auto", None, None,
+                                  moves=mv["moves"], n_moves=mv["n_moves"])
+
+
+class KvevictCPUAttentionImpl(KvevictWrites, CPUAttentionBackendImpl):
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         st = _step.current
         if st is None or self.attn_type != "decoder":
@@ -86,26 +108,15 @@ class KvevictCPUAttentionBackend(CPUAttentionBackend):
         return KvevictCPUAttentionImpl
 
 
-class KvevictFlashAttentionImpl(FlashAttentionImpl):
-    """FlashAttention (a GPU): the layer cache [blocks, heads, block_size,
-    2 * head_size] holds K then V in the last dim; the write goes through
-    torch.ops.kvevict.cache_write on the device (written for the GPU, not
-    yet run on one)."""
+class KvevictFlashAttentionImpl(KvevictWrites, FlashAttentionImpl):
+    """FlashAttention (a GPU): the write through device_write (written for
+    the GPU and checked on CPU tensors, not yet run on one)."""
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         st = _step.current
         if st is None or self.attn_type != "decoder":
             return super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
-        l = st.layer_index[layer.layer_name]
-        n = st.n_tokens
-        d = kv_cache.shape[-1] // 2
-        k_cache = kv_cache[..., :d]                      # [blocks, heads, block_size, D]
-        v_cache = kv_cache[..., d:]
-        mv = st.state.layer_moves(st.buf, l)
-        torch.ops.kvevict.cache_write(key[:n], value[:n], k_cache, v_cache,
-                                      st.state.layer_slots(st.buf, l), st.token_row,
-                                      st.block_table, "hnd", "auto", None, None,
-                                      moves=mv["moves"], n_moves=mv["n_moves"])
+        device_write(st, layer, key, value, kv_cache, self.head_size)
 
 
 class KvevictFlashAttentionBackend(FlashAttentionBackend):

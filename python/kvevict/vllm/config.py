@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 ARMS = ("full", "random", "random-p0", "knorm", "triattention")
 SCORED_ARMS = ("knorm", "triattention")
-_KEYS = ("arm", "budget", "window", "interval", "seed", "digest_file", "stats_file")
+_KEYS = ("arm", "budget", "window", "interval", "seed", "digest_file", "digest_history",
+         "stats_file")
 
 
 class ConfigError(ValueError):
@@ -34,9 +35,14 @@ class PluginConfig:
     interval: int = 64   #: r: tokens between rounds (slots past B)
     seed: int = 0
     #: a JSONL file each request's keep-set digest is appended to as it leaves
-    #: the engine (finished, aborted or preempted): request_id, seq_id,
-    #: prompt_len (pinned), n_tokens, round, digest (hex, docs/SPEC.md)
+    #: the engine (finished or aborted; a preempted request is recorded when
+    #: it leaves for good): request_id, seq_id, prompt_len (pinned),
+    #: n_tokens, round, capacity, peak_blocks, digest (hex, docs/SPEC.md)
     digest_file: str = ""
+    #: the most recent digest records each runner also keeps in memory (its
+    #: ``KvevictState.digests``, for a caller in the engine's process); older
+    #: ones live in digest_file only, so a server's memory stays flat
+    digest_history: int = 1024
     stats_file: str = ""  #: triattention: its calibration file (docs/SCORERS.md)
 
     @property
@@ -85,7 +91,9 @@ def parse(extra: Any) -> PluginConfig:
                      window=_int("window", raw.get("window", 64), 0, 1 << 24),
                      interval=_int("interval", raw.get("interval", 64), 1, 1 << 24),
                      seed=_int("seed", raw.get("seed", 0), 0, (1 << 64) - 1),
-                     digest_file=raw.get("digest_file", ""), stats_file=stats)
+                     digest_file=raw.get("digest_file", ""), stats_file=stats,
+                     digest_history=_int("digest_history", raw.get("digest_history", 1024), 0,
+                                         1 << 24))
     if not isinstance(c.digest_file, str):
         raise ConfigError("kvevict.digest_file = %r: expected a path" % (c.digest_file,))
     return c

@@ -9,6 +9,7 @@ the per-head slots and the round's moves go to the attention backend
 unchanged on slots 0 .. n_valid - 1 (docs/INTEGRATION.md "vLLM plugin")."""
 from typing import Any, Optional
 
+import collections
 import json
 import weakref
 
@@ -94,7 +95,8 @@ class KvevictState:
         self.n_tokens = np.zeros(sc.max_num_seqs, dtype=np.int64)
         self.capacity = np.zeros(sc.max_num_seqs, dtype=np.int64)
         self.peak = np.zeros(sc.max_num_seqs, dtype=np.int64)
-        self.digests: dict = {}         # request id -> its digest record when it left
+        # request id -> its digest record when it left: the last digest_history
+        self.digests: "collections.OrderedDict" = collections.OrderedDict()
         self.preemptions = 0
         self.writers: dict = {}  # layer -> its cache write's descriptor (attention.py)
         #: called as observer(req_id, state, row) after each step in which the
@@ -161,6 +163,8 @@ class KvevictState:
             "n_tokens": info.n_tokens, "round": info.round, "capacity": info.capacity,
             "peak_blocks": int(self.peak[r]),
             "digest": "%016x" % self.state.keepset_digest(r)}
+        while len(self.digests) > self.cfg.digest_history:
+            self.digests.popitem(last=False)
         if self.cfg.digest_file:
             with open(self.cfg.digest_file, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -210,14 +214,14 @@ class KvevictRunner:
         super().initialize_kv_cache(kv_cache_config, *args, **kwargs)
         profiling = kwargs.get("is_profiling", args[0] if args else False)
         if self.kve_cfg.evicts and not profiling:
-            from .attention import KvevictCPUAttentionImpl, KvevictFlashAttentionImpl
+            from .attention import KvevictWrites
             ctx = self.compilation_config.static_forward_context
             for name in kv_cache_config.kv_cache_groups[0].layer_names:
                 impl = getattr(ctx.get(name), "impl", None)
-                if not isinstance(impl, (KvevictCPUAttentionImpl, KvevictFlashAttentionImpl)):
+                if not isinstance(impl, KvevictWrites):
                     raise _config.ConfigError(
                         "kvevict: layer %s attends with %s, not the plugin's backend: the "
-                        "plugin serves vLLM's CPU attention and FlashAttention"
+                        "plugin serves vLLM's CPU attention, FlashAttention and FlashInfer"
                         % (name, type(impl).__name__))
             self.kve = KvevictState(self.kve_cfg, self.vllm_config, self.kv_cache_config,
                                     self.device, type(self).k_view)
@@ -286,8 +290,9 @@ def _cpu_k(kv_cache: torch.Tensor) -> torch.Tensor:
 
 
 def _flash_k(kv_cache: torch.Tensor) -> torch.Tensor:
-    """FlashAttention's layer cache [blocks, heads, block_size, 2 * head_size]
-    (K, then V, in the last dim): K as [blocks, heads, block_size, head_size]."""
+    """FlashAttention's and FlashInfer's layer cache [blocks, heads,
+    block_size, 2 * head_size] (K, then V, in the last dim): K as [blocks,
+    heads, block_size, head_size]."""
     return kv_cache[..., :kv_cache.shape[-1] // 2]
 
 
