@@ -112,6 +112,15 @@ class Context(_Handle):
         if threads is not None:
             check(lib.kve_context_set_threads(handle, threads), "kve_context_set_threads")
 
+    @property
+    def threads(self) -> int:
+        """The CPU threads the library's calls on this context use
+        (``kve_context_get_threads``; set with ``threads=`` at creation)."""
+        n = ctypes.c_int()
+        check(lib.kve_context_get_threads(self.handle, ctypes.byref(n)),
+              "kve_context_get_threads")
+        return n.value
+
     def close(self) -> None:
         """Close the States made on the context, then the context (the C
         objects go once no row_table array views them)."""

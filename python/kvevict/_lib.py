@@ -196,6 +196,7 @@ _PROTOS = {
     "kve_context_destroy": (ctypes.c_int, [vp]),
     "kve_context_get_backend": (ctypes.c_int, [vp, P(ctypes.c_int)]),
     "kve_context_set_threads": (ctypes.c_int, [vp, ctypes.c_int]),
+    "kve_context_get_threads": (ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int)]),
     "kve_context_set_stream": (ctypes.c_int, [vp, vp]),
     "kve_context_set_device": (ctypes.c_int, [vp, ctypes.c_int]),
     "kve_context_get_device": (ctypes.c_int, [vp, P(ctypes.c_int)]),

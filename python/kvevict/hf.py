@@ -289,7 +289,9 @@ class KvevictCache(Cache):
                 # prefill's attention (vLLM prefills it in chunks that end on
                 # round boundaries instead)
                 self._late = q > cap
-                self._ctx = Context("cpu")
+                # the scorer and compaction run with the model's threads
+                # (torch's setting), as kvpress's presses do
+                self._ctx = Context("cpu", threads=torch.get_num_threads())
                 self.state = State(self._ctx, max_seqs=1, n_layers=self.n_layers,
                                    n_heads=self.kv_heads, budget=self.budget, window=self.window,
                                    interval=self.interval, max_slots=cap, seed=self.seed,
@@ -334,7 +336,13 @@ class KvevictCache(Cache):
         for l, layer in enumerate(self.layers):
             if self.scorer == "triattention":
                 kw.update(q_mean=self.stats[0][l], q_abs_mean=self.stats[1][l])
-            keys = layer.keys.detach().to("cpu", torch.float32).contiguous()
+            # the scorer reads the cache's keys where they are (float32,
+            # float16 or bfloat16 on the CPU: no copy); keys on a GPU are
+            # copied to the host once a round (device scoring not wired here)
+            keys = layer.keys.detach()
+            if keys.device.type != "cpu":
+                keys = keys.to("cpu")
+            keys = keys.contiguous()
             self.state.score([0], [q], l, keys, self._scores, scorer=self.scorer,
                              layout="hnd", cache_row=[0], **kw)
         return self._scores[:1]
