@@ -371,10 +371,6 @@ class KvevictCache(Cache):
                 raise ValueError("seq_id = %d: rows 0..%d take seq_id + row, past 2^64-1"
                                  % (self.seq_id, batch - 1))
             self.seq_ids = [self.seq_id + b for b in range(batch)]
-        if batch > 1 and self.scorer:
-            raise ValueError("KvevictCache: batch size %d with scorer=%r: the scored arms serve "
-                             "one sequence per cache; use one cache per sequence or the random "
-                             "arm" % (batch, self.scorer))
         self.batch, self.prompt_len = batch, q
         if self.budget is None:
             return
@@ -417,6 +413,11 @@ class KvevictCache(Cache):
             rows = list(range(self.batch))
             before = self.state.seq(0)
             rest = q
+            if self.scorer and self.batch > 1 and self.state.rounds_due(rows, [q] * self.batch)[0]:
+                raise ValueError("KvevictCache: batch size %d with scorer=%r: the scored arms "
+                                 "serve one sequence per cache (their rounds score row 0's "
+                                 "keys); use one cache per sequence or the random arm"
+                                 % (self.batch, self.scorer))
             if not first and before.n_valid == before.capacity:  # the round first
                 scores = self._score(1) if self.scorer else None
                 self.state.append(rows, [1] * self.batch, scores=scores)
