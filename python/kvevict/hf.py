@@ -328,6 +328,7 @@ class KvevictCache(Cache):
         self._att: Optional[torch.Tensor] = None     # [batch, F, H, n]: held before the step's tokens
         self._att_len = 0          # the kv length the step's mask was sized for
         self._moved = False        # this step ran a round: layers gather
+        self._deferred = 0         # a scored step's tokens appended after its attention
         layers = [KvevictLayer(self, i, self._full.index(i)) if w is None
                   else DynamicSlidingWindowLayer(sliding_window=w) for i, w in enumerate(windows)]
         super().__init__(layers=layers)
@@ -376,10 +377,6 @@ class KvevictCache(Cache):
             return
         pinned = q if self.pin_prompt else 0
         cap = max(self.budget, pinned + self.window) + self.interval
-        if self.scorer and q > cap:
-            raise ValueError("a prompt of %d tokens with scorer=%r and pin_prompt=False "
-                             "would run rounds inside the prefill (capacity %d): pin "
-                             "the prompt or use the random scorer" % (q, self.scorer, cap))
         self._ctx = Context("cpu")
         self.state = State(self._ctx, max_seqs=batch, n_layers=len(self._full),
                            n_heads=self.kv_heads, budget=self.budget, window=self.window,
@@ -423,19 +420,15 @@ class KvevictCache(Cache):
                 self.state.append(rows, [1] * self.batch, scores=scores)
                 self._att = self._row_tables(self.state.seq(0).n_valid - 1)
                 rest = q - 1
-            if rest:
-                if self.scorer and self.state.rounds_due(rows, [rest] * self.batch)[0]:
-                    info = self.state.seq(0)
-                    raise ValueError("KvevictCache: an append of %d tokens with scorer=%r runs "
-                                     "a round after its first token (heads hold %d of C = %d): "
-                                     "a scored round needs the keys before it; append at most "
-                                     "%d tokens, or %d once the heads are full"
-                                     % (q, self.scorer, before.n_valid, info.capacity,
-                                        info.capacity - before.n_valid, self.interval))
+            if rest and self.scorer and self.state.rounds_due(rows, [rest] * self.batch)[0]:
+                # its rounds score keys this step computes: appended after every
+                # layer has them (_run_deferred), the layers holding them meanwhile
+                self._deferred = rest
+            elif rest:
                 self.state.append(rows, [rest] * self.batch)
             after = self.state.seq(0)
             self._moved = after.round != before.round or after.n_valid != before.n_valid + q
-            if self._moved:  # else the new tokens took the next slots: the layers append
+            if self._moved and not self._deferred:  # else the layers append (or wait)
                 self._tables = self._row_tables(after.n_valid)
                 self._table = self._tables[0]
         self._steps.append(q)
@@ -488,7 +481,12 @@ class KvevictCache(Cache):
         if att_k.shape[-2] != self._att_len:
             raise RuntimeError("KvevictCache: layer %d attends to %d entries, the mask was sized "
                                "for %d" % (layer.index, att_k.shape[-2], self._att_len))
-        if not self._moved or self._tables is None:
+        if self._deferred:  # the attention's entries, until _run_deferred
+            layer.keys, layer.values = att_k, att_v
+            layer.row_positions = dense_pos if self._att is None else att
+            if layer.index == self._full[-1]:
+                self._run_deferred()
+        elif not self._moved or self._tables is None:
             layer.keys, layer.values, layer.row_positions = keys, values, dense_pos
         else:
             table = self._tables[:, layer.table_layer]  # [batch, kv_heads, n_valid] positions
@@ -499,6 +497,43 @@ class KvevictCache(Cache):
         if layer.index == self._full[-1]:
             self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
         return att_k, att_v
+
+    def _run_deferred(self) -> None:
+        """A scored step's tokens whose rounds run after its attention:
+        appended in pieces that fill the heads, then r at a time each after
+        a round scored on the keys its heads hold; every full layer gathered
+        after each piece to the state's slots, the tokens still to append
+        after them."""
+        rest, self._deferred = self._deferred, 0
+        full = [self.layers[i] for i in self._full]
+        while rest:
+            info = self.state.seq(0)
+            scores = None
+            if info.n_valid < info.capacity:
+                k = min(rest, info.capacity - info.n_valid)
+            else:
+                k = min(rest, self.interval)
+                whole = [(l.keys, l.values) for l in full]
+                for l in full:  # the scorer reads the slots the state holds, in its order
+                    l.keys, l.values = l.keys[:, :, :info.n_valid], l.values[:, :, :info.n_valid]
+                try:
+                    scores = self._score(k)
+                finally:
+                    for l, (kk, vv) in zip(full, whole):
+                        l.keys, l.values = kk, vv
+            self.state.append([0], [k], scores=scores)
+            rest -= k
+            n = self.state.seq(0).n_valid
+            tables = self._row_tables(n)
+            pending = torch.arange(self.n_tokens - rest, self.n_tokens, dtype=torch.int64)
+            pending = pending.expand(self.batch, self.kv_heads, rest)
+            for l in full:
+                target = torch.cat([tables[:, l.table_layer], pending], dim=2)
+                l.keys, l.values = self._gather(l.keys, l.values, l.row_positions, target,
+                                                l.index)
+                l.row_positions = target
+        self._tables = tables
+        self._table = tables[0]
 
     def _check_rows(self, batch: int, cache_kwargs: Optional[dict]) -> None:
         """Refuse a batch whose rows sit at different positions (left
