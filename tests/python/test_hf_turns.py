@@ -22,7 +22,9 @@ below), within 1e-4:
   beams);
 - a hybrid model (Qwen3 with layer_types mixing sliding_attention and
   full_attention): the full layers evicted per head, the sliding layers
-  masked by their window, the bytes of the full layers following the budget.
+  masked by their window, the bytes of the full layers following the budget;
+  tiny Gemma 2 and Gemma 3: transformers' own tokens without eviction, the
+  full layers' keep-sets a State's with it, through a second chat turn.
 
 Runs on transformers 5.2 (the hf venv) and 5.19 (the vllm venv).
 """
@@ -428,6 +430,47 @@ def hybrid():
           % ("hybrid memory", cache.held(), slide))
 
 
+def gemma():
+    """Gemma 2 and Gemma 3 (sliding layers first, softcapping, their own
+    norms): with no eviction the tokens and logits of transformers' own
+    cache; with eviction the full layers hold a kvevict.State's keep-sets
+    (the random keep-set does not depend on the model) within C, the
+    sliding layers their window, and a chat turn of many tokens runs."""
+    from transformers import (DynamicCache, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
+                              Gemma3TextConfig)
+
+    common = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6,
+                  layer_types=["sliding_attention", "full_attention"] * 2)
+    for name, cls, cfg in (("gemma2", Gemma2ForCausalLM, Gemma2Config(**common)),
+                           ("gemma3", Gemma3ForCausalLM, Gemma3TextConfig(**common))):
+        torch.manual_seed(1234)
+        model = cls(cfg).eval()
+        torch.manual_seed(17)
+        ids = torch.randint(1, 128, (1, 12))
+        n = 40
+        kw = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0,
+                  output_logits=True, return_dict_in_generate=True)
+        a = model.generate(ids, past_key_values=DynamicCache(config=cfg), **kw)
+        b = model.generate(ids, past_key_values=KvevictCache(cfg, budget=4096), **kw)
+        check(torch.equal(a.sequences, b.sequences) and
+              all(torch.equal(x, y) for x, y in zip(a.logits, b.logits)),
+              "%s: no eviction: tokens or logits differ from DynamicCache's" % name)
+        cache = KvevictCache(cfg, budget=B, window=W, interval=R, seed=5, seq_id=42)
+        out = model.generate(ids, past_key_values=cache, **kw)
+        user = torch.randint(1, 128, (1, 15))
+        model.generate(torch.cat([out.sequences, user], 1), past_key_values=cache, **kw)
+        steps = [12] + [1] * (n - 1) + [16] + [1] * (n - 1)
+        _, want, dig, cap, _ = oracle(steps, n_layers=2)
+        slide = [cache.layers[i].keys.shape[-2] for i in (0, 2)]
+        check(cache.kept_positions() == want and cache.digest() == dig,
+              "%s: the full layers' keep-sets differ from kvevict.State's" % name)
+        check(cache.held() <= cap and slide == [5, 5], "%s: full layers hold %d (C %d), sliding "
+              "layers %s (window 6)" % (name, cache.held(), cap, slide))
+        print("%-28s no eviction = DynamicCache; full layers %d (C %d), sliding %s, digest %016x"
+              % (name, cache.held(), cap, slide, dig))
+
+
 def main():
     torch.set_num_threads(1)
     print("transformers %s, torch %s" % (transformers.__version__, torch.__version__))
@@ -441,6 +484,7 @@ def main():
     sampled_rows(model)
     beams(model)
     hybrid()
+    gemma()
     if FAILS:
         print("%d failures" % len(FAILS))
         return 1
