@@ -26,7 +26,10 @@ n tokens: any further rounds its tokens trigger run after its attention, so
 its keep-set is the State's for the same appends, and each of its queries
 attends to every entry held when the step began (after its first round)
 plus the step's tokens up to itself. The first step (the prompt) is no
-exception: an unpinned prompt longer than C is attended whole.
+exception: an unpinned prompt longer than C is attended whole. The scored
+arms score those later rounds on the keys the step computed: the step's
+tokens are appended once every layer has them, in pieces of at most one
+round each.
 
 Batches: row b of a batch is sequence ``seq_id + b`` (or ``seq_id[b]``
 given a list), its keep-sets those of that row run alone. Rows must be of
@@ -34,12 +37,14 @@ equal length, unpadded (the cache never sees the padding mask; a padded
 batch, which transformers 5.2 shows through the rows' rotary positions, is
 refused). ``num_return_sequences`` (rows expanded before the prefill) is
 served; beam search's ``reorder_cache`` is served for the random arms (a
-row's history and seq_id move with the beam: the State rebuilds it).
+row's history and seq_id move with the beam: the State rebuilds it). The
+scored arms serve one sequence per cache.
 
 Hybrid models (``layer_types`` mixing "sliding_attention" and
 "full_attention": Gemma 2/3, Qwen3 / Mistral-style configs): the
 full-attention layers are evicted (the State's layers 0.. F-1, in model
 order), the sliding layers are transformers' own DynamicSlidingWindowLayer.
+The random arms only.
 
 Runs on transformers 5.2 (get_mask_sizes(cache_position)) and 5.19
 (get_mask_sizes(query_length), get_max_length). Models it cannot serve

@@ -476,6 +476,9 @@ def main():
     print("transformers %s, torch %s" % (transformers.__version__, torch.__version__))
     for name in ("qwen3", "llama"):
         turns(name, tiny(name))
+    eager = tiny("qwen3")
+    eager.config._attn_implementation = "eager"  # the mask built whole, not SDPA's
+    turns("qwen3 eager", eager)
     model = tiny("qwen3")
     turns("qwen3", model, pin=False)
     chat_generate(model)
