@@ -33,9 +33,11 @@ round each.
 
 Batches: row b of a batch is sequence ``seq_id + b`` (or ``seq_id[b]``
 given a list), its keep-sets those of that row run alone. Rows must be of
-equal length, unpadded (the cache never sees the padding mask; a padded
-batch, which transformers 5.2 shows through the rows' rotary positions, is
-refused). ``num_return_sequences`` (rows expanded before the prefill) is
+equal length, unpadded (the cache never sees the padding mask): a padded
+batch, which transformers 5.2 shows the cache through the rows' rotary
+positions, is refused; where the cache sees no positions (5.19) a batch is
+refused unless the caller says its rows are unpadded, ``rows_unpadded=True``.
+``num_return_sequences`` (rows expanded before the prefill) is
 served; beam search's ``reorder_cache`` is served for the random arms (a
 row's history and seq_id move with the beam: the State rebuilds it). The
 scored arms serve one sequence per cache.
@@ -270,14 +272,20 @@ class KvevictCache(Cache):
     random keep-set), "knorm" or "triattention" (kvevict's scorers, one
     sequence per cache and no sliding layers; triattention needs ``stats`` =
     calibrate_triattention(model, ids) and uses the config's rope_theta).
-    budget=None: nothing is ever evicted.
+    budget=None: nothing is ever evicted. rows_unpadded=True: the caller's
+    word that a batch's rows are of equal length, unpadded, needed for a
+    batch where the cache sees no positions (transformers 5.19).
     """
 
     def __init__(self, config: Any, budget: Optional[int] = 256, window: int = 32,
                  interval: int = 32, seed: int = 0, seq_id: Any = 0, pin_prompt: bool = True,
-                 scorer: Optional[str] = None, stats: Optional[Tuple[Any, Any]] = None):
+                 scorer: Optional[str] = None, stats: Optional[Tuple[Any, Any]] = None,
+                 rows_unpadded: bool = False):
         self.n_layers, self.kv_heads, self.q_heads, self.head_dim = check_config(config,
                                                                                  hybrid=True)
+        if not isinstance(rows_unpadded, bool):
+            raise ValueError("rows_unpadded = %r: expected True or False" % (rows_unpadded,))
+        self.rows_unpadded = rows_unpadded
         windows = layer_windows(config)
         self._full = [i for i, w in enumerate(windows) if w is None]
         if scorer not in SCORERS:
@@ -550,8 +558,18 @@ class KvevictCache(Cache):
 
     def _check_rows(self, batch: int, cache_kwargs: Optional[dict]) -> None:
         """Refuse a batch whose rows sit at different positions (left
-        padding): transformers 5.2 hands the cache the rows' rotary cos."""
+        padding): transformers 5.2 hands the cache the rows' rotary cos;
+        where the cache sees no positions (5.19), a batch needs the caller's
+        word that its rows are unpadded (rows_unpadded=True)."""
         cos = (cache_kwargs or {}).get("cos")
+        if batch > 1 and not isinstance(cos, torch.Tensor) and not self.rows_unpadded:
+            import transformers
+            raise ValueError("KvevictCache: a batch of %d rows on transformers %s, whose cache "
+                             "updates carry no positions: the cache cannot see padding (a "
+                             "padded row would pin its pad tokens and attend to them); give "
+                             "rows of equal length, unpadded, and say so with "
+                             "KvevictCache(..., rows_unpadded=True), or use one cache per "
+                             "sequence" % (batch, transformers.__version__))
         if batch > 1 and isinstance(cos, torch.Tensor) and cos.dim() >= 2 and cos.shape[0] == batch:
             if not bool((cos == cos[:1]).all()):
                 raise ValueError("KvevictCache: the %d rows of the batch sit at different "

@@ -297,7 +297,8 @@ def batches(model):
     kw = dict(do_sample=False, pad_token_id=0, max_new_tokens=30, min_new_tokens=30,
               output_logits=True, return_dict_in_generate=True)
     for seq_id, rows_ids in ((100, [100, 101, 102]), ([7, 90, 3], [7, 90, 3])):
-        cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=seq_id)
+        cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=seq_id,
+                             rows_unpadded=True)
         out = model.generate(ids, past_key_values=cache, **kw)
         for b in range(3):
             alone = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5,
@@ -309,23 +310,24 @@ def batches(model):
                   "batch (seq_id %r) row %d: digest differs from the row alone" % (seq_id, b))
         print("%-28s 3 rows (seq_id %r) = each row alone, held %d" % ("batch", seq_id,
                                                                       cache.held()))
-    # a padded batch: refused where the rows' positions reach the cache (transformers 5.2)
+    # a padded batch: refused on every version, by its rows' positions where
+    # they reach the cache (transformers 5.2), else for want of rows_unpadded
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     try:
         model.generate(ids, attention_mask=mask, past_key_values=KvevictCache(model.config),
                        **kw)
-        shown = transformers.__version__.startswith("5.2.")
-        check(not shown, "a padded batch: no error on transformers %s" % transformers.__version__)
-        if not shown:
-            print("padded batch: transformers %s does not hand the cache the rows' positions; "
-                  "not detectable here (documented)" % transformers.__version__)
+        check(False, "a padded batch: no error on transformers %s" % transformers.__version__)
     except ValueError as e:
-        check("(a padded batch)" in str(e), "padded batch refusal: %s" % e)
+        check("(a padded batch)" in str(e) or "rows_unpadded=True" in str(e),
+              "padded batch refusal: %s" % e)
+        print("%-28s refused on transformers %s: %s" % ("padded batch", transformers.__version__,
+                                                        str(e)[:60]))
     # the scored arms: one sequence per cache
     try:
         model.generate(ids, past_key_values=KvevictCache(model.config, budget=B, window=W,
-                                                         interval=R, scorer="knorm"), **kw)
+                                                         interval=R, scorer="knorm",
+                                                         rows_unpadded=True), **kw)
         check(False, "no error for a batch with scorer='knorm'")
     except ValueError as e:
         check("batch size 3 with scorer='knorm'" in str(e), "scored batch refusal: %s" % e)
@@ -335,7 +337,8 @@ def sampled_rows(model):
     """num_return_sequences: each sampled row against the reference for its seq_id."""
     torch.manual_seed(14)
     ids = torch.randint(1, 128, (1, 12))
-    cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=500)
+    cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=500,
+                         rows_unpadded=True)
     n = 30
     out = model.generate(ids, past_key_values=cache, do_sample=True, num_return_sequences=3,
                          max_new_tokens=n, min_new_tokens=n, pad_token_id=0, output_logits=True,
@@ -367,10 +370,12 @@ def beams(model):
               length_penalty=0.0, early_stopping=True, output_scores=True,
               return_dict_in_generate=True)
     plain = model.generate(ids, **kw)
-    big = model.generate(ids, past_key_values=KvevictCache(model.config, budget=4096), **kw)
+    big = model.generate(ids, past_key_values=KvevictCache(model.config, budget=4096,
+                                                           rows_unpadded=True), **kw)
     check(torch.equal(plain.sequences, big.sequences), "beams without eviction: tokens differ "
           "from transformers' own cache")
-    cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=300)
+    cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=300,
+                         rows_unpadded=True)
     out = model.generate(ids, past_key_values=cache, **kw)
     steps = [12] + [1] * (n - 1)
     check(cache.seq_ids != [300, 301, 302], "beams: no row took another's history")
@@ -392,7 +397,8 @@ def beams(model):
           % ("beam search", cache.seq_ids, min(best)))
     try:
         model.generate(ids, past_key_values=KvevictCache(model.config, budget=B, window=W,
-                                                         interval=R, scorer="knorm"), **kw)
+                                                         interval=R, scorer="knorm",
+                                                         rows_unpadded=True), **kw)
         check(False, "no error for beam search with scorer='knorm'")
     except ValueError as e:
         check("beam search with scorer='knorm'" in str(e), "scored beams refusal: %s" % e)
