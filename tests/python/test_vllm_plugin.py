@@ -328,6 +328,30 @@ def run(tmp):
         except config.ConfigError as e:
             check(words in str(e), "%s refused: %s" % (bad, e))
 
+    # engine settings the evicting arms cannot serve, refused at start naming why
+    # (prefix caching is also refused by a real engine below)
+    from types import SimpleNamespace as NS
+
+    def engine_cfg(tp=1, pp=1, prefix=False, dtype="auto", async_=False, spec=None):
+        return NS(parallel_config=NS(tensor_parallel_size=tp, pipeline_parallel_size=pp),
+                  cache_config=NS(enable_prefix_caching=prefix, cache_dtype=dtype),
+                  scheduler_config=NS(async_scheduling=async_), speculative_config=spec)
+    rnd = config.parse({"kvevict": {"arm": "random"}})
+    config.check_engine(rnd, engine_cfg())
+    config.check_engine(config.parse({"kvevict": {"arm": "full"}}), engine_cfg(tp=2, async_=True))
+    for kw, words in ((dict(tp=2), "tensor/pipeline parallelism (tp 2, pp 1)"),
+                      (dict(pp=2), "tensor/pipeline parallelism (tp 1, pp 2)"),
+                      (dict(prefix=True), "prefix caching"),
+                      (dict(dtype="fp8"), "kv_cache_dtype = 'fp8'"),
+                      (dict(async_=True), "async scheduling"),
+                      (dict(spec=object()), "speculative decoding")):
+        try:
+            config.check_engine(rnd, engine_cfg(**kw))
+            check(False, "an engine with %s refused" % words)
+        except config.ConfigError as e:
+            check(words in str(e) and "cannot serve this engine" in str(e),
+                  "an engine with %s refused at start: %s" % (words, str(e)[:150]))
+
     # the GPU writes (FlashAttention's and FlashInfer's impls) on CPU tensors
     device_layouts(kvevict, tmp)
     # the CPU layout's K view reads what vLLM's CPU kernel wrote there (K transposed)
