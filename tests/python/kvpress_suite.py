@@ -9,7 +9,9 @@ temporary HF_HOME: kvpress's code, kvevict's and the test bodies as they are.
 Run: tests/presses/test_presses.py::test_presses_run, tests/
 test_decoding_compression.py and tests/test_pipeline.py::
 test_pipeline_only_computes_the_logits_it_needs (the tests that take a
-press from a list; the rest of kvpress's suite tests kvpress's own presses).
+press from a list; the rest of kvpress's suite tests kvpress's own presses),
+then kvpress_eval.py: the sdist's evaluation/evaluate.py with the registry
+lines of docs/INTEGRATION.md, on aime25 and math500.
 The failures must be exactly those docs/INTEGRATION.md lists under "kvpress's
 own tests" with their reasons: a new failure, or a listed one that passes,
 fails this test. Exit 77 (skipped) without kvpress / pytest / the sdist,
@@ -68,7 +70,8 @@ def main():
     want = expected_failures()
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(sdist) as t:
-            members = [m for m in t.getmembers() if m.name.split("/")[1:2] == ["tests"]
+            members = [m for m in t.getmembers()
+                       if m.name.split("/")[1:2] in (["tests"], ["evaluation"])
                        and (m.isfile() or m.isdir()) and ".." not in m.name.split("/")]
             t.extractall(tmp, members=members)
         root = Path(tmp) / "kvpress-0.5.5"
@@ -78,13 +81,19 @@ def main():
                    TOKENIZERS_PARALLELISM="false",
                    PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parents[1] / "python"),
                                                os.environ.get("PYTHONPATH", "")]))
-        build = "import kvpress_tiny; kvpress_tiny.hub_cache(%r, %r)" % (env["HF_HOME"], HUB_IDS)
+        model_dir = str(Path(tmp) / "model")
+        build = ("import kvpress_tiny; kvpress_tiny.hub_cache(%r, %r); kvpress_tiny.save(%r)"
+                 % (env["HF_HOME"], HUB_IDS, model_dir))
         subprocess.run([sys.executable, "-c", build], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         cmd = [sys.executable, "-m", "pytest", "-p", "kvpress_plugin", "-q", "-rN", "--tb=line",
                "--no-header", "-p", "no:cacheprovider", "-W", "ignore", *SELECT]
         rc = subprocess.run(cmd, cwd=root, env=env).returncode
         report = json.loads((Path(tmp) / "report.json").read_text())
+        print("evaluation/evaluate.py with kvevict's registry lines (kvpress_eval.py):")
+        rc_eval = subprocess.run([sys.executable, str(HERE / "kvpress_eval.py"), model_dir,
+                                  str(Path(tmp) / "results")], cwd=root / "evaluation",
+                                 env=env).returncode
     if rc not in (0, 1):
         print("FAIL: pytest exited %d (not a test failure: collection or usage)" % rc)
         return 1
@@ -103,6 +112,9 @@ def main():
         print("%-20s %d passed" % (name, n))
         if n == 0:
             fails.append("no test of %s passed: the rows were not added" % name)
+    if rc_eval != 0:
+        fails.append("kvpress_eval.py: evaluate.py with kvevict's presses failed (exit %d)"
+                     % rc_eval)
     print("%d tests, %d failed (all listed in INTEGRATION.md: %s)"
           % (len(ran), len(got), "yes" if not fails else "no"))
     for f in fails:
