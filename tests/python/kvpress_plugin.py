@@ -26,6 +26,7 @@ import pytest
 
 WINDOW = 4
 KEEP = ("RandomPress", "KnormPress", "KvevictPress")
+OUTCOMES = {}  # test id -> (outcome, first line of the failure)
 
 
 def _factories():
@@ -56,7 +57,7 @@ def pytest_configure(config):
         default_presses.append({"cls": KvevictPress, "kwargs": [
             {"compression_ratio": 0.2, "window": WINDOW},
             {"compression_ratio": 0.8, "window": WINDOW, "pin_prompt": False}]})
-    config._kve_outcomes = {}
+    OUTCOMES.clear()
 
 
 def _extend(obj):
@@ -116,25 +117,17 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_logreport(report):
-    config = pytest_runtest_logreport.config
-    out = config._kve_outcomes
-    if report.failed or report.when == "call" or (report.when == "setup" and report.skipped):
-        if report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            msg = crash.message if crash is not None else str(report.longrepr)
-            out[report.nodeid] = ("failed", msg.splitlines()[0][:300] if msg else "")
-        elif report.nodeid not in out:
-            out[report.nodeid] = (report.outcome, "")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-    pytest_runtest_logreport.config = session.config
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        msg = crash.message if crash is not None else str(report.longrepr)
+        OUTCOMES[report.nodeid] = ("failed", msg.splitlines()[0][:300] if msg else "")
+    elif report.nodeid not in OUTCOMES and (report.when == "call" or report.skipped):
+        OUTCOMES[report.nodeid] = (report.outcome, "")
 
 
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("KVE_SUITE_REPORT")
     if path:
         with open(path, "w") as f:
-            json.dump({"exitstatus": int(exitstatus), "outcomes": session.config._kve_outcomes},
+            json.dump({"exitstatus": int(exitstatus), "outcomes": OUTCOMES},
                       f, indent=1, sort_keys=True)

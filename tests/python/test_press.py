@@ -42,7 +42,7 @@ except ImportError as e:
     sys.exit(1 if os.environ.get("KVE_HF_REQUIRED") else 77)  # run.sh's venv: required
 
 import kvevict  # noqa: E402
-from kvevict.hf import KvevictCache, calibrate_triattention, positions_digest  # noqa: E402
+from kvevict.hf import KvevictCache, calibrate_triattention  # noqa: E402
 from kvevict.press import KvevictPress, kvpress_registry  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -108,8 +108,8 @@ def alone(name, model, ids, stats):
         print("%-30s held %d, digest %016x" % (what, cache.layers[0].keys.shape[-2], p.digest()))
         if scorer is None and pin:
             # ComposedPress([press]): the same run (its pre-hooks come from post_init)
-            p2, cache = KvevictPress(target_size=B + 1, compression_interval=R, **kw), DynamicCache()
-            comp = ComposedPress([p2])
+            p2 = KvevictPress(target_size=B + 1, compression_interval=R, **kw)
+            cache, comp = DynamicCache(), ComposedPress([p2])
             with comp(model):
                 c = gen(model, ids, cache)
             check(torch.equal(a.sequences, c.sequences) and p2.digest() == ref.digest(),
@@ -240,10 +240,12 @@ def composed(model, ids):
     with ComposedPress([KnormPress(compression_ratio=0.5), kp])(model):
         out = gen(model, ids)
     steps = [P // 2] + [1] * (NEW - 1)
-    check(kp.digest() == oracle_digest(cfg, 0, steps, B, W, R) and out.sequences.shape[1] == P + NEW,
+    check(kp.digest() == oracle_digest(cfg, 0, steps, B, W, R)
+          and out.sequences.shape[1] == P + NEW,
           "ComposedPress([Knorm, KvevictPress]): digest differs from kvevict.State's")
     try:
-        with ComposedPress([KvevictPress(target_size=B + 1), KnormPress(compression_ratio=0.5)])(model):
+        bad = ComposedPress([KvevictPress(target_size=B + 1), KnormPress(compression_ratio=0.5)])
+        with bad(model):
             gen(model, ids, n=3)
         check(False, "ComposedPress([KvevictPress, Knorm]) was not refused")
     except ValueError as e:
