@@ -168,6 +168,7 @@ def in_pipeline(pipe):
         check(press.digest() == want, "%s: digest differs from kvevict.State's" % what)
         held = [a[0] for a in rec.after[1:]]
         check(all(len(set(a)) == 1 for a in rec.after), "%s: layers hold different counts" % what)
+        check(press.schedule.state.seq(0).round > 0, "%s: no round ran" % what)
         if pin:
             cap = max(T - 1, prompt + W) + I
             check(max(held) <= cap and held[-1] > T + I, "%s: held %s, C = %d" % (what, held, cap))
@@ -282,6 +283,12 @@ def refusals(model):
         (lambda: KvevictPress().compress(None, None, None, None, None, {}), "base press"),
         (lambda: KvevictPress().digest(), "no sequence"),
     ]
+
+    try:  # kvpress's own refusal: its wrappers take a ScorerPress
+        DecodingPress(base_press=KvevictPress())
+        check(False, "DecodingPress(base_press=KvevictPress()) was not refused")
+    except AssertionError as e:
+        check("ScorerPress" in str(e), "DecodingPress's refusal: %s" % e)
 
     def batch():
         with KvevictPress(target_size=B + 1)(model):
