@@ -83,6 +83,33 @@ vllm_python() {
     echo "$venv/bin/python"
 }
 
+# kvpress 0.5.5's own tests (python_kvpress_suite) come from its PyPI sdist,
+# fetched once per machine into ~/.cache/kvevict/ (1.4 MB) with the hf venv's
+# pip and checked against its sha256; KVE_KVPRESS_SDIST=FILE names another copy.
+kvpress_sdist() {
+    local hf=$1 want=0a5aa714c59c63a0f26588378e3bc9890a55f761a30efd1ad1b6623adb8b5296
+    local file=${KVE_KVPRESS_SDIST:-$HOME/.cache/kvevict/kvpress-0.5.5.tar.gz} tmp
+    if [ -f "$file" ] && [ "$(sha256sum "$file" | cut -c1-64)" = "$want" ]; then
+        return 0
+    fi
+    echo "run.sh: fetching kvpress 0.5.5's sdist (its tests) into $file" >&2
+    tmp=$(mktemp -d)
+    if ! "$hf" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+            -d "$tmp" kvpress==0.5.5 >"$tmp/log" 2>&1; then
+        echo "run.sh: pip download kvpress==0.5.5 failed; its last lines:" >&2
+        tail -n 20 "$tmp/log" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
+    if [ "$(sha256sum "$tmp/kvpress-0.5.5.tar.gz" | cut -c1-64)" != "$want" ]; then
+        echo "run.sh: kvpress-0.5.5.tar.gz: sha256 is not $want" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
+    mkdir -p "$(dirname "$file")" && mv "$tmp/kvpress-0.5.5.tar.gz" "$file"
+    rm -rf "$tmp"
+}
+
 build() {
     local preset=$1 gpu=() extra=("${@:2}")
     # KVE_CUDA / KVE_HIP (AUTO, ON, OFF) choose the GPU backends of the default build.
@@ -124,6 +151,7 @@ demo)
 test)
     install_missing "${build_packages[@]}" "${test_packages[@]}"
     hf=$(hf_python) || exit 1
+    kvpress_sdist "$hf" || exit 1
     vl=$(vllm_python) || exit 1
     build default -DKVE_HF_PYTHON="$hf" -DKVE_VLLM_PYTHON="$vl"
     # ctest with a line a minute while long suites run, and why each skipped test skipped

@@ -13,8 +13,7 @@ config with seeded random weights: offline, no download.
   bookkeeping), its digest equals the State's, the keys and values equal
   the dense ones at those positions, and the bytes held follow the budget;
 - kvpress's RandomPress and KnormPress under DecodingPress at the same
-  budget run as peers (and KvevictPress, the same keep-sets through
-  kvpress's interface, freeing the entries);
+  budget run as peers (KvevictPress: test_press.py);
 - bad configurations give errors naming why.
 """
 import os
@@ -190,28 +189,6 @@ def peers(name, model, ids):
         print("%-22s held %d" % ("%s kvpress %s" % (name, type(press).__name__), held))
 
 
-def press(name, model, ids, stats):
-    """KvevictPress: the tokens, keep-sets and entries of KvevictCache, in
-    the model's DynamicCache, its tensors shrunk to them."""
-    from kvevict.press import KvevictPress
-
-    for scorer, pin in ((None, True), (None, False), ("knorm", True), ("triattention", True)):
-        what = "%s KvevictPress %s%s" % (name, scorer or "random", "" if pin else "-p0")
-        kw = dict(budget=B, window=W, interval=R, scorer=scorer, pin_prompt=pin, stats=stats,
-                  seed=5, seq_id=99)
-        ref = KvevictCache(model.config, **kw)
-        a = gen(model, ids, ref)
-        p, cache = KvevictPress(**kw), DynamicCache()
-        with p(model):
-            b = gen(model, ids, cache)
-        check(torch.equal(a.sequences, b.sequences), "%s: tokens differ from KvevictCache's" % what)
-        same = all(torch.equal(x.keys, y.keys) and torch.equal(x.values, y.values)
-                   for x, y in zip(ref.layers, cache.layers))
-        check(same, "%s: the cache's entries differ from KvevictCache's" % what)
-        check(p.digest() == ref.digest(), "%s: digest differs from KvevictCache's" % what)
-        print("%-22s held %d, digest %016x" % (what, cache.layers[0].keys.shape[-2], p.digest()))
-
-
 def refusals(model):
     from transformers import (DeepseekV3Config, MistralConfig, T5Config)
 
@@ -324,7 +301,7 @@ def docs():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "INTEGRATION.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
-    for tag in ("hf-cache", "hf-press") if HAVE_KVPRESS else ("hf-cache",):
+    for tag in ("hf-cache",):  # hf-press: test_press.py
         code = [b for b in blocks if b.startswith("# doc-test: %s\n" % tag)]
         check(len(code) == 1, "INTEGRATION.md: %d blocks tagged %s" % (len(code), tag))
         model = tiny("qwen3")
@@ -348,7 +325,6 @@ def main():
         eviction(name, model, ids, stats)
         if HAVE_KVPRESS:
             peers(name, model, ids)
-            press(name, model, ids, stats)
     refusals(model)
     attention_impls(ids)
     docs()
