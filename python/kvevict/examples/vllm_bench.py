@@ -96,7 +96,25 @@ def arm_settings(name, a):
     base.update(a.plugin_config)
     if name == "random-wide":
         return "random", dict(base, budget=a.prompt_len + a.max_tokens + a.window + a.interval)
+    if name == "triattention" and getattr(a, "stats_file", None):
+        base["stats_file"] = a.stats_file
     return name, base
+
+
+def calibrate(model, path, seed):
+    """A TriAttention calibration file for @model (kvevict.hf's statistics of
+    its pre-RoPE queries over a seeded 256-token prompt), written to @path."""
+    import torch
+    import transformers
+    import kvevict
+    from kvevict.hf import calibrate_triattention
+    m = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    ids = torch.tensor([prompts_of(1, 256, seed + 1, vocab=m.config.vocab_size)[0]])
+    qm, qa = calibrate_triattention(m, ids)
+    cfg = m.config.get_text_config()
+    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None)
+                                                  or {}).get("rope_theta", 0.0)
+    kvevict.write_triattention_stats(path, qm, qa, float(theta or 0.0))
 
 
 def blocks_needed(name, a):
@@ -607,6 +625,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1, help="keep-set and prompt seed")
     p.add_argument("--plugin-config", default="{}", help="more additional_config['kvevict'] "
                    "settings for every plugin arm, JSON (e.g. '{\"stats_file\": \"F\"}')")
+    p.add_argument("--stats-file", help="the triattention arm's calibration file (default: "
+                   "one made from the model's queries over a seeded prompt)")
     p.add_argument("--requests", type=int, default=32, help="requests a round")
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens a request")
@@ -666,6 +686,8 @@ def parse_args(argv):
                 "stock vLLM" % (a.blocks, a.prompt_len, a.max_tokens, need, BLOCK_SIZE))
     if a.model and not os.path.isdir(a.model):
         p.error("--model %s: not a folder" % a.model)
+    if a.stats_file and not os.path.isfile(a.stats_file):
+        p.error("--stats-file %s: no such file" % a.stats_file)
     if a.mode in ("serve", "both") and a.inproc:
         p.error("--inproc is for --mode generate")
     if a.attribute and not a.inproc:
@@ -690,6 +712,10 @@ def main(argv=None):
         model = os.path.join(workdir, "qwen3")
         log("making a tiny seeded Qwen3 in %s" % model)
         make_model(model)
+    if "triattention" in a.arms and not a.stats_file:
+        a.stats_file = os.path.join(workdir, "triattention.stats")
+        log("calibrating TriAttention on the model's queries: %s" % a.stats_file)
+        calibrate(model, a.stats_file, a.seed)
     modes = ("generate", "serve") if a.mode == "both" else (a.mode,)
     log("arms %s; %d requests, prompt %d, %d tokens; budget %d, window %d, interval %d; "
         "%d blocks; logs in %s" % (",".join(a.arms), a.requests, a.prompt_len, a.max_tokens,
