@@ -9,7 +9,10 @@
  * per-cache parts (kve_cache_part, decoded last: an input that runs out has
  * none) give each cache its element types, conversion, dim, strides and fp8
  * scale; the reference converts by tests/state/kve_convert_ref.h, and every
- * source, cache and scale array is as long as its part says.
+ * source, cache and scale array is as long as its part says. Element strides
+ * (dst_stride_elem: vLLM's CPU layout with K transposed in a block, other
+ * nestings, overlapping or misaligned ones) come from the input's last
+ * bytes, after everything older inputs hold, so those decode as before.
  *
  * The decoders are here; the parts' in fuzz_cache_write_parts.c, the
  * reference write and the checks in fuzz_cache_write_ref.c.
@@ -331,9 +334,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free_case(&c);
             return 0;
         }
-    fill_caches(&c);
-    style_sources(&in, &c);
+    decode_style(&in, &c);
     decode_src_slots(&in, &c);
+    decode_elem_strides(&in, &c);
+    for (uint32_t k = 0; k < c.d.n_caches; k++)
+        if (c.g[k].dst_span > (1u << 20)) {
+            free_case(&c);
+            return 0;
+        }
+    fill_caches(&c);
+    style_sources(&c);
     check_geometry(&c);
     reference_write(&c);
     check_write(&c, kve_cache_write(ctx, &c.d));
