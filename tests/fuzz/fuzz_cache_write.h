@@ -37,6 +37,13 @@ typedef struct {
     size_t src_span, dst_span; /* desc-wide, before parts */
     uint64_t seed;             /* the caches' bytes */
     int has_parts;
+    /* shared: cache 1's destination inside cache 0's allocation (one K/V
+     * tensor), shared_off bytes after dst[0], the allocation shared_len
+     * bytes; shared_doc: a layout the header's documentation accepts when
+     * nested, aligned and without overlap (equal strides and dims, or vLLM's
+     * CPU layout) */
+    int shared, shared_doc;
+    size_t shared_off, shared_len;
     int styled;          /* style_sources: converting sources restyled, from style_rng */
     uint64_t style_rng;
     cw_cache g[KVE_MAX_CACHES];
@@ -68,6 +75,9 @@ void resolve_parts(cw_case *c);
 void decode_style(fz_bytes *in, cw_case *c);
 void style_sources(cw_case *c);
 void decode_elem_strides(fz_bytes *in, cw_case *c);
+void decode_shared(fz_bytes *in, cw_case *c);
+/* Bytes allocated at c->dst[k] (0 for a cache inside another's). */
+size_t dst_len(const cw_case *c, uint32_t k);
 
 /* fuzz_cache_write_ref.c: what the allocation decides (alignment, nesting,
  * overlap), the reference write with its verdicts, and the library's answer

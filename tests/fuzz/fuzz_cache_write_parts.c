@@ -300,3 +300,86 @@ void decode_elem_strides(fz_bytes *in, cw_case *c)
     }
     resolve_parts(c);
 }
+
+size_t dst_len(const cw_case *c, uint32_t k)
+{
+    if (!c->shared)
+        return c->g[k].dst_span;
+    return k == 0 ? c->shared_len : 0;
+}
+
+/* Now and then (two caches; the input's last bytes, after the element
+ * strides) both caches in one tensor, cache 1 at dst[0] + shared_off:
+ * vLLM's CPU layout (docs/INTEGRATION.md: in each (page, head) block K
+ * transposed, then V, both with the tensor's page and head strides; checked
+ * block by block, so accepted), now and then broken (V one element early,
+ * or the head's block too short: overlap); or cache 1 with cache 0's
+ * strides (one tensor, checked entry by entry), at any element offset, or
+ * FlashInfer's [pages, 2, ...] (page stride doubled, V half a page on);
+ * or anywhere in or just past cache 0 with strides of its own, where only
+ * the overlap (brute force) is asserted. An offset not a multiple of
+ * cache 1's element size makes a misaligned base. Resolved again after. */
+void decode_shared(fz_bytes *in, cw_case *c)
+{
+    kve_cache_write_desc *d = &c->d;
+    if (d->n_caches != 2 || fz_u8(in) < 128)
+        return;
+    const cw_cache *g0 = &c->g[0], *g1 = &c->g[1];
+    kve_cache_part *p0 = &d->part[0], *p1 = &d->part[1];
+    size_t ds0 = g0->ds, ds1 = g1->ds, ps = d->pages.page_size, H = d->n_heads;
+    uint8_t sel = fz_u8(in);
+    c->shared = 1;
+    int vllm = sel < 112 && ds0 == ds1 && g0->dim == g1->dim && g0->dim;
+    if (vllm) {
+        size_t D = g0->dim, ds = ds0, blk = ps * D * ds;
+        size_t head = 2 * blk + pick_pad(in, 2 * blk, ds), page;
+        if (fz_u8(in) < 224) /* page outside head (vLLM's) */
+            page = H * head + pick_pad(in, H * head, ds);
+        else { /* head outside page */
+            page = head;
+            head = d->pages.n_pages * page + pick_pad(in, d->pages.n_pages * page, ds);
+        }
+        uint8_t z = fz_u8(in);
+        p0->dst_stride_page = p1->dst_stride_page = page;
+        p0->dst_stride_head = p1->dst_stride_head = head;
+        p0->dst_stride_slot = ds;     /* K: [D][page_size] */
+        p0->dst_stride_elem = z & 1 && ps == 1 ? 0 : ps * ds;
+        p1->dst_stride_slot = D * ds; /* V: [page_size][D] */
+        p1->dst_stride_elem = z & 2 ? 0 : ds;
+        c->shared_off = blk;
+        c->shared_doc = 1;
+        uint8_t brk = fz_u8(in);
+        if (brk >= 232) { /* V one element early, or a block too short for K and V */
+            c->shared_doc = 0;
+            if (brk & 1)
+                c->shared_off = blk - ds;
+            else
+                *(page < head ? &p0->dst_stride_page : &p0->dst_stride_head) =
+                    *(page < head ? &p1->dst_stride_page : &p1->dst_stride_head) =
+                        2 * blk - ds * (1 + fz_below(in, 2));
+        }
+    } else if (sel < 192) { /* cache 1 with cache 0's strides */
+        p1->dst_stride_page = g0->d_page;
+        p1->dst_stride_slot = g0->d_slot;
+        p1->dst_stride_head = g0->d_head;
+        p1->dst_stride_elem = g0->d_elem;
+        if (sel < 144) { /* FlashInfer's [pages, 2, ...]: V half a page on */
+            p0->dst_stride_page = p1->dst_stride_page = 2 * g0->d_page;
+            c->shared_off = g0->d_page;
+        } else
+            c->shared_off = ds1 * fz_below(in, (uint32_t)(g0->dst_span / ds1 + 1));
+        if (fz_u8(in) >= 240)
+            c->shared_off += 1 + fz_below(in, 3);
+        c->shared_doc = 1; /* if the dims are equal too: below */
+    } else {
+        c->shared_off = fz_below(in, (uint32_t)(g0->dst_span + 2 * ds1));
+        if (fz_u8(in) < 192)
+            c->shared_off -= c->shared_off % ds1;
+    }
+    resolve_parts(c);
+    c->shared_doc &= vllm || (g0->dim == g1->dim && g0->d_page == g1->d_page &&
+                              g0->d_slot == g1->d_slot && g0->d_head == g1->d_head &&
+                              g0->d_elem == g1->d_elem);
+    size_t end = c->shared_off + g1->dst_span;
+    c->shared_len = end > g0->dst_span ? end : g0->dst_span;
+}

@@ -28,6 +28,37 @@ static int dst_overlaps(const cw_case *c, uint32_t k)
     return overlap;
 }
 
+/* Brute force: does an element of cache 1, inside cache 0's tensor, share
+ * a byte with one of cache 0? */
+static int shared_overlaps(const cw_case *c)
+{
+    size_t ps = c->d.pages.page_size, H = c->d.n_heads, P = c->d.pages.n_pages;
+    size_t n = P * ps * H * (c->g[0].dim + c->g[1].dim), i = 0;
+    size_t(*el)[2] = malloc((n + 1) * sizeof *el); /* start, end */
+    for (uint32_t k = 0; k < 2; k++) {
+        const cw_cache *g = &c->g[k];
+        size_t base = k ? c->shared_off : 0;
+        for (size_t p = 0; p < P; p++)
+            for (size_t s = 0; s < ps; s++)
+                for (size_t h = 0; h < H; h++)
+                    for (size_t e = 0; e < g->dim; e++) {
+                        el[i][0] = base + p * g->d_page + s * g->d_slot + h * g->d_head +
+                                   e * g->d_elem;
+                        el[i][1] = el[i][0] + g->ds;
+                        i++;
+                    }
+    }
+    qsort(el, n, sizeof *el, fz_cmp_size); /* by start */
+    int overlap = 0;
+    size_t end = 0;
+    for (size_t j = 0; j < n; j++) {
+        overlap |= j && el[j][0] < end;
+        end = el[j][1] > end ? el[j][1] : end;
+    }
+    free(el);
+    return overlap;
+}
+
 /* Whether cache k's destination strides nest (the four dims page, slot,
  * head and elem, each, in increasing order, stepping past every element
  * inside it): the layouts the library must accept (docs/FUZZING.md: it may
@@ -70,6 +101,13 @@ void check_geometry(cw_case *c)
         c->misaligned |= (!c->d.src_slots && src_all % g->ss) || dst_all % g->ds;
         c->exact &= dst_nested(c, k);
         c->dst_overlap |= dst_overlaps(c, k);
+    }
+    if (c->shared) { /* two caches in one tensor: their elements must not meet; accepted
+                      * where the header's documentation says so, or where the spans are
+                      * apart */
+        int apart = c->shared_off >= c->g[0].dst_span || !c->g[1].dst_span;
+        c->dst_overlap |= shared_overlaps(c);
+        c->exact &= c->shared_doc || apart;
     }
     c->bad |= c->misaligned;
 }
@@ -314,26 +352,28 @@ void check_write(cw_case *c, kve_status st)
     if (st != KVE_OK) {
         FZ_CHECK_ERROR_MESSAGE(st);
         for (uint32_t k = 0; k < c->d.n_caches; k++)
-            FZ_CHECK(!memcmp(c->before[k], c->dst[k], c->g[k].dst_span),
+            FZ_CHECK(!memcmp(c->before[k], c->dst[k], dst_len(c, k)),
                      "an error (%s) wrote cache %u", kve_status_string(st), k);
     }
-    if (st == KVE_OK && !c->bad)
-        for (uint32_t k = 0; k < c->d.n_caches; k++) {
-            for (size_t e = 0; e < c->n_entries; e++)
-                if (c->amb[e]) {
-                    size_t h = e % c->d.n_heads, ps = c->d.pages.page_size;
-                    size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
-                                         (int64_t)(e / c->d.n_heads % ps), h);
-                    copy_entry(&c->g[k], c->ref[k] + at, c->dst[k] + at);
-                }
-            if (memcmp(c->ref[k], c->dst[k], c->g[k].dst_span)) {
-                size_t x = 0;
-                while (c->ref[k][x] == c->dst[k][x])
-                    x++;
-                FZ_FAIL("cache %u differs from the reference write at byte %zu: 0x%02x, want "
-                        "0x%02x (types %d -> %d, convert %u, dim %u)",
-                        k, x, c->dst[k][x], c->ref[k][x], (int)c->g[k].st, (int)c->g[k].dt,
-                        c->d.part[k].convert, c->g[k].dim);
+    if (st != KVE_OK || c->bad)
+        return;
+    /* every cache's open entries first: cache 1 may lie inside cache 0's tensor */
+    for (uint32_t k = 0; k < c->d.n_caches; k++)
+        for (size_t e = 0; e < c->n_entries; e++)
+            if (c->amb[e]) {
+                size_t h = e % c->d.n_heads, ps = c->d.pages.page_size;
+                size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
+                                     (int64_t)(e / c->d.n_heads % ps), h);
+                copy_entry(&c->g[k], c->ref[k] + at, c->dst[k] + at);
             }
+    for (uint32_t k = 0; k < c->d.n_caches; k++)
+        if (memcmp(c->ref[k], c->dst[k], dst_len(c, k))) {
+            size_t x = 0;
+            while (c->ref[k][x] == c->dst[k][x])
+                x++;
+            FZ_FAIL("cache %u differs from the reference write at byte %zu: 0x%02x, want "
+                    "0x%02x (types %d -> %d, convert %u, dim %u)",
+                    k, x, c->dst[k][x], c->ref[k][x], (int)c->g[k].st, (int)c->g[k].dt,
+                    c->d.part[k].convert, c->g[k].dim);
         }
 }
