@@ -9,7 +9,13 @@
  * per-cache parts (kve_cache_part, decoded last: an input that runs out has
  * none) give each cache its element types, conversion, dim, strides and fp8
  * scale; the reference converts by tests/state/kve_convert_ref.h, and every
- * source, cache and scale array is as long as its part says.
+ * source, cache and scale array is as long as its part says. Element strides
+ * (dst_stride_elem: vLLM's CPU layout with K transposed in a block, other
+ * nestings, overlapping or misaligned ones) come from the input's last
+ * bytes, after everything older inputs hold, so those decode as before;
+ * after them, now and then, two caches in one tensor (vLLM's CPU layout with
+ * V beside the transposed K, equal strides, or anywhere): their elements
+ * must not meet.
  *
  * The decoders are here; the parts' in fuzz_cache_write_parts.c, the
  * reference write and the checks in fuzz_cache_write_ref.c.
@@ -105,14 +111,21 @@ static void fill_caches(cw_case *c)
     uint64_t rng = c->seed;
     for (uint32_t k = 0; k < c->d.n_caches; k++) {
         const cw_cache *g = &c->g[k];
+        size_t len = dst_len(c, k);
         c->src[k] = (uint8_t *)fz_alloc(g->src_span, 0);
-        c->dst[k] = (uint8_t *)fz_alloc(g->dst_span, 0);
         for (size_t i = 0; i < g->src_span; i++)
             c->src[k][i] = (uint8_t)fz_mix(&rng);
-        for (size_t i = 0; i < g->dst_span; i++)
-            c->dst[k][i] = (uint8_t)fz_mix(&rng);
-        c->ref[k] = (uint8_t *)fz_dup(c->dst[k], g->dst_span);
-        c->before[k] = (uint8_t *)fz_dup(c->dst[k], g->dst_span);
+        if (c->shared && k == 1) { /* inside cache 0's tensor */
+            c->dst[1] = c->dst[0] + c->shared_off;
+            c->ref[1] = c->ref[0] + c->shared_off;
+            c->before[1] = c->before[0] + c->shared_off;
+        } else {
+            c->dst[k] = (uint8_t *)fz_alloc(len, 0);
+            for (size_t i = 0; i < len; i++)
+                c->dst[k][i] = (uint8_t)fz_mix(&rng);
+            c->ref[k] = (uint8_t *)fz_dup(c->dst[k], len);
+            c->before[k] = (uint8_t *)fz_dup(c->dst[k], len);
+        }
         c->d.src[k] = c->src[k];
         c->d.dst[k] = c->dst[k];
     }
@@ -281,6 +294,8 @@ static void free_case(cw_case *c)
 {
     for (uint32_t k = 0; k < KVE_MAX_CACHES; k++) {
         free(c->src[k]);
+        if (c->shared && k == 1)
+            continue; /* inside cache 0's */
         free(c->dst[k]);
         free(c->ref[k]);
         free(c->before[k]);
@@ -331,9 +346,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free_case(&c);
             return 0;
         }
-    fill_caches(&c);
-    style_sources(&in, &c);
+    decode_style(&in, &c);
     decode_src_slots(&in, &c);
+    decode_elem_strides(&in, &c);
+    decode_shared(&in, &c);
+    for (uint32_t k = 0; k < c.d.n_caches; k++)
+        if (c.g[k].dst_span > (1u << 20) || dst_len(&c, k) > (1u << 20)) {
+            free_case(&c);
+            return 0;
+        }
+    fill_caches(&c);
+    style_sources(&c);
     check_geometry(&c);
     reference_write(&c);
     check_write(&c, kve_cache_write(ctx, &c.d));

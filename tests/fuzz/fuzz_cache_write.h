@@ -12,13 +12,14 @@
 
 /* One cache's geometry with its part resolved as the header says: element
  * types and sizes, dim, entry bytes of source and cache, byte strides (0
- * taken from the desc-wide value, then the dense one of this cache's entry),
- * spans, its scale. */
+ * taken from the desc-wide value, then the dense one of this cache's entry;
+ * d_elem, between an entry's elements in the cache: 0 = the element size),
+ * the bytes one cache entry spans, spans, its scale. */
 typedef struct {
     kve_dtype st, dt;
     uint32_t ss, ds, dim;
     int conv;
-    size_t se, de, s_head, s_tok, d_head, d_slot, d_page;
+    size_t se, de, s_head, s_tok, d_head, d_slot, d_page, d_elem, e_span;
     size_t src_span, dst_span;
     const float *scale; /* NULL: no division */
 } cw_cache;
@@ -36,9 +37,19 @@ typedef struct {
     size_t src_span, dst_span; /* desc-wide, before parts */
     uint64_t seed;             /* the caches' bytes */
     int has_parts;
+    /* shared: cache 1's destination inside cache 0's allocation (one K/V
+     * tensor), shared_off bytes after dst[0], the allocation shared_len
+     * bytes; shared_doc: a layout the header's documentation accepts when
+     * nested, aligned and without overlap (equal strides and dims, or vLLM's
+     * CPU layout) */
+    int shared, shared_doc;
+    size_t shared_off, shared_len;
+    int styled;          /* style_sources: converting sources restyled, from style_rng */
+    uint64_t style_rng;
     cw_cache g[KVE_MAX_CACHES];
     float *scale[KVE_MAX_CACHES];
     int dst_overlap;
+    int misaligned; /* a typed base or stride not a multiple of its element's size */
     /* [entries]: entries whose bytes depend on an order the header leaves
      * open (two tokens writing one, or moves against its @pre) */
     uint8_t *amb;
@@ -56,10 +67,17 @@ typedef struct {
 } cw_case;
 
 /* fuzz_cache_write_parts.c: the per-cache parts, decoded last; resolved as
- * the header says, with the verdict on them; converting sources restyled. */
+ * the header says, with the verdict on them; converting sources restyled
+ * (drawn before the caches are filled, applied after); the caches' element
+ * strides, from the input's last bytes (then resolved again). */
 void decode_parts(fz_bytes *in, cw_case *c);
 void resolve_parts(cw_case *c);
-void style_sources(fz_bytes *in, cw_case *c);
+void decode_style(fz_bytes *in, cw_case *c);
+void style_sources(cw_case *c);
+void decode_elem_strides(fz_bytes *in, cw_case *c);
+void decode_shared(fz_bytes *in, cw_case *c);
+/* Bytes allocated at c->dst[k] (0 for a cache inside another's). */
+size_t dst_len(const cw_case *c, uint32_t k);
 
 /* fuzz_cache_write_ref.c: what the allocation decides (alignment, nesting,
  * overlap), the reference write with its verdicts, and the library's answer

@@ -7,38 +7,72 @@
 #include "fuzz_cache_write.h"
 #include "../state/kve_convert_ref.h"
 
-/* Brute force: do two entries of cache k's destination overlap? */
+/* Brute force: do two elements of cache k's destination (of one entry or
+ * of two: dim elements of ds bytes, d_elem apart, in each) share a byte? */
 static int dst_overlaps(const cw_case *c, uint32_t k)
 {
     const cw_cache *g = &c->g[k];
     size_t ps = c->d.pages.page_size, H = c->d.n_heads;
-    size_t n = c->d.pages.n_pages * ps * H, i = 0;
-    size_t *off = (size_t *)malloc(n * sizeof *off);
+    size_t n = c->d.pages.n_pages * ps * H * g->dim, i = 0;
+    size_t *off = (size_t *)malloc((n + 1) * sizeof *off);
     for (size_t p = 0; p < c->d.pages.n_pages; p++)
         for (size_t s = 0; s < ps; s++)
             for (size_t h = 0; h < H; h++)
-                off[i++] = p * g->d_page + s * g->d_slot + h * g->d_head;
+                for (size_t e = 0; e < g->dim; e++)
+                    off[i++] = p * g->d_page + s * g->d_slot + h * g->d_head + e * g->d_elem;
     qsort(off, n, sizeof *off, fz_cmp_size);
     int overlap = 0;
     for (size_t j = 1; j < n; j++)
-        overlap |= off[j] - off[j - 1] < g->de;
+        overlap |= off[j] - off[j - 1] < g->ds;
     free(off);
     return overlap;
 }
 
-/* Whether cache k's destination strides nest (each, in increasing order,
- * steps past every inner entry): the layouts the library must accept
- * (docs/FUZZING.md: it may refuse some interleaved ones that do not overlap). */
+/* Brute force: does an element of cache 1, inside cache 0's tensor, share
+ * a byte with one of cache 0? */
+static int shared_overlaps(const cw_case *c)
+{
+    size_t ps = c->d.pages.page_size, H = c->d.n_heads, P = c->d.pages.n_pages;
+    size_t n = P * ps * H * (c->g[0].dim + c->g[1].dim), i = 0;
+    size_t(*el)[2] = malloc((n + 1) * sizeof *el); /* start, end */
+    for (uint32_t k = 0; k < 2; k++) {
+        const cw_cache *g = &c->g[k];
+        size_t base = k ? c->shared_off : 0;
+        for (size_t p = 0; p < P; p++)
+            for (size_t s = 0; s < ps; s++)
+                for (size_t h = 0; h < H; h++)
+                    for (size_t e = 0; e < g->dim; e++) {
+                        el[i][0] = base + p * g->d_page + s * g->d_slot + h * g->d_head +
+                                   e * g->d_elem;
+                        el[i][1] = el[i][0] + g->ds;
+                        i++;
+                    }
+    }
+    qsort(el, n, sizeof *el, fz_cmp_size); /* by start */
+    int overlap = 0;
+    size_t end = 0;
+    for (size_t j = 0; j < n; j++) {
+        overlap |= j && el[j][0] < end;
+        end = el[j][1] > end ? el[j][1] : end;
+    }
+    free(el);
+    return overlap;
+}
+
+/* Whether cache k's destination strides nest (the four dims page, slot,
+ * head and elem, each, in increasing order, stepping past every element
+ * inside it): the layouts the library must accept (docs/FUZZING.md: it may
+ * refuse some interleaved ones that do not overlap). */
 static int dst_nested(const cw_case *c, uint32_t k)
 {
     const cw_cache *g = &c->g[k];
-    size_t ext[3] = {c->d.pages.n_pages, c->d.pages.page_size, c->d.n_heads},
-           st[3] = {g->d_page, g->d_slot, g->d_head};
-    int used[3] = {0, 0, 0};
-    size_t span = g->de;
-    for (int n = 0; n < 3; n++) {
+    size_t ext[4] = {c->d.pages.n_pages, c->d.pages.page_size, c->d.n_heads, g->dim},
+           st[4] = {g->d_page, g->d_slot, g->d_head, g->d_elem};
+    int used[4] = {0, 0, 0, 0};
+    size_t span = g->ds;
+    for (int n = 0; n < 4; n++) {
         int best = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (!used[i] && (best < 0 || st[i] < st[best]))
                 best = i;
         used[best] = 1;
@@ -52,18 +86,30 @@ static int dst_nested(const cw_case *c, uint32_t k)
 }
 
 /* What the caches' allocation decides: typed elements loaded whole need
- * aligned bases and strides (the library's check; the header does not say
- * so, so a misaligned request's acceptance is not asserted), nested
- * strides, and overlapping entries (brute force). */
+ * aligned bases and strides (kve_cache_part: dst[c] and its strides, the
+ * element stride among them, multiples of its element size, src[c] and its
+ * strides of its source's, else refused; sources only where they are read,
+ * not with src_slots), nested strides, and overlapping elements (brute
+ * force). */
 void check_geometry(cw_case *c)
 {
     for (uint32_t k = 0; k < c->d.n_caches; k++) {
         const cw_cache *g = &c->g[k];
         size_t src_all = (size_t)(uintptr_t)c->src[k] | g->s_tok | g->s_head,
-               dst_all = (size_t)(uintptr_t)c->dst[k] | g->d_page | g->d_slot | g->d_head;
-        c->exact &= src_all % g->ss == 0 && dst_all % g->ds == 0 && dst_nested(c, k);
+               dst_all = (size_t)(uintptr_t)c->dst[k] | g->d_page | g->d_slot | g->d_head |
+                         g->d_elem;
+        c->misaligned |= (!c->d.src_slots && src_all % g->ss) || dst_all % g->ds;
+        c->exact &= dst_nested(c, k);
         c->dst_overlap |= dst_overlaps(c, k);
     }
+    if (c->shared) { /* two caches in one tensor: their elements must not meet; accepted
+                      * where the header's documentation says so, or where the spans are
+                      * apart */
+        int apart = c->shared_off >= c->g[0].dst_span || !c->g[1].dst_span;
+        c->dst_overlap |= shared_overlaps(c);
+        c->exact &= c->shared_doc || apart;
+    }
+    c->bad |= c->misaligned;
 }
 
 /* The page of (row, slot s) by the reference's reading of the table, or -1
@@ -97,11 +143,19 @@ static size_t entry_index(const cw_case *c, int64_t page, int64_t s, size_t h)
     return ((size_t)page * c->d.pages.page_size + (size_t)(s % c->d.pages.page_size)) * c->d.n_heads + h;
 }
 
-/* Byte offset of that entry in cache k. */
+/* Byte offset of that entry (its element 0) in cache k. */
 static size_t entry_at(const cw_case *c, uint32_t k, int64_t page, int64_t s, size_t h)
 {
     const cw_cache *g = &c->g[k];
     return (size_t)page * g->d_page + (size_t)(s % c->d.pages.page_size) * g->d_slot + h * g->d_head;
+}
+
+/* An entry of cache k, stored bytes as they are (its dim elements, d_elem
+ * apart in both), from @p from to @p to. */
+static void copy_entry(const cw_cache *g, uint8_t *to, const uint8_t *from)
+{
+    for (size_t i = 0; i < g->dim; i++)
+        memcpy(to + i * g->d_elem, from + i * g->d_elem, g->ds);
 }
 
 /* The reference's moves: every valid pair's entry, in every cache (its
@@ -147,8 +201,8 @@ static void reference_moves(cw_case *c, uint8_t *hit, size_t n_entries)
                 pairs[2 * n_pairs] = a;
                 pairs[2 * n_pairs++ + 1] = b;
                 for (uint32_t q = 0; q < d->n_caches; q++)
-                    memcpy(c->ref[q] + entry_at(c, q, pd, pair[1], h),
-                           c->before[q] + entry_at(c, q, ps, pair[0], h), c->g[q].de);
+                    copy_entry(&c->g[q], c->ref[q] + entry_at(c, q, pd, pair[1], h),
+                               c->before[q] + entry_at(c, q, ps, pair[0], h));
             }
         }
     }
@@ -158,21 +212,23 @@ static void reference_moves(cw_case *c, uint8_t *hit, size_t n_entries)
     free(pairs);
 }
 
-/* Entry (t, h) of cache k into the reference at byte @p at: its bytes, or
- * each element converted (kve_convert_ref.h: dst = convert(float(src) /
- * scale), the division only with a scale). */
+/* Entry (t, h) of cache k into the reference at byte @p at: each element
+ * (dense in the source, d_elem apart in the cache) copied, or converted
+ * (kve_convert_ref.h: dst = convert(float(src) / scale), the division only
+ * with a scale). */
 static void reference_entry(cw_case *c, uint32_t k, size_t t, size_t h, size_t at)
 {
     const cw_cache *g = &c->g[k];
     const uint8_t *src = c->src[k] + t * g->s_tok + h * g->s_head;
     uint8_t *dst = c->ref[k] + at;
     if (!g->conv) {
-        memcpy(dst, src, g->de);
+        for (uint32_t i = 0; i < g->dim; i++)
+            memcpy(dst + (size_t)i * g->d_elem, src + (size_t)i * g->ss, g->ds);
         return;
     }
     float scale = g->scale ? g->scale[c->d.part[k].scale_per_head ? h : 0] : 1.0f;
     for (uint32_t i = 0; i < g->dim; i++)
-        kr_store(dst + (size_t)i * g->ds, g->ds,
+        kr_store(dst + (size_t)i * g->d_elem, g->ds,
                  kr_convert(kr_load(src + (size_t)i * g->ss, g->ss), g->st, g->dt, g->scale != NULL,
                             scale));
 }
@@ -256,8 +312,8 @@ void reference_write(cw_case *c)
                 from[2 * n_from] = entry_index(c, fp, f, h);
                 from[2 * n_from++ + 1] = e;
                 for (uint32_t k = 0; k < d->n_caches; k++)
-                    memcpy(c->ref[k] + entry_at(c, k, page, s, h),
-                           c->before[k] + entry_at(c, k, fp, f, h), c->g[k].de);
+                    copy_entry(&c->g[k], c->ref[k] + entry_at(c, k, page, s, h),
+                               c->before[k] + entry_at(c, k, fp, f, h));
                 continue;
             }
             c->amb[e] = hit[e]; /* a write replaces a move; two tokens' order is open */
@@ -281,7 +337,9 @@ void check_write(cw_case *c, kve_status st)
 {
     /* checked even when nothing is written (issue 36) */
     FZ_CHECK(st != KVE_OK || !c->dst_overlap,
-             "destination strides with overlapping entries were accepted");
+             "destination strides with overlapping entries or elements were accepted");
+    if (c->misaligned)
+        FZ_CHECK(st != KVE_OK, "a base or stride not a multiple of its element size was accepted");
     if (c->refuse)
         FZ_CHECK(st != KVE_OK, "slots or move lists past SIZE_MAX bytes, or an indptr not from 0 "
                                "or decreasing, were accepted");
@@ -294,26 +352,28 @@ void check_write(cw_case *c, kve_status st)
     if (st != KVE_OK) {
         FZ_CHECK_ERROR_MESSAGE(st);
         for (uint32_t k = 0; k < c->d.n_caches; k++)
-            FZ_CHECK(!memcmp(c->before[k], c->dst[k], c->g[k].dst_span),
+            FZ_CHECK(!memcmp(c->before[k], c->dst[k], dst_len(c, k)),
                      "an error (%s) wrote cache %u", kve_status_string(st), k);
     }
-    if (st == KVE_OK && !c->bad)
-        for (uint32_t k = 0; k < c->d.n_caches; k++) {
-            for (size_t e = 0; e < c->n_entries; e++)
-                if (c->amb[e]) {
-                    size_t h = e % c->d.n_heads, ps = c->d.pages.page_size;
-                    size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
-                                         (int64_t)(e / c->d.n_heads % ps), h);
-                    memcpy(c->ref[k] + at, c->dst[k] + at, c->g[k].de);
-                }
-            if (memcmp(c->ref[k], c->dst[k], c->g[k].dst_span)) {
-                size_t x = 0;
-                while (c->ref[k][x] == c->dst[k][x])
-                    x++;
-                FZ_FAIL("cache %u differs from the reference write at byte %zu: 0x%02x, want "
-                        "0x%02x (types %d -> %d, convert %u, dim %u)",
-                        k, x, c->dst[k][x], c->ref[k][x], (int)c->g[k].st, (int)c->g[k].dt,
-                        c->d.part[k].convert, c->g[k].dim);
+    if (st != KVE_OK || c->bad)
+        return;
+    /* every cache's open entries first: cache 1 may lie inside cache 0's tensor */
+    for (uint32_t k = 0; k < c->d.n_caches; k++)
+        for (size_t e = 0; e < c->n_entries; e++)
+            if (c->amb[e]) {
+                size_t h = e % c->d.n_heads, ps = c->d.pages.page_size;
+                size_t at = entry_at(c, k, (int64_t)(e / c->d.n_heads / ps),
+                                     (int64_t)(e / c->d.n_heads % ps), h);
+                copy_entry(&c->g[k], c->ref[k] + at, c->dst[k] + at);
             }
+    for (uint32_t k = 0; k < c->d.n_caches; k++)
+        if (memcmp(c->ref[k], c->dst[k], dst_len(c, k))) {
+            size_t x = 0;
+            while (c->ref[k][x] == c->dst[k][x])
+                x++;
+            FZ_FAIL("cache %u differs from the reference write at byte %zu: 0x%02x, want "
+                    "0x%02x (types %d -> %d, convert %u, dim %u)",
+                    k, x, c->dst[k][x], c->ref[k][x], (int)c->g[k].st, (int)c->g[k].dt,
+                    c->d.part[k].convert, c->g[k].dim);
         }
 }
