@@ -227,8 +227,9 @@ def _boxes(res: Dict[str, List[dict]], value, unit: str, title: str,
                         % (left + pw * x / top_v, y))
     y = 20 + row * len(arms) + 6
     for f in (0, 0.5, 1.0):
-        body.append('<text x="%.1f" y="%d" text-anchor="middle">%.3g %s</text>'
-                    % (left + pw * f, y + 10, top_v * f, unit))
+        v = top_v * f
+        body.append('<text x="%.1f" y="%d" text-anchor="middle">%s %s</text>'
+                    % (left + pw * f, y + 10, "%.0f" % v if top_v >= 10 else "%.2g" % v, unit))
     return _svg(W, H + 6, body, title)
 
 
