@@ -130,10 +130,11 @@ def make_chat(rng: random.Random) -> Tuple[dict, str]:
 
 def make_log(rng: random.Random) -> Tuple[dict, str]:
     n = rng.randint(10, 14)
-    hosts = [rng.choice(HOSTS) for _ in range(n)]
+    bad = rng.choice(HOSTS)  # named on one line only: one right answer
+    others = [h for h in HOSTS if h != bad]
+    hosts = [rng.choice(others) for _ in range(n)]
     e = rng.randrange(n)
-    while hosts.count(hosts[e]) > 1:  # the err host named once: one right answer
-        hosts[e] = rng.choice(HOSTS)
+    hosts[e] = bad
     lines = " ; ".join("%s %s" % (h, "err" if i == e else "info") for i, h in enumerate(hosts))
     prompt = "log : %s . q : err ?" % lines
     answer = "err at %s" % hosts[e]
