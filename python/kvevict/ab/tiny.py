@@ -1,14 +1,14 @@
 """The tiny model's world: a word vocabulary, its tokenizer and the
 synthetic tasks it is trained and judged on (four buckets).
 
-  rag    facts stated in the prompt ("ann = red ; bob = blue ; ..."), filler,
-         then a question; the answer restates the key: "bob = blue".
-  chat   a fact said in an earlier user turn, asked at the last turn (chat
-         messages); answer "bob likes gold".
-  log    a log of host / level lines with one "err"; the answer "err at h4".
-  math   a chain of additions mod 10 ("x1 = 3 ; x2 = 4 ; ..."); the trace
-         restates the running state at each step ("x1 3 x2 7 ...") and
-         ends "ans 7".
+  rag    facts stated in the prompt ("ann red ; bob blue ; ..."), filler,
+         then a question; the answer restates the key: "bob blue".
+  chat   a fact said in the first user turn ("i like gold"), turns of
+         filler, asked at the last turn (chat messages); "you like gold".
+  log    a log of "level at host" lines with one "err"; the answer "err at h4".
+  math   a start digit and 3-5 steps of +1 or +2, mod 10 ("x1 = 3 ; x2 = 2 ;
+         ..."); the trace restates the running state at each step ("x1 3 x2
+         5 ...") and ends "ans 7".
 
 In every bucket the facts the answer needs sit in the prompt, and the
 answer's deciding token comes at the second decode step or later, so an
@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Tuple
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PUNCT = ("=", ";", ".", "?", ":")
-WORDS = ("facts", "q", "user", "bot", "ok", "likes", "what", "does", "like", "log", "err",
+WORDS = ("facts", "q", "user", "bot", "ok", "i", "you", "what", "do", "like", "log", "err",
          "info", "at", "calc", "sum", "ans")
 KEYS = ("ann", "bob", "cid", "dan", "eve", "fay", "gus", "hal", "ivy", "jon", "kim", "lee")
 VALUES = ("red", "blue", "green", "gold", "pink", "gray", "teal", "navy", "lime", "rust",
@@ -97,56 +97,55 @@ class WordTokenizer:
             return cls(json.load(f)["kvevict_word_vocab"])
 
 
-def _filler(rng: random.Random, lo: int, hi: int) -> List[str]:
+def _filler(rng: random.Random, lo: int, hi: int, fill: float = 1.0) -> List[str]:
+    """lo..hi filler words; fill < 1 (the training's curriculum) scales both down."""
+    lo, hi = int(lo * fill), max(int(lo * fill), int(hi * fill))
     return [rng.choice(FILLER) for _ in range(rng.randint(lo, hi))]
 
 
-def make_rag(rng: random.Random) -> Tuple[dict, str]:
+def make_rag(rng: random.Random, fill: float = 1.0) -> Tuple[dict, str]:
     keys = rng.sample(KEYS, 6)
     vals = [rng.choice(VALUES) for _ in keys]
-    facts = " ; ".join("%s = %s" % kv for kv in zip(keys, vals))
+    facts = " ; ".join("%s %s" % kv for kv in zip(keys, vals))
     k = rng.randrange(6)
-    prompt = "facts : %s . %s . q : %s ?" % (facts, " ".join(_filler(rng, 20, 40)), keys[k])
-    answer = "%s = %s" % (keys[k], vals[k])
+    filler = " ".join(_filler(rng, 20, 40, fill))
+    prompt = "facts : %s . %s . q : %s ?" % (facts, filler, keys[k])
+    answer = "%s %s" % (keys[k], vals[k])
     return dict(bucket="rag", prompt=prompt, reference=answer, checker="exact",
                 max_new_tokens=8), answer
 
 
-def make_chat(rng: random.Random) -> Tuple[dict, str]:
-    keys = rng.sample(KEYS, 2)
-    vals = rng.sample(VALUES, 2)
-    msgs = [dict(role="user", content="%s likes %s . %s likes %s ." % (keys[0], vals[0],
-                                                                       keys[1], vals[1])),
-            dict(role="assistant", content="ok .")]
-    for _ in range(rng.randint(2, 4)):
-        msgs.append(dict(role="user", content=" ".join(_filler(rng, 5, 10)) + " ."))
+def make_chat(rng: random.Random, fill: float = 1.0) -> Tuple[dict, str]:
+    val = rng.choice(VALUES)
+    msgs = [dict(role="user", content="i like %s ." % val), dict(role="assistant", content="ok .")]
+    for _ in range(rng.randint(max(1, int(2 * fill)), 1 + int(3 * fill))):
+        msgs.append(dict(role="user", content=" ".join(_filler(rng, 5, 10, fill)) + " ."))
         msgs.append(dict(role="assistant", content="ok ."))
-    k = rng.randrange(2)
-    msgs.append(dict(role="user", content="what does %s like ?" % keys[k]))
-    answer = "%s likes %s" % (keys[k], vals[k])
+    msgs.append(dict(role="user", content="what do i like ?"))
+    answer = "you like %s" % val
     return dict(bucket="chat", messages=msgs, reference=answer, checker="contains",
                 max_new_tokens=8), answer
 
 
-def make_log(rng: random.Random) -> Tuple[dict, str]:
-    n = rng.randint(10, 14)
+def make_log(rng: random.Random, fill: float = 1.0) -> Tuple[dict, str]:
+    n = rng.randint(10, 14) if fill >= 1.0 else rng.randint(3, 3 + int(11 * fill))
     bad = rng.choice(HOSTS)  # named on one line only: one right answer
     others = [h for h in HOSTS if h != bad]
     hosts = [rng.choice(others) for _ in range(n)]
     e = rng.randrange(n)
     hosts[e] = bad
-    lines = " ; ".join("%s %s" % (h, "err" if i == e else "info") for i, h in enumerate(hosts))
+    lines = " ; ".join("%s at %s" % ("err" if i == e else "info", h) for i, h in enumerate(hosts))
     prompt = "log : %s . q : err ?" % lines
     answer = "err at %s" % hosts[e]
     return dict(bucket="log", prompt=prompt, reference="^err at %s$" % hosts[e],
                 checker="regex", max_new_tokens=8), answer
 
 
-def make_math(rng: random.Random) -> Tuple[dict, str]:
+def make_math(rng: random.Random, fill: float = 1.0) -> Tuple[dict, str]:
     n = rng.randint(4, 6)
-    xs = [rng.randrange(10) for _ in range(n)]
+    xs = [rng.randrange(10)] + [rng.randint(1, 2) for _ in range(n - 1)]
     terms = " ; ".join("%s = %d" % (INDEX[i], x) for i, x in enumerate(xs))
-    prompt = "calc : %s . %s . q : sum ?" % (terms, " ".join(_filler(rng, 10, 20)))
+    prompt = "calc : %s . %s . q : sum ?" % (terms, " ".join(_filler(rng, 10, 20, fill)))
     s, trace = 0, []
     for i, x in enumerate(xs):
         s = (s + x) % 10
@@ -159,9 +158,11 @@ def make_math(rng: random.Random) -> Tuple[dict, str]:
 MAKERS = {"rag": make_rag, "chat": make_chat, "log": make_log, "math": make_math}
 
 
-def example(rng: random.Random, bucket: str) -> Tuple[dict, str]:
-    """(task, the model's whole target output) for one bucket."""
-    return MAKERS[bucket](rng)
+def example(rng: random.Random, bucket: str, fill: float = 1.0) -> Tuple[dict, str]:
+    """(task, the model's whole target output) for one bucket; fill < 1:
+    shorter prompts (less filler, fewer lines and turns), the training's
+    curriculum."""
+    return MAKERS[bucket](rng, fill)
 
 
 def suite(seed: int = SUITE_SEED, per_bucket: int = SUITE_PER_BUCKET) -> List[dict]:

@@ -19,7 +19,7 @@ import random
 import sys
 import time
 
-DEFAULTS = dict(steps=3000, batch=48, lr=3e-3, warmup=100, weight_decay=0.01, seed=59,
+DEFAULTS = dict(steps=4000, batch=48, lr=4e-3, warmup=100, weight_decay=0.01, seed=59,
                 check_step=20)
 
 
@@ -42,16 +42,19 @@ def weights_hash(model) -> str:
     return h.hexdigest()
 
 
-def batch(rng, tok, n):
-    """(input ids, labels) of n examples, buckets drawn uniformly; labels
-    are -100 but on the answer and its <eos>."""
+def batch(rng, tok, n, cap=1.0):
+    """(input ids, labels) of n examples, buckets drawn uniformly, prompts
+    scaled by fill = min(1, cap * U(0.6, 1.25)) (the curriculum: cap grows
+    from 0.2 to 1 over the first half of the steps); labels are -100 but on
+    the answer and its <eos>."""
     import torch
 
     from .tiny import BUCKETS, example
 
     seqs = []
     for _ in range(n):
-        task, answer = example(rng, rng.choice(BUCKETS))
+        fill = min(1.0, cap * rng.uniform(0.6, 1.25))
+        task, answer = example(rng, rng.choice(BUCKETS), fill)
         text = tok.chat_text(task["messages"]) if "messages" in task else task["prompt"]
         p = tok.encode(text)
         a = tok.encode(answer, bos=False) + [tok.eos_token_id]
@@ -91,7 +94,7 @@ def train(steps, batch_size, lr, warmup, weight_decay, seed, check_step, log=Non
             0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
         for g in opt.param_groups:
             g["lr"] = lr * max(f, 0.02)
-        ids, lab = batch(rng, tok, batch_size)
+        ids, lab = batch(rng, tok, batch_size, min(1.0, 0.2 + 1.6 * step / steps))
         loss = model(input_ids=ids, labels=lab).loss
         opt.zero_grad()
         loss.backward()
