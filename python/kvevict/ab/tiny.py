@@ -188,7 +188,9 @@ def load_model(path: str = MODEL_DIR, dtype=None):
     one), eval mode, float32 on the CPU."""
     import torch
     from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     model = LlamaForCausalLM.from_pretrained(path, dtype=dtype or torch.float32,
                                              local_files_only=True)
     return model.eval(), WordTokenizer.load(path)

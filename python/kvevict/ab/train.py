@@ -68,8 +68,10 @@ def batch(rng, tok, n, cap=1.0):
     return ids, lab
 
 
-def train(steps, batch_size, lr, warmup, weight_decay, seed, check_step, log=None):
-    """The trained model and its record (a dict for training.json)."""
+def train(steps, batch_size, lr, warmup, weight_decay, seed, check_step, log=None, stop=None):
+    """The trained model and its record (a dict for training.json); stop:
+    end after that many of the `steps` (the schedule still that of `steps`:
+    a short rerun of a long training's first steps)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -103,6 +105,8 @@ def train(steps, batch_size, lr, warmup, weight_decay, seed, check_step, log=Non
         avg = loss.item() if avg is None else 0.95 * avg + 0.05 * loss.item()
         if step == check_step:
             record["check_sha256"] = weights_hash(model)
+        if stop is not None and step >= stop:
+            break
         if log and (step % 50 == 0 or step == steps):
             log("step %d/%d  loss %.4f  %.0f s" % (step, steps, avg, time.time() - t0))
     record["final_loss"] = round(avg, 6)
