@@ -6,10 +6,10 @@
   finite, every item's record) and the HTML (its charts inline, its
   figures the JSON's, nothing fetched);
 - the A/B measures something, at B=16 tokens, W=4, r=4 (each prompt is
-  45-90 tokens and its answer up to 14 more, so the budget is well below
-  prompt + trace): on the prompt-fact buckets (PROMPT_FACT) pinned
-  random answers as full does, and random-p0, whose rounds may evict the
-  facts, loses accuracy (thresholds beside the measured figures below);
+  30-80 tokens and its answer up to 14 more, so the budget is well below
+  prompt + trace): on the prompt-fact buckets pinned random answers as
+  full does, and random-p0, whose rounds may evict the facts, loses
+  accuracy (STATEMENTS: thresholds beside the measured figures);
 - the shipped suite is what kvevict.ab.tiny generates, the weights are
   the ones training.json records, and a rerun of the training's first 20
   steps (its recorded settings and schedule) reproduces the recorded hash
@@ -36,14 +36,24 @@ from kvevict.ab import tiny, train  # noqa: E402
 
 FAILS = []
 ARMS = ["full", "random", "random-p0", "knorm", "triattention", "kvpress-knorm"]
-N = 20  # tasks a bucket (of the suite's 40): 480 requests, about two minutes
-PROMPT_FACT = ("chat", "log")
-# The thresholds, with the figures measured on 2026-12-07 (torch 2.6.0, the
-# shipped weights, the first 20 tasks of each bucket) beside them.
-FULL_MIN = 0.90        # full's accuracy on each prompt-fact bucket; measured 1.00, 1.00, 1.00
-SAME_MAX = 0.05        # |random - full| there; measured 0.00 (the outputs are identical)
-P0_DROP_MIN = 0.30     # full - random-p0 there; measured 0.60 (rag), 0.35 (chat), 0.70 (log)
-P0_P_MAX = 0.01        # exact McNemar p of random-p0 against full there; measured < 1e-4
+N = 40  # tasks a bucket: the whole suite, 960 requests
+# The statements, each threshold with the figure measured on 2026-12-07
+# (torch 2.6.0, the shipped weights, all 40 tasks of each bucket, B=16 W=4
+# r=4) beside it. Per bucket: full's accuracy at least; |random - full| at
+# most; full - random-p0 at least; random-p0's exact McNemar p against full
+# at most. chat and log: the facts of the prompt, learned by the model.
+# rag: learned only in part (full 0.375), so the drop is smaller, but
+# pinned random still answers exactly as full does. math: the trace
+# restates its state, so pinned random stays close to full while rounds
+# run inside the trace.
+STATEMENTS = {
+    #        full >=   |rnd - full| <=   full - p0 >=   p McNemar <=
+    "chat": (0.90,     0.00,             0.30,          0.01),   # 1.00, 0.00, 0.975, 3.6e-12
+    "log":  (0.90,     0.00,             0.30,          0.01),   # 1.00, 0.00, 0.625, 6.0e-08
+    "rag":  (0.30,     0.00,             0.15,          0.05),   # 0.375, 0.00, 0.275, 0.0074
+    "math": (0.90,     0.10,             0.30,          0.01),   # 0.975, 0.05, 0.90, 2.9e-11
+}
+PROMPT_FACT = ("chat", "log", "rag")  # short answers: pinned random's outputs are full's
 
 
 def check(ok, what):
@@ -123,21 +133,19 @@ def test_run(tmp):
 
 def test_property(d):
     S, items = d["summary"], d["items"]
-    for b in PROMPT_FACT:
+    for b, (full_min, same_max, drop_min, p_max) in STATEMENTS.items():
         full, rnd, p0 = (S[a][b] for a in ("full", "random", "random-p0"))
-        print("%s: full %.2f, random %.2f, random-p0 %.2f (p %.2g)"
+        print("%s: full %.3f, random %.3f, random-p0 %.3f (p %.2g)"
               % (b, full["accuracy"], rnd["accuracy"], p0["accuracy"], p0["vs_p_mcnemar"]))
-        check(full["accuracy"] >= FULL_MIN, "%s: full %.2f < %.2f" % (b, full["accuracy"],
-                                                                      FULL_MIN))
-        check(abs(rnd["accuracy"] - full["accuracy"]) <= SAME_MAX,
-              "%s: |random - full| = %.2f > %.2f" % (b, abs(rnd["accuracy"] - full["accuracy"]),
-                                                      SAME_MAX))
-        check(full["accuracy"] - p0["accuracy"] >= P0_DROP_MIN,
-              "%s: full - random-p0 = %.2f < %.2f" % (b, full["accuracy"] - p0["accuracy"],
-                                                       P0_DROP_MIN))
-        check(p0["vs_p_mcnemar"] <= P0_P_MAX, "%s: McNemar p of random-p0 %.3g > %g"
-              % (b, p0["vs_p_mcnemar"], P0_P_MAX))
-        # pinned: the prompt stays, and a short answer never reaches a round
+        check(full["accuracy"] >= full_min, "%s: full %.3f < %.2f" % (b, full["accuracy"],
+                                                                      full_min))
+        gap = abs(rnd["accuracy"] - full["accuracy"])
+        check(gap <= same_max + 1e-9, "%s: |random - full| = %.3f > %.2f" % (b, gap, same_max))
+        drop = full["accuracy"] - p0["accuracy"]
+        check(drop >= drop_min, "%s: full - random-p0 = %.3f < %.2f" % (b, drop, drop_min))
+        check(p0["vs_p_mcnemar"] <= p_max, "%s: McNemar p of random-p0 %.3g > %g"
+              % (b, p0["vs_p_mcnemar"], p_max))
+    for b in PROMPT_FACT:  # pinned: the prompt stays, and a short answer never reaches a round
         same = all(x["output"] == y["output"] for x, y in zip(items["full"], items["random"])
                    if x["bucket"] == b)
         check(same, "%s: random's outputs are full's" % b)
