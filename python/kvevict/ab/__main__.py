@@ -51,7 +51,9 @@ class Progress:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m kvevict.ab", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m kvevict.ab",
+                                 description=" ".join(__doc__.split("\n\n")[0].split()),
+                                 epilog="docs/AB.md: the task file, the checkers and the report")
     ap.add_argument("--tasks", default=SUITE, help="a JSONL task file (default: the tiny "
                     "model's suite, %(default)s)")
     ap.add_argument("--model", default=MODEL_DIR, help="a local Hugging Face checkpoint "
