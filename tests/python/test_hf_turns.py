@@ -43,6 +43,7 @@ except ImportError as e:
 
 import kvevict  # noqa: E402
 from kvevict.hf import KvevictCache, positions_digest  # noqa: E402
+from masked_ref import masked_logprobs  # noqa: E402  (the dense masked reference)
 
 B, W, R, TOL = 24, 4, 8, 1e-4
 FAILS = []
@@ -67,33 +68,6 @@ def tiny(kind, layer_types=None, window=None, layers=2):
                          max_window_layers=0)
         return Qwen3ForCausalLM(Qwen3Config(head_dim=32, **common, **extra)).eval()
     return LlamaForCausalLM(LlamaConfig(**common)).eval()
-
-
-def masked_logprobs(model, ids, masks):
-    """log_softmax [T, vocab] of a dense fp32 forward over ids, layer l's KV
-    head h attending where masks[l][h] [T, T] is True (transformers' modules,
-    the attention written out)."""
-    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
-
-    m, T = model.model, len(ids)
-    x = m.embed_tokens(torch.tensor(ids)[None])
-    cos, sin = m.rotary_emb(x, torch.arange(T)[None])
-    for l, layer in enumerate(m.layers):
-        a, h = layer.self_attn, layer.input_layernorm(x)
-        d = a.head_dim
-        q, k = a.q_proj(h).view(1, T, -1, d), a.k_proj(h).view(1, T, -1, d)
-        if hasattr(a, "q_norm"):
-            q, k = a.q_norm(q), a.k_norm(k)
-        q, k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-        v = a.v_proj(h).view(1, T, -1, d).transpose(1, 2)
-        g = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-        s = (q @ k.transpose(-1, -2)) * a.scaling
-        mask = torch.from_numpy(np.array(masks[l]))
-        s = s.masked_fill(~mask.repeat_interleave(g, 0)[None], float("-inf"))
-        x = x + a.o_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(1, T, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(m.norm(x))[0].log_softmax(-1)
 
 
 def new_state(n_layers, n_heads, pinned, seed, seq_id):

@@ -48,6 +48,7 @@ try:
 except ImportError as e:
     print("skipped: vLLM is not installed here (%s)" % e)
     sys.exit(1 if os.environ.get("KVE_VLLM_REQUIRED") else 77)
+from masked_ref import masked_logprobs  # noqa: E402  (the dense masked reference)
 
 FAILS = []
 
@@ -140,37 +141,6 @@ def held_masks(kvevict, settings, seq_id, n_prompt, n_out, layers, heads):
         for p in range(start, start + n):
             m[:, :, p, :p + 1] = held[:, :, :p + 1]
     return m
-
-
-def masked_logprobs(model, ids, mask, keys=None):
-    """log_softmax of a dense fp32 Qwen3 / Llama forward over ids, each KV head's
-    attention limited to mask [layers, kv_heads, T, T] (transformers' own
-    modules, attention written out); keys: a list that gets each layer's
-    post-RoPE keys [kv_heads, T, head_dim]."""
-    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
-    m = model.model
-    T = len(ids)
-    x = m.embed_tokens(torch.tensor(ids)[None])
-    cos, sin = m.rotary_emb(x, torch.arange(T)[None])
-    for l, layer in enumerate(m.layers):
-        a, h = layer.self_attn, layer.input_layernorm(x)
-        d = a.head_dim
-        q, k = a.q_proj(h).view(1, T, -1, d), a.k_proj(h).view(1, T, -1, d)
-        if hasattr(a, "q_norm"):  # Qwen3's per-head norms
-            q, k = a.q_norm(q), a.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = a.v_proj(h).view(1, T, -1, d).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if keys is not None:
-            keys.append(k[0])
-        g = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-        s = (q @ k.transpose(-1, -2)) * a.scaling
-        s = s.masked_fill(~mask[l].repeat_interleave(g, 0)[None], float("-inf"))
-        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(1, T, -1)
-        x = x + a.o_proj(o)
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return model.lm_head(m.norm(x))[0].log_softmax(-1)
 
 
 def knorm_first_round(kvevict, hf, settings, seq_id, prompt, toks, kept, layers=2, heads=2):
