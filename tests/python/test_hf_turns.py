@@ -264,6 +264,17 @@ def scored_turns():
               % ("scored " + what, len(steps), worst, cache.digest()))
 
 
+def scored_refused(model, ids, kw, words, what):
+    """generate() with a K-norm cache of unpadded rows is refused, saying @words."""
+    try:
+        model.generate(ids, past_key_values=KvevictCache(model.config, budget=B, window=W,
+                                                         interval=R, scorer="knorm",
+                                                         rows_unpadded=True), **kw)
+        check(False, "no error for %s with scorer='knorm'" % what)
+    except ValueError as e:
+        check(words in str(e), "scored %s refusal: %s" % (what, e))
+
+
 def batches(model):
     """Rows of a batch against each row alone."""
     torch.manual_seed(13)
@@ -298,13 +309,7 @@ def batches(model):
         print("%-28s refused on transformers %s: %s" % ("padded batch", transformers.__version__,
                                                         str(e)[:60]))
     # the scored arms: one sequence per cache
-    try:
-        model.generate(ids, past_key_values=KvevictCache(model.config, budget=B, window=W,
-                                                         interval=R, scorer="knorm",
-                                                         rows_unpadded=True), **kw)
-        check(False, "no error for a batch with scorer='knorm'")
-    except ValueError as e:
-        check("batch size 3 with scorer='knorm'" in str(e), "scored batch refusal: %s" % e)
+    scored_refused(model, ids, kw, "batch size 3 with scorer='knorm'", "a batch")
 
 
 def sampled_rows(model):
@@ -369,13 +374,7 @@ def beams(model):
           "by %.2e" % min(best))
     print("%-28s 3 beams, rows carry seq_ids %s, score |diff| %.1e"
           % ("beam search", cache.seq_ids, min(best)))
-    try:
-        model.generate(ids, past_key_values=KvevictCache(model.config, budget=B, window=W,
-                                                         interval=R, scorer="knorm",
-                                                         rows_unpadded=True), **kw)
-        check(False, "no error for beam search with scorer='knorm'")
-    except ValueError as e:
-        check("beam search with scorer='knorm'" in str(e), "scored beams refusal: %s" % e)
+    scored_refused(model, ids, kw, "beam search with scorer='knorm'", "beam search")
     c = KvevictCache(model.config)
     model.generate(ids, past_key_values=c, max_new_tokens=2, pad_token_id=0)
     for call, words in ((lambda: c.batch_repeat_interleave(2), "batch_repeat_interleave(2)"),

@@ -264,31 +264,28 @@ def engine_main(spec):
 
 
 def tree_cpu_s(pid=None):
-    """CPU seconds (user + system) of this process and its descendants alive
-    now (vLLM's engine core is a child in multiprocess mode), from /proc: a
-    cost the machine's other load moves far less than wall time."""
+    """CPU seconds (user + system) of process @pid (default: this one) and
+    its descendants alive now (vLLM's engine core is a child in multiprocess
+    mode), from /proc. On a loaded machine it moves with preemption timing
+    and OpenMP threads spinning, so it is a second view, not a steadier one."""
     pid = os.getpid() if pid is None else pid
     tick = os.sysconf("SC_CLK_TCK")
-    kids, total = {}, 0.0
+    cpu, kids = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % d) as f:
-                f_ = f.read().rsplit(")", 1)[1].split()
+                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        kids.setdefault(int(f_[1]), []).append((int(d), (int(f_[11]) + int(f_[12])) / tick))
-    todo, seen = [pid], set()
-    with open("/proc/%d/stat" % pid) as f:
-        f_ = f.read().rsplit(")", 1)[1].split()
-    total = (int(f_[11]) + int(f_[12])) / tick
+        cpu[int(d)] = (int(fields[11]) + int(fields[12])) / tick
+        kids.setdefault(int(fields[1]), []).append(int(d))
+    total, todo = cpu.get(pid, 0.0), [pid]
     while todo:
-        for child, cpu in kids.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                total += cpu
-                todo.append(child)
+        for child in kids.get(todo.pop(), ()):
+            total += cpu[child]
+            todo.append(child)
     return total
 
 
@@ -642,8 +639,8 @@ def table(mode, arms, res, a):
             by_round = {x["round"]: x["cpu_ms_tok"] for x in st}
             paired = [by_round[w["round"]] / w["cpu_ms_tok"] for w in wide
                       if w["round"] in by_round and w.get("cpu_ms_tok")]
-            lines.append("budget never reached, by CPU time a token (this process tree's, "
-                         "engine core included): stock/plugin = %.3f (rounds %s; goal >= 0.97)"
+            lines.append("budget never reached, by CPU time a token (the engine's process "
+                         "tree, engine core included): stock/plugin = %.3f (rounds %s; goal >= 0.97)"
                          % (sc["median"] / wc["median"], ", ".join("%.3f" % x for x in paired)))
     for name in arms:
         share = summary(res.get(name, {}).get("runs") or [], "plugin_share")
