@@ -36,7 +36,7 @@ extern "C" {
 
 /** This header's version (kve_version() gives the running library's). */
 #define KVE_VERSION_MAJOR 2
-#define KVE_VERSION_MINOR 3
+#define KVE_VERSION_MINOR 4
 #define KVE_VERSION_PATCH 0
 /** Version of the keep-set specification this library implements. */
 #define KVE_SPEC_VERSION 2

@@ -40,13 +40,20 @@ refused unless the caller says its rows are unpadded, ``rows_unpadded=True``.
 ``num_return_sequences`` (rows expanded before the prefill) is
 served; beam search's ``reorder_cache`` is served for the random arms (a
 row's history and seq_id move with the beam: the State rebuilds it). The
-scored arms serve one sequence per cache.
+scored arms score each row from its own keys.
 
 Hybrid models (``layer_types`` mixing "sliding_attention" and
 "full_attention": Gemma 2/3, Qwen3 / Mistral-style configs): the
 full-attention layers are evicted (the State's layers 0.. F-1, in model
 order), the sliding layers are transformers' own DynamicSlidingWindowLayer.
-The random arms only.
+Every arm (the scored ones score full layer i from its keys, TriAttention
+with model layer i's statistics).
+
+On a GPU the layers stay on the model's device. The random arms' State is
+on the host (the keep-set reads no keys); the scored arms' on the cache's
+GPU (kvevict.ops.context_for), its scorer reading each layer's keys in
+place (device scoring). Only slot tables (positions) cross to the host, to
+gather the kept entries.
 
 Runs on transformers 5.2 (get_mask_sizes(cache_position)) and 5.19
 (get_mask_sizes(query_length), get_max_length). Models it cannot serve
@@ -162,7 +169,7 @@ def calibrate_triattention(model: Any, input_ids: torch.Tensor) -> Tuple[np.ndar
     """TriAttention's statistics (kvevict.triattention_stats) from the
     pre-RoPE queries of a forward pass over input_ids: each layer's q_norm
     output where the model has one (Qwen3), else its q_proj output."""
-    layers, _, q_heads, head_dim = check_config(model.config)
+    layers, _, q_heads, head_dim = check_config(model.config, hybrid=True)
     inner = getattr(model, "model", model)
     inner = getattr(inner, "language_model", inner)
     got = [None] * layers
@@ -269,9 +276,9 @@ class KvevictCache(Cache):
     keep-sets' key. seq_id: an int (row b of a batch is sequence seq_id + b)
     or a list of one per row. pin_prompt=False: the random-p0 arm (the
     prompt is evicted like any token). scorer: None / "random" (kvevict's
-    random keep-set), "knorm" or "triattention" (kvevict's scorers, one
-    sequence per cache and no sliding layers; triattention needs ``stats`` =
-    calibrate_triattention(model, ids) and uses the config's rope_theta).
+    random keep-set), "knorm" or "triattention" (kvevict's scorers, on the
+    cache's device; triattention needs ``stats`` = calibrate_triattention(
+    model, ids) and uses the config's rope_theta).
     budget=None: nothing is ever evicted. rows_unpadded=True: the caller's
     word that a batch's rows are of equal length, unpadded, needed for a
     batch where the cache sees no positions (transformers 5.19).
@@ -292,10 +299,6 @@ class KvevictCache(Cache):
             raise ValueError("scorer = %r: expected None, 'random', 'knorm' or 'triattention'"
                              % (scorer,))
         self.scorer = None if scorer == "random" else scorer
-        if self.scorer and len(self._full) != len(windows):
-            raise ValueError("scorer=%r on a model with sliding-window layers (layer_types): "
-                             "the scored arms serve models of full-attention layers only; use "
-                             "the random arm (scorer=None)" % (self.scorer,))
         if budget is not None:
             for name, v in (("budget", budget), ("window", window), ("interval", interval)):
                 if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -342,6 +345,7 @@ class KvevictCache(Cache):
         self._att_len = 0          # the kv length the step's mask was sized for
         self._moved = False        # this step ran a round: layers gather
         self._deferred = 0         # a scored step's tokens appended after its attention
+        self._tri: dict = {}       # triattention: full layer -> its statistics, by the state
         layers = [KvevictLayer(self, i, self._full.index(i)) if w is None
                   else DynamicSlidingWindowLayer(sliding_window=w) for i, w in enumerate(windows)]
         super().__init__(layers=layers)
@@ -374,8 +378,10 @@ class KvevictCache(Cache):
         """Entries each head's attention reads in a step of q tokens."""
         return self.mask_sizes(q)[0]
 
-    def _open(self, q: int, batch: int) -> None:
-        """The first step: the rows, their seq_ids and the state."""
+    def _open(self, q: int, batch: int, device: torch.device) -> None:
+        """The first step: the rows, their seq_ids and the state (on the
+        host; a scored arm's on the cache's device, where its scorer reads
+        the keys)."""
         if isinstance(self.seq_id, tuple):
             if len(self.seq_id) != batch:
                 raise ValueError("seq_id: %d ids for a batch of %d rows" % (len(self.seq_id), batch))
@@ -390,23 +396,37 @@ class KvevictCache(Cache):
             return
         pinned = q if self.pin_prompt else 0
         cap = max(self.budget, pinned + self.window) + self.interval
-        # the scorer and compaction run with the model's threads (torch's
-        # setting), as kvpress's presses do
-        self._ctx = Context("cpu", threads=torch.get_num_threads())
+        if self.scorer and device.type != "cpu":
+            # device scoring: the state on the keys' GPU (CUDA or HIP, as
+            # torch's "cuda" is), its scorer reading them in place
+            from .ops import context_for
+            self._ctx = context_for(device)
+        else:
+            # the scorer and compaction run with the model's threads (torch's
+            # setting), as kvpress's presses do
+            self._ctx = Context("cpu", threads=torch.get_num_threads())
+        group = self.q_heads // self.kv_heads if self.scorer == "triattention" else 0
         self.state = State(self._ctx, max_seqs=batch, n_layers=len(self._full),
                            n_heads=self.kv_heads, budget=self.budget, window=self.window,
                            interval=self.interval, max_slots=cap, seed=self.seed,
-                           scored=self.scorer is not None)
+                           tensors="torch", scored=self.scorer is not None, score_group=group)
         for b in range(batch):
             self.state.admit(b, self.seq_ids[b], pinned)
-        self._scores = self.state.scores_buffer(1) if self.scorer else None
+        self._scores = self.state.scores_buffer(batch) if self.scorer else None
+        if self.scorer == "triattention":  # each full layer's statistics where the state is
+            where = self._scores.device
+            self._tri = {i: (torch.from_numpy(self.stats[0][i]).to(where),
+                             torch.from_numpy(self.stats[1][i]).to(where)) for i in self._full}
 
-    def _row_tables(self, n: int) -> torch.Tensor:
-        """The state's positions, slots 0..n-1 of every row: int64 [batch, F, H, n]."""
-        return torch.from_numpy(np.stack([np.array(self.state.row_table(b)[:, :, :n],
-                                                   dtype=np.int64) for b in range(self.batch)]))
+    def _row_tables(self, n: int, rows: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """The state's positions, slots 0..n-1 of @rows (default every row),
+        on the host: int64 [rows, F, H, n] (a device state's tables copied
+        back: n x F x H positions a row, not its keys)."""
+        rows = range(self.batch) if rows is None else rows
+        return torch.stack([self.state.row_table(b)[:, :, :n] for b in rows]).to(
+            device="cpu", dtype=torch.int64)
 
-    def _begin(self, q: int, batch: int = 1) -> None:
+    def _begin(self, q: int, batch: int = 1, device: Optional[torch.device] = None) -> None:
         """The first full layer's update of a step: the state appends its q
         tokens to every row, its first round (the heads full) apart: the
         attention reads what that round left, later rounds run after it."""
@@ -415,7 +435,7 @@ class KvevictCache(Cache):
         t0 = time.perf_counter()
         first = self.state is None and self.batch == 0
         if first:
-            self._open(q, batch)
+            self._open(q, batch, device if device is not None else torch.device("cpu"))
         elif batch != self.batch:
             raise ValueError("KvevictCache: a step of batch size %d after steps of %d rows: the "
                              "rows are fixed by the first forward" % (batch, self.batch))
@@ -425,14 +445,9 @@ class KvevictCache(Cache):
             rows = list(range(self.batch))
             before = self.state.seq(0)
             rest = q
-            if self.scorer and self.batch > 1 and self.state.rounds_due(rows, [q] * self.batch)[0]:
-                raise ValueError("KvevictCache: batch size %d with scorer=%r: the scored arms "
-                                 "serve one sequence per cache (their rounds score row 0's "
-                                 "keys); use one cache per sequence or the random arm"
-                                 % (self.batch, self.scorer))
             if not first and before.n_valid == before.capacity:  # the round first
                 scores = self._score(1) if self.scorer else None
-                self.state.append(rows, [1] * self.batch, scores=scores)
+                self.state.append(rows, [1] * self.batch, scores=scores, outputs=False)
                 self._att = self._row_tables(self.state.seq(0).n_valid - 1)
                 rest = q - 1
             if rest and self.scorer and self.state.rounds_due(rows, [rest] * self.batch)[0]:
@@ -440,7 +455,7 @@ class KvevictCache(Cache):
                 # layer has them (_run_deferred), the layers holding them meanwhile
                 self._deferred = rest
             elif rest:
-                self.state.append(rows, [rest] * self.batch)
+                self.state.append(rows, [rest] * self.batch, outputs=False)
             after = self.state.seq(0)
             self._moved = after.round != before.round or after.n_valid != before.n_valid + q
             if self._moved and not self._deferred:  # else the layers append (or wait)
@@ -451,22 +466,22 @@ class KvevictCache(Cache):
         self.evict_seconds += time.perf_counter() - t0
 
     def _score(self, q: int) -> Any:
+        """Every row's scores for an append of q tokens, from the keys each
+        full layer holds (in the state's slot order), read where they are:
+        float32, float16 or bfloat16, on the host or, a device state's, on
+        its GPU (no copy either way)."""
         kw = {}
         if self.scorer == "triattention":
             kw = dict(group=self.q_heads // self.kv_heads, rope_theta=self.rope_theta)
-        for l, layer in enumerate(self.layers):
-            if self.scorer == "triattention":
-                kw.update(q_mean=self.stats[0][l], q_abs_mean=self.stats[1][l])
-            # the scorer reads the cache's keys where they are (float32,
-            # float16 or bfloat16 on the CPU: no copy); keys on a GPU are
-            # copied to the host once a round (device scoring not wired here)
-            keys = layer.keys.detach()
-            if keys.device.type != "cpu":
-                keys = keys.to("cpu")
-            keys = keys.contiguous()
-            self.state.score([0], [q], l, keys, self._scores, scorer=self.scorer,
-                             layout="hnd", cache_row=[0], **kw)
-        return self._scores[:1]
+        rows = list(range(self.batch))
+        for i in self._full:
+            layer = self.layers[i]
+            if self.scorer == "triattention":  # the statistics of model layer i
+                kw.update(q_mean=self._tri[i][0], q_abs_mean=self._tri[i][1])
+            keys = layer.keys.detach().contiguous()
+            self.state.score(rows, [q] * self.batch, layer.table_layer, keys, self._scores,
+                             scorer=self.scorer, layout="hnd", cache_row=rows, **kw)
+        return self._scores[:self.batch]
 
     def _gather(self, keys: torch.Tensor, values: torch.Tensor, dense_pos: torch.Tensor,
                 table: torch.Tensor, layer: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -542,7 +557,8 @@ class KvevictCache(Cache):
                 finally:
                     for l, (kk, vv) in zip(full, whole):
                         l.keys, l.values = kk, vv
-            self.state.append([0], [k], scores=scores)
+            self.state.append(list(range(self.batch)), [k] * self.batch, scores=scores,
+                              outputs=False)
             rest -= k
             n = self.state.seq(0).n_valid
             tables = self._row_tables(n)
@@ -589,7 +605,7 @@ class KvevictCache(Cache):
             return layer.update(key_states, value_states, cache_kwargs)
         if layer_idx == self._full[0]:
             self._check_rows(key_states.shape[0], cache_kwargs)
-            self._begin(key_states.shape[-2], key_states.shape[0])
+            self._begin(key_states.shape[-2], key_states.shape[0], key_states.device)
         return layer.update(key_states, value_states, cache_kwargs)
 
     # ---- batches and beams ----------------------------------------------------------------------
@@ -633,7 +649,7 @@ class KvevictCache(Cache):
             layer = self.layers[self._full[0]]
             n = layer.keys.shape[-2]
             for i in set(idx):
-                t = torch.from_numpy(np.array(self.state.row_table(i)[0, :, :n], dtype=np.int64))
+                t = self._row_tables(n, [i])[0, 0]
                 if not torch.equal(t.sort(1).values, layer.row_positions[i].sort(1).values):
                     raise RuntimeError("KvevictCache.reorder_cache: row %d rebuilt to other "
                                        "positions than its history's" % i)

@@ -313,7 +313,7 @@ class KvevictPress(DecodingPress):
                     pin_prompt=self.pin_prompt, scorer=self.scorer, stats=self.stats)
                 self._cache = weakref.ref(cache)
                 self._open = set(range(self.schedule.n_layers))
-                self.schedule._begin(self._adopt)
+                self.schedule._begin(self._adopt, 1, keys.device)
             elif self._step == "post":
                 if keys.shape[-2] - q != self._mine(0):
                     raise self._changed(0, keys.shape[-2] - q)

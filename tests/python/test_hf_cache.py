@@ -194,10 +194,6 @@ def refusals(model):
 
     cases = [
         (lambda: KvevictCache(MistralConfig(sliding_window=64)), "sliding"),
-        (lambda: KvevictCache(Qwen3Config(layer_types=["sliding_attention", "full_attention"],
-                                          num_hidden_layers=2, use_sliding_window=True,
-                                          sliding_window=16), scorer="knorm"),
-         "scorer='knorm' on a model with sliding-window layers"),
         (lambda: kvevict.hf.check_config(Qwen3Config(
             layer_types=["sliding_attention", "full_attention"], num_hidden_layers=2,
             use_sliding_window=True, sliding_window=16)), "sliding_attention layers"),
@@ -211,9 +207,6 @@ def refusals(model):
         (lambda: KvevictCache(model.config, scorer="triattention"), "needs stats"),
         (lambda: KvevictCache(model.config, scorer="triattention", stats=(np.zeros(3), np.zeros(3))),
          "stats: shapes"),
-        (lambda: gen(model, torch.zeros((2, 5), dtype=torch.long),
-                     KvevictCache(model.config, budget=B, window=W, interval=R,
-                                  scorer="knorm", rows_unpadded=True)), "batch size 2 with scorer"),
         (lambda: gen(model, torch.zeros((2, 5), dtype=torch.long),
                      KvevictCache(model.config, seq_id=[1, 2, 3], rows_unpadded=True)),
          "seq_id: 3 ids for a batch of 2"),

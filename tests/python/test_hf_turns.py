@@ -18,8 +18,11 @@ below), within 1e-4:
   (sampled rows against the reference); beam search (reorder_cache moves a
   row's history and seq_id: each row's keep-set equals a State's for its
   seq_id, the best beam's score equals the reference's); the refusals
-  (padded batches where transformers shows them, scored arms' batches and
-  beams);
+  (padded batches where transformers shows them, scored arms' beams);
+- the scored arms' batches (each row's log-probs and digest the row's
+  alone, through two turns) and a hybrid model (log-probs against the
+  reference masked by what the cache held, keep-sets an independent
+  State's scored from the reference's keys of the same model layer);
 - a hybrid model (Qwen3 with layer_types mixing sliding_attention and
   full_attention): the full layers evicted per head, the sliding layers
   masked by their window, the bytes of the full layers following the budget;
@@ -136,15 +139,18 @@ def oracle(steps, n_layers=2, n_heads=2, pin=True, seed=5, seq_id=42, windows=No
 
 
 def feed(model, ids, steps, cache):
-    """Teacher-forced appends of steps[i] tokens: log-probs [T, vocab]."""
+    """Teacher-forced appends of steps[i] tokens: log-probs [T, vocab] (ids
+    a list), or [rows, T, vocab] (ids a tensor [rows, T])."""
+    rows = ids if isinstance(ids, torch.Tensor) else torch.tensor([ids])
     out, at = [], 0
     with torch.no_grad():
         for q in steps:
-            logits = model(input_ids=torch.tensor([ids[at:at + q]]), past_key_values=cache,
+            logits = model(input_ids=rows[:, at:at + q], past_key_values=cache,
                            use_cache=True).logits
-            out.append(logits[0].float().log_softmax(-1))
+            out.append(logits.float().log_softmax(-1))
             at += q
-    return torch.cat(out)
+    got = torch.cat(out, 1)
+    return got if isinstance(ids, torch.Tensor) else got[0]
 
 
 def turns(name, model, pin=True, steps=None, windows=None):
@@ -308,8 +314,122 @@ def batches(model):
               "padded batch refusal: %s" % e)
         print("%-28s refused on transformers %s: %s" % ("padded batch", transformers.__version__,
                                                         str(e)[:60]))
-    # the scored arms: one sequence per cache
-    scored_refused(model, ids, kw, "batch size 3 with scorer='knorm'", "a batch")
+
+
+def scored_batches():
+    """The scored arms' batches: each row scored from its own keys, its
+    log-probs and digest those of the row alone, through a first turn and
+    a second turn of more than r tokens (its rounds scored after the step's
+    attention, every row at once). Llama, as scored_turns; teacher-forced
+    tokens, no token twice in a row's sequence (a repeated token's layer-0
+    keys have one norm at any position: a K-norm tie the last bits break)."""
+    from kvevict.hf import calibrate_triattention
+
+    model = tiny("llama")
+    stats = calibrate_triattention(model, torch.randint(1, 128, (1, 32)))
+    torch.manual_seed(18)
+    steps = [12] + [1] * 23 + [13] + [1] * 23
+    ids = torch.stack([torch.randperm(127)[:sum(steps)] + 1 for _ in range(3)])
+    for scorer in ("knorm", "triattention"):
+        arm = dict(budget=B, window=W, interval=R, seed=5, scorer=scorer, stats=stats)
+        cache = KvevictCache(model.config, seq_id=200, rows_unpadded=True, **arm)
+        got = feed(model, ids, steps, cache)
+        worst = 0.0
+        for b in range(3):
+            alone = KvevictCache(model.config, seq_id=200 + b, **arm)
+            one = feed(model, ids[b:b + 1], steps, alone)
+            worst = max(worst, float((got[b] - one[0]).abs().max()))
+            check(cache.digest(b) == alone.digest() == cache.state.keepset_digest(b),
+                  "scored batch (%s) row %d: digest differs from the row alone" % (scorer, b))
+        rounds = cache.state.seq(0).round
+        distinct = len(set(tuple(c) for c in cache.kept_positions(0)[0])) > 1
+        check(worst <= TOL, "scored batch (%s): log-probs differ from the rows alone by %.2e"
+              % (scorer, worst))
+        check(rounds >= 4 and distinct and cache.held() <= max(B, 12 + W) + R,
+              "scored batch (%s): %d rounds, held %d, heads distinct: %s"
+              % (scorer, rounds, cache.held(), distinct))
+        print("%-28s 3 rows through 2 turns = each row alone, %d rounds, |diff| %.1e"
+              % ("scored batch " + scorer, rounds, worst))
+
+
+def scored_hybrid():
+    """The scored arms on a hybrid model (Qwen3, layer_types [full, sliding,
+    full, sliding], its k_norm weights drawn so that key norms differ):
+    teacher-forced one token a step, the log-probs equal the dense forward
+    masked by the positions the cache held after each step (the sliding
+    layers by their window), and after every step the keep-sets equal those
+    of an independent kvevict.State scored from that reference's keys of
+    the same model layer (the full layers 0 and 2 as the State's 0 and 1)."""
+    from kvevict.hf import calibrate_triattention
+
+    types = ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    model = tiny("qwen3", types, window=6)
+    torch.manual_seed(19)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.k_norm.weight.uniform_(0.2, 2.0)
+    stats = calibrate_triattention(model, torch.randint(1, 128, (1, 32)))
+    P, T, full, H = 12, 60, [0, 2], 2
+    ids = (torch.randperm(127)[:T] + 1).tolist()  # no K-norm ties (scored_batches)
+    cap = max(B, P + W) + R
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    band = causal & ~np.tril(np.ones((T, T), dtype=bool), -6)
+    for scorer in ("knorm", "triattention"):
+        cache = KvevictCache(model.config, budget=B, window=W, interval=R, seed=5, seq_id=42,
+                             scorer=scorer, stats=stats)
+        history, got = [], []
+        with torch.no_grad():
+            for t in [0] + list(range(P, T)):
+                q = P if t == 0 else 1
+                logits = model(input_ids=torch.tensor([ids[t:t + q]]),
+                               past_key_values=cache).logits
+                got.append(logits[0].log_softmax(-1))
+                history.append(cache.kept_positions())
+        masks = [np.broadcast_to(band, (H, T, T)).copy() for _ in types]
+        for f, l in enumerate(full):
+            masks[l] = np.broadcast_to(causal, (H, T, T)).copy()
+            for i, t in enumerate(range(P, T)):
+                for h in range(H):
+                    masks[l][h, t] = False
+                    masks[l][h, t, history[1 + i][f][h]] = True
+        keys = []
+        with torch.no_grad():
+            ref = masked_logprobs(model, ids, masks, keys=keys)
+        worst = float((torch.cat(got) - ref).abs().max())
+        check(worst <= TOL, "scored hybrid (%s): log-probs differ from the masked reference by "
+              "%.2e" % (scorer, worst))
+        # the independent State, scored from the reference's keys
+        st = kvevict.State(kvevict.Context("cpu"), max_seqs=1, n_layers=2, n_heads=H, budget=B,
+                           window=W, interval=R, max_slots=cap, seed=5, scored=True,
+                           tensors="torch")
+        st.admit(0, 42, P)
+        buf = st.scores_buffer(1)
+        st.append([0], [P])
+        same, rounds = True, 0
+        for i, t in enumerate(range(P, T)):
+            scores = None
+            if st.rounds_due([0], [1])[0]:
+                rounds += 1
+                n = st.seq(0).n_valid
+                tab = st.row_table(0)[:, :, :n].long()
+                for f, l in enumerate(full):
+                    k = torch.stack([keys[l][h, tab[f, h]] for h in range(H)])[None]
+                    kw = dict(group=2, rope_theta=cache.rope_theta, q_mean=stats[0][l],
+                              q_abs_mean=stats[1][l]) if scorer == "triattention" else {}
+                    st.score([0], [1], f, k.contiguous(), buf, scorer=scorer, layout="hnd",
+                             cache_row=[0], **kw)
+                scores = buf[:1]
+            st.append([0], [1], scores=scores)
+            n = st.seq(0).n_valid
+            tab = st.row_table(0)[:, :, :n]
+            want = [[sorted(tab[f, h].tolist()) for h in range(H)] for f in range(2)]
+            same = same and want == history[1 + i]
+        check(same and rounds >= 4, "scored hybrid (%s): keep-sets differ from an independent "
+              "State's scored from the reference keys (%d rounds)" % (scorer, rounds))
+        check(cache.digest() == st.keepset_digest(0) and cache.held() <= cap,
+              "scored hybrid (%s): digest or held (%d, C %d)" % (scorer, cache.held(), cap))
+        print("%-28s %d rounds, |diff| %.1e, keep-sets = a State's from the reference keys"
+              % ("scored hybrid " + scorer, rounds, worst))
 
 
 def sampled_rows(model):
@@ -463,9 +583,11 @@ def main():
     chat_generate(model)
     scored_turns()
     batches(model)
+    scored_batches()
     sampled_rows(model)
     beams(model)
     hybrid()
+    scored_hybrid()
     gemma()
     if FAILS:
         print("%d failures" % len(FAILS))

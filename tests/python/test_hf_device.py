@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""kvevict.hf.KvevictCache on a device (label gpu with --device cuda: exit
+77, skipped, without CUDA or transformers; label hf with --device cpu, the
+same program on the host): tiny seeded models generate on the device with
+every arm, fp32 and bf16, batch 1 and a batch of two rows, and a hybrid
+model (sliding and full layers). Every cache update is recorded (its
+inputs and what it returned, copied to the host by this test) and replayed
+into a KvevictCache on the CPU: what each update returned, and the
+keep-sets and digests at the end, equal the CPU's bit for bit. The scored
+arms' state lives on the cache's device (device scoring: the scorer reads
+the keys where they are, no host copy of them); the random arms' on the
+host."""
+import argparse
+import os
+import sys
+
+import torch
+
+try:
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+except ImportError as e:
+    print("skipped: transformers is not installed (%s)" % e)
+    sys.exit(1 if os.environ.get("KVE_HF_REQUIRED") else 77)
+
+from kvevict.hf import KvevictCache, calibrate_triattention  # noqa: E402
+
+B, W, R, NEW = 24, 4, 8, 40
+FAILS = []
+
+
+def check(ok, what):
+    if not ok:
+        FAILS.append(what)
+        print("FAIL:", what)
+
+
+class Recording(KvevictCache):
+    """A KvevictCache that records each update's inputs and outputs on the host."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        k, v = super().update(key_states, value_states, layer_idx, cache_kwargs)
+        self.calls.append((layer_idx, key_states.cpu(), value_states.cpu(), k.cpu(), v.cpu()))
+        return k, v
+
+
+def model_of(kind):
+    torch.manual_seed(1234)
+    common = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=False)
+    if kind == "hybrid":
+        types = ["full_attention", "sliding_attention"] * 2
+        return Qwen3ForCausalLM(Qwen3Config(head_dim=32, layer_types=types,
+                                            use_sliding_window=True, sliding_window=6,
+                                            max_window_layers=0, **common)).eval()
+    return LlamaForCausalLM(LlamaConfig(**common)).eval()
+
+
+def run(kind, arm, dtype, rows, device):
+    model = model_of(kind)
+    stats = calibrate_triattention(model, torch.randint(1, 128, (1, 32)))
+    model = model.to(device=device, dtype=dtype)
+    scorer = {"random": None, "random-p0": None}.get(arm, arm)
+    kw = dict(budget=B, window=W, interval=R, seed=5, seq_id=70, pin_prompt=arm != "random-p0",
+              scorer=scorer, stats=stats, rows_unpadded=rows > 1)
+    cache = Recording(model.config, **kw)
+    g = torch.Generator().manual_seed(21)
+    ids = torch.stack([torch.randperm(127, generator=g)[:12] + 1 for _ in range(rows)])
+    with torch.no_grad():
+        out = model.generate(ids.to(device), past_key_values=cache, do_sample=False,
+                             max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0)
+        # a second turn: an append of more than r tokens after eviction
+        turn = torch.randperm(127, generator=g)[:11].repeat(rows, 1).to(device) + 1
+        model.generate(torch.cat([out, turn], 1), attention_mask=torch.ones_like(
+            torch.cat([out, turn], 1)), past_key_values=cache, do_sample=False,
+            max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+    what = "%s %s %s batch %d on %s" % (kind, arm, str(dtype)[6:], rows, device)
+    where = cache.state.ctx
+    on_device = where.backend != "cpu"
+    check(on_device == (scorer is not None and device.type != "cpu"),
+          "%s: the state is on %s" % (what, where.backend))
+    replay = KvevictCache(model.config, **kw)
+    same = True
+    for layer, k, v, want_k, want_v in cache.calls:
+        got_k, got_v = replay.update(k, v, layer)
+        same = same and torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+    check(same, "%s: an update returned other entries than the CPU's" % what)
+    for b in range(rows):
+        check(cache.kept_positions(b) == replay.kept_positions(b) and
+              cache.digest(b) == replay.digest(b) == cache.state.keepset_digest(b),
+              "%s: row %d's keep-sets differ from the CPU's" % (what, b))
+    cap = max(B, (12 if kw["pin_prompt"] else 0) + W) + R
+    rounds = cache.state.seq(0).round
+    check(rounds >= 3 and cache.held() <= cap, "%s: %d rounds, held %d (C %d)"
+          % (what, rounds, cache.held(), cap))
+    print("%-44s %d updates = the CPU's, %d rounds, state on %s, digest %016x"
+          % (what, len(cache.calls), rounds, where.backend, cache.digest()))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("skipped: no CUDA device for torch")
+        return 77
+    torch.set_num_threads(1)
+    print("transformers %s, torch %s, device %s" % (transformers.__version__, torch.__version__,
+                                                     device))
+    for arm in ("random", "random-p0", "knorm", "triattention"):
+        run("llama", arm, torch.float32, 1, device)
+    for arm in ("knorm", "triattention"):
+        run("llama", arm, torch.bfloat16, 1, device)
+        run("llama", arm, torch.float32, 2, device)
+        run("hybrid", arm, torch.float32, 1, device)
+    run("hybrid", "random", torch.bfloat16, 2, device)
+    if FAILS:
+        print("%d failures" % len(FAILS))
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
