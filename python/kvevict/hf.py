@@ -53,7 +53,9 @@ On a GPU the layers stay on the model's device. The random arms' State is
 on the host (the keep-set reads no keys); the scored arms' on the cache's
 GPU (kvevict.ops.context_for), its scorer reading each layer's keys in
 place (device scoring). Only slot tables (positions) cross to the host, to
-gather the kept entries.
+gather the kept entries. A library built without a GPU backend (or run with
+KVE_BACKEND=cpu) scores on the host, each round copying the keys there;
+``cache.state.ctx.backend`` says which.
 
 Runs on transformers 5.2 (get_mask_sizes(cache_position)) and 5.19
 (get_mask_sizes(query_length), get_max_length). Models it cannot serve
@@ -396,12 +398,15 @@ class KvevictCache(Cache):
             return
         pinned = q if self.pin_prompt else 0
         cap = max(self.budget, pinned + self.window) + self.interval
+        self._ctx = None
         if self.scorer and device.type != "cpu":
             # device scoring: the state on the keys' GPU (CUDA or HIP, as
             # torch's "cuda" is), its scorer reading them in place
             from .ops import context_for
-            self._ctx = context_for(device)
-        else:
+            ctx = context_for(device)
+            if ctx.backend != "cpu":  # else a library built without a GPU backend
+                self._ctx = ctx
+        if self._ctx is None:
             # the scorer and compaction run with the model's threads (torch's
             # setting), as kvpress's presses do
             self._ctx = Context("cpu", threads=torch.get_num_threads())
@@ -478,7 +483,10 @@ class KvevictCache(Cache):
             layer = self.layers[i]
             if self.scorer == "triattention":  # the statistics of model layer i
                 kw.update(q_mean=self._tri[i][0], q_abs_mean=self._tri[i][1])
-            keys = layer.keys.detach().contiguous()
+            keys = layer.keys.detach()
+            if keys.device != self._scores.device:  # a GPU cache, a library with no GPU backend
+                keys = keys.to(self._scores.device)
+            keys = keys.contiguous()
             self.state.score(rows, [q] * self.batch, layer.table_layer, keys, self._scores,
                              scorer=self.scorer, layout="hnd", cache_row=rows, **kw)
         return self._scores[:self.batch]

@@ -9,7 +9,8 @@ into a KvevictCache on the CPU: what each update returned, and the
 keep-sets and digests at the end, equal the CPU's bit for bit. The scored
 arms' state lives on the cache's device (device scoring: the scorer reads
 the keys where they are, no host copy of them); the random arms' on the
-host."""
+host; with KVE_BACKEND=cpu (a library without a GPU backend) a scored
+arm's too, the keys copied to it each round."""
 import argparse
 import os
 import sys
@@ -61,7 +62,7 @@ def model_of(kind):
     return LlamaForCausalLM(LlamaConfig(**common)).eval()
 
 
-def run(kind, arm, dtype, rows, device):
+def run(kind, arm, dtype, rows, device, gpu_backend=True):
     model = model_of(kind)
     stats = calibrate_triattention(model, torch.randint(1, 128, (1, 32)))
     model = model.to(device=device, dtype=dtype)
@@ -82,7 +83,7 @@ def run(kind, arm, dtype, rows, device):
     what = "%s %s %s batch %d on %s" % (kind, arm, str(dtype)[6:], rows, device)
     where = cache.state.ctx
     on_device = where.backend != "cpu"
-    check(on_device == (scorer is not None and device.type != "cpu"),
+    check(on_device == (scorer is not None and device.type != "cpu" and gpu_backend),
           "%s: the state is on %s" % (what, where.backend))
     replay = KvevictCache(model.config, **kw)
     same = True
@@ -120,6 +121,15 @@ def main():
         run("llama", arm, torch.float32, 2, device)
         run("hybrid", arm, torch.float32, 1, device)
     run("hybrid", "random", torch.bfloat16, 2, device)
+    if device.type != "cpu":  # a library without a GPU backend: the scorer on the host
+        import kvevict.ops
+        os.environ["KVE_BACKEND"] = "cpu"
+        kvevict.ops._local.contexts = {}
+        try:
+            run("llama", "knorm", torch.float32, 2, device, gpu_backend=False)
+        finally:
+            os.environ["KVE_BACKEND"] = ""
+            kvevict.ops._local.contexts = {}
     if FAILS:
         print("%d failures" % len(FAILS))
         return 1
