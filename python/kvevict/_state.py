@@ -333,6 +333,7 @@ class State(_Handle):
         h = self.handle
         r, k = _arrays.u32_array(rows, "rows"), _arrays.u32_array(n_new, "n_new")
         if not outputs:
+            self.ctx._stream()  # the call launches on torch's current stream, as every other
             b = _lib.StepBuffers()
             if scores is not None:
                 self._scores(b, scores, len(rows), rows)

@@ -54,8 +54,8 @@ on the host (the keep-set reads no keys); the scored arms' on the cache's
 GPU (kvevict.ops.context_for), its scorer reading each layer's keys in
 place (device scoring). Only slot tables (positions) cross to the host, to
 gather the kept entries. A library built without a GPU backend (or run with
-KVE_BACKEND=cpu) scores on the host, each round copying the keys there;
-``cache.state.ctx.backend`` says which.
+KVE_BACKEND=cpu), or a device that is not CUDA (MPS), scores on the host,
+each round copying the keys there; ``cache.state.ctx.backend`` says which.
 
 Runs on transformers 5.2 (get_mask_sizes(cache_position)) and 5.19
 (get_mask_sizes(query_length), get_max_length). Models it cannot serve
@@ -94,6 +94,46 @@ def layer_windows(config: Any) -> list:
         sliding = bool(window) and getattr(c, "use_sliding_window", True) is not False
         types = ["sliding_attention" if sliding else "full_attention"] * n
     return [None if t == "full_attention" else window for t in types]
+
+
+def rope_score_args(config: Any) -> dict:
+    """TriAttention's RoPE arguments (kvevict.score's) for the full-attention
+    layers of a decoder config: ``rope_theta`` for plain RoPE; for scaled
+    RoPE (linear, dynamic, yarn, llama3, longrope, ...) ``omega``, the
+    frequencies transformers' own rope initialisation gives (float32
+    [head_dim/2]). rope_parameters keyed by layer type (Gemma 3) are read
+    for "full_attention". ValueError naming why for partial rotary
+    embeddings or a rope_type transformers does not know."""
+    c = _text_config(config)
+    name = type(c).__name__
+    rp = dict(getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {})
+    keyed = isinstance(rp.get("full_attention"), dict)
+    if keyed:
+        rp = rp["full_attention"]
+    rope_type = rp.get("rope_type") or rp.get("type") or "default"
+    theta = rp.get("rope_theta") or getattr(c, "rope_theta", None)
+    partial = rp.get("partial_rotary_factor") or getattr(c, "partial_rotary_factor", None) or 1.0
+    if partial != 1.0:
+        raise ValueError("%s: partial_rotary_factor = %s: TriAttention inverts RoPE over the "
+                         "whole head_dim; partial rotary embeddings are not served"
+                         % (name, partial))
+    if rope_type == "default":
+        if not theta:
+            raise ValueError("scorer='triattention': %s has no rope_theta" % name)
+        return {"rope_theta": float(theta)}
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    init = ROPE_INIT_FUNCTIONS.get(rope_type)
+    if init is None:
+        raise ValueError("scorer='triattention': %s's rope_type %r is not one transformers "
+                         "computes (%s)" % (name, rope_type, ", ".join(sorted(ROPE_INIT_FUNCTIONS))))
+    inv_freq = (init(c, "cpu", layer_type="full_attention") if keyed else init(c, "cpu"))[0]
+    omega = np.ascontiguousarray(inv_freq.detach().cpu().numpy(), dtype=np.float32)
+    head_dim = check_config(config, hybrid=True)[3]
+    if omega.shape != (head_dim // 2,):
+        raise ValueError("scorer='triattention': %s's %s RoPE has %d frequencies, head_dim %d "
+                         "needs %d" % (name, rope_type, omega.size, head_dim, head_dim // 2))
+    return {"omega": omega}
 
 
 def check_config(config: Any, hybrid: bool = False) -> Tuple[int, int, int, int]:
@@ -280,7 +320,7 @@ class KvevictCache(Cache):
     prompt is evicted like any token). scorer: None / "random" (kvevict's
     random keep-set), "knorm" or "triattention" (kvevict's scorers, on the
     cache's device; triattention needs ``stats`` = calibrate_triattention(
-    model, ids) and uses the config's rope_theta).
+    model, ids) and takes the config's RoPE: rope_score_args).
     budget=None: nothing is ever evicted. rows_unpadded=True: the caller's
     word that a batch's rows are of equal length, unpadded, needed for a
     batch where the cache sees no positions (transformers 5.19).
@@ -309,12 +349,7 @@ class KvevictCache(Cache):
             if stats is None:
                 raise ValueError("scorer='triattention' needs stats= (q_mean, q_abs_mean): "
                                  "kvevict.hf.calibrate_triattention(model, input_ids)")
-            c = _text_config(config)
-            theta = getattr(c, "rope_theta", None) or \
-                (getattr(c, "rope_parameters", None) or {}).get("rope_theta")
-            if not theta:
-                raise ValueError("scorer='triattention': the config has no rope_theta")
-            self.rope_theta = float(theta)
+            self.rope = rope_score_args(config)  # rope_theta, or omega for scaled RoPE
             qm = np.ascontiguousarray(stats[0], dtype=np.float32)
             qa = np.ascontiguousarray(stats[1], dtype=np.float32)
             want = (self.n_layers, self.q_heads, self.head_dim // 2)
@@ -348,6 +383,7 @@ class KvevictCache(Cache):
         self._moved = False        # this step ran a round: layers gather
         self._deferred = 0         # a scored step's tokens appended after its attention
         self._tri: dict = {}       # triattention: full layer -> its statistics, by the state
+        self._rope: dict = {}      # triattention: rope_theta or omega, by the state
         layers = [KvevictLayer(self, i, self._full.index(i)) if w is None
                   else DynamicSlidingWindowLayer(sliding_window=w) for i, w in enumerate(windows)]
         super().__init__(layers=layers)
@@ -399,12 +435,16 @@ class KvevictCache(Cache):
         pinned = q if self.pin_prompt else 0
         cap = max(self.budget, pinned + self.window) + self.interval
         self._ctx = None
-        if self.scorer and device.type != "cpu":
+        if self.scorer and device.type == "cuda":
             # device scoring: the state on the keys' GPU (CUDA or HIP, as
             # torch's "cuda" is), its scorer reading them in place
+            from ._lib import KvevictError
             from .ops import context_for
-            ctx = context_for(device)
-            if ctx.backend != "cpu":  # else a library built without a GPU backend
+            try:
+                ctx = context_for(device)
+            except KvevictError:  # a library without a GPU backend, asked for cuda:N > 0
+                ctx = None
+            if ctx is not None and ctx.backend != "cpu":  # else no GPU backend
                 self._ctx = ctx
         if self._ctx is None:
             # the scorer and compaction run with the model's threads (torch's
@@ -422,6 +462,8 @@ class KvevictCache(Cache):
             where = self._scores.device
             self._tri = {i: (torch.from_numpy(self.stats[0][i]).to(where),
                              torch.from_numpy(self.stats[1][i]).to(where)) for i in self._full}
+            self._rope = {k: torch.from_numpy(v).to(where) if isinstance(v, np.ndarray) else v
+                          for k, v in self.rope.items()}
 
     def _row_tables(self, n: int, rows: Optional[Sequence[int]] = None) -> torch.Tensor:
         """The state's positions, slots 0..n-1 of @rows (default every row),
@@ -477,16 +519,15 @@ class KvevictCache(Cache):
         its GPU (no copy either way)."""
         kw = {}
         if self.scorer == "triattention":
-            kw = dict(group=self.q_heads // self.kv_heads, rope_theta=self.rope_theta)
+            kw = dict(group=self.q_heads // self.kv_heads, **self._rope)
         rows = list(range(self.batch))
         for i in self._full:
             layer = self.layers[i]
             if self.scorer == "triattention":  # the statistics of model layer i
                 kw.update(q_mean=self._tri[i][0], q_abs_mean=self._tri[i][1])
-            keys = layer.keys.detach()
+            keys = layer.keys.detach()  # head_dim dense is all the scorer needs
             if keys.device != self._scores.device:  # a GPU cache, a library with no GPU backend
                 keys = keys.to(self._scores.device)
-            keys = keys.contiguous()
             self.state.score(rows, [q] * self.batch, layer.table_layer, keys, self._scores,
                              scorer=self.scorer, layout="hnd", cache_row=rows, **kw)
         return self._scores[:self.batch]

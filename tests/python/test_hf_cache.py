@@ -307,6 +307,63 @@ def docs():
                   % ns["cache"].held())
 
 
+def rope_args():
+    """TriAttention's RoPE from the config (kvevict.hf.rope_score_args):
+    rope_theta for plain RoPE, transformers' own inv_freq for scaled RoPE
+    (llama3 here), which the scorer then uses (the keep-sets differ from
+    plain RoPE's), a hybrid's full layers' parameters (Gemma 3), partial
+    rotary embeddings refused."""
+    from transformers import Gemma3TextConfig
+
+    from kvevict.hf import rope_score_args
+
+    check(rope_score_args(tiny("llama").config) == {"rope_theta": 10000.0},
+          "plain RoPE: %r" % rope_score_args(tiny("llama").config))
+    torch.manual_seed(1234)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                      max_position_embeddings=16384,
+                      rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                        high_freq_factor=4.0,
+                                        original_max_position_embeddings=8192))
+    model = LlamaForCausalLM(cfg).eval()
+    got = rope_score_args(cfg)
+    inv = model.model.rotary_emb.inv_freq.float().numpy()
+    plain = 10000.0 ** (-np.arange(8, dtype=np.float64) * 2 / 16)
+    check(set(got) == {"omega"} and np.array_equal(got["omega"], inv) and
+          not np.allclose(inv, plain), "llama3 RoPE: %r, the model's inv_freq %s" % (got, inv))
+    torch.manual_seed(3)
+    ids = torch.randint(1, 128, (1, P))
+    stats = calibrate_triattention(model, torch.randint(1, 128, (1, 32)))
+
+    class PlainRope(KvevictCache):  # the same cache told plain RoPE
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.rope = {"rope_theta": 10000.0}
+
+    digests = []
+    for cls in (KvevictCache, PlainRope):
+        c = cls(cfg, budget=B, window=W, interval=R, seed=5, scorer="triattention", stats=stats)
+        gen(model, ids, c)
+        check(c.digest() == c.state.keepset_digest(0) and c.state.seq(0).round >= 2,
+              "llama3 RoPE triattention (%s): digest or rounds" % cls.__name__)
+        digests.append(c.digest())
+    check(digests[0] != digests[1], "llama3 RoPE: the keep-sets are plain RoPE's (omega unused)")
+    gemma = Gemma3TextConfig(num_hidden_layers=2, layer_types=["sliding_attention",
+                                                                "full_attention"])
+    check(rope_score_args(gemma) == {"rope_theta": 1e6}, "Gemma 3: %r, expected the full "
+          "layers' rope_theta 1e6" % rope_score_args(gemma))
+    partial = LlamaConfig()
+    partial.partial_rotary_factor = 0.5
+    try:
+        rope_score_args(partial)
+        check(False, "partial rotary: no error")
+    except ValueError as e:
+        check("partial_rotary_factor = 0.5" in str(e), "partial rotary: %s" % e)
+    print("%-22s plain theta, llama3 omega = the model's inv_freq (keep-sets differ from plain "
+          "RoPE's), Gemma 3's full layers, partial rotary refused" % "triattention RoPE")
+
+
 def main():
     torch.set_num_threads(1)  # tiny models: threads only contend (ctest runs tests side by side)
     for name in ("qwen3", "llama"):
@@ -319,6 +376,7 @@ def main():
         if HAVE_KVPRESS:
             peers(name, model, ids)
     refusals(model)
+    rope_args()
     attention_impls(ids)
     docs()
     if HAVE_KVPRESS:

@@ -414,8 +414,8 @@ def scored_hybrid():
                 tab = st.row_table(0)[:, :, :n].long()
                 for f, l in enumerate(full):
                     k = torch.stack([keys[l][h, tab[f, h]] for h in range(H)])[None]
-                    kw = dict(group=2, rope_theta=cache.rope_theta, q_mean=stats[0][l],
-                              q_abs_mean=stats[1][l]) if scorer == "triattention" else {}
+                    kw = dict(group=2, q_mean=stats[0][l], q_abs_mean=stats[1][l],
+                              **cache.rope) if scorer == "triattention" else {}
                     st.score([0], [1], f, k.contiguous(), buf, scorer=scorer, layout="hnd",
                              cache_row=[0], **kw)
                 scores = buf[:1]

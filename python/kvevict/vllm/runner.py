@@ -113,15 +113,22 @@ class KvevictState:
             raise _config.ConfigError(
                 "kvevict.stats_file = %r: statistics of [layers %d, q_heads %d, head_dim/2 %d], "
                 "the model has %d, %d, %d" % ((cfg.stats_file,) + qa.shape + want))
-        hf = mc.hf_config
-        if not theta:
-            rp = getattr(hf, "rope_parameters", None) or {}
-            theta = rp.get("rope_theta") or getattr(hf, "rope_theta", None)
-        if not theta:
-            raise _config.ConfigError("kvevict.stats_file = %r records no rope_theta and the "
-                                      "model's config has none" % cfg.stats_file)
-        return [dict(scorer="triattention", group=self.group, rope_theta=float(theta),
-                     q_mean=qm[l], q_abs_mean=qa[l]) for l in range(n_layers)]
+        from ..hf import rope_score_args
+        try:  # the model's RoPE: rope_theta, or omega where it is scaled
+            rope = rope_score_args(mc.hf_config)
+        except ValueError as e:
+            if not theta or "no rope_theta" not in str(e):
+                raise _config.ConfigError("kvevict.stats_file = %r: %s" % (cfg.stats_file, e))
+            rope = {}
+        if theta and "omega" not in rope:  # plain RoPE: the theta the file records
+            rope = {"rope_theta": float(theta)}
+
+        def here(a: Any) -> Any:  # the state's memory: the GPU's for a GPU state
+            return torch.from_numpy(np.ascontiguousarray(a)).to(self.device) \
+                if isinstance(a, np.ndarray) else a
+        rope = {k: here(v) for k, v in rope.items()}
+        return [dict(scorer="triattention", group=self.group, q_mean=here(qm[l]),
+                     q_abs_mean=here(qa[l]), **rope) for l in range(n_layers)]
 
     def score(self, rows: list, n_new: list, block_table: Any, caches: list) -> Any:
         """Scores for this step's append: the rows whose round is due scored
