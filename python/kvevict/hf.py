@@ -96,9 +96,10 @@ def layer_windows(config: Any) -> list:
     return [None if t == "full_attention" else window for t in types]
 
 
-def rope_score_args(config: Any) -> dict:
+def rope_score_args(config: Any, theta: Optional[float] = None) -> dict:
     """TriAttention's RoPE arguments (kvevict.score's) for the full-attention
-    layers of a decoder config: ``rope_theta`` for plain RoPE; for scaled
+    layers of a decoder config: ``rope_theta`` for plain RoPE (@theta where
+    given: a calibration file's, else the config's); for scaled
     RoPE (linear, dynamic, yarn, llama3, longrope, ...) ``omega``, the
     frequencies transformers' own rope initialisation gives (float32
     [head_dim/2]). rope_parameters keyed by layer type (Gemma 3) are read
@@ -111,7 +112,7 @@ def rope_score_args(config: Any) -> dict:
     if keyed:
         rp = rp["full_attention"]
     rope_type = rp.get("rope_type") or rp.get("type") or "default"
-    theta = rp.get("rope_theta") or getattr(c, "rope_theta", None)
+    theta = theta or rp.get("rope_theta") or getattr(c, "rope_theta", None)
     partial = rp.get("partial_rotary_factor") or getattr(c, "partial_rotary_factor", None) or 1.0
     if partial != 1.0:
         raise ValueError("%s: partial_rotary_factor = %s: TriAttention inverts RoPE over the "
@@ -382,8 +383,7 @@ class KvevictCache(Cache):
         self._att_len = 0          # the kv length the step's mask was sized for
         self._moved = False        # this step ran a round: layers gather
         self._deferred = 0         # a scored step's tokens appended after its attention
-        self._tri: dict = {}       # triattention: full layer -> its statistics, by the state
-        self._rope: dict = {}      # triattention: rope_theta or omega, by the state
+        self._score_kw: dict = {}  # full layer -> State.score's scorer arguments, by the state
         layers = [KvevictLayer(self, i, self._full.index(i)) if w is None
                   else DynamicSlidingWindowLayer(sliding_window=w) for i, w in enumerate(windows)]
         super().__init__(layers=layers)
@@ -458,12 +458,15 @@ class KvevictCache(Cache):
         for b in range(batch):
             self.state.admit(b, self.seq_ids[b], pinned)
         self._scores = self.state.scores_buffer(batch) if self.scorer else None
-        if self.scorer == "triattention":  # each full layer's statistics where the state is
+        if self.scorer:  # each full layer's scorer arguments, arrays where the state is
             where = self._scores.device
-            self._tri = {i: (torch.from_numpy(self.stats[0][i]).to(where),
-                             torch.from_numpy(self.stats[1][i]).to(where)) for i in self._full}
-            self._rope = {k: torch.from_numpy(v).to(where) if isinstance(v, np.ndarray) else v
-                          for k, v in self.rope.items()}
+            for i in self._full:
+                kw = dict(scorer=self.scorer)
+                if self.scorer == "triattention":  # model layer i's statistics
+                    kw.update(group=self.q_heads // self.kv_heads, q_mean=self.stats[0][i],
+                              q_abs_mean=self.stats[1][i], **self.rope)
+                self._score_kw[i] = {k: torch.from_numpy(v).to(where)
+                                     if isinstance(v, np.ndarray) else v for k, v in kw.items()}
 
     def _row_tables(self, n: int, rows: Optional[Sequence[int]] = None) -> torch.Tensor:
         """The state's positions, slots 0..n-1 of @rows (default every row),
@@ -516,20 +519,15 @@ class KvevictCache(Cache):
         """Every row's scores for an append of q tokens, from the keys each
         full layer holds (in the state's slot order), read where they are:
         float32, float16 or bfloat16, on the host or, a device state's, on
-        its GPU (no copy either way)."""
-        kw = {}
-        if self.scorer == "triattention":
-            kw = dict(group=self.q_heads // self.kv_heads, **self._rope)
+        its GPU (copied only where the state is not on the keys' device)."""
         rows = list(range(self.batch))
         for i in self._full:
             layer = self.layers[i]
-            if self.scorer == "triattention":  # the statistics of model layer i
-                kw.update(q_mean=self._tri[i][0], q_abs_mean=self._tri[i][1])
             keys = layer.keys.detach()  # head_dim dense is all the scorer needs
             if keys.device != self._scores.device:  # a GPU cache, a library with no GPU backend
                 keys = keys.to(self._scores.device)
             self.state.score(rows, [q] * self.batch, layer.table_layer, keys, self._scores,
-                             scorer=self.scorer, layout="hnd", cache_row=rows, **kw)
+                             layout="hnd", cache_row=rows, **self._score_kw[i])
         return self._scores[:self.batch]
 
     def _gather(self, keys: torch.Tensor, values: torch.Tensor, dense_pos: torch.Tensor,

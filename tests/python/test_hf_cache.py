@@ -317,8 +317,10 @@ def rope_args():
 
     from kvevict.hf import rope_score_args
 
-    check(rope_score_args(tiny("llama").config) == {"rope_theta": 10000.0},
-          "plain RoPE: %r" % rope_score_args(tiny("llama").config))
+    plain_cfg = tiny("llama").config
+    check(rope_score_args(plain_cfg) == {"rope_theta": 10000.0} and
+          rope_score_args(plain_cfg, theta=5e5) == {"rope_theta": 5e5},
+          "plain RoPE: %r" % rope_score_args(plain_cfg))
     torch.manual_seed(1234)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
@@ -331,6 +333,7 @@ def rope_args():
     inv = model.model.rotary_emb.inv_freq.float().numpy()
     plain = 10000.0 ** (-np.arange(8, dtype=np.float64) * 2 / 16)
     check(set(got) == {"omega"} and np.array_equal(got["omega"], inv) and
+          np.array_equal(rope_score_args(cfg, theta=10000.0)["omega"], inv) and
           not np.allclose(inv, plain), "llama3 RoPE: %r, the model's inv_freq %s" % (got, inv))
     torch.manual_seed(3)
     ids = torch.randint(1, 128, (1, P))

@@ -114,14 +114,10 @@ class KvevictState:
                 "kvevict.stats_file = %r: statistics of [layers %d, q_heads %d, head_dim/2 %d], "
                 "the model has %d, %d, %d" % ((cfg.stats_file,) + qa.shape + want))
         from ..hf import rope_score_args
-        try:  # the model's RoPE: rope_theta, or omega where it is scaled
-            rope = rope_score_args(mc.hf_config)
+        try:  # the model's RoPE: the file's rope_theta, or omega where the RoPE is scaled
+            rope = rope_score_args(mc.hf_config, theta=theta or None)
         except ValueError as e:
-            if not theta or "no rope_theta" not in str(e):
-                raise _config.ConfigError("kvevict.stats_file = %r: %s" % (cfg.stats_file, e))
-            rope = {}
-        if theta and "omega" not in rope:  # plain RoPE: the theta the file records
-            rope = {"rope_theta": float(theta)}
+            raise _config.ConfigError("kvevict.stats_file = %r: %s" % (cfg.stats_file, e))
 
         def here(a: Any) -> Any:  # the state's memory: the GPU's for a GPU state
             return torch.from_numpy(np.ascontiguousarray(a)).to(self.device) \
